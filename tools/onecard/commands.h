@@ -1,0 +1,16 @@
+// Subcommands of the `onecard` binary: each file cmd_<name>.cpp adds one to the CLI11 app.
+// A command's callback throws onecard::Error for user-facing failures; main() prints it.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace onecard::cli {
+
+void add_cmd_synth(CLI::App& app);
+void add_cmd_inspect(CLI::App& app);
+void add_cmd_manifest(CLI::App& app);  // also adds `verify`
+void add_cmd_tokenize(CLI::App& app);
+void add_cmd_render_chat(CLI::App& app);
+void add_cmd_logits(CLI::App& app);    // also adds `generate`
+
+}  // namespace onecard::cli

@@ -1,0 +1,27 @@
+// onecard: one binary, many subcommands (synth, inspect, manifest, verify, tokenize, ...).
+#include "commands.h"
+#include "core/error.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+
+int main(int argc, char** argv) {
+    CLI::App app{"onecard: DeepSeek-V4-Flash inference on one GPU"};
+    app.require_subcommand(1);
+    app.set_version_flag("--version", "onecard 0.1.0");
+    // Each line below is one subcommand group; see commands.h.
+    // [commands]
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    } catch (const onecard::Error& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "internal error: %s\n", e.what());
+        return 2;
+    }
+    return 0;
+}
