@@ -82,7 +82,13 @@ struct ModelConfig {
     std::optional<DSparkConfig> dspark;
 
     int64_t compress_ratio(int64_t il) const { return compress_ratios.at(static_cast<size_t>(il)); }
+    // il may index an MTP/DSpark block too (il >= num_hidden_layers): compress_ratios covers them.
     LayerKind layer_kind(int64_t il) const;
+    // Blocks stored as mtp.N: the DSpark stage count (len(dspark_target_layer_ids)) for 0731, whose
+    // config still says num_nextn_predict_layers = 1; num_nextn_predict_layers otherwise.
+    int64_t n_mtp_blocks() const {
+        return dspark ? static_cast<int64_t>(dspark->target_layer_ids.size()) : num_nextn_predict_layers;
+    }
     bool is_hash_layer(int64_t il) const { return il < num_hash_layers; }
     int64_t nope_head_dim() const { return head_dim - qk_rope_head_dim; }
 };

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "loader/safetensors_writer.h"
 #include "model/config.h"
 
 #include <optional>
@@ -88,16 +89,36 @@ struct MTPWeights {
     HCWeights hc_head;
 };
 
+// DeepSeek-V4-Flash-0731 DSpark drafter (mtp.0..n-1, n = len(dspark_target_layer_ids)). Names,
+// dtypes and shapes confirmed from the 0731 safetensors headers; the drafter math is not implemented yet.
+struct DSparkWeights {
+    std::vector<BlockWeights> stages;  // mtp.i: full decoder blocks (SWA attention, non-hash MoE)
+    QuantLinear main_proj;             // mtp.0.main_proj: FP8 [D, n_taps*D] (concatenated target-layer taps)
+    TensorView main_norm;              // mtp.0.main_norm.weight: BF16 [D]
+    TensorView norm;                   // mtp.{n-1}.norm.weight: BF16 [D]
+    HCWeights hc_head;                 // mtp.{n-1}.hc_head_*: fn [hc, hc*D], base [hc], scale [1]
+    TensorView markov_w1;              // mtp.{n-1}.markov_head.markov_w1.weight: BF16 [vocab, markov_rank]
+    TensorView markov_w2;              // mtp.{n-1}.markov_head.markov_w2.weight: BF16 [vocab, markov_rank]
+    TensorView confidence_proj;        // mtp.{n-1}.confidence_head.proj.weight: BF16 [1, D + markov_rank]
+};
+
 struct ModelWeights {
     TensorView embed;   // BF16 [vocab, D]
     TensorView head;    // BF16 [vocab, D]
     TensorView norm;    // BF16 [D]
     HCWeights hc_head;  // fn [hc, hc*D], base [hc], scale [1]
     std::vector<BlockWeights> layers;
-    std::vector<MTPWeights> mtp;  // V4-Flash: mtp.0 (0731 DSpark blocks are validated separately)
+    std::vector<MTPWeights> mtp;  // V4-Flash: mtp.0 (empty for 0731)
+    std::optional<DSparkWeights> dspark;  // 0731 only
 };
 
-// Bind every tensor; throws onecard::Error listing ALL missing, unexpected and mis-shaped tensors.
+// Bind every tensor; throws onecard::Error listing ALL missing, unexpected and mis-shaped tensors
+// (the first ~20 problems, then a count).
 ModelWeights bind_weights(const ModelConfig& cfg, const Checkpoint& ckpt);
+
+// Every tensor an official-format checkpoint for `cfg` holds, with its dtype and shape, in the
+// order `onecard synth` writes them (each `.weight` directly before its `.scale`). Built by the
+// same code that binds, so the writer and the binder cannot disagree.
+std::vector<TensorSpec> checkpoint_layout(const ModelConfig& cfg);
 
 }  // namespace onecard
