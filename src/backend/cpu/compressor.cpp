@@ -1,0 +1,83 @@
+#include "backend/cpu/compressor.h"
+
+#include "core/error.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace onecard::cpu {
+
+void compress_pool(const float* const* kv_rows, const float* const* score_rows, int64_t n_slots, int64_t d,
+                   float* out) {
+    std::vector<float> w(static_cast<size_t>(n_slots));
+    for (int64_t i = 0; i < d; ++i) {
+        float mx = -INFINITY;
+        for (int64_t s = 0; s < n_slots; ++s) mx = std::max(mx, score_rows[s][i]);
+        float sum = 0.0f;
+        for (int64_t s = 0; s < n_slots; ++s) {
+            w[s] = std::exp(score_rows[s][i] - mx);  // −∞ slots give exactly 0
+            sum += w[s];
+        }
+        float acc = 0.0f;
+        for (int64_t s = 0; s < n_slots; ++s) {
+            if (w[s] != 0.0f) acc += (w[s] / sum) * kv_rows[s][i];
+        }
+        out[i] = acc;
+    }
+}
+
+CompressorState::CompressorState(int64_t ratio, int64_t head_dim) : ratio_(ratio), head_dim_(head_dim) {
+    ONECARD_CHECK(ratio > 0 && head_dim > 0, "compressor: ratio {} and head_dim {} must be positive", ratio, head_dim);
+    const int64_t n_slots = overlap() ? 2 * ratio : ratio;
+    kv_.assign(static_cast<size_t>(n_slots * row_width()), 0.0f);
+    // Previous-window slots start empty: −∞ scores give them weight 0 in the first window.
+    score_.assign(static_cast<size_t>(n_slots * row_width()), -INFINITY);
+}
+
+bool CompressorState::push(const float* kv, const float* score, float* entry) {
+    const int64_t W = row_width();
+    const int64_t slot = (overlap() ? ratio_ : 0) + n_tokens_ % ratio_;
+    std::copy(kv, kv + W, kv_.begin() + slot * W);
+    std::copy(score, score + W, score_.begin() + slot * W);
+    ++n_tokens_;
+    if (n_tokens_ % ratio_ != 0) return false;
+
+    std::vector<const float*> kv_rows, score_rows;
+    if (overlap()) {
+        for (int64_t s = 0; s < ratio_; ++s) {  // previous window, A half
+            kv_rows.push_back(kv_.data() + s * W);
+            score_rows.push_back(score_.data() + s * W);
+        }
+        for (int64_t s = ratio_; s < 2 * ratio_; ++s) {  // this window, B half
+            kv_rows.push_back(kv_.data() + s * W + head_dim_);
+            score_rows.push_back(score_.data() + s * W + head_dim_);
+        }
+    } else {
+        for (int64_t s = 0; s < ratio_; ++s) {
+            kv_rows.push_back(kv_.data() + s * W);
+            score_rows.push_back(score_.data() + s * W);
+        }
+    }
+    compress_pool(kv_rows.data(), score_rows.data(), static_cast<int64_t>(kv_rows.size()), head_dim_, entry);
+    if (overlap()) {
+        // The closed window becomes the next entry's "previous" window.
+        std::copy(kv_.begin() + ratio_ * W, kv_.end(), kv_.begin());
+        std::copy(score_.begin() + ratio_ * W, score_.end(), score_.begin());
+    }
+    return true;
+}
+
+void CompressorState::check_integrity() const {
+    ONECARD_CHECK(ratio_ > 0 && head_dim_ > 0, "compressor state: not initialised");
+    const size_t n = static_cast<size_t>((overlap() ? 2 * ratio_ : ratio_) * row_width());
+    ONECARD_CHECK(kv_.size() == n && score_.size() == n, "compressor state: buffers hold {}/{} floats, expected {}",
+                  kv_.size(), score_.size(), n);
+    ONECARD_CHECK(n_tokens_ >= 0, "compressor state: negative token count {}", n_tokens_);
+    if (overlap() && n_tokens_ < ratio_) {
+        for (int64_t i = 0; i < ratio_ * row_width(); ++i)
+            ONECARD_CHECK(std::isinf(score_[i]) && score_[i] < 0,
+                          "compressor state: previous-window score slot {} is set before the first window closed", i);
+    }
+}
+
+}  // namespace onecard::cpu
