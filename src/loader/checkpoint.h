@@ -30,6 +30,8 @@ public:
     // Every tensor, in a stable order (by shard, then by offset).
     const std::vector<TensorView>& tensors() const { return tensors_; }
     std::vector<std::filesystem::path> shard_paths() const;
+    // Re-checks every shard's invariants and the name index; throws onecard::Error if broken.
+    void check_integrity() const;
 
 private:
     Checkpoint() = default;
