@@ -1,0 +1,161 @@
+// onecard public engine API: submit generation requests, read each request's event stream, cancel.
+// No tensors and no CUDA types here. One engine thread owns every piece of KV state; callers talk to it
+// only through bounded, thread-safe queues (submission queue in, one event queue per request out).
+//
+//   Engine engine(config, std::move(runner));
+//   auto stream = engine.submit({.prompt_token_ids = ids, .sampling = {.temperature = 0}});
+//   while (auto ev = stream->next()) { ... ev->token_ids ... if (ev->finished()) break; }
+//
+// Back-pressure: submit() blocks while the submission queue is full; a request whose event queue is
+// full is paused by the engine (it keeps its KV and is not scheduled) until its reader catches up, so
+// one slow reader never stalls the other streams.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace onecard {
+
+class ModelRunner;  // src/engine/model_runner.h: what executes a scheduled batch (CPU model, fake, ...)
+
+using RequestId = uint64_t;
+
+struct SamplingParams {
+    float temperature = 1.0f;         // 0 -> greedy (argmax, lowest id on ties)
+    int32_t top_k = 0;                // 0 -> off
+    float top_p = 1.0f;               // 1 -> off
+    float min_p = 0.0f;               // 0 -> off; keeps tokens with p >= min_p * p_max
+    float presence_penalty = 0.0f;    // subtracted once from every token already generated
+    float frequency_penalty = 0.0f;   // subtracted per occurrence in the generated tokens
+    float repetition_penalty = 1.0f;  // tokens seen in prompt or output: logit/r if > 0 else logit*r
+    std::optional<uint64_t> seed;     // per-request reproducibility; the engine picks one if empty
+    int32_t logprobs = -1;            // -1 -> none; n >= 0 -> sampled token's logprob plus top-n
+    int64_t max_tokens = 256;
+    std::vector<int32_t> stop_token_ids;  // finish when generated (not emitted as a token)
+    std::vector<std::string> stop;        // stop strings; need the engine's text decoder
+    bool include_stop_str_in_output = false;
+    bool ignore_eos = false;
+};
+
+struct GenerateRequest {
+    std::vector<int32_t> prompt_token_ids;
+    SamplingParams sampling;
+};
+
+enum class FinishReason { None, Stop, Length, Cancelled, Error };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error", ""
+
+struct TokenLogprob {
+    int32_t token = 0;
+    float logprob = 0.0f;
+};
+
+// Logprobs of one generated token, from the model's raw distribution (before penalties,
+// temperature and truncation, as vLLM reports them by default).
+struct TokenLogprobs {
+    TokenLogprob sampled;
+    std::vector<TokenLogprob> top;  // highest first
+};
+
+struct Usage {
+    int64_t prompt_tokens = 0;
+    int64_t completion_tokens = 0;  // includes a final stop/EOS token
+    int64_t cached_tokens = 0;      // prompt tokens served from a prefix cache (0 until prefix caching lands)
+    int64_t n_preemptions = 0;      // times the request was preempted and recomputed
+};
+
+struct EngineEvent {
+    RequestId request_id = 0;
+    std::vector<int32_t> token_ids;        // tokens generated since the previous event
+    std::string text_delta;                // their text (held back while it may start a stop string)
+    std::vector<TokenLogprobs> logprobs;   // one per token_ids entry, when requested
+    FinishReason finish_reason = FinishReason::None;
+    std::optional<int32_t> stop_token;     // the EOS/stop token that finished the request
+    std::string stop_string;               // the stop string that finished it
+    std::string error;                     // FinishReason::Error
+    Usage usage;                           // filled on the final event
+
+    bool finished() const { return finish_reason != FinishReason::None; }
+};
+
+// Incremental detokenizer: push one token, get the text it completes (UTF-8 safe). One per request.
+class TextDecoder {
+public:
+    virtual ~TextDecoder() = default;
+    virtual std::string push(int32_t token) = 0;
+    virtual std::string flush() = 0;  // whatever is still buffered at the end
+};
+
+struct EngineConfig {
+    int64_t max_num_batched_tokens = 2048;        // tokens computed per step, all requests together
+    int64_t long_prefill_token_threshold = 1024;  // the most one request's prompt may take per step
+    int64_t max_num_seqs = 16;                    // running requests at most
+    int64_t kv_cache_bytes = 1LL << 30;           // memory budget for the KV pool
+    int64_t kv_block_size = 128;                  // tokens per paged block (multiple of every compress ratio)
+    int64_t max_model_len = 0;                    // prompt + output limit; 0 -> the runner's maximum
+    int32_t eos_token_id = -1;                    // -1 -> none
+    size_t submit_queue_capacity = 256;
+    size_t event_queue_capacity = 64;
+    std::function<std::unique_ptr<TextDecoder>()> make_text_decoder;  // empty -> no text, no stop strings
+};
+
+struct EngineStats {
+    int64_t n_waiting = 0;
+    int64_t n_running = 0;
+    int64_t n_steps = 0;
+    int64_t n_free_kv_blocks = 0;
+    int64_t n_total_kv_blocks = 0;
+    int64_t n_free_kv_slots = 0;
+    int64_t n_preemptions = 0;
+};
+
+class RequestStream;
+
+class Engine {
+public:
+    // Starts the engine thread. Throws onecard::Error if the KV budget cannot hold max_num_seqs
+    // sequences or the config is inconsistent.
+    Engine(EngineConfig config, std::unique_ptr<ModelRunner> runner);
+    ~Engine();  // cancels whatever is still running and joins the engine thread
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    // Validates the request (throws onecard::Error naming the bad field) and queues it; blocks while
+    // the submission queue is full. Thread-safe.
+    std::shared_ptr<RequestStream> submit(GenerateRequest request);
+    // Cancels a request; its stream ends with FinishReason::Cancelled. Unknown/finished ids are ignored.
+    void cancel(RequestId id);
+    // Snapshot taken by the engine thread after its last step. Thread-safe.
+    EngineStats stats() const;
+    // Blocks until the engine has no waiting or running request (for tools and tests).
+    void wait_idle() const;
+
+    struct Impl;
+
+private:
+    std::unique_ptr<Impl> impl_;
+};
+
+// The reading end of one request. Thread-safe; normally one reader.
+class RequestStream {
+public:
+    struct State;
+    explicit RequestStream(std::shared_ptr<State> state);
+    ~RequestStream();
+
+    RequestId id() const;
+    // Blocks for the next event; std::nullopt once the final event has been taken.
+    std::optional<EngineEvent> next();
+    // Non-blocking: std::nullopt if nothing is ready now.
+    std::optional<EngineEvent> try_next();
+    void cancel();
+
+private:
+    std::shared_ptr<State> state_;
+};
+
+}  // namespace onecard

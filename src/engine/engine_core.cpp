@@ -1,0 +1,215 @@
+#include "engine/engine_core.h"
+
+#include "core/error.h"
+
+#include <algorithm>
+#include <exception>
+
+namespace onecard {
+
+const char* finish_reason_name(FinishReason r) {
+    switch (r) {
+        case FinishReason::Stop: return "stop";
+        case FinishReason::Length: return "length";
+        case FinishReason::Cancelled: return "cancelled";
+        case FinishReason::Error: return "error";
+        case FinishReason::None: break;
+    }
+    return "";
+}
+
+KvCacheSpec make_engine_kv_spec(const ModelRunner& runner, const EngineConfig& config) {
+    return make_kv_cache_spec(runner.kv_model_shape(), config.kv_block_size);
+}
+
+EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<ModelRunner> runner)
+    : config_(config), runner_(std::move(runner)), seed_rng_(std::random_device{}()) {
+    ONECARD_CHECK(runner_ != nullptr, "engine: no model runner");
+    vocab_size_ = runner_->vocab_size();
+    max_model_len_ = config_.max_model_len > 0 ? std::min(config_.max_model_len, runner_->max_model_len())
+                                               : runner_->max_model_len();
+    ONECARD_CHECK(max_model_len_ > 1, "engine: max_model_len {} too small", max_model_len_);
+    KvCacheSpec spec = make_engine_kv_spec(*runner_, config_);
+    const KvPoolSize size = plan_kv_pool(spec, config_.kv_cache_bytes, config_.max_num_seqs);
+    kv_ = std::make_unique<KvCacheManager>(std::move(spec), size);
+    scheduler_ = std::make_unique<Scheduler>(
+        SchedulerConfig{config_.max_num_batched_tokens, config_.long_prefill_token_threshold, config_.max_num_seqs},
+        *kv_);
+}
+
+void EngineCore::validate(const GenerateRequest& req) const {
+    ONECARD_CHECK(!req.prompt_token_ids.empty(), "request: prompt_token_ids is empty");
+    for (int32_t t : req.prompt_token_ids)
+        ONECARD_CHECK(t >= 0 && t < vocab_size_, "request: prompt token {} outside the vocabulary [0, {})", t,
+                      vocab_size_);
+    ONECARD_CHECK(static_cast<int64_t>(req.prompt_token_ids.size()) < max_model_len_,
+                  "request: prompt of {} tokens leaves no room under max_model_len {}", req.prompt_token_ids.size(),
+                  max_model_len_);
+    validate_sampling_params(req.sampling, vocab_size_);
+    ONECARD_CHECK(req.sampling.stop.empty() || config_.make_text_decoder,
+                  "request: stop strings need a tokenizer (the engine has no text decoder)");
+    const int64_t total = std::min<int64_t>(static_cast<int64_t>(req.prompt_token_ids.size()) + req.sampling.max_tokens,
+                                            max_model_len_);
+    ONECARD_CHECK(total <= kv_->max_tokens_per_sequence(),
+                  "request: prompt + max_tokens = {} tokens exceeds the KV pool ({} tokens); lower max_tokens", total,
+                  kv_->max_tokens_per_sequence());
+}
+
+void EngineCore::add_request(RequestId id, GenerateRequest gr) {
+    validate(gr);
+    auto req = std::make_unique<Request>();
+    req->id = id;
+    req->prompt = std::move(gr.prompt_token_ids);
+    req->params = std::move(gr.sampling);
+    req->seed = req->params.seed ? *req->params.seed : seed_rng_();
+    req->max_total_tokens = std::min<int64_t>(req->num_prompt_tokens() + req->params.max_tokens, max_model_len_);
+    req->output.reserve(static_cast<size_t>(std::min<int64_t>(req->params.max_tokens, 4096)));
+    OutputState os;
+    if (config_.make_text_decoder) os.decoder = config_.make_text_decoder();
+    if (!req->params.stop.empty()) os.stop_checker.emplace(req->params.stop, req->params.include_stop_str_in_output);
+    scheduler_->add_request(std::move(req));
+    outputs_[id] = std::move(os);
+}
+
+EngineEvent EngineCore::final_event(const Request& req, FinishReason reason) const {
+    EngineEvent ev;
+    ev.request_id = req.id;
+    ev.finish_reason = reason;
+    ev.usage.prompt_tokens = req.num_prompt_tokens();
+    ev.usage.completion_tokens = static_cast<int64_t>(req.output.size());
+    ev.usage.cached_tokens = 0;  // no prefix cache yet
+    ev.usage.n_preemptions = req.n_preemptions;
+    return ev;
+}
+
+std::optional<EngineEvent> EngineCore::abort_request(RequestId id) {
+    Request* req = scheduler_->find(id);
+    if (req == nullptr) return std::nullopt;
+    EngineEvent ev = final_event(*req, FinishReason::Cancelled);
+    scheduler_->finish_request(id);
+    outputs_.erase(id);
+    return ev;
+}
+
+void EngineCore::set_paused(RequestId id, bool paused) {
+    if (Request* req = scheduler_->find(id)) req->paused = paused;
+}
+
+void EngineCore::finish_text(Request& req, EngineEvent& ev) {
+    OutputState& os = outputs_[req.id];
+    std::string tail = os.decoder ? os.decoder->flush() : std::string();
+    if (os.stop_checker) {
+        if (ev.stop_string.empty() && !tail.empty()) {
+            auto r = os.stop_checker->push(tail);
+            ev.text_delta += r.text;
+            if (r.stopped) {
+                ev.finish_reason = FinishReason::Stop;
+                ev.stop_string = r.matched;
+                return;
+            }
+        }
+        if (ev.stop_string.empty()) ev.text_delta += os.stop_checker->flush();
+    } else {
+        ev.text_delta += tail;
+    }
+}
+
+bool EngineCore::process_token(Request& req, const SampleResult& s, EngineEvent& ev) {
+    const SamplingParams& p = req.params;
+    const int32_t t = s.token;
+    req.output.push_back(t);
+    const bool is_eos = !p.ignore_eos && config_.eos_token_id >= 0 && t == config_.eos_token_id;
+    const bool is_stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t) != p.stop_token_ids.end();
+    FinishReason reason = FinishReason::None;
+    if (is_eos || is_stop_id) {
+        reason = FinishReason::Stop;  // the stop token itself is counted in usage but not emitted
+        ev.stop_token = t;
+    } else {
+        ev.token_ids.push_back(t);
+        if (s.logprobs) ev.logprobs.push_back(*s.logprobs);
+        OutputState& os = outputs_[req.id];
+        if (os.decoder) {
+            std::string delta = os.decoder->push(t);
+            if (os.stop_checker) {
+                auto r = os.stop_checker->push(delta);
+                ev.text_delta += r.text;
+                if (r.stopped) {
+                    reason = FinishReason::Stop;
+                    ev.stop_string = r.matched;
+                }
+            } else {
+                ev.text_delta += delta;
+            }
+        }
+    }
+    if (reason == FinishReason::None &&
+        (static_cast<int64_t>(req.output.size()) >= p.max_tokens || req.num_tokens() >= max_model_len_))
+        reason = FinishReason::Length;
+    if (reason == FinishReason::None) return false;
+    ev.finish_reason = reason;
+    finish_text(req, ev);
+    const EngineEvent fin = final_event(req, ev.finish_reason);
+    ev.usage = fin.usage;
+    return true;
+}
+
+void EngineCore::fail_batch(const SchedulerOutput& out, const std::string& what, std::vector<EngineEvent>& events) {
+    for (const auto& e : out.requests) {
+        Request* req = scheduler_->find(e.id);
+        if (req == nullptr) continue;
+        EngineEvent ev = final_event(*req, FinishReason::Error);
+        ev.error = what;
+        events.push_back(std::move(ev));
+        scheduler_->finish_request(e.id);
+        outputs_.erase(e.id);
+    }
+}
+
+std::vector<EngineEvent> EngineCore::step() {
+    std::vector<EngineEvent> events;
+    SchedulerOutput out = scheduler_->schedule();
+    last_step_scheduled_ = !out.empty();
+    if (out.empty() && out.finished_ids.empty() && out.preempted_ids.empty()) {
+        last_output_ = std::move(out);
+        return events;
+    }
+    ++n_steps_;
+    RunnerOutput result;
+    try {
+        result = runner_->execute(out);
+        size_t n_sample = 0;
+        for (const auto& e : out.requests) {
+            if (!e.sample) continue;
+            ONECARD_CHECK(n_sample < result.row_ids.size() && result.row_ids[n_sample] == e.id,
+                          "runner: logits row {} is not for request {}", n_sample, e.id);
+            ++n_sample;
+        }
+        ONECARD_CHECK(n_sample == result.row_ids.size() && result.vocab_size == vocab_size_ &&
+                          result.logits.size() == n_sample * static_cast<size_t>(vocab_size_),
+                      "runner: returned {} rows of width {} for {} sampled requests (vocab {})", result.row_ids.size(),
+                      result.vocab_size, n_sample, vocab_size_);
+    } catch (const std::exception& e) {
+        fail_batch(out, e.what(), events);
+        last_output_ = std::move(out);
+        return events;
+    }
+    scheduler_->update_from_output(out);
+    for (size_t i = 0; i < result.row_ids.size(); ++i) {
+        Request* req = scheduler_->find(result.row_ids[i]);
+        if (req == nullptr) continue;
+        const std::span<const float> row(result.row(i), static_cast<size_t>(vocab_size_));
+        const SampleResult s = sampler_.sample(row, req->params, req->prompt, req->output, req->seed);
+        EngineEvent ev;
+        ev.request_id = req->id;
+        const bool finished = process_token(*req, s, ev);
+        events.push_back(std::move(ev));
+        if (finished) {
+            scheduler_->finish_request(req->id);
+            outputs_.erase(events.back().request_id);
+        }
+    }
+    last_output_ = std::move(out);
+    return events;
+}
+
+}  // namespace onecard

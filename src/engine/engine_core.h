@@ -1,0 +1,75 @@
+// EngineCore: the synchronous step loop (schedule -> run -> update), single-threaded. It owns the KV
+// manager, the scheduler and the sampler; the public Engine runs one EngineCore on its own thread.
+// Tests drive EngineCore directly to check scheduling step by step.
+#pragma once
+
+#include "engine/model_runner.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/stop_checker.h"
+#include "kvcache/kv_manager.h"
+#include "onecard/engine.h"
+
+#include <memory>
+#include <optional>
+#include <random>
+#include <unordered_map>
+#include <vector>
+
+namespace onecard {
+
+// Maps the model's attention layout onto the KV layout (kept here so kvcache needs no model headers).
+KvCacheSpec make_engine_kv_spec(const ModelRunner& runner, const EngineConfig& config);
+
+class EngineCore {
+public:
+    EngineCore(const EngineConfig& config, std::unique_ptr<ModelRunner> runner);
+
+    // Throws onecard::Error naming the bad field. Reads only immutable state: safe from any thread.
+    void validate(const GenerateRequest& req) const;
+    void add_request(RequestId id, GenerateRequest req);
+    // Removes the request; returns its final Cancelled event (nullopt if unknown or already finished).
+    std::optional<EngineEvent> abort_request(RequestId id);
+    // Skip a running request in scheduling without freeing its KV (its reader is behind).
+    void set_paused(RequestId id, bool paused);
+
+    // One step. Returns the events produced (at most one per request). last_step_scheduled() tells
+    // whether any token was computed (false when everything left is paused or nothing is queued).
+    std::vector<EngineEvent> step();
+    bool last_step_scheduled() const { return last_step_scheduled_; }
+    bool has_unfinished() const { return scheduler_->has_unfinished(); }
+
+    const SchedulerOutput& last_output() const { return last_output_; }
+    const Scheduler& scheduler() const { return *scheduler_; }
+    const KvCacheManager& kv() const { return *kv_; }
+    const EngineConfig& config() const { return config_; }
+    int64_t max_model_len() const { return max_model_len_; }
+    int64_t n_steps() const { return n_steps_; }
+    void check_integrity() const { scheduler_->check_integrity(); }
+
+private:
+    struct OutputState {
+        std::unique_ptr<TextDecoder> decoder;
+        std::optional<StopChecker> stop_checker;
+    };
+    // Appends the sampled token to req and fills ev; returns true if the request finished.
+    bool process_token(Request& req, const SampleResult& s, EngineEvent& ev);
+    void finish_text(Request& req, EngineEvent& ev);
+    void fail_batch(const SchedulerOutput& out, const std::string& what, std::vector<EngineEvent>& events);
+    EngineEvent final_event(const Request& req, FinishReason reason) const;
+
+    EngineConfig config_;
+    std::unique_ptr<ModelRunner> runner_;
+    int64_t vocab_size_ = 0;
+    int64_t max_model_len_ = 0;
+    std::unique_ptr<KvCacheManager> kv_;
+    std::unique_ptr<Scheduler> scheduler_;
+    Sampler sampler_;
+    std::mt19937_64 seed_rng_;  // seeds for requests that bring none
+    std::unordered_map<RequestId, OutputState> outputs_;
+    SchedulerOutput last_output_;
+    bool last_step_scheduled_ = false;
+    int64_t n_steps_ = 0;
+};
+
+}  // namespace onecard

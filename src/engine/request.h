@@ -1,0 +1,45 @@
+// Per-request scheduling state. Token ranges of a request, as the scheduler sees them:
+//
+//   | prompt ................ | output ......... |
+//   |<---- num_computed_tokens ---->|<- to compute ->|
+//   0                                              num_tokens()
+//
+// A step computes a contiguous range [num_computed_tokens, num_computed_tokens + n) and, when that
+// range reaches num_tokens(), the runner returns logits and one new token is appended. Preemption
+// (recompute) frees the KV and resets num_computed_tokens to 0; the generated tokens are kept, so the
+// resumed request re-prefills prompt + output and continues exactly where it stopped.
+#pragma once
+
+#include "kvcache/kv_manager.h"
+#include "onecard/engine.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace onecard {
+
+enum class RequestStatus { Waiting, Running, Finished };
+
+struct Request {
+    RequestId id = 0;
+    std::vector<int32_t> prompt;
+    std::vector<int32_t> output;
+    SamplingParams params;
+    uint64_t seed = 0;              // resolved seed (params.seed or one the engine drew)
+    int64_t max_total_tokens = 0;   // min(prompt + max_tokens, max_model_len): the KV the request may ever need
+
+    RequestStatus status = RequestStatus::Waiting;
+    int64_t num_computed_tokens = 0;
+    KvHandle kv;                    // valid only while Running
+    bool paused = false;            // the engine's event queue for it is full: skip it this step
+    int64_t n_preemptions = 0;
+
+    int64_t num_tokens() const { return static_cast<int64_t>(prompt.size() + output.size()); }
+    int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt.size()); }
+    int32_t token_at(int64_t pos) const {
+        const auto np = num_prompt_tokens();
+        return pos < np ? prompt[static_cast<size_t>(pos)] : output[static_cast<size_t>(pos - np)];
+    }
+};
+
+}  // namespace onecard

@@ -1,0 +1,58 @@
+// Token sampling for one logits row. Pipeline (each stage optional), in this order:
+//   raw logits -> repetition / frequency / presence penalties -> temperature (0 = greedy argmax)
+//   -> softmax -> min-p (keep p >= min_p * p_max) -> top-k -> top-p (on the renormalised survivors)
+//   -> draw from the survivors.
+// Randomness is counter-based: the draw for output token i of a request uses only (seed, i), so a
+// request that is preempted and recomputed, or batched differently, samples the same tokens.
+#pragma once
+
+#include "onecard/engine.h"
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace onecard {
+
+struct SampleResult {
+    int32_t token = 0;
+    std::optional<TokenLogprobs> logprobs;  // when params.logprobs >= 0
+};
+
+// Uniform double in [0, 1) from (seed, counter): splitmix64 finalisers over the pair. Stateless.
+double sampler_uniform(uint64_t seed, uint64_t counter);
+
+// Applies the three penalties in place (vLLM semantics): repetition to tokens in prompt or output,
+// frequency (per occurrence) and presence (once) to tokens in output only.
+void apply_penalties(std::span<float> logits, const SamplingParams& p, std::span<const int32_t> prompt,
+                     std::span<const int32_t> output);
+
+// Survivors of min-p / top-k / top-p for a probability vector, with their renormalised
+// probabilities, ordered by probability descending (ties: lower token id first).
+struct Candidates {
+    std::vector<int32_t> tokens;
+    std::vector<double> probs;  // sums to 1
+};
+Candidates truncate_distribution(std::span<const double> probs, const SamplingParams& p);
+
+// Validates ranges; throws onecard::Error naming the field.
+void validate_sampling_params(const SamplingParams& p, int64_t vocab_size);
+
+class Sampler {
+public:
+    // logits: [vocab] raw row. counter: index of the output token being sampled (output.size()).
+    SampleResult sample(std::span<const float> logits, const SamplingParams& p, std::span<const int32_t> prompt,
+                        std::span<const int32_t> output, uint64_t seed);
+
+    // The distribution sample() draws from for these inputs (survivors only); greedy gives one token
+    // with probability 1. For tests and diagnostics.
+    Candidates target_distribution(std::span<const float> logits, const SamplingParams& p,
+                                   std::span<const int32_t> prompt, std::span<const int32_t> output);
+
+private:
+    std::vector<float> work_;     // [vocab] penalised logits (reused between calls)
+    std::vector<double> probs_;   // [vocab]
+};
+
+}  // namespace onecard

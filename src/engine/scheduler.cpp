@@ -1,0 +1,171 @@
+#include "engine/scheduler.h"
+
+#include "core/error.h"
+
+#include <algorithm>
+
+namespace onecard {
+
+Scheduler::Scheduler(SchedulerConfig config, KvCacheManager& kv) : config_(config), kv_(kv) {
+    ONECARD_CHECK(config_.max_num_batched_tokens > 0, "scheduler: max_num_batched_tokens must be positive");
+    ONECARD_CHECK(config_.long_prefill_token_threshold > 0, "scheduler: long_prefill_token_threshold must be positive");
+    ONECARD_CHECK(config_.max_num_seqs > 0 && config_.max_num_seqs <= kv_.n_total_slots(),
+                  "scheduler: max_num_seqs {} must be in [1, {}] (KV slots)", config_.max_num_seqs,
+                  kv_.n_total_slots());
+}
+
+void Scheduler::add_request(std::unique_ptr<Request> req) {
+    ONECARD_CHECK(req && !requests_.contains(req->id), "scheduler: request id {} already in use", req ? req->id : 0);
+    ONECARD_CHECK(!req->prompt.empty(), "scheduler: request {} has an empty prompt", req->id);
+    ONECARD_CHECK(req->max_total_tokens <= kv_.max_tokens_per_sequence(),
+                  "scheduler: request {} may need {} tokens of KV but the whole pool holds {}; raise the KV budget "
+                  "or lower max_tokens", req->id, req->max_total_tokens, kv_.max_tokens_per_sequence());
+    req->status = RequestStatus::Waiting;
+    waiting_.push_back(req.get());
+    requests_.emplace(req->id, std::move(req));
+}
+
+Request* Scheduler::find(RequestId id) {
+    auto it = requests_.find(id);
+    return it == requests_.end() ? nullptr : it->second.get();
+}
+
+ScheduledRequest Scheduler::make_entry(const Request& r, int64_t n) const {
+    ScheduledRequest e;
+    e.id = r.id;
+    e.start_pos = r.num_computed_tokens;
+    e.token_ids.reserve(static_cast<size_t>(n));
+    e.positions.reserve(static_cast<size_t>(n));
+    for (int64_t p = e.start_pos; p < e.start_pos + n; ++p) {
+        e.token_ids.push_back(r.token_at(p));
+        e.positions.push_back(p);
+    }
+    e.sample = e.start_pos + n == r.num_tokens();
+    e.kv = r.kv;
+    return e;
+}
+
+void Scheduler::preempt(Request* victim, SchedulerOutput& out, int64_t& budget) {
+    // If the victim was already scheduled this step (decodes go first), take its tokens back.
+    auto it = std::find_if(out.requests.begin(), out.requests.end(), [&](const auto& e) { return e.id == victim->id; });
+    if (it != out.requests.end()) {
+        budget += it->n_tokens();
+        out.n_scheduled_tokens -= it->n_tokens();
+        out.requests.erase(it);
+    }
+    kv_.free(victim->kv);
+    victim->kv = KvHandle{};
+    victim->num_computed_tokens = 0;
+    victim->status = RequestStatus::Waiting;
+    ++victim->n_preemptions;
+    ++n_preemptions_;
+    running_.erase(std::find(running_.begin(), running_.end(), victim));
+    waiting_.push_front(victim);
+    out.preempted_ids.push_back(victim->id);
+}
+
+SchedulerOutput Scheduler::schedule() {
+    SchedulerOutput out;
+    out.step = step_++;
+    out.kv_block_size = kv_.spec().block_size;
+    out.finished_ids = std::move(finished_since_last_step_);
+    finished_since_last_step_.clear();
+    int64_t budget = config_.max_num_batched_tokens;
+
+    // Passes 1 and 2 over running requests: decodes (one token left), then prefill chunks.
+    for (const bool decode_pass : {true, false}) {
+        // Iterate over a snapshot: preemption removes entries from running_.
+        const std::vector<Request*> snapshot = running_;
+        for (Request* r : snapshot) {
+            if (r->status != RequestStatus::Running || r->paused || budget == 0) continue;
+            const int64_t remaining = r->num_tokens() - r->num_computed_tokens;
+            if (remaining <= 0 || (remaining == 1) != decode_pass) continue;
+            const int64_t n = std::min({remaining, config_.long_prefill_token_threshold, budget});
+            const int64_t need = r->num_computed_tokens + n - kv_.n_tokens(r->kv);  // KV tokens to add
+            bool self_preempted = false;
+            while (need > 0 && !kv_.can_extend(r->kv, need)) {
+                Request* victim = running_.back();
+                preempt(victim, out, budget);
+                if (victim == r) {
+                    self_preempted = true;
+                    break;
+                }
+            }
+            if (self_preempted) continue;
+            if (need > 0) kv_.extend(r->kv, need);
+            out.requests.push_back(make_entry(*r, n));
+            out.n_scheduled_tokens += n;
+            budget -= n;
+        }
+    }
+
+    // Pass 3: admission, FCFS. Stops at the first request that does not fit (no overtaking).
+    // A request preempted in this very step stays out until the next one (its KV was just needed).
+    while (!waiting_.empty() && budget > 0 && n_running() < config_.max_num_seqs) {
+        Request* r = waiting_.front();
+        if (std::find(out.preempted_ids.begin(), out.preempted_ids.end(), r->id) != out.preempted_ids.end()) break;
+        const int64_t n = std::min({r->num_tokens(), config_.long_prefill_token_threshold, budget});
+        if (!kv_.can_allocate(n)) break;
+        waiting_.pop_front();
+        r->kv = kv_.allocate(n);
+        r->status = RequestStatus::Running;
+        running_.push_back(r);
+        out.requests.push_back(make_entry(*r, n));
+        out.n_scheduled_tokens += n;
+        budget -= n;
+    }
+
+    for (auto& e : out.requests) e.block_table = kv_.block_table(e.kv);
+    return out;
+}
+
+void Scheduler::update_from_output(const SchedulerOutput& out) {
+    for (const auto& e : out.requests) {
+        Request* r = find(e.id);
+        // The request may have been finished (cancelled) while the batch ran: nothing to advance.
+        if (r == nullptr || r->status != RequestStatus::Running) continue;
+        ONECARD_CHECK(r->num_computed_tokens == e.start_pos, "scheduler: request {} computed {} tokens, batch started "
+                      "at {}", r->id, r->num_computed_tokens, e.start_pos);
+        r->num_computed_tokens += e.n_tokens();
+    }
+}
+
+void Scheduler::finish_request(RequestId id) {
+    auto it = requests_.find(id);
+    if (it == requests_.end()) return;
+    Request* r = it->second.get();
+    if (r->status == RequestStatus::Running) {
+        kv_.free(r->kv);
+        running_.erase(std::find(running_.begin(), running_.end(), r));
+    } else {
+        waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
+    }
+    finished_since_last_step_.push_back(id);
+    requests_.erase(it);
+}
+
+void Scheduler::check_integrity() const {
+    kv_.check_integrity();
+    ONECARD_CHECK(n_running() <= config_.max_num_seqs, "scheduler integrity: {} running > max_num_seqs {}",
+                  n_running(), config_.max_num_seqs);
+    ONECARD_CHECK(kv_.n_live_sequences() == n_running(), "scheduler integrity: {} live KV sequences but {} running",
+                  kv_.n_live_sequences(), n_running());
+    ONECARD_CHECK(requests_.size() == running_.size() + waiting_.size(),
+                  "scheduler integrity: {} requests but {} running + {} waiting", requests_.size(), running_.size(),
+                  waiting_.size());
+    for (const Request* r : running_) {
+        ONECARD_CHECK(r->status == RequestStatus::Running && r->kv.valid(), "scheduler integrity: running request {} "
+                      "without KV", r->id);
+        ONECARD_CHECK(kv_.n_tokens(r->kv) >= r->num_computed_tokens,
+                      "scheduler integrity: request {} computed {} tokens but holds KV for {}", r->id,
+                      r->num_computed_tokens, kv_.n_tokens(r->kv));
+        ONECARD_CHECK(r->num_computed_tokens <= r->num_tokens(), "scheduler integrity: request {} computed past its "
+                      "tokens", r->id);
+    }
+    for (const Request* r : waiting_) {
+        ONECARD_CHECK(r->status == RequestStatus::Waiting && !r->kv.valid() && r->num_computed_tokens == 0,
+                      "scheduler integrity: waiting request {} holds KV or computed tokens", r->id);
+    }
+}
+
+}  // namespace onecard

@@ -1,0 +1,70 @@
+// vLLM-v1-style scheduler: no prefill or decode phases, only a per-step token budget. Each step decides
+// how many tokens of each request to compute:
+//   1. running requests with one token left (decode) first, so a long prompt never starves them;
+//   2. running requests with more left (prefill chunks), each capped at long_prefill_token_threshold;
+//   3. waiting requests in FCFS order while there is budget, a free sequence slot and KV room.
+// When a running request cannot get KV for its tokens, the newest running request is preempted
+// (recompute: KV freed, back to the front of the waiting queue), possibly the request itself.
+// Admission never preempts. Only the engine thread calls the scheduler.
+#pragma once
+
+#include "engine/request.h"
+#include "engine/scheduler_output.h"
+#include "kvcache/kv_manager.h"
+
+#include <deque>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+namespace onecard {
+
+struct SchedulerConfig {
+    int64_t max_num_batched_tokens = 2048;
+    int64_t long_prefill_token_threshold = 1024;
+    int64_t max_num_seqs = 16;
+};
+
+class Scheduler {
+public:
+    Scheduler(SchedulerConfig config, KvCacheManager& kv);
+
+    // Takes ownership; the request joins the back of the waiting queue. Throws if the id is in use
+    // or the request could never fit in the KV pool on its own (it would preempt forever).
+    void add_request(std::unique_ptr<Request> req);
+    // Decide this step's work. Allocates KV for everything scheduled.
+    SchedulerOutput schedule();
+    // Record that the runner computed the batch: advances num_computed_tokens of each scheduled request.
+    // (Appending sampled tokens is the engine's job; it calls this first.)
+    void update_from_output(const SchedulerOutput& out);
+    // Removes a request (finished, cancelled, failed): frees its KV; reported in the next output's
+    // finished_ids. Unknown ids are ignored.
+    void finish_request(RequestId id);
+
+    Request* find(RequestId id);
+    bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+    int64_t n_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+    int64_t n_running() const { return static_cast<int64_t>(running_.size()); }
+    int64_t n_preemptions() const { return n_preemptions_; }
+    const SchedulerConfig& config() const { return config_; }
+    const KvCacheManager& kv() const { return kv_; }
+
+    // Throws onecard::Error unless every running request holds KV for at least its computed tokens,
+    // waiting requests hold none, the counts match the KV manager, and the KV manager is consistent.
+    void check_integrity() const;
+
+private:
+    void preempt(Request* victim, SchedulerOutput& out, int64_t& budget);
+    ScheduledRequest make_entry(const Request& r, int64_t n) const;
+
+    SchedulerConfig config_;
+    KvCacheManager& kv_;
+    std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
+    std::deque<Request*> waiting_;
+    std::vector<Request*> running_;  // admission order: back() is the newest (the preemption victim)
+    std::vector<RequestId> finished_since_last_step_;
+    int64_t step_ = 0;
+    int64_t n_preemptions_ = 0;
+};
+
+}  // namespace onecard
