@@ -415,18 +415,36 @@ TEST(CpuLinear, DequantFp8BlockAndMxfp4) {
 TEST(CpuLinear, MatmulAndRowIndependence) {
     const int64_t n = 5, k = 37, m = 11;
     auto x = random_vec(n * k, 31), w = random_vec(m * k, 32);
-    std::vector<float> y(n * m);
+    std::vector<float> y(n * m), yb(n * m);
     matmul_nt(x.data(), w.data(), y.data(), n, k, m);
+    matmul_nt_blas(x.data(), w.data(), yb.data(), n, k, m);
     for (int64_t i = 0; i < n; ++i)
         for (int64_t j = 0; j < m; ++j) {
             double acc = 0;
             for (int64_t t = 0; t < k; ++t) acc += double(x[i * k + t]) * w[j * k + t];
             EXPECT_NEAR(y[i * m + j], acc, 1e-5);
+            EXPECT_NEAR(yb[i * m + j], acc, 1e-5);
         }
-    // A row computed alone agrees with the batched result to fp32 rounding.
+    // Row-stable: a row computed alone, inside any batch size, or with strides is bit-identical.
     std::vector<float> y1(m);
     matmul_nt(x.data() + 3 * k, w.data(), y1.data(), 1, k, m);
-    for (int64_t j = 0; j < m; ++j) EXPECT_NEAR(y1[j], y[3 * m + j], 1e-5);
+    for (int64_t j = 0; j < m; ++j) EXPECT_EQ(y1[j], y[3 * m + j]);
+    std::vector<float> strided(2 * 20);
+    matmul_nt(x.data() + 2 * k, w.data(), strided.data(), 2, k, m, k, 20);
+    for (int64_t j = 0; j < m; ++j) EXPECT_EQ(strided[20 + j], y[3 * m + j]);
+}
+
+TEST(CpuLinear, RowStableAcrossBatchSizesAndThreads) {
+    // Big enough that the threaded path runs for the full batch; single rows run unthreaded.
+    const int64_t n = 67, k = 515, m = 300;
+    auto x = random_vec(n * k, 41), w = random_vec(m * k, 42);
+    std::vector<float> y(n * m);
+    matmul_nt(x.data(), w.data(), y.data(), n, k, m);
+    for (int64_t rows : {1, 2, 3, 7, 33}) {
+        std::vector<float> part(rows * m);
+        matmul_nt(x.data() + 5 * k, w.data(), part.data(), rows, k, m);
+        for (int64_t i = 0; i < rows * m; ++i) ASSERT_EQ(part[i], y[5 * m + i]) << "rows " << rows << " elem " << i;
+    }
 }
 
 TEST(CpuNorm, WeightedAndUnweighted) {

@@ -9,12 +9,22 @@
 
 namespace onecard::cpu {
 
-// y[n, m] = x[n, k] · w[m, k]^T (row-major, fp32, OpenBLAS sgemm). `ldx`/`ldy` are the row
-// strides of x and y in elements (0 = dense: k and m). y is overwritten.
+// y[n, m] = x[n, k] · w[m, k]^T (row-major, fp32). `ldx`/`ldy` are the row strides of x and y in
+// elements (0 = dense: k and m). y is overwritten.
+// ROW-STABLE: every y[i, j] is computed by the same fixed sequence of fp32 operations on row x[i]
+// and row w[j], whatever n, m, the tiling or the thread count. So a token's result never depends
+// on how many other rows (chunk tokens, other sequences) share the call — bit for bit. OpenBLAS
+// does not give this (its small-matrix and gemv paths reassociate), and the reference numerics'
+// FP8 rounding turns 1-ulp differences into visible ones, so the model's linears use this kernel.
 void matmul_nt(const float* x, const float* w, float* y, int64_t n, int64_t k, int64_t m, int64_t ldx = 0,
                int64_t ldy = 0);
 
-// c[n, m] = a[n, k] · b[k, m] (row-major, fp32); c is overwritten.
+// The same product through OpenBLAS cblas_sgemm: faster for big shapes, but a row's bits may depend
+// on n. For benchmarks and cross-checks only.
+void matmul_nt_blas(const float* x, const float* w, float* y, int64_t n, int64_t k, int64_t m);
+
+// c[n, m] = a[n, k] · b[k, m] (row-major, fp32, OpenBLAS); c is overwritten. Used where the shapes
+// depend only on one query (attention P·V), so results are still independent of batching.
 void matmul_nn(const float* a, const float* b, float* c, int64_t n, int64_t k, int64_t m);
 
 // FP8 E4M3 weight [out, in] with UE8M0 block scales [ceil(out/b), ceil(in/b)] -> fp32 [out, in].

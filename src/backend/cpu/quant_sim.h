@@ -7,7 +7,7 @@
 
 namespace onecard::cpu {
 
-// FP8 E4M3 quant-dequant of x[n] in place, blocks of `block` (n % block == 0): amax clamped to
+// FP8 E4M3 quant-dequant of x[n] in place, blocks of `block` (a shorter tail block if n % block != 0): amax clamped to
 // >= 1e-4, x/s clamped to ±448, round to nearest even. block = 128: activation quantisation in
 // front of FP8/FP4 GEMMs; block = 64: KV non-rope dims.
 void fp8_quant_dequant(float* x, int64_t n, int64_t block);

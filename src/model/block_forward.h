@@ -1,0 +1,35 @@
+// Internal to the model library: one decoder block and its two sub-blocks, shared by the main
+// layers and the MTP block. Not part of the public model API.
+#pragma once
+
+#include "model/deepseek_v4.h"
+
+#include <cstdint>
+
+namespace onecard::detail {
+
+struct BlockContext {
+    const ModelConfig& cfg;
+    Numerics numerics;
+    const std::vector<float>& rope_freqs;     // this layer's q/kv frequencies (main or compress)
+    const std::vector<float>& rope_compress;  // compressor / indexer frequencies
+};
+
+// y[n, n_out] = l(x[n, n_in]); in Numerics::Reference a quantised linear first rounds each row of x
+// through FP8 in 1×128 blocks (what REF's act_quant + fp8/fp4 GEMM computes).
+void apply_linear(const DenseLinear& l, const float* x, int64_t n, float* y, Numerics numerics);
+
+// Attention sub-block: xn [n, D] (attn_norm output) at positions state.n_tokens.. -> out [n, D].
+// Advances `state` (window, compressor, entries) by n tokens.
+void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerState& state, const float* xn, int64_t n,
+                       float* out);
+
+// MoE sub-block: xn [n, D] (ffn_norm output), token ids [n] (hash routing) -> out [n, D].
+void moe_forward(const BlockContext& ctx, const DenseMoE& w, bool hash_layer, const int32_t* tokens, const float* xn,
+                 int64_t n, float* out);
+
+// A whole block on the residual streams X [n, hc, D] (updated in place).
+void block_forward(const BlockContext& ctx, const DenseBlock& b, LayerState& state, const int32_t* tokens, float* X,
+                   int64_t n);
+
+}  // namespace onecard::detail

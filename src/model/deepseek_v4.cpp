@@ -1,0 +1,146 @@
+#include "model/deepseek_v4.h"
+
+#include "backend/cpu/hyper_connection.h"
+#include "backend/cpu/linear.h"
+#include "backend/cpu/norm.h"
+#include "backend/cpu/quant_sim.h"
+#include "backend/cpu/rope.h"
+#include "core/error.h"
+#include "model/block_forward.h"
+
+namespace onecard {
+
+const char* numerics_name(Numerics n) { return n == Numerics::Reference ? "reference" : "exact"; }
+
+namespace detail {
+
+void apply_linear(const DenseLinear& l, const float* x, int64_t n, float* y, Numerics numerics) {
+    if (numerics == Numerics::Reference && l.quantized) {
+        std::vector<float> xq(x, x + n * l.n_in);
+        for (int64_t i = 0; i < n; ++i) cpu::fp8_quant_dequant(xq.data() + i * l.n_in, l.n_in, 128);
+        cpu::matmul_nt(xq.data(), l.w.data(), y, n, l.n_in, l.n_out);
+        return;
+    }
+    cpu::matmul_nt(x, l.w.data(), y, n, l.n_in, l.n_out);
+}
+
+namespace {
+
+cpu::HCParams hc_params(const ModelConfig& cfg) {
+    cpu::HCParams p;
+    p.hc = cfg.hc_mult;
+    p.dim = cfg.hidden_size;
+    p.sinkhorn_iters = cfg.hc_sinkhorn_iters;
+    p.hc_eps = static_cast<float>(cfg.hc_eps);
+    p.norm_eps = static_cast<float>(cfg.rms_norm_eps);
+    return p;
+}
+
+// Runs one sub-block on X [n, hc, D] in place: HC pre (collapse) -> norm -> f -> HC post.
+template <typename SubBlock>
+void hc_sub_block(const ModelConfig& cfg, const DenseHC& hc, const std::vector<float>& norm, float* X, int64_t n,
+                  SubBlock&& f) {
+    const cpu::HCParams p = hc_params(cfg);
+    const int64_t D = p.dim, n_mix = (2 + p.hc) * p.hc;
+    std::vector<float> mixes(static_cast<size_t>(n * n_mix));  // [n, n_mix]
+    cpu::hc_mixes(X, hc.fn.data(), n, n_mix, p, mixes.data());
+    std::vector<float> post(static_cast<size_t>(n * p.hc)), comb(static_cast<size_t>(n * p.hc * p.hc));
+    std::vector<float> pre(static_cast<size_t>(p.hc));
+    std::vector<float> x(static_cast<size_t>(n * D));  // [n, D] collapsed sub-block input
+    for (int64_t t = 0; t < n; ++t) {
+        cpu::hc_split_sinkhorn(mixes.data() + t * n_mix, hc.scale.data(), hc.base.data(), p, pre.data(),
+                               post.data() + t * p.hc, comb.data() + t * p.hc * p.hc);
+        cpu::hc_collapse(X + t * p.hc * D, pre.data(), p, x.data() + t * D);
+    }
+    cpu::rmsnorm(x.data(), norm.data(), x.data(), n, D, static_cast<float>(cfg.rms_norm_eps));
+    std::vector<float> a(static_cast<size_t>(n * D));  // [n, D] sub-block output
+    f(x.data(), a.data());
+    for (int64_t t = 0; t < n; ++t)
+        cpu::hc_post(a.data() + t * D, post.data() + t * p.hc, comb.data() + t * p.hc * p.hc, p, X + t * p.hc * D);
+}
+
+}  // namespace
+
+void block_forward(const BlockContext& ctx, const DenseBlock& b, LayerState& state, const int32_t* tokens, float* X,
+                   int64_t n) {
+    hc_sub_block(ctx.cfg, b.hc_attn, b.attn_norm, X, n,
+                 [&](const float* xn, float* out) { attention_forward(ctx, b.attn, state, xn, n, out); });
+    const bool hash = ctx.cfg.is_hash_layer(b.layer_id) && b.layer_id < ctx.cfg.num_hidden_layers;
+    hc_sub_block(ctx.cfg, b.hc_ffn, b.ffn_norm, X, n,
+                 [&](const float* xn, float* out) { moe_forward(ctx, b.ffn, hash, tokens, xn, n, out); });
+}
+
+}  // namespace detail
+
+DeepSeekV4::DeepSeekV4(const ModelConfig& cfg, const ModelWeights& w, Numerics numerics)
+    : cfg_(cfg), numerics_(numerics), dense_(densify(cfg, w)) {
+    ONECARD_CHECK(cfg.num_key_value_heads == 1, "config: num_key_value_heads must be 1, got {}", cfg.num_key_value_heads);
+    ONECARD_CHECK(cfg.hc_mult > 0 && cfg.qk_rope_head_dim % 2 == 0 && cfg.qk_rope_head_dim <= cfg.index_head_dim,
+                  "config: hc_mult {} / qk_rope_head_dim {} unusable", cfg.hc_mult, cfg.qk_rope_head_dim);
+    ONECARD_CHECK(cfg.num_attention_heads % cfg.o_groups == 0, "config: {} heads do not split into {} o_groups",
+                  cfg.num_attention_heads, cfg.o_groups);
+    ONECARD_CHECK(static_cast<int64_t>(dense_.layers.size()) == cfg.num_hidden_layers,
+                  "weights: {} layers bound, config has {}", dense_.layers.size(), cfg.num_hidden_layers);
+    cpu::RopeParams main;
+    main.theta = cfg.rope_theta;
+    main.n_rope = cfg.qk_rope_head_dim;
+    rope_main_ = cpu::rope_inv_freqs(main);
+    cpu::RopeParams comp = main;
+    comp.theta = cfg.compress_rope_theta;
+    // YaRN (frequency interpolation only, no mscale) on CSA/HCA layers when the config asks for it.
+    comp.yarn = cfg.rope_scaling.type == "yarn" && cfg.rope_scaling.factor > 1.0;
+    comp.factor = cfg.rope_scaling.factor;
+    comp.original_max_position = cfg.rope_scaling.original_max_position_embeddings;
+    comp.beta_fast = cfg.rope_scaling.beta_fast;
+    comp.beta_slow = cfg.rope_scaling.beta_slow;
+    rope_compress_ = cpu::rope_inv_freqs(comp);
+}
+
+SequenceState DeepSeekV4::new_sequence() const { return SequenceState(cfg_); }
+
+std::vector<float> DeepSeekV4::forward(SequenceState& state, std::span<const int32_t> tokens) const {
+    return forward_with_streams(state, tokens).logits;
+}
+
+ForwardOutput DeepSeekV4::forward_with_streams(SequenceState& state, std::span<const int32_t> tokens) const {
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    ONECARD_CHECK(n >= 1, "forward: at least one token is required");
+    ONECARD_CHECK(static_cast<int64_t>(state.layers().size()) == cfg_.num_hidden_layers,
+                  "forward: sequence state has {} layers, model {}", state.layers().size(), cfg_.num_hidden_layers);
+    const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult;
+    for (int32_t t : tokens)
+        ONECARD_CHECK(t >= 0 && t < cfg_.vocab_size, "forward: token id {} out of range [0, {})", t, cfg_.vocab_size);
+
+    // Embedding copied into all hc streams ("HC expand" has no parameters).
+    std::vector<float> X(static_cast<size_t>(n * hc * D));  // [n, hc, D]
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < hc; ++j)
+            std::copy(dense_.embed.begin() + int64_t(tokens[i]) * D, dense_.embed.begin() + (int64_t(tokens[i]) + 1) * D,
+                      X.begin() + (i * hc + j) * D);
+
+    for (int64_t il = 0; il < cfg_.num_hidden_layers; ++il) {
+        const bool compressed = cfg_.compress_ratio(il) != 0;
+        detail::BlockContext ctx{cfg_, numerics_, compressed ? rope_compress_ : rope_main_, rope_compress_};
+        detail::block_forward(ctx, dense_.layers[il], state.layers()[il], tokens.data(), X.data(), n);
+    }
+    state.advance(n);
+
+    ForwardOutput out;
+    out.logits = logits_from_streams(X.data(), n, dense_.hc_head, dense_.norm);
+    out.streams = std::move(X);
+    return out;
+}
+
+std::vector<float> DeepSeekV4::logits_from_streams(const float* streams, int64_t n_tok, const DenseHC& hc_head,
+                                                   const std::vector<float>& norm) const {
+    const int64_t D = cfg_.hidden_size;
+    const cpu::HCParams p = detail::hc_params(cfg_);
+    std::vector<float> y(static_cast<size_t>(n_tok * D));  // [n, D]
+    cpu::hc_head(streams, hc_head.fn.data(), hc_head.base.data(), hc_head.scale.data(), n_tok, p, y.data());
+    cpu::rmsnorm(y.data(), norm.data(), y.data(), n_tok, D, static_cast<float>(cfg_.rms_norm_eps));
+    std::vector<float> logits(static_cast<size_t>(n_tok * cfg_.vocab_size));  // [n, vocab]
+    cpu::matmul_nt(y.data(), dense_.head.data(), logits.data(), n_tok, D, cfg_.vocab_size);
+    return logits;
+}
+
+}  // namespace onecard

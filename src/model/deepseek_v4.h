@@ -1,0 +1,64 @@
+// The DeepSeek-V4 forward pass on the CPU backend (dsv4-model.md §2–§6): embedding -> hc streams ->
+// decoder blocks (hyper-connections, SWA/CSA/HCA attention, MoE) -> HC head -> norm -> LM head.
+// fp32 throughout; the oracle every GPU kernel is later checked against.
+#pragma once
+
+#include "model/config.h"
+#include "model/dense_weights.h"
+#include "model/sequence_state.h"
+#include "model/weights.h"
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace onecard {
+
+// Reference = DeepSeek's reference code including its QAT simulations (FP8 KV blocks of 64, Hadamard
+// + FP4 indexer q/keys, FP8 1×128 activation quantisation in front of FP8/FP4 linears).
+// Exact = the same math in plain fp32 on dequantised weights: what transformers computes.
+enum class Numerics { Reference, Exact };
+
+const char* numerics_name(Numerics n);  // "reference", "exact"
+
+struct ForwardOutput {
+    std::vector<float> logits;   // [n_tokens, vocab]
+    std::vector<float> streams;  // [n_tokens, hc, D]: final residual streams before hc_head (MTP input)
+};
+
+class DeepSeekV4 {
+public:
+    // Dequantises every weight to fp32 once; `w` may be released afterwards.
+    DeepSeekV4(const ModelConfig& cfg, const ModelWeights& w, Numerics numerics);
+
+    SequenceState new_sequence() const;
+
+    // Advances `state` by `tokens` (any count >= 1; positions continue from state.n_tokens()).
+    // Returns logits [n_tokens, vocab] row-major fp32. Chunked prefill, 1-token decode and
+    // multi-token verify are all this one call. Each row depends only on this sequence.
+    std::vector<float> forward(SequenceState& state, std::span<const int32_t> tokens) const;
+    // Same, also returning the pre-hc_head streams.
+    ForwardOutput forward_with_streams(SequenceState& state, std::span<const int32_t> tokens) const;
+
+    // The mtp.0 block (V4-Flash): streams [n, hc, D] are the main model's pre-hc_head streams at
+    // positions p..p+n-1 and next_tokens[i] the token at position p+i+1. Returns logits [n, vocab]
+    // predicting the token at p+i+2; advances the state's MTP window (its own positions).
+    std::vector<float> forward_mtp(SequenceState& state, std::span<const float> streams,
+                                   std::span<const int32_t> next_tokens) const;
+
+    const ModelConfig& config() const { return cfg_; }
+    Numerics numerics() const { return numerics_; }
+    bool has_mtp() const { return !dense_.mtp.empty(); }
+
+private:
+    ModelConfig cfg_;
+    Numerics numerics_;
+    DenseModel dense_;
+    std::vector<float> rope_main_;      // [qk_rope_head_dim/2] inverse frequencies, SWA layers and MTP
+    std::vector<float> rope_compress_;  // [qk_rope_head_dim/2] compress θ with YaRN, CSA/HCA layers
+
+    std::vector<float> logits_from_streams(const float* streams, int64_t n_tok, const DenseHC& hc_head,
+                                           const std::vector<float>& norm) const;
+};
+
+}  // namespace onecard

@@ -1,0 +1,161 @@
+// Attention sub-block of every layer kind (dsv4-model.md §4): q path, shared KV head, sliding window,
+// compressor (CSA/HCA), lightning indexer (CSA), sink attention, inverse RoPE, grouped output.
+#include "backend/cpu/attention.h"
+#include "backend/cpu/indexer.h"
+#include "backend/cpu/linear.h"
+#include "backend/cpu/norm.h"
+#include "backend/cpu/quant_sim.h"
+#include "backend/cpu/rope.h"
+#include "model/block_forward.h"
+
+#include <cmath>
+#include <vector>
+
+namespace onecard::detail {
+namespace {
+
+// Projects xn [n, D] through a compressor's wkv/wgate: kv [n, c·d], score [n, c·d] with the learned
+// position bias ape[pos % ratio] already added to the score.
+void compressor_rows(const BlockContext& ctx, const DenseCompressor& c, const float* xn, int64_t n, int64_t pos0,
+                     std::vector<float>& kv, std::vector<float>& score) {
+    const int64_t width = c.wkv.n_out;
+    kv.resize(static_cast<size_t>(n * width));
+    score.resize(static_cast<size_t>(n * width));
+    // REF computes the compressor projections in fp32 on fp32-upcast BF16 weights: never quantised.
+    apply_linear(c.wkv, xn, n, kv.data(), ctx.numerics);
+    apply_linear(c.wgate, xn, n, score.data(), ctx.numerics);
+    for (int64_t i = 0; i < n; ++i) {
+        const float* ape = c.ape.data() + ((pos0 + i) % c.ratio) * width;
+        for (int64_t j = 0; j < width; ++j) score[i * width + j] += ape[j];
+    }
+}
+
+// Normalises and rotates a freshly pooled entry [d] of window `w` (RoPE at the window start w·ratio).
+void finish_entry(const BlockContext& ctx, const DenseCompressor& c, int64_t window, float* entry) {
+    const int64_t d = c.head_dim;
+    const int64_t n_rope = ctx.cfg.qk_rope_head_dim;
+    cpu::rmsnorm(entry, c.norm.data(), entry, 1, d, static_cast<float>(ctx.cfg.rms_norm_eps));
+    cpu::apply_rope(entry + d - n_rope, ctx.rope_compress.data(), n_rope, window * c.ratio);
+}
+
+}  // namespace
+
+void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerState& state, const float* xn, int64_t n,
+                       float* out) {
+    const ModelConfig& cfg = ctx.cfg;
+    const bool reference = ctx.numerics == Numerics::Reference;
+    const int64_t H = cfg.num_attention_heads, hd = cfg.head_dim, n_rope = cfg.qk_rope_head_dim;
+    const int64_t n_nope = hd - n_rope;
+    const float eps = static_cast<float>(cfg.rms_norm_eps);
+    const int64_t pos0 = state.n_tokens;
+
+    // ---- q path: wq_a -> q_norm -> wq_b -> per-head unweighted RMSNorm -> RoPE on trailing dims
+    std::vector<float> qr(static_cast<size_t>(n * cfg.q_lora_rank));  // [n, q_lora_rank]
+    apply_linear(w.wq_a, xn, n, qr.data(), ctx.numerics);
+    cpu::rmsnorm(qr.data(), w.q_norm.data(), qr.data(), n, cfg.q_lora_rank, eps);
+    std::vector<float> q(static_cast<size_t>(n * H * hd));  // [n, H, hd]
+    apply_linear(w.wq_b, qr.data(), n, q.data(), ctx.numerics);
+    cpu::rmsnorm(q.data(), nullptr, q.data(), n * H, hd, eps);
+    for (int64_t i = 0; i < n; ++i)
+        cpu::apply_rope_rows(q.data() + i * H * hd, H, hd, ctx.rope_freqs.data(), n_rope, pos0 + i);
+
+    // ---- shared KV head: wkv -> kv_norm -> RoPE; reference: FP8 round-trip of the nope dims
+    std::vector<float> kv(static_cast<size_t>(n * hd));  // [n, hd]
+    apply_linear(w.wkv, xn, n, kv.data(), ctx.numerics);
+    cpu::rmsnorm(kv.data(), w.kv_norm.data(), kv.data(), n, hd, eps);
+    for (int64_t i = 0; i < n; ++i) {
+        cpu::apply_rope(kv.data() + i * hd + n_nope, ctx.rope_freqs.data(), n_rope, pos0 + i);
+        if (reference) cpu::fp8_quant_dequant(kv.data() + i * hd, n_nope, 64);
+    }
+
+    // ---- compressor / indexer projections for the whole chunk (pooled token by token below)
+    std::vector<float> ckv, cscore, ikv, iscore, iq, iw;
+    const DenseCompressor* comp = w.compressor ? &*w.compressor : nullptr;
+    const DenseIndexer* idx = w.indexer ? &*w.indexer : nullptr;
+    const int64_t nI = cfg.index_n_heads, dI = cfg.index_head_dim;
+    if (comp) compressor_rows(ctx, *comp, xn, n, pos0, ckv, cscore);
+    if (idx) {
+        compressor_rows(ctx, idx->compressor, xn, n, pos0, ikv, iscore);
+        iq.resize(static_cast<size_t>(n * nI * dI));  // [n, nI, dI]
+        apply_linear(idx->wq_b, qr.data(), n, iq.data(), ctx.numerics);
+        for (int64_t i = 0; i < n; ++i) {
+            float* qi = iq.data() + i * nI * dI;
+            cpu::apply_rope_rows(qi, nI, dI, ctx.rope_compress.data(), n_rope, pos0 + i);
+            if (reference) {
+                // Hadamard is orthonormal and applied to q and keys alike: it only shapes FP4 error.
+                for (int64_t h = 0; h < nI; ++h) {
+                    cpu::hadamard_transform(qi + h * dI, dI);
+                    cpu::fp4_quant_dequant(qi + h * dI, dI, 32);
+                }
+            }
+        }
+        iw.resize(static_cast<size_t>(n * nI));  // [n, nI]
+        apply_linear(idx->weights_proj, xn, n, iw.data(), ctx.numerics);
+        const float w_scale = 1.0f / std::sqrt(static_cast<float>(nI));
+        for (float& v : iw) v *= w_scale;
+    }
+
+    // ---- token by token: extend window / compressed stream, select keys, attend
+    const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const float index_scale = 1.0f / std::sqrt(static_cast<float>(dI));
+    std::vector<float> o(static_cast<size_t>(n * H * hd));  // [n, H, hd]
+    std::vector<float> keys, entry(static_cast<size_t>(hd)), ientry(static_cast<size_t>(dI)), scores;
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t pos = pos0 + i;
+        std::copy(kv.begin() + i * hd, kv.begin() + (i + 1) * hd, state.window.begin() + (pos % state.window_size) * hd);
+        if (comp && state.compressor->push(ckv.data() + i * ckv.size() / n, cscore.data() + i * cscore.size() / n,
+                                           entry.data())) {
+            finish_entry(ctx, *comp, pos / comp->ratio, entry.data());
+            if (reference) cpu::fp8_quant_dequant(entry.data(), n_nope, 64);
+            state.compressed.insert(state.compressed.end(), entry.begin(), entry.end());
+        }
+        if (idx && state.index_compressor->push(ikv.data() + i * ikv.size() / n, iscore.data() + i * iscore.size() / n,
+                                                ientry.data())) {
+            finish_entry(ctx, idx->compressor, pos / idx->compressor.ratio, ientry.data());
+            if (reference) {
+                cpu::hadamard_transform(ientry.data(), dI);
+                cpu::fp4_quant_dequant(ientry.data(), dI, 32);
+            }
+            state.index_keys.insert(state.index_keys.end(), ientry.begin(), ientry.end());
+        }
+        ++state.n_tokens;
+
+        // Key set: the window (incl. this token), then compressed entries (no de-duplication).
+        keys.clear();
+        const int64_t first = pos - state.window_size + 1 > 0 ? pos - state.window_size + 1 : 0;
+        for (int64_t p = first; p <= pos; ++p) {
+            const float* row = state.window_row(p);
+            keys.insert(keys.end(), row, row + hd);
+        }
+        if (comp) {
+            const int64_t n_visible = cpu::n_visible_entries(pos, comp->ratio);
+            if (idx) {
+                scores.resize(static_cast<size_t>(n_visible));
+                cpu::indexer_scores(iq.data() + i * nI * dI, iw.data() + i * nI, state.index_keys.data(), n_visible, nI,
+                                    dI, index_scale, scores.data());
+                for (int32_t s : cpu::indexer_topk(scores.data(), n_visible, cfg.index_topk)) {
+                    const float* row = state.compressed.data() + s * hd;
+                    keys.insert(keys.end(), row, row + hd);
+                }
+            } else {
+                keys.insert(keys.end(), state.compressed.begin(), state.compressed.begin() + n_visible * hd);
+            }
+        }
+        float* oi = o.data() + i * H * hd;
+        cpu::attention_with_sink(q.data() + i * H * hd, keys.data(), static_cast<int64_t>(keys.size()) / hd,
+                                 w.sink.data(), H, hd, softmax_scale, oi);
+        // K = V carries RoPE: de-rotate the output at the query position.
+        cpu::apply_rope_rows(oi, H, hd, ctx.rope_freqs.data(), n_rope, pos, /*inverse=*/true);
+    }
+
+    // ---- grouped low-rank output: group g = heads [g·H/G, (g+1)·H/G) -> wo_a[g] -> concat -> wo_b
+    const int64_t G = cfg.o_groups, r = cfg.o_lora_rank, group_in = H * hd / G;
+    std::vector<float> z(static_cast<size_t>(n * G * r));  // [n, G·r]
+    for (int64_t g = 0; g < G; ++g) {
+        cpu::matmul_nt(o.data() + g * group_in, w.wo_a.w.data() + g * r * group_in, z.data() + g * r, n, group_in, r,
+                       H * hd, G * r);
+    }
+    apply_linear(w.wo_b, z.data(), n, out, ctx.numerics);
+}
+
+}  // namespace onecard::detail
