@@ -91,8 +91,8 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir) {
                 const auto [it, inserted] = found_in.emplace(t.name, shard);
                 ONECARD_CHECK(inserted, "{}: tensor {} appears in two shards, {} and {}", dir.string(), t.name,
                               it->second, shard);
-                ONECARD_CHECK(weight_map.count(t.name) == 1, "{}: tensor {} is in shard {} but not in {}",
-                              dir.string(), t.name, shard, kIndexName);
+                ONECARD_CHECK(weight_map.count(t.name) == 1, "{}: tensor {} is in shard {} but not in {}", dir.string(),
+                              t.name, shard, kIndexName);
             }
         }
         for (const auto& [tensor, shard] : weight_map) {

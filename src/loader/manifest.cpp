@@ -111,7 +111,8 @@ std::vector<HashResult> hash_files(const fs::path& dir, const std::vector<std::s
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
 
-    unsigned n_threads = options.n_threads != 0 ? options.n_threads : std::min(16u, std::thread::hardware_concurrency());
+    unsigned n_threads =
+        options.n_threads != 0 ? options.n_threads : std::min(16u, std::thread::hardware_concurrency());
     n_threads = std::max(1u, std::min<unsigned>(n_threads, static_cast<unsigned>(files.size())));
 
     std::atomic<size_t> next{0};
@@ -159,10 +160,20 @@ std::string escape_name(const std::string& name, bool& escaped) {
     escaped = false;
     for (char c : name) {
         switch (c) {
-            case '\\': out += "\\\\"; escaped = true; break;
-            case '\n': out += "\\n"; escaped = true; break;
-            case '\r': out += "\\r"; escaped = true; break;
-            default: out += c;
+            case '\\':
+                out += "\\\\";
+                escaped = true;
+                break;
+            case '\n':
+                out += "\\n";
+                escaped = true;
+                break;
+            case '\r':
+                out += "\\r";
+                escaped = true;
+                break;
+            default:
+                out += c;
         }
     }
     return out;
@@ -243,7 +254,8 @@ std::vector<ManifestEntry> parse_manifest(std::string_view text, const std::stri
         for (size_t i = 0; i < raw.size(); ++i) {
             if (escaped && raw[i] == '\\' && i + 1 < raw.size()) {
                 const char c = raw[++i];
-                ONECARD_CHECK(c == '\\' || c == 'n' || c == 'r', "{}:{}: unknown escape \\{} in path", label, line_no, c);
+                ONECARD_CHECK(c == '\\' || c == 'n' || c == 'r', "{}:{}: unknown escape \\{} in path", label, line_no,
+                              c);
                 path += c == 'n' ? '\n' : c == 'r' ? '\r' : '\\';
             } else {
                 path += raw[i];

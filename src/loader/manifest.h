@@ -46,7 +46,7 @@ std::string format_manifest(const std::vector<ManifestEntry>& entries);
 std::vector<ManifestEntry> parse_manifest(std::string_view text, const std::string& label);
 
 struct VerifyReport {
-    size_t n_checked = 0;                 // files listed in the manifest
+    size_t n_checked = 0;  // files listed in the manifest
     size_t n_ok = 0;
     std::vector<std::string> mismatched;  // listed, present, different hash
     std::vector<std::string> missing;     // listed, absent or unreadable

@@ -19,7 +19,9 @@ namespace onecard {
 
 namespace {
 
-std::string json_type(const nlohmann::json& j) { return j.type_name(); }
+std::string json_type(const nlohmann::json& j) {
+    return j.type_name();
+}
 
 uint64_t read_u64_le(std::span<const std::byte> b) {
     uint64_t v = 0;
@@ -50,8 +52,8 @@ SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& j, u
     ONECARD_CHECK(!name.empty(), "{}: tensor with an empty name", label);
     ONECARD_CHECK(j.is_object(), "{}: tensor {}: entry is a JSON {}, not an object", label, name, json_type(j));
     for (const auto& [key, value] : j.items()) {
-        ONECARD_CHECK(key == "dtype" || key == "shape" || key == "data_offsets", "{}: tensor {}: unexpected field \"{}\"",
-                      label, name, key);
+        ONECARD_CHECK(key == "dtype" || key == "shape" || key == "data_offsets",
+                      "{}: tensor {}: unexpected field \"{}\"", label, name, key);
     }
     for (const char* key : {"dtype", "shape", "data_offsets"}) {
         ONECARD_CHECK(j.contains(key), "{}: tensor {}: missing field \"{}\"", label, name, key);
@@ -67,12 +69,13 @@ SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& j, u
     e.shape = parse_shape(j.at("shape"), label, name);
 
     const auto& offsets = j.at("data_offsets");
-    ONECARD_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
-                      offsets[1].is_number_unsigned(),
-                  "{}: tensor {}: data_offsets {} is not a pair of non-negative integers", label, name, offsets.dump());
+    ONECARD_CHECK(
+        offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() && offsets[1].is_number_unsigned(),
+        "{}: tensor {}: data_offsets {} is not a pair of non-negative integers", label, name, offsets.dump());
     e.begin = offsets[0].get<uint64_t>();
     e.end = offsets[1].get<uint64_t>();
-    ONECARD_CHECK(e.begin <= e.end, "{}: tensor {}: data_offsets [{}, {}) begin after end", label, name, e.begin, e.end);
+    ONECARD_CHECK(e.begin <= e.end, "{}: tensor {}: data_offsets [{}, {}) begin after end", label, name, e.begin,
+                  e.end);
 
     // shape x dtype must cover the byte range exactly (overflow-checked: dims are attacker-chosen).
     uint64_t n_bytes = dtype_size(e.dtype);
@@ -81,8 +84,8 @@ SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& j, u
                       "{}: tensor {}: size of shape {} overflows", label, name, shape_str(e.shape));
     }
     ONECARD_CHECK(n_bytes == e.end - e.begin,
-                  "{}: tensor {}: size mismatch: shape {} of {} needs {} bytes but data_offsets [{}, {}) hold {}", label,
-                  name, shape_str(e.shape), dtype_name(e.dtype), n_bytes, e.begin, e.end, e.end - e.begin);
+                  "{}: tensor {}: size mismatch: shape {} of {} needs {} bytes but data_offsets [{}, {}) hold {}",
+                  label, name, shape_str(e.shape), dtype_name(e.dtype), n_bytes, e.begin, e.end, e.end - e.begin);
     ONECARD_CHECK(e.end <= buffer_size,
                   "{}: tensor {}: data_offsets [{}, {}) lie outside the data buffer of {} bytes (file truncated or "
                   "offsets corrupt)",
@@ -202,8 +205,8 @@ const TensorView* SafetensorsFile::find(std::string_view name) const {
 
 void SafetensorsFile::check_integrity() const {
     const std::string label = path_.string();
-    ONECARD_CHECK(data_start_ >= 10 && data_start_ <= file_size_, "{}: integrity: data start {} outside file of {} bytes",
-                  label, data_start_, file_size_);
+    ONECARD_CHECK(data_start_ >= 10 && data_start_ <= file_size_,
+                  "{}: integrity: data start {} outside file of {} bytes", label, data_start_, file_size_);
     ONECARD_CHECK(by_name_.size() == tensors_.size(), "{}: integrity: name index has {} entries for {} tensors", label,
                   by_name_.size(), tensors_.size());
     const std::byte* buffer_begin = map_ + data_start_;

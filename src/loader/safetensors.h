@@ -33,9 +33,9 @@ struct SafetensorsEntry {
 };
 
 struct SafetensorsHeader {
-    uint64_t data_start = 0;                    // file offset of the data buffer: 8 + header length
+    uint64_t data_start = 0;  // file offset of the data buffer: 8 + header length
     std::map<std::string, std::string> metadata;
-    std::vector<SafetensorsEntry> tensors;      // sorted by begin offset (file order)
+    std::vector<SafetensorsEntry> tensors;  // sorted by begin offset (file order)
 };
 
 // Validates a complete safetensors file image held in memory; `label` (normally the path) names

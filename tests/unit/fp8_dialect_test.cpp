@@ -1,7 +1,7 @@
 // OCP e4m3fn (+ UE8M0 scale) -> e4m3fnuz (+ doubled scale): every code under every convertible
 // scale keeps its exact value; the special codes and the unconvertible scales are handled.
-#include "core/error.h"
 #include "core/fp8_dialect.h"
+#include "core/error.h"
 #include "core/fp_formats.h"
 
 #include <gtest/gtest.h>
@@ -15,7 +15,9 @@ namespace onecard {
 namespace {
 
 // value = element * 2^(scale - 127), computed in double (exact: 4-bit significands).
-double dequant_ocp(uint8_t b, uint8_t scale) { return static_cast<double>(e4m3fn_to_f32(b)) * std::ldexp(1.0, scale - 127); }
+double dequant_ocp(uint8_t b, uint8_t scale) {
+    return static_cast<double>(e4m3fn_to_f32(b)) * std::ldexp(1.0, scale - 127);
+}
 double dequant_fnuz(uint8_t b, uint8_t scale) {
     return static_cast<double>(e4m3fnuz_to_f32(b)) * std::ldexp(1.0, scale - 127);
 }

@@ -55,7 +55,9 @@ double ref_e2m1(uint8_t code) {
 }
 
 // OCP MX spec, E8M0 scale: 2^(v - 127), 0xFF is NaN.
-double ref_ue8m0(uint8_t v) { return v == 0xFF ? kNaN : std::pow(2.0, static_cast<int>(v) - 127); }
+double ref_ue8m0(uint8_t v) {
+    return v == 0xFF ? kNaN : std::pow(2.0, static_cast<int>(v) - 127);
+}
 
 // IEEE binary16 and bfloat16 from their fields. `finite_only` evaluates the all-ones exponent as
 // an ordinary binade (used to get the value "one step past the largest finite" for rounding).
@@ -86,16 +88,16 @@ TEST(FpFormatsDecodeTest, E4m3fnAllCodes) {
     for (unsigned c = 0; c < 256; ++c) expect_same(ref_e4m3fn(c), e4m3fn_to_f32(c), "e4m3fn", c);
     // Anchors from the OCP spec table.
     EXPECT_EQ(e4m3fn_to_f32(0x7E), 448.0f);
-    EXPECT_EQ(e4m3fn_to_f32(0x08), 0.015625f);             // min normal 2^-6
-    EXPECT_EQ(e4m3fn_to_f32(0x01), 0.001953125f);          // min subnormal 2^-9
+    EXPECT_EQ(e4m3fn_to_f32(0x08), 0.015625f);     // min normal 2^-6
+    EXPECT_EQ(e4m3fn_to_f32(0x01), 0.001953125f);  // min subnormal 2^-9
     EXPECT_EQ(e4m3fn_to_f32(0x38), 1.0f);
-    EXPECT_TRUE(std::signbit(e4m3fn_to_f32(0x80)));       // -0
+    EXPECT_TRUE(std::signbit(e4m3fn_to_f32(0x80)));  // -0
     EXPECT_TRUE(std::isnan(e4m3fn_to_f32(0x7F)) && std::isnan(e4m3fn_to_f32(0xFF)));
 }
 
 TEST(FpFormatsDecodeTest, E4m3fnuzAllCodes) {
     for (unsigned c = 0; c < 256; ++c) expect_same(ref_e4m3fnuz(c), e4m3fnuz_to_f32(c), "e4m3fnuz", c);
-    EXPECT_EQ(e4m3fnuz_to_f32(0x7F), 240.0f);  // max
+    EXPECT_EQ(e4m3fnuz_to_f32(0x7F), 240.0f);         // max
     EXPECT_EQ(e4m3fnuz_to_f32(0x01), 0.0009765625f);  // min subnormal 2^-10
     EXPECT_TRUE(std::isnan(e4m3fnuz_to_f32(0x80)));
 }
@@ -120,11 +122,13 @@ TEST(FpFormatsDecodeTest, Ue8m0All256Codes) {
 }
 
 TEST(FpFormatsDecodeTest, Bf16All65536Codes) {
-    for (uint32_t c = 0; c < 65536; ++c) expect_same(ref_ieee(c, 8, 7), bf16_to_f32(static_cast<uint16_t>(c)), "bf16", c);
+    for (uint32_t c = 0; c < 65536; ++c)
+        expect_same(ref_ieee(c, 8, 7), bf16_to_f32(static_cast<uint16_t>(c)), "bf16", c);
 }
 
 TEST(FpFormatsDecodeTest, F16All65536Codes) {
-    for (uint32_t c = 0; c < 65536; ++c) expect_same(ref_ieee(c, 5, 10), f16_to_f32(static_cast<uint16_t>(c)), "f16", c);
+    for (uint32_t c = 0; c < 65536; ++c)
+        expect_same(ref_ieee(c, 5, 10), f16_to_f32(static_cast<uint16_t>(c)), "f16", c);
 }
 
 // The FNUZ trap: DeepSeek ships OCP e4m3fn; reading the same byte as FNUZ gives exactly half.
@@ -237,7 +241,7 @@ uint16_t ref_bf16(float x) {
     uint32_t bits;
     std::memcpy(&bits, &x, 4);
     const uint16_t lo = static_cast<uint16_t>(bits >> 16);  // toward zero
-    const uint16_t hi = static_cast<uint16_t>(lo + 1);       // away from zero (same sign)
+    const uint16_t hi = static_cast<uint16_t>(lo + 1);      // away from zero (same sign)
     const double a = std::fabs(static_cast<double>(x));
     const double vlo = std::fabs(ref_ieee(lo, 8, 7, true)), vhi = std::fabs(ref_ieee(hi, 8, 7, true));
     if (a - vlo < vhi - a) return lo;

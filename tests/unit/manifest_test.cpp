@@ -1,7 +1,7 @@
 // SHA-256 manifests: known digests, a temp checkpoint dir round trip, verify catching a one-byte
 // change and a missing file, and `sha256sum -c` accepting our output (and us accepting its).
-#include "core/error.h"
 #include "loader/manifest.h"
+#include "core/error.h"
 
 #include <gtest/gtest.h>
 
@@ -56,9 +56,12 @@ std::string read_bytes(const fs::path& p) {
 struct Fixture {
     TempDir dir;
     std::mt19937 rng;
-    std::vector<std::string> files = {"config.json", "model-00001-of-00002.safetensors",
-                                      "model-00002-of-00002.safetensors", "model.safetensors.index.json",
-                                      "tokenizer/tokenizer.json", "empty.txt"};
+    std::vector<std::string> files = {"config.json",
+                                      "model-00001-of-00002.safetensors",
+                                      "model-00002-of-00002.safetensors",
+                                      "model.safetensors.index.json",
+                                      "tokenizer/tokenizer.json",
+                                      "empty.txt"};
 
     Fixture() : rng(std::random_device{}()) {
         for (const auto& f : files) {
@@ -193,15 +196,17 @@ TEST(ManifestTest, ParseRejectsMalformedLinesAndHandlesEscapes) {
     EXPECT_EQ(back[1].path, odd[1].path);
 }
 
-bool have_sha256sum() { return std::system("command -v sha256sum >/dev/null 2>&1") == 0; }
+bool have_sha256sum() {
+    return std::system("command -v sha256sum >/dev/null 2>&1") == 0;
+}
 
 TEST(ManifestTest, SystemSha256sumAcceptsOurManifest) {
     if (!have_sha256sum()) GTEST_SKIP() << "sha256sum (coreutils) not on PATH";
     Fixture fx;
     write_bytes(fx.dir / "odd\\name", "backslash in a file name");  // exercises the escaped form
     fx.write_manifest();
-    const std::string cmd =
-        "cd '" + fx.dir.path().string() + "' && sha256sum --quiet --strict -c " + kManifestDefaultName + " >/dev/null 2>&1";
+    const std::string cmd = "cd '" + fx.dir.path().string() + "' && sha256sum --quiet --strict -c " +
+                            kManifestDefaultName + " >/dev/null 2>&1";
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 
     // And it rejects a tampered copy: the check above can fail.

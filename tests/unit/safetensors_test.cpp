@@ -1,8 +1,8 @@
 // Safetensors writer -> reader round trips, one test per kind of header corruption (each checks its
 // own message), checkpoint-directory rules (index, shards) and a fuzz over mutated headers.
+#include "loader/safetensors.h"
 #include "core/error.h"
 #include "loader/checkpoint.h"
-#include "loader/safetensors.h"
 #include "loader/safetensors_writer.h"
 
 #include <gtest/gtest.h>
@@ -100,7 +100,8 @@ void expect_error(const std::function<void()>& fn, const std::vector<std::string
         fn();
     } catch (const Error& e) {
         const std::string msg = e.what();
-        for (const auto& part : parts) EXPECT_NE(msg.find(part), std::string::npos) << "message: " << msg << "\nwanted: " << part;
+        for (const auto& part : parts)
+            EXPECT_NE(msg.find(part), std::string::npos) << "message: " << msg << "\nwanted: " << part;
         return;
     } catch (const std::exception& e) {
         FAIL() << "expected onecard::Error, got std::exception: " << e.what();
@@ -171,8 +172,11 @@ TEST(SafetensorsTest, EmptyFileWithNoTensorsIsValid) {
 TEST(SafetensorsTest, WriterRejectsMisuse) {
     TempDir dir;
     const std::vector<std::byte> four(4), eight(8);
-    expect_error([&] { SafetensorsWriter w(dir / "d.safetensors", {{"a", DType::F32, {1}}, {"a", DType::F32, {1}}}); },
-                 {"duplicate tensor name a"});
+    expect_error(
+        [&] {
+            SafetensorsWriter w(dir / "d.safetensors", {{"a", DType::F32, {1}}, {"a", DType::F32, {1}}});
+        },
+        {"duplicate tensor name a"});
     expect_error([&] { SafetensorsWriter w(dir / "n.safetensors", {{"a", DType::F32, {-1}}}); }, {"negative"});
     {
         SafetensorsWriter w(dir / "o.safetensors", {{"a", DType::F32, {1}}, {"b", DType::F32, {1}}});
@@ -347,7 +351,8 @@ struct ShardedFixture {
 
     ShardedFixture() {
         const std::vector<TensorSpec> s1 = {{"embed.weight", DType::BF16, {6, 4}}, {"layers.0.w", DType::F32, {3}}};
-        const std::vector<TensorSpec> s2 = {{"layers.1.w", DType::F8_E4M3, {2, 8}}, {"head.weight", DType::BF16, {4, 6}}};
+        const std::vector<TensorSpec> s2 = {{"layers.1.w", DType::F8_E4M3, {2, 8}},
+                                            {"head.weight", DType::BF16, {4, 6}}};
         const auto c1 = write_random(dir / shard1, s1, rng);
         const auto c2 = write_random(dir / shard2, s2, rng);
         for (size_t i = 0; i < s1.size(); ++i) {
@@ -428,7 +433,8 @@ TEST(CheckpointTest, TensorMissingFromIndexOrShards) {
 
 TEST(CheckpointTest, DuplicateNameAcrossShards) {
     ShardedFixture fx;
-    const std::vector<TensorSpec> s2 = {{"embed.weight", DType::BF16, {6, 4}}, {"layers.1.w", DType::F8_E4M3, {2, 8}},
+    const std::vector<TensorSpec> s2 = {{"embed.weight", DType::BF16, {6, 4}},
+                                        {"layers.1.w", DType::F8_E4M3, {2, 8}},
                                         {"head.weight", DType::BF16, {4, 6}}};
     write_random(fx.dir / fx.shard2, s2, fx.rng);
     expect_error([&] { Checkpoint::open(fx.dir.path()); }, {"tensor embed.weight appears in two shards"});

@@ -58,7 +58,8 @@ void run_verify(const VerifyArgs& args) {
     ManifestOptions options;
     options.n_threads = args.n_threads;
     options.progress = ::isatty(STDERR_FILENO) != 0;
-    const fs::path manifest = args.manifest.empty() ? fs::path(args.dir) / kManifestDefaultName : fs::path(args.manifest);
+    const fs::path manifest =
+        args.manifest.empty() ? fs::path(args.dir) / kManifestDefaultName : fs::path(args.manifest);
     const VerifyReport report = verify_manifest(args.dir, manifest, options);
     // sha256sum -c wording, so scripts that grep its output keep working.
     for (const auto& f : report.mismatched) std::printf("%s: FAILED\n", f.c_str());
@@ -75,7 +76,8 @@ void run_verify(const VerifyArgs& args) {
 
 void add_cmd_manifest(CLI::App& app) {
     auto margs = std::make_shared<ManifestArgs>();
-    CLI::App* manifest = app.add_subcommand("manifest", "Print SHA-256 of every file of a checkpoint dir (sha256sum format)");
+    CLI::App* manifest =
+        app.add_subcommand("manifest", "Print SHA-256 of every file of a checkpoint dir (sha256sum format)");
     manifest->add_option("dir", margs->dir, "checkpoint directory")->required()->check(CLI::ExistingDirectory);
     manifest->add_option("-j,--threads", margs->n_threads, "hashing threads (default: one per core, at most 16)");
     manifest->callback([margs] { run_manifest(*margs); });
