@@ -128,6 +128,19 @@ struct Engine::Impl {
         idle_cv.notify_all();
     }
 
+    void fail_all(const std::string& what) {
+        std::vector<RequestId> ids;
+        for (auto& [id, state] : live) ids.push_back(id);
+        for (RequestId id : ids) {
+            core.abort_request(id);
+            EngineEvent fin;
+            fin.request_id = id;
+            fin.finish_reason = FinishReason::Error;
+            fin.error = what;
+            deliver(std::move(fin));
+        }
+    }
+
     void run() {
         for (;;) {
             std::deque<std::pair<GenerateRequest, std::shared_ptr<RequestStream::State>>> subs;
@@ -166,7 +179,15 @@ struct Engine::Impl {
                 state->paused = behind;
                 core.set_paused(id, behind);
             }
-            for (auto& ev : core.step()) deliver(std::move(ev));
+            try {
+                for (auto& ev : core.step()) deliver(std::move(ev));
+                // Idle is the cheap moment to prove the KV bookkeeping is whole (mini-sglang habit).
+                if (!core.has_unfinished()) core.check_integrity();
+            } catch (const std::exception& e) {
+                // A bug in the engine itself (runner errors are handled per batch in EngineCore):
+                // end every stream with the error rather than taking the process down.
+                fail_all(e.what());
+            }
             publish_stats();
         }
         // Shutdown: everything still known ends with Cancelled so no reader blocks forever.
