@@ -1,0 +1,59 @@
+#include "kvcache/kv_arena.h"
+
+#include "core/error.h"
+
+namespace onecard {
+
+size_t kv_stream_index(const KvCacheSpec& spec, int64_t layer, KvStreamKind kind) {
+    for (size_t i = 0; i < spec.streams.size(); ++i)
+        if (spec.streams[i].layer == layer && spec.streams[i].kind == kind) return i;
+    fail("kv arena: layer {} has no {} stream", layer,
+         kind == KvStreamKind::IndexerKey ? "indexer-key" : "compressed-entry");
+}
+
+size_t kv_fixed_index(const KvCacheSpec& spec, int64_t layer, KvFixedKind kind) {
+    for (size_t i = 0; i < spec.fixed.size(); ++i)
+        if (spec.fixed[i].layer == layer && spec.fixed[i].kind == kind) return i;
+    fail("kv arena: layer {} has no fixed region of kind {}", layer, static_cast<int>(kind));
+}
+
+KvHostArena::KvHostArena(const KvCacheSpec& spec, KvPoolSize size)
+    : spec_(spec), n_blocks_(size.n_blocks), n_slots_(size.n_slots) {
+    blocks_.assign(static_cast<size_t>(size.n_blocks * spec.block_bytes), 0);
+    slots_.assign(static_cast<size_t>(size.n_slots * spec.slot_bytes), 0);
+}
+
+int64_t KvHostArena::paged_offset(std::span<const int32_t> block_table, size_t stream, int64_t i) const {
+    ONECARD_CHECK(stream < spec_.streams.size(), "kv arena: stream {} out of range", stream);
+    const KvPagedStream& s = spec_.streams[stream];
+    const int64_t b = i / s.entries_per_block;
+    ONECARD_CHECK(i >= 0 && b < static_cast<int64_t>(block_table.size()),
+                  "kv arena: entry {} of layer {} needs block {} but the table has {}", i, s.layer, b,
+                  block_table.size());
+    const int32_t block = block_table[static_cast<size_t>(b)];
+    ONECARD_CHECK(block >= 0 && block < n_blocks_, "kv arena: block id {} outside [0, {})", block, n_blocks_);
+    return block * spec_.block_bytes + s.offset + (i % s.entries_per_block) * s.entry_bytes;
+}
+
+uint8_t* KvHostArena::paged_entry(std::span<const int32_t> block_table, size_t stream, int64_t i) {
+    return blocks_.data() + paged_offset(block_table, stream, i);
+}
+
+const uint8_t* KvHostArena::paged_entry(std::span<const int32_t> block_table, size_t stream, int64_t i) const {
+    return blocks_.data() + paged_offset(block_table, stream, i);
+}
+
+uint8_t* KvHostArena::fixed_region(int32_t slot, size_t region) {
+    ONECARD_CHECK(slot >= 0 && slot < n_slots_ && region < spec_.fixed.size(),
+                  "kv arena: slot {} / region {} out of range", slot, region);
+    return slots_.data() + slot * spec_.slot_bytes + spec_.fixed[region].offset;
+}
+
+uint8_t* KvHostArena::window_entry(int32_t slot, size_t region, int64_t pos) {
+    const KvFixedRegion& r = spec_.fixed.at(region);
+    ONECARD_CHECK(r.kind == KvFixedKind::Window && pos >= 0, "kv arena: region {} of layer {} is not a window", region,
+                  r.layer);
+    return fixed_region(slot, region) + (pos % r.n_rows) * r.row_bytes;
+}
+
+}  // namespace onecard
