@@ -1,0 +1,216 @@
+// `onecard logits` and `onecard generate`: run the CPU forward pass (the oracle) on a checkpoint.
+// logits writes float32 NPY [T, vocab]; --chunk and --decode-from exercise the incremental paths,
+// which give the same logits as one plain prefill.
+#include "commands.h"
+#include "core/error.h"
+#include "core/npy.h"
+#include "loader/checkpoint.h"
+#include "model/config.h"
+#include "model/deepseek_v4.h"
+#include "model/weights.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace onecard::cli {
+namespace {
+
+// Parses "0,17,5" / "0 17 5" / one id per line.
+std::vector<int32_t> parse_token_list(const std::string& text, const std::string& what) {
+    std::vector<int32_t> ids;
+    std::string cur;
+    auto flush = [&] {
+        if (cur.empty()) return;
+        size_t used = 0;
+        long long v = 0;
+        try {
+            v = std::stoll(cur, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        ONECARD_CHECK(used == cur.size() && v >= 0 && v <= INT32_MAX, "{}: '{}' is not a token id", what, cur);
+        ids.push_back(static_cast<int32_t>(v));
+        cur.clear();
+    };
+    for (char c : text) {
+        if (c == ',' || c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '[' || c == ']') {
+            flush();
+        } else {
+            cur.push_back(c);
+        }
+    }
+    flush();
+    ONECARD_CHECK(!ids.empty(), "{}: no token ids", what);
+    return ids;
+}
+
+std::vector<int32_t> read_tokens_file(const std::string& path) {
+    if (path.size() > 4 && path.substr(path.size() - 4) == ".npy") {
+        auto arr = npy_read_i32(path);
+        ONECARD_CHECK(!arr.data.empty(), "{}: no token ids", path);
+        return arr.data;
+    }
+    std::ifstream in(path);
+    ONECARD_CHECK(in.good(), "--tokens-file {}: cannot open", path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return parse_token_list(ss.str(), path);
+}
+
+Numerics parse_numerics(const std::string& s) { return s == "exact" ? Numerics::Exact : Numerics::Reference; }
+
+// A checkpoint opened, bound and expanded for the CPU forward pass.
+struct LoadedModel {
+    ModelConfig cfg;
+    std::unique_ptr<DeepSeekV4> model;
+};
+
+LoadedModel load_model(const std::string& dir, Numerics numerics) {
+    LoadedModel m;
+    m.cfg = load_config(std::filesystem::path(dir) / "config.json");
+    Checkpoint ckpt = Checkpoint::open(dir);
+    ModelWeights w = bind_weights(m.cfg, ckpt);
+    // The model keeps fp32 copies, so the mapped checkpoint can be released right after.
+    m.model = std::make_unique<DeepSeekV4>(m.cfg, w, numerics);
+    return m;
+}
+
+struct LogitsArgs {
+    std::string model, tokens, tokens_file, out, numerics = "reference";
+    int64_t chunk = 0;
+    int64_t decode_from = -1;
+};
+
+void run_logits(const LogitsArgs& a) {
+    ONECARD_CHECK(a.tokens.empty() != a.tokens_file.empty(), "logits: give exactly one of --tokens and --tokens-file");
+    ONECARD_CHECK(a.chunk == 0 || a.decode_from < 0, "logits: --chunk and --decode-from are exclusive");
+    std::vector<int32_t> tokens = a.tokens.empty() ? read_tokens_file(a.tokens_file) : parse_token_list(a.tokens, "--tokens");
+    const auto t0 = std::chrono::steady_clock::now();
+    LoadedModel m = load_model(a.model, parse_numerics(a.numerics));
+    const int64_t T = static_cast<int64_t>(tokens.size()), V = m.cfg.vocab_size;
+    ONECARD_CHECK(a.decode_from < 0 || (a.decode_from >= 1 && a.decode_from <= T),
+                  "logits: --decode-from {} must be in [1, {}]", a.decode_from, T);
+    const auto t1 = std::chrono::steady_clock::now();
+
+    // Feeding plan: one prefill, fixed-size chunks, or a prefill of K then one token at a time.
+    std::vector<int64_t> sizes;
+    if (a.decode_from >= 1) {
+        sizes.push_back(a.decode_from);
+        sizes.insert(sizes.end(), static_cast<size_t>(T - a.decode_from), 1);
+    } else {
+        const int64_t c = a.chunk > 0 ? a.chunk : T;
+        for (int64_t i = 0; i < T; i += c) sizes.push_back(std::min(c, T - i));
+    }
+    SequenceState state = m.model->new_sequence();
+    std::vector<float> logits;
+    logits.reserve(static_cast<size_t>(T * V));
+    int64_t pos = 0;
+    for (int64_t n : sizes) {
+        auto l = m.model->forward(state, std::span<const int32_t>(tokens.data() + pos, static_cast<size_t>(n)));
+        logits.insert(logits.end(), l.begin(), l.end());
+        pos += n;
+    }
+    state.check_integrity();
+    npy_write_f32(a.out, logits, {T, V});
+    const auto t2 = std::chrono::steady_clock::now();
+    std::fprintf(stderr, "logits: %lld tokens (%zu calls, %s numerics) -> %s [%lld, %lld]; load %.2fs, forward %.2fs\n",
+                 static_cast<long long>(T), sizes.size(), numerics_name(m.model->numerics()), a.out.c_str(),
+                 static_cast<long long>(T), static_cast<long long>(V), std::chrono::duration<double>(t1 - t0).count(),
+                 std::chrono::duration<double>(t2 - t1).count());
+}
+
+struct GenerateArgs {
+    std::string model, prompt_tokens, numerics = "reference";
+    int64_t max_tokens = 16;
+    double temperature = 0.0;
+    double top_p = 1.0;
+    uint64_t seed = 0;
+    bool ignore_eos = false;
+};
+
+// Greedy (temperature 0; ties to the lower id, like torch.argmax) or temperature + nucleus sampling.
+int32_t pick_token(const float* logits, int64_t V, double temperature, double top_p, std::mt19937_64& rng) {
+    if (temperature <= 0.0) return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
+    const float mx = *std::max_element(logits, logits + V);
+    std::vector<double> p(static_cast<size_t>(V));
+    double sum = 0.0;
+    for (int64_t i = 0; i < V; ++i) sum += p[i] = std::exp((logits[i] - mx) / temperature);
+    std::vector<int32_t> order(static_cast<size_t>(V));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+    // Smallest prefix whose mass reaches top_p (always at least one token).
+    double mass = 0.0;
+    size_t keep = 0;
+    while (keep < order.size() && (keep == 0 || mass < top_p * sum)) mass += p[order[keep++]];
+    double r = std::uniform_real_distribution<double>(0.0, mass)(rng);
+    for (size_t i = 0; i < keep; ++i) {
+        r -= p[order[i]];
+        if (r <= 0.0) return order[i];
+    }
+    return order[keep - 1];
+}
+
+void run_generate(const GenerateArgs& a) {
+    std::vector<int32_t> prompt = parse_token_list(a.prompt_tokens, "--prompt-tokens");
+    ONECARD_CHECK(a.max_tokens >= 0, "generate: --max-tokens must be >= 0");
+    ONECARD_CHECK(a.top_p > 0.0 && a.top_p <= 1.0, "generate: --top-p must be in (0, 1]");
+    LoadedModel m = load_model(a.model, parse_numerics(a.numerics));
+    const int64_t V = m.cfg.vocab_size;
+    std::mt19937_64 rng(a.seed);
+    SequenceState state = m.model->new_sequence();
+    std::vector<float> logits = m.model->forward(state, prompt);
+    std::vector<int32_t> out;
+    std::string finish = "length";
+    for (int64_t i = 0; i < a.max_tokens; ++i) {
+        const float* last = logits.data() + (logits.size() / V - 1) * V;
+        const int32_t next = pick_token(last, V, a.temperature, a.top_p, rng);
+        out.push_back(next);
+        if (!a.ignore_eos && next == m.cfg.eos_token_id) {
+            finish = "eos";
+            break;
+        }
+        if (i + 1 < a.max_tokens) logits = m.model->forward(state, std::span<const int32_t>(&next, 1));
+    }
+    std::string ids;
+    for (size_t i = 0; i < out.size(); ++i) ids += (i ? ", " : "") + std::to_string(out[i]);
+    std::printf("{\"tokens\": [%s], \"finish_reason\": \"%s\"}\n", ids.c_str(), finish.c_str());
+}
+
+}  // namespace
+
+void add_cmd_logits(CLI::App& app) {
+    auto la = std::make_shared<LogitsArgs>();
+    CLI::App* lc = app.add_subcommand("logits", "CPU forward pass: float32 NPY [T, vocab] of logits at every position");
+    lc->add_option("--model", la->model, "checkpoint directory")->required();
+    lc->add_option("--tokens", la->tokens, "token ids, e.g. 0,17,5");
+    lc->add_option("--tokens-file", la->tokens_file, "file of token ids (text: comma/space/newline separated; or int32 .npy)");
+    lc->add_option("--numerics", la->numerics, "reference (DeepSeek QAT simulations) | exact (fp32, what transformers computes)")
+        ->check(CLI::IsMember({"reference", "exact"}));
+    lc->add_option("--chunk", la->chunk, "feed the tokens N at a time (0 = one prefill)");
+    lc->add_option("--decode-from", la->decode_from, "prefill K tokens, then feed the rest one at a time");
+    lc->add_option("--out", la->out, "output .npy")->required();
+    lc->callback([la]() { run_logits(*la); });
+
+    auto ga = std::make_shared<GenerateArgs>();
+    CLI::App* gc = app.add_subcommand("generate", "CPU forward pass: continue a prompt; prints {\"tokens\": [...]} as JSON");
+    gc->add_option("--model", ga->model, "checkpoint directory")->required();
+    gc->add_option("--prompt-tokens", ga->prompt_tokens, "prompt token ids, e.g. 0,17,5")->required();
+    gc->add_option("--max-tokens", ga->max_tokens, "tokens to generate (default 16)");
+    gc->add_option("--temperature", ga->temperature, "0 = greedy (default)");
+    gc->add_option("--top-p", ga->top_p, "nucleus mass (default 1.0)");
+    gc->add_option("--seed", ga->seed, "sampling seed");
+    gc->add_option("--numerics", ga->numerics, "reference | exact")->check(CLI::IsMember({"reference", "exact"}));
+    gc->add_flag("--ignore-eos", ga->ignore_eos, "do not stop at eos_token_id");
+    gc->callback([ga]() { run_generate(*ga); });
+}
+
+}  // namespace onecard::cli
