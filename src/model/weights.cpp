@@ -254,15 +254,24 @@ public:
         std::string msg = fmt::format(
             "checkpoint {} does not match its config: {} problem(s): {} missing, {} unexpected, {} mismatched",
             ckpt_.dir().string(), n, missing_.size(), unexpected.size(), mismatched_.size());
+        // Share the kMaxLines lines round-robin between the three kinds, so a flood of one kind
+        // (say every expert missing) cannot hide the others.
         constexpr size_t kMaxLines = 20;
+        const std::vector<std::string>* lists[3] = {&mismatched_, &missing_, &unexpected};
+        size_t quota[3] = {0, 0, 0};
         size_t shown = 0;
-        for (const auto* list : {&mismatched_, &missing_, &unexpected}) {
-            for (const std::string& line : *list) {
-                if (shown == kMaxLines) break;
-                msg += "\n  " + line;
-                ++shown;
+        for (bool progress = true; progress && shown < kMaxLines;) {
+            progress = false;
+            for (int k = 0; k < 3 && shown < kMaxLines; ++k) {
+                if (quota[k] < lists[k]->size()) {
+                    ++quota[k];
+                    ++shown;
+                    progress = true;
+                }
             }
         }
+        for (int k = 0; k < 3; ++k)
+            for (size_t i = 0; i < quota[k]; ++i) msg += "\n  " + (*lists[k])[i];
         if (n > shown) msg += fmt::format("\n  ... and {} more", n - shown);
         throw Error(msg);
     }

@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
     // [commands]
     onecard::cli::add_cmd_logits(app);
     onecard::cli::add_cmd_manifest(app);
+    onecard::cli::add_cmd_synth(app);
+    onecard::cli::add_cmd_inspect(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
