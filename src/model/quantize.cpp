@@ -7,6 +7,31 @@
 
 namespace onecard {
 
+namespace {
+
+// 2^k as a float; exact for the k a UE8M0 byte can give (-127..127).
+float pow2f(int k) { return std::ldexp(1.0f, k); }
+
+// E2M1 code of a value already divided by its block scale: round to nearest, ties to the even
+// code (the same rounding as f32_to_e2m1; the synth test checks they agree bit for bit), by
+// comparing with the midpoints of 0, 0.5, 1, 1.5, 2, 3, 4, 6. NaN cannot occur (finite input).
+uint8_t e2m1_code(float v) {
+    const uint8_t sign = std::signbit(v) ? 0x8 : 0x0;
+    const float a = std::fabs(v);
+    uint8_t m;
+    if (a <= 0.25f) m = 0;
+    else if (a < 0.75f) m = 1;
+    else if (a <= 1.25f) m = 2;
+    else if (a < 1.75f) m = 3;
+    else if (a <= 2.5f) m = 4;
+    else if (a < 3.5f) m = 5;
+    else if (a <= 5.0f) m = 6;
+    else m = 7;
+    return sign | m;
+}
+
+}  // namespace
+
 uint8_t ue8m0_scale_for(float amax, float fmt_max) {
     const double a = std::max(static_cast<double>(amax), 1e-4);
     // ratio = m * 2^e with m in [0.5, 1): ceil(log2(ratio)) is e, or e-1 when ratio is exactly 2^(e-1).
@@ -26,10 +51,10 @@ void quantize_fp8_block_rows(const float* src, int64_t n_rows, int64_t n_cols, i
             for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(src[r * n_cols + c]));
         const uint8_t s = ue8m0_scale_for(amax, 448.0f);
         scales[cb] = s;
-        const int exp = static_cast<int>(s) - 127;
+        // Multiplying by an exact power of two is correctly rounded, the same as ldexp.
+        const float inv = pow2f(127 - static_cast<int>(s));
         for (int64_t r = 0; r < n_rows; ++r)
-            for (int64_t c = c0; c < c1; ++c)
-                codes[r * n_cols + c] = f32_to_e4m3fn(std::ldexp(src[r * n_cols + c], -exp));  // exact: power of two
+            for (int64_t c = c0; c < c1; ++c) codes[r * n_cols + c] = f32_to_e4m3fn(src[r * n_cols + c] * inv);
     }
 }
 
@@ -39,10 +64,10 @@ void quantize_mxfp4_row(const float* src, int64_t n_cols, uint8_t* packed, uint8
         for (int64_t c = 0; c < 32; ++c) amax = std::max(amax, std::fabs(src[g * 32 + c]));
         const uint8_t s = ue8m0_scale_for(amax, 6.0f);
         scales[g] = s;
-        const int exp = static_cast<int>(s) - 127;
+        const float inv = pow2f(127 - static_cast<int>(s));
         for (int64_t c = 0; c < 32; c += 2) {
-            const uint8_t lo = f32_to_e2m1(std::ldexp(src[g * 32 + c], -exp));
-            const uint8_t hi = f32_to_e2m1(std::ldexp(src[g * 32 + c + 1], -exp));
+            const uint8_t lo = e2m1_code(src[g * 32 + c] * inv);
+            const uint8_t hi = e2m1_code(src[g * 32 + c + 1] * inv);
             packed[(g * 32 + c) / 2] = static_cast<uint8_t>(lo | (hi << 4));
         }
     }

@@ -60,6 +60,26 @@ double hc_base_value(int64_t hc, int64_t j, bool head) {
 
 }  // namespace
 
+namespace {
+
+enum class Role { Sink, HcBase, HcHeadBase, HcScale, HcFn, Norm, Ape, GateBias, Embed, Linear };
+
+// How a tensor's values are drawn, from its name (decided once per tensor, not per element).
+Role role_of(const std::string& name) {
+    const bool is_hc = name.find("hc_") != std::string::npos;
+    if (ends_with(name, "attn_sink")) return Role::Sink;
+    if (is_hc && ends_with(name, "_base")) return name.find("hc_head") != std::string::npos ? Role::HcHeadBase : Role::HcBase;
+    if (is_hc && ends_with(name, "_scale")) return Role::HcScale;
+    if (is_hc && ends_with(name, "_fn")) return Role::HcFn;
+    if (ends_with(name, "norm.weight")) return Role::Norm;
+    if (ends_with(name, ".ape")) return Role::Ape;
+    if (ends_with(name, "gate.bias")) return Role::GateBias;
+    if (name == "embed.weight") return Role::Embed;
+    return Role::Linear;
+}
+
+}  // namespace
+
 void synth_master_rows(const ModelConfig& cfg, uint64_t seed, const TensorSpec& spec, int64_t row0, int64_t n_rows,
                        float* out) {
     const std::string& name = spec.name;
@@ -68,32 +88,25 @@ void synth_master_rows(const ModelConfig& cfg, uint64_t seed, const TensorSpec& 
                   "synth: tensor {} has no fp32 master values", name);
     ONECARD_CHECK(row0 >= 0 && row0 + n_rows <= logical_rows(spec), "synth: rows [{}, {}) outside tensor {}", row0,
                   row0 + n_rows, name);
-    const bool is_hc = name.find("hc_") != std::string::npos;
+    const Role role = role_of(name);
+    const double inv_sqrt_fan_in = 1.0 / std::sqrt(static_cast<double>(cols));
     for (int64_t r = 0; r < n_rows; ++r) {
         Rng rng = row_rng(seed, name, row0 + r);
         float* o = out + r * cols;
         for (int64_t c = 0; c < cols; ++c) {
             const double z = rng.normal();
             double v;
-            if (ends_with(name, "attn_sink")) {
-                v = z;  // per-head sink logits ~ N(0, 1)
-            } else if (is_hc && ends_with(name, "_base")) {
-                v = hc_base_value(cfg.hc_mult, c, name.find("hc_head") != std::string::npos) + 0.02 * z;
-            } else if (is_hc && ends_with(name, "_scale")) {
-                v = 1.0 + 0.05 * z;
-            } else if (is_hc && ends_with(name, "_fn")) {
-                v = 0.2 * z / std::sqrt(static_cast<double>(cols));  // mixes stay small: m ~ N(0, 0.04)
-            } else if (ends_with(name, "norm.weight")) {
-                v = 1.0 + 0.02 * z;
-            } else if (ends_with(name, ".ape")) {
-                v = 0.1 * z;
-            } else if (ends_with(name, "gate.bias")) {
-                v = 0.05 * z;
-            } else if (name == "embed.weight") {
-                v = z;
-            } else {
-                // Linear layers (FP8, MXFP4, BF16 projections, heads): unit gain, N(0, 1/fan_in).
-                v = z / std::sqrt(static_cast<double>(cols));
+            switch (role) {
+                case Role::Sink: v = z; break;  // per-head sink logits ~ N(0, 1)
+                case Role::HcBase: v = hc_base_value(cfg.hc_mult, c, false) + 0.02 * z; break;
+                case Role::HcHeadBase: v = hc_base_value(cfg.hc_mult, c, true) + 0.02 * z; break;
+                case Role::HcScale: v = 1.0 + 0.05 * z; break;
+                case Role::HcFn: v = 0.2 * z * inv_sqrt_fan_in; break;  // mixes stay small: m ~ N(0, 0.04)
+                case Role::Norm: v = 1.0 + 0.02 * z; break;
+                case Role::Ape: v = 0.1 * z; break;
+                case Role::GateBias: v = 0.05 * z; break;
+                case Role::Embed: v = z; break;
+                default: v = z * inv_sqrt_fan_in; break;  // linear layers: unit gain, N(0, 1/fan_in)
             }
             o[c] = static_cast<float>(v);
         }
@@ -258,6 +271,7 @@ std::span<const std::byte> as_bytes(const std::vector<uint8_t>& v) {
 }
 
 constexpr int64_t kChunkElems = int64_t{1} << 22;  // fp32 values generated per chunk (16 MiB)
+constexpr uint64_t kProgressMinBytes = uint64_t{256} << 20;  // smaller writes finish in seconds: no progress lines
 
 class ShardWriter {
 public:
@@ -441,7 +455,7 @@ private:
     }
 
     void report(size_t shard, size_t n_shards) {
-        if (!progress_ || total_ == 0) return;
+        if (!progress_ || total_ < kProgressMinBytes) return;
         const uint64_t pct = done_ * 100 / total_;
         if (pct < next_pct_ && done_ != total_) return;
         next_pct_ = pct + 5;

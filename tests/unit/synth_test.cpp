@@ -233,6 +233,42 @@ TEST(Quantize, Mxfp4NibbleOrderOnKnownPattern) {
     EXPECT_EQ(packed[0], 0x21);
 }
 
+TEST(Quantize, RowQuantisersMatchTheCoreEncoders) {
+    // Block values: every E2M1/E4M3 midpoint (ties), values next to them, and a spread of
+    // magnitudes; the quantisers' fast paths must give the core encoders' bytes exactly.
+    std::vector<float> vals;
+    for (float m : {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 0.5f, 1.0f, 6.0f}) {
+        for (float v : {m, std::nextafter(m, 0.0f), std::nextafter(m, 10.0f)}) {
+            vals.push_back(v);
+            vals.push_back(-v);
+        }
+    }
+    for (int i = 0; vals.size() % 32 != 0 || vals.size() < 256; ++i) vals.push_back(std::ldexp(float(i % 13) - 6.3f, i % 9 - 4));
+    vals.push_back(0.0f);
+    while (vals.size() % 32 != 0) vals.push_back(1e-3f * static_cast<float>(vals.size()));
+    const int64_t n = static_cast<int64_t>(vals.size());
+    std::vector<uint8_t> packed(static_cast<size_t>(n / 2)), scales(static_cast<size_t>(n / 32));
+    quantize_mxfp4_row(vals.data(), n, packed.data(), scales.data());
+    for (int64_t g = 0; g < n / 32; ++g) {
+        float amax = 0;
+        for (int c = 0; c < 32; ++c) amax = std::max(amax, std::fabs(vals[g * 32 + c]));
+        ASSERT_EQ(scales[g], ue8m0_scale_for(amax, 6.0f));
+        for (int c = 0; c < 32; ++c) {
+            const float x = std::ldexp(vals[g * 32 + c], 127 - scales[g]);
+            const uint8_t byte = packed[(g * 32 + c) / 2];
+            EXPECT_EQ(c % 2 == 0 ? (byte & 0xF) : (byte >> 4), f32_to_e2m1(x)) << "value " << vals[g * 32 + c];
+        }
+    }
+    // FP8: one 2 x n block row.
+    std::vector<float> two(vals);
+    for (float v : vals) two.push_back(v * 100.0f);
+    std::vector<uint8_t> codes(two.size()), fp8_scales(static_cast<size_t>((n + 127) / 128));
+    quantize_fp8_block_rows(two.data(), 2, n, 128, codes.data(), fp8_scales.data());
+    for (int64_t r = 0; r < 2; ++r)
+        for (int64_t c = 0; c < n; ++c)
+            ASSERT_EQ(codes[r * n + c], f32_to_e4m3fn(std::ldexp(two[r * n + c], 127 - fp8_scales[c / 128])));
+}
+
 TEST(Quantize, Ue8m0ScaleIsTightestPowerOfTwo) {
     EXPECT_EQ(ue8m0_scale_for(448.0f, 448.0f), 127);      // exactly fits at 2^0
     EXPECT_EQ(ue8m0_scale_for(448.5f, 448.0f), 128);      // just over -> 2^1
