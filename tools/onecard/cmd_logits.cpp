@@ -4,10 +4,12 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/npy.h"
+#include "engine/cpu_model_runner.h"
 #include "loader/checkpoint.h"
 #include "model/config.h"
 #include "model/deepseek_v4.h"
 #include "model/weights.h"
+#include "onecard/engine.h"
 
 #include <algorithm>
 #include <chrono>
@@ -137,48 +139,36 @@ struct GenerateArgs {
     bool ignore_eos = false;
 };
 
-// Greedy (temperature 0; ties to the lower id, like torch.argmax) or temperature + nucleus sampling.
-int32_t pick_token(const float* logits, int64_t V, double temperature, double top_p, std::mt19937_64& rng) {
-    if (temperature <= 0.0) return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
-    const float mx = *std::max_element(logits, logits + V);
-    std::vector<double> p(static_cast<size_t>(V));
-    double sum = 0.0;
-    for (int64_t i = 0; i < V; ++i) sum += p[i] = std::exp((logits[i] - mx) / temperature);
-    std::vector<int32_t> order(static_cast<size_t>(V));
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
-    // Smallest prefix whose mass reaches top_p (always at least one token).
-    double mass = 0.0;
-    size_t keep = 0;
-    while (keep < order.size() && (keep == 0 || mass < top_p * sum)) mass += p[order[keep++]];
-    double r = std::uniform_real_distribution<double>(0.0, mass)(rng);
-    for (size_t i = 0; i < keep; ++i) {
-        r -= p[order[i]];
-        if (r <= 0.0) return order[i];
-    }
-    return order[keep - 1];
-}
-
+// Runs through the engine (scheduler, KV manager, sampler) with the CPU model as its runner, so this
+// command exercises the same path as the server. Greedy ties go to the lower id, like torch.argmax.
 void run_generate(const GenerateArgs& a) {
     std::vector<int32_t> prompt = parse_token_list(a.prompt_tokens, "--prompt-tokens");
-    ONECARD_CHECK(a.max_tokens >= 0, "generate: --max-tokens must be >= 0");
+    ONECARD_CHECK(a.max_tokens >= 1, "generate: --max-tokens must be >= 1");
     ONECARD_CHECK(a.top_p > 0.0 && a.top_p <= 1.0, "generate: --top-p must be in (0, 1]");
     LoadedModel m = load_model(a.model, parse_numerics(a.numerics));
-    const int64_t V = m.cfg.vocab_size;
-    std::mt19937_64 rng(a.seed);
-    SequenceState state = m.model->new_sequence();
-    std::vector<float> logits = m.model->forward(state, prompt);
+    EngineConfig ec;
+    ec.eos_token_id = static_cast<int32_t>(m.cfg.eos_token_id);
+    ec.max_num_seqs = 1;
+    ec.max_model_len = static_cast<int64_t>(prompt.size()) + a.max_tokens;
+    ec.kv_cache_bytes = 1LL << 30;
+    Engine engine(ec, std::make_unique<CpuModelRunner>(*m.model, ec.max_model_len));
+    SamplingParams sp;
+    sp.temperature = static_cast<float>(a.temperature);
+    sp.top_p = static_cast<float>(a.top_p);
+    sp.seed = a.seed;
+    sp.max_tokens = a.max_tokens;
+    sp.ignore_eos = a.ignore_eos;
+    auto stream = engine.submit({std::move(prompt), sp});
     std::vector<int32_t> out;
     std::string finish = "length";
-    for (int64_t i = 0; i < a.max_tokens; ++i) {
-        const float* last = logits.data() + (logits.size() / V - 1) * V;
-        const int32_t next = pick_token(last, V, a.temperature, a.top_p, rng);
-        out.push_back(next);
-        if (!a.ignore_eos && next == m.cfg.eos_token_id) {
+    while (auto ev = stream->next()) {
+        out.insert(out.end(), ev->token_ids.begin(), ev->token_ids.end());
+        if (!ev->finished()) continue;
+        ONECARD_CHECK(ev->finish_reason != FinishReason::Error, "generate: {}", ev->error);
+        if (ev->stop_token) {
+            out.push_back(*ev->stop_token);  // the engine does not emit the EOS token; this output lists it
             finish = "eos";
-            break;
         }
-        if (i + 1 < a.max_tokens) logits = m.model->forward(state, std::span<const int32_t>(&next, 1));
     }
     std::string ids;
     for (size_t i = 0; i < out.size(); ++i) ids += (i ? ", " : "") + std::to_string(out[i]);
@@ -201,7 +191,7 @@ void add_cmd_logits(CLI::App& app) {
     lc->callback([la]() { run_logits(*la); });
 
     auto ga = std::make_shared<GenerateArgs>();
-    CLI::App* gc = app.add_subcommand("generate", "CPU forward pass: continue a prompt; prints {\"tokens\": [...]} as JSON");
+    CLI::App* gc = app.add_subcommand("generate", "continue a prompt through the engine (CPU model); prints {\"tokens\": [...]} as JSON");
     gc->add_option("--model", ga->model, "checkpoint directory")->required();
     gc->add_option("--prompt-tokens", ga->prompt_tokens, "prompt token ids, e.g. 0,17,5")->required();
     gc->add_option("--max-tokens", ga->max_tokens, "tokens to generate (default 16)");
