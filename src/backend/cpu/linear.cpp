@@ -142,22 +142,32 @@ std::vector<float> dequant_fp8_block(const uint8_t* w, const uint8_t* scale, int
     std::vector<float> out(static_cast<size_t>(n_out * n_in));
     for (int64_t r = 0; r < n_out; ++r) {
         const uint8_t* srow = scale + (r / block) * n_scale_cols;
-        for (int64_t c = 0; c < n_in; ++c) {
-            out[r * n_in + c] = lut[w[r * n_in + c]] * ue8m0_to_f32(srow[c / block]);
+        const uint8_t* wrow = w + r * n_in;
+        float* orow = out.data() + r * n_in;
+        for (int64_t cb = 0; cb < n_in; cb += block) {
+            const float s = ue8m0_to_f32(srow[cb / block]);
+            const int64_t ce = std::min(n_in, cb + block);
+            for (int64_t c = cb; c < ce; ++c) orow[c] = lut[wrow[c]] * s;
         }
     }
     return out;
 }
 
 std::vector<float> dequant_mxfp4(const uint8_t* packed, const uint8_t* scale, int64_t n_out, int64_t n_in) {
+    std::array<float, 16> lut{};
+    for (int i = 0; i < 16; ++i) lut[i] = e2m1_to_f32(static_cast<uint8_t>(i));
     const int64_t n_scale_cols = n_in / 32;
     std::vector<float> out(static_cast<size_t>(n_out * n_in));
     for (int64_t r = 0; r < n_out; ++r) {
-        for (int64_t c = 0; c < n_in; c += 2) {
-            uint8_t byte = packed[r * (n_in / 2) + c / 2];
-            float s = ue8m0_to_f32(scale[r * n_scale_cols + c / 32]);
-            out[r * n_in + c] = e2m1_to_f32(byte & 0xF) * s;
-            out[r * n_in + c + 1] = e2m1_to_f32(byte >> 4) * s;
+        const uint8_t* prow = packed + r * (n_in / 2);
+        float* orow = out.data() + r * n_in;
+        for (int64_t cb = 0; cb < n_in; cb += 32) {
+            const float s = ue8m0_to_f32(scale[r * n_scale_cols + cb / 32]);
+            for (int64_t c = cb; c < cb + 32; c += 2) {
+                const uint8_t byte = prow[c / 2];
+                orow[c] = lut[byte & 0xF] * s;
+                orow[c + 1] = lut[byte >> 4] * s;
+            }
         }
     }
     return out;
