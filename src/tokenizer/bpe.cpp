@@ -38,6 +38,39 @@ bool is_unset(const nlohmann::json& j, const char* key) {
 
 }  // namespace
 
+void MergeTable::reserve(size_t n) {
+    size_t cap = 16;
+    int bits = 4;
+    while (cap < 2 * n) {
+        cap <<= 1;
+        ++bits;
+    }
+    std::vector<Entry> old = std::move(slots_);
+    slots_.assign(cap, Entry{});
+    mask_ = cap - 1;
+    shift_ = 64 - bits;
+    size_ = 0;
+    for (const Entry& e : old)
+        if (e.key != kEmpty) put(e.key, e.rank, e.merged_id);
+}
+
+void MergeTable::put(uint64_t key, int32_t rank, int32_t merged_id) {
+    if (2 * (size_ + 1) > slots_.size()) reserve(size_ + 1);
+    for (size_t i = slot_of(key);; i = (i + 1) & mask_) {
+        Entry& e = slots_[i];
+        if (e.key == key) {
+            e.rank = rank;
+            e.merged_id = merged_id;
+            return;
+        }
+        if (e.key == kEmpty) {
+            e = Entry{key, rank, merged_id};
+            ++size_;
+            return;
+        }
+    }
+}
+
 BpeModel BpeModel::from_json(const nlohmann::json& model) {
     ONECARD_CHECK(model.is_object(), "tokenizer.json: 'model' must be an object");
     const std::string type = model.value("type", std::string("BPE"));
@@ -74,7 +107,7 @@ BpeModel BpeModel::from_json(const nlohmann::json& model) {
     }
 
     const auto& merges = model.at("merges");
-    m.merges_.reserve(merges.size() * 2);
+    m.merges_.reserve(merges.size());
     std::string a, b;
     for (size_t r = 0; r < merges.size(); ++r) {
         const auto& e = merges[r];
@@ -99,7 +132,7 @@ BpeModel BpeModel::from_json(const nlohmann::json& model) {
         ONECARD_CHECK(iab != m.vocab_.end(), "tokenizer.json: model.merges[{}] produces '{}{}' which is not in the vocab",
                       r, a, b);
         // A repeated pair keeps its last rank, as both the Rust and the JS implementations do.
-        m.merges_[pair_key(ia->second, ib->second)] = Merge{static_cast<int32_t>(r), iab->second};
+        m.merges_.put(pair_key(ia->second, ib->second), static_cast<int32_t>(r), iab->second);
     }
 
     if (model.contains("unk_token") && model.at("unk_token").is_string()) {
@@ -162,8 +195,8 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
         auto consider = [&](int32_t left) {
             const int32_t right = sym[left].next;
             if (right < 0) return;
-            const auto it = merges_.find(pair_key(sym[left].id, sym[right].id));
-            if (it != merges_.end()) queue.push(Candidate{it->second.rank, left, it->second.merged_id});
+            if (const auto* e = merges_.find(pair_key(sym[left].id, sym[right].id)))
+                queue.push(Candidate{e->rank, left, e->merged_id});
         };
         for (int32_t i = 0; i + 1 < static_cast<int32_t>(sym.size()); ++i) consider(i);
         while (!queue.empty()) {
@@ -172,8 +205,8 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
             Symbol& left = sym[top.pos];
             if (!left.alive || left.next < 0) continue;
             // The entry is stale if either side changed since it was queued.
-            const auto it = merges_.find(pair_key(left.id, sym[left.next].id));
-            if (it == merges_.end() || it->second.merged_id != top.merged_id) continue;
+            const auto* e = merges_.find(pair_key(left.id, sym[left.next].id));
+            if (e == nullptr || e->merged_id != top.merged_id) continue;
             Symbol& right = sym[left.next];
             left.id = top.merged_id;
             right.alive = false;
@@ -203,15 +236,16 @@ void BpeModel::check_integrity() const {
                           id_to_token_[id] == tok,
                       "BpeModel: vocab entry '{}' -> {} disagrees with the id table", tok, id);
     }
-    for (const auto& [key, merge] : merges_) {
-        const auto a = static_cast<int32_t>(key >> 32);
-        const auto b = static_cast<int32_t>(key & 0xFFFFFFFFu);
+    merges_.for_each([&](const MergeTable::Entry& e) {
+        const auto a = static_cast<int32_t>(e.key >> 32);
+        const auto b = static_cast<int32_t>(e.key & 0xFFFFFFFFu);
         const std::string* ta = id_to_token(a);
         const std::string* tb = id_to_token(b);
-        const std::string* tm = id_to_token(merge.merged_id);
+        const std::string* tm = id_to_token(e.merged_id);
         ONECARD_CHECK(ta && tb && tm && *tm == *ta + *tb, "BpeModel: merge {} + {} -> {} is inconsistent", a, b,
-                      merge.merged_id);
-    }
+                      e.merged_id);
+        ONECARD_CHECK(merges_.find(e.key) == &e, "BpeModel: merge table lookup of {} + {} is broken", a, b);
+    });
 }
 
 }  // namespace onecard::tok

@@ -20,6 +20,44 @@ struct StringHash {
 };
 using TokenMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
+// Open-addressing hash map from a merge pair (two ids packed in 64 bits) to its rank and result.
+// The merge lookup is the hot loop of BPE; a flat table avoids the pointer chasing of
+// std::unordered_map's nodes (about a quarter of encode time on cache-missing text).
+class MergeTable {
+public:
+    struct Entry {
+        uint64_t key = kEmpty;
+        int32_t rank = 0;
+        int32_t merged_id = 0;
+    };
+    static constexpr uint64_t kEmpty = ~uint64_t{0};
+
+    void reserve(size_t n);
+    // Inserts or overwrites.
+    void put(uint64_t key, int32_t rank, int32_t merged_id);
+    const Entry* find(uint64_t key) const {
+        if (slots_.empty()) return nullptr;
+        for (size_t i = slot_of(key);; i = (i + 1) & mask_) {
+            const Entry& e = slots_[i];
+            if (e.key == key) return &e;
+            if (e.key == kEmpty) return nullptr;
+        }
+    }
+    size_t size() const { return size_; }
+    template <typename F>
+    void for_each(F&& f) const {
+        for (const Entry& e : slots_)
+            if (e.key != kEmpty) f(e);
+    }
+
+private:
+    size_t slot_of(uint64_t key) const { return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_); }
+    std::vector<Entry> slots_;
+    size_t mask_ = 0;
+    int shift_ = 64;
+    size_t size_ = 0;
+};
+
 class BpeModel {
 public:
     // Parses `model` (the "model" object of tokenizer.json). Throws onecard::Error on an unsupported
@@ -43,10 +81,6 @@ public:
     void check_integrity() const;
 
 private:
-    struct Merge {
-        int32_t rank;
-        int32_t merged_id;
-    };
     static uint64_t pair_key(int32_t a, int32_t b) {
         return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
     }
@@ -56,7 +90,7 @@ private:
     TokenMap vocab_;
     std::vector<std::string> id_to_token_;
     std::vector<bool> id_defined_;
-    std::unordered_map<uint64_t, Merge> merges_;
+    MergeTable merges_;
     std::vector<int32_t> small_char_ids_;  // ids of code points < 512 (the byte-level alphabet)
     std::optional<int32_t> unk_id_;
     bool ignore_merges_ = false;
