@@ -1,0 +1,99 @@
+// `onecard tokenize`: encode stdin to a JSON id array, --decode back to the exact bytes, and
+// clear errors. Runs the built binary; skips when it (or the tokenizer data) is missing.
+#include "tokenizer/tokenizer.h"
+#include "tokenizer_test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+namespace onecard {
+namespace {
+
+struct Result {
+    int rc = -1;
+    std::string out;
+};
+
+Result run_cli(const std::string& args, const std::string& stdin_text) {
+    const auto dir = std::filesystem::path(ONECARD_BINARY_DIR) / "tokenizer_cli_test";
+    std::filesystem::create_directories(dir);
+    const auto in = dir / "stdin.txt";
+    std::ofstream(in, std::ios::binary) << stdin_text;
+    const std::string cmd = (std::filesystem::path(ONECARD_BINARY_DIR) / "onecard").string() + " tokenize " + args +
+                            " < '" + in.string() + "' 2>&1";
+    Result r;
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) return r;
+    std::array<char, 4096> buf{};
+    size_t n = 0;
+    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+    r.rc = pclose(p);
+    return r;
+}
+
+class TokenizerCli : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (!std::filesystem::exists(std::filesystem::path(ONECARD_BINARY_DIR) / "onecard"))
+            GTEST_SKIP() << "onecard binary not built";
+        if (test::v3_tokenizer_path().empty()) GTEST_SKIP() << "tokenizer.json not installed: run scripts/setup.sh";
+    }
+    std::string tok_arg() const { return "--tokenizer '" + test::v3_tokenizer_path().string() + "'"; }
+};
+
+TEST_F(TokenizerCli, EncodeThenDecodeRoundTrips) {
+    const std::string text = "Hello! 毕老师！1 + 1 = 2\n  👍🏽 <｜User｜>x\r\n";
+    const Result enc = run_cli(tok_arg(), text);
+    ASSERT_EQ(enc.rc, 0) << enc.out;
+    const auto ids = nlohmann::json::parse(enc.out).get<std::vector<int32_t>>();
+    EXPECT_EQ(ids, Tokenizer::from_file(test::v3_tokenizer_path()).encode(text));
+    EXPECT_NE(std::find(ids.begin(), ids.end(), 128803), ids.end());
+    const Result dec = run_cli(tok_arg() + " --decode", nlohmann::json(ids).dump());
+    ASSERT_EQ(dec.rc, 0) << dec.out;
+    EXPECT_EQ(dec.out, text);
+    // --no-special: the marker is plain text.
+    const Result plain = run_cli(tok_arg() + " --no-special", "<｜User｜>");
+    const auto plain_ids = nlohmann::json::parse(plain.out).get<std::vector<int32_t>>();
+    EXPECT_EQ(std::find(plain_ids.begin(), plain_ids.end(), 128803), plain_ids.end());
+}
+
+TEST_F(TokenizerCli, BadInputIsAClearError) {
+    Result r = run_cli(tok_arg() + " --decode", "[1, \"x\"]");
+    EXPECT_NE(r.rc, 0);
+    EXPECT_NE(r.out.find("not an integer id"), std::string::npos) << r.out;
+    r = run_cli(tok_arg() + " --decode", "[5, 99999999]");
+    EXPECT_NE(r.rc, 0);
+    EXPECT_NE(r.out.find("outside the vocabulary"), std::string::npos) << r.out;
+    r = run_cli("--tokenizer /nonexistent/tokenizer.json", "hi");
+    EXPECT_NE(r.rc, 0);
+    EXPECT_NE(r.out.find("/nonexistent/tokenizer.json"), std::string::npos) << r.out;
+}
+
+// encode/decode are const and may run from many threads at once (shared BPE word cache).
+TEST(TokenizerThreads, ConcurrentEncodesAgree) {
+    const auto tok = Tokenizer::from_json(test::synthetic_tokenizer_json(
+        {{"t", "h"}, {"th", "e"}, {" ", "the"}, {"e", "r"}, {"1", "2"}}));
+    std::vector<std::string> texts;
+    for (int i = 0; i < 200; ++i) texts.push_back("the other " + std::to_string(i * 7919) + " there\n" + std::string(i % 5, ' '));
+    std::vector<std::vector<int32_t>> expect;
+    for (const auto& t : texts) expect.push_back(tok.encode(t));
+    std::vector<int> mismatches(4, 0);
+    std::vector<std::thread> threads;
+    for (int w = 0; w < 4; ++w) {
+        threads.emplace_back([&, w] {
+            for (int round = 0; round < 20; ++round)
+                for (size_t i = 0; i < texts.size(); ++i)
+                    if (tok.encode(texts[(i + w * 31) % texts.size()]) != expect[(i + w * 31) % texts.size()])
+                        ++mismatches[w];
+        });
+    }
+    for (auto& t : threads) t.join();
+    for (int w = 0; w < 4; ++w) EXPECT_EQ(mismatches[w], 0) << "thread " << w;
+}
+
+}  // namespace
+}  // namespace onecard
