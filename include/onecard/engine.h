@@ -70,14 +70,14 @@ struct Usage {
 
 struct EngineEvent {
     RequestId request_id = 0;
-    std::vector<int32_t> token_ids;        // tokens generated since the previous event
-    std::string text_delta;                // their text (held back while it may start a stop string)
-    std::vector<TokenLogprobs> logprobs;   // one per token_ids entry, when requested
+    std::vector<int32_t> token_ids;       // tokens generated since the previous event
+    std::string text_delta;               // their text (held back while it may start a stop string)
+    std::vector<TokenLogprobs> logprobs;  // one per token_ids entry, when requested
     FinishReason finish_reason = FinishReason::None;
-    std::optional<int32_t> stop_token;     // the EOS/stop token that finished the request
-    std::string stop_string;               // the stop string that finished it
-    std::string error;                     // FinishReason::Error
-    Usage usage;                           // filled on the final event
+    std::optional<int32_t> stop_token;  // the EOS/stop token that finished the request
+    std::string stop_string;            // the stop string that finished it
+    std::string error;                  // FinishReason::Error
+    Usage usage;                        // filled on the final event
 
     bool finished() const { return finish_reason != FinishReason::None; }
 };

@@ -16,7 +16,8 @@ KvModelShape kv_model_shape_from_config(const ModelConfig& cfg) {
     for (size_t il = 0; il < cfg.compress_ratios.size(); ++il) {
         const int64_t r = cfg.compress_ratios[il];
         KvLayerKind kind = KvLayerKind::SWA;
-        if (r != 0) kind = cfg.layer_kind(static_cast<int64_t>(il)) == LayerKind::CSA ? KvLayerKind::CSA : KvLayerKind::HCA;
+        if (r != 0)
+            kind = cfg.layer_kind(static_cast<int64_t>(il)) == LayerKind::CSA ? KvLayerKind::CSA : KvLayerKind::HCA;
         s.kinds.push_back(kind);
         s.compress_ratios.push_back(r);
     }
@@ -24,8 +25,7 @@ KvModelShape kv_model_shape_from_config(const ModelConfig& cfg) {
 }
 
 CpuModelRunner::CpuModelRunner(const DeepSeekV4& model, int64_t max_model_len)
-    : model_(model),
-      max_model_len_(max_model_len > 0 ? max_model_len : model.config().max_position_embeddings) {}
+    : model_(model), max_model_len_(max_model_len > 0 ? max_model_len : model.config().max_position_embeddings) {}
 
 RunnerOutput CpuModelRunner::execute(const SchedulerOutput& batch) {
     for (RequestId id : batch.finished_ids) states_.erase(id);
@@ -38,8 +38,10 @@ RunnerOutput CpuModelRunner::execute(const SchedulerOutput& batch) {
         auto it = states_.find(e.id);
         ONECARD_CHECK(it != states_.end(), "cpu runner: request {} continues at position {} without state", e.id,
                       e.start_pos);
-        ONECARD_CHECK(it->second.n_tokens() == e.start_pos, "cpu runner: request {} scheduled at position {} but its "
-                      "state holds {} tokens", e.id, e.start_pos, it->second.n_tokens());
+        ONECARD_CHECK(it->second.n_tokens() == e.start_pos,
+                      "cpu runner: request {} scheduled at position {} but its "
+                      "state holds {} tokens",
+                      e.id, e.start_pos, it->second.n_tokens());
         // [n_tokens, vocab]; only the last row is needed when this chunk ends the known tokens.
         const std::vector<float> logits = model_.forward(it->second, e.token_ids);
         if (!e.sample) continue;

@@ -67,7 +67,9 @@ struct RequestStream::State {
 
 RequestStream::RequestStream(std::shared_ptr<State> state) : state_(std::move(state)) {}
 RequestStream::~RequestStream() = default;
-RequestId RequestStream::id() const { return state_->id; }
+RequestId RequestStream::id() const {
+    return state_->id;
+}
 
 std::optional<EngineEvent> RequestStream::next() {
     if (state_->done) return std::nullopt;
@@ -148,7 +150,9 @@ struct Engine::Impl {
             bool stop = false;
             {
                 std::unique_lock lk(inbox->mu);
-                auto has_input = [&] { return inbox->stop || !inbox->submissions.empty() || !inbox->cancels.empty() || inbox->wake; };
+                auto has_input = [&] {
+                    return inbox->stop || !inbox->submissions.empty() || !inbox->cancels.empty() || inbox->wake;
+                };
                 if (!core.has_unfinished() || !core.last_step_scheduled()) {
                     // Nothing runnable: sleep until a caller or a reader wakes us (timeout as a safety net).
                     inbox->cv.wait_for(lk, std::chrono::milliseconds(50), has_input);
@@ -233,9 +237,8 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest request) {
     auto state = std::make_shared<RequestStream::State>(id, impl_->config.event_queue_capacity, impl_->inbox);
     {
         std::unique_lock lk(impl_->inbox->mu);
-        impl_->inbox->not_full.wait(lk, [&] {
-            return impl_->inbox->stop || impl_->inbox->submissions.size() < impl_->inbox->capacity;
-        });
+        impl_->inbox->not_full.wait(
+            lk, [&] { return impl_->inbox->stop || impl_->inbox->submissions.size() < impl_->inbox->capacity; });
         ONECARD_CHECK(!impl_->inbox->stop, "engine: submit after shutdown");
         {
             std::lock_guard slk(impl_->stats_mu);
@@ -247,7 +250,9 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest request) {
     return std::make_shared<RequestStream>(std::move(state));
 }
 
-void Engine::cancel(RequestId id) { impl_->inbox->cancel(id); }
+void Engine::cancel(RequestId id) {
+    impl_->inbox->cancel(id);
+}
 
 EngineStats Engine::stats() const {
     std::lock_guard lk(impl_->stats_mu);

@@ -9,11 +9,16 @@ namespace onecard {
 
 const char* finish_reason_name(FinishReason r) {
     switch (r) {
-        case FinishReason::Stop: return "stop";
-        case FinishReason::Length: return "length";
-        case FinishReason::Cancelled: return "cancelled";
-        case FinishReason::Error: return "error";
-        case FinishReason::None: break;
+        case FinishReason::Stop:
+            return "stop";
+        case FinishReason::Length:
+            return "length";
+        case FinishReason::Cancelled:
+            return "cancelled";
+        case FinishReason::Error:
+            return "error";
+        case FinishReason::None:
+            break;
     }
     return "";
 }
@@ -48,8 +53,8 @@ void EngineCore::validate(const GenerateRequest& req) const {
     validate_sampling_params(req.sampling, vocab_size_);
     ONECARD_CHECK(req.sampling.stop.empty() || config_.make_text_decoder,
                   "request: stop strings need a tokenizer (the engine has no text decoder)");
-    const int64_t total = std::min<int64_t>(static_cast<int64_t>(req.prompt_token_ids.size()) + req.sampling.max_tokens,
-                                            max_model_len_);
+    const int64_t total =
+        std::min<int64_t>(static_cast<int64_t>(req.prompt_token_ids.size()) + req.sampling.max_tokens, max_model_len_);
     ONECARD_CHECK(total <= kv_->max_tokens_per_sequence(),
                   "request: prompt + max_tokens = {} tokens exceeds the KV pool ({} tokens); lower max_tokens", total,
                   kv_->max_tokens_per_sequence());

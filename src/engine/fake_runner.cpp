@@ -75,8 +75,10 @@ RunnerOutput FakeModelRunner::execute(const SchedulerOutput& batch) {
                       "fake runner: request {} has {} KV blocks of {} for positions up to {}", e.id,
                       e.block_table.size(), batch.kv_block_size, end);
         for (int64_t i = 0; i < e.n_tokens(); ++i) {
-            ONECARD_CHECK(e.positions[static_cast<size_t>(i)] == e.start_pos + i, "fake runner: request {} position "
-                          "gap at {}", e.id, i);
+            ONECARD_CHECK(e.positions[static_cast<size_t>(i)] == e.start_pos + i,
+                          "fake runner: request {} position "
+                          "gap at {}",
+                          e.id, i);
             s.hash = mix(s.hash, e.start_pos + i, e.token_ids[static_cast<size_t>(i)]);
         }
         s.next_pos = end;

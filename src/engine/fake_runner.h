@@ -19,7 +19,7 @@ struct FakeRunnerConfig {
     int64_t max_model_len = 4096;
     KvModelShape kv_shape = tiny_fake_kv_shape();
     std::chrono::microseconds step_delay{0};  // simulated compute time per step
-    float logit_scale = 4.0f;                  // logits uniform in [-scale, scale]
+    float logit_scale = 4.0f;                 // logits uniform in [-scale, scale]
 
     static KvModelShape tiny_fake_kv_shape();  // SWA, CSA(4), HCA(8): block size must be a multiple of 8
 };

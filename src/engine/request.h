@@ -25,13 +25,13 @@ struct Request {
     std::vector<int32_t> prompt;
     std::vector<int32_t> output;
     SamplingParams params;
-    uint64_t seed = 0;              // resolved seed (params.seed or one the engine drew)
-    int64_t max_total_tokens = 0;   // min(prompt + max_tokens, max_model_len): the KV the request may ever need
+    uint64_t seed = 0;             // resolved seed (params.seed or one the engine drew)
+    int64_t max_total_tokens = 0;  // min(prompt + max_tokens, max_model_len): the KV the request may ever need
 
     RequestStatus status = RequestStatus::Waiting;
     int64_t num_computed_tokens = 0;
-    KvHandle kv;                    // valid only while Running
-    bool paused = false;            // the engine's event queue for it is full: skip it this step
+    KvHandle kv;          // valid only while Running
+    bool paused = false;  // the engine's event queue for it is full: skip it this step
     int64_t n_preemptions = 0;
 
     int64_t num_tokens() const { return static_cast<int64_t>(prompt.size() + output.size()); }

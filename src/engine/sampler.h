@@ -51,8 +51,8 @@ public:
                                    std::span<const int32_t> prompt, std::span<const int32_t> output);
 
 private:
-    std::vector<float> work_;     // [vocab] penalised logits (reused between calls)
-    std::vector<double> probs_;   // [vocab]
+    std::vector<float> work_;    // [vocab] penalised logits (reused between calls)
+    std::vector<double> probs_;  // [vocab]
 };
 
 }  // namespace onecard

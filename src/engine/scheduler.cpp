@@ -19,7 +19,8 @@ void Scheduler::add_request(std::unique_ptr<Request> req) {
     ONECARD_CHECK(!req->prompt.empty(), "scheduler: request {} has an empty prompt", req->id);
     ONECARD_CHECK(req->max_total_tokens <= kv_.max_tokens_per_sequence(),
                   "scheduler: request {} may need {} tokens of KV but the whole pool holds {}; raise the KV budget "
-                  "or lower max_tokens", req->id, req->max_total_tokens, kv_.max_tokens_per_sequence());
+                  "or lower max_tokens",
+                  req->id, req->max_total_tokens, kv_.max_tokens_per_sequence());
     req->status = RequestStatus::Waiting;
     waiting_.push_back(req.get());
     requests_.emplace(req->id, std::move(req));
@@ -124,8 +125,10 @@ void Scheduler::update_from_output(const SchedulerOutput& out) {
         Request* r = find(e.id);
         // The request may have been finished (cancelled) while the batch ran: nothing to advance.
         if (r == nullptr || r->status != RequestStatus::Running) continue;
-        ONECARD_CHECK(r->num_computed_tokens == e.start_pos, "scheduler: request {} computed {} tokens, batch started "
-                      "at {}", r->id, r->num_computed_tokens, e.start_pos);
+        ONECARD_CHECK(r->num_computed_tokens == e.start_pos,
+                      "scheduler: request {} computed {} tokens, batch started "
+                      "at {}",
+                      r->id, r->num_computed_tokens, e.start_pos);
         r->num_computed_tokens += e.n_tokens();
     }
 }
@@ -146,21 +149,25 @@ void Scheduler::finish_request(RequestId id) {
 
 void Scheduler::check_integrity() const {
     kv_.check_integrity();
-    ONECARD_CHECK(n_running() <= config_.max_num_seqs, "scheduler integrity: {} running > max_num_seqs {}",
-                  n_running(), config_.max_num_seqs);
+    ONECARD_CHECK(n_running() <= config_.max_num_seqs, "scheduler integrity: {} running > max_num_seqs {}", n_running(),
+                  config_.max_num_seqs);
     ONECARD_CHECK(kv_.n_live_sequences() == n_running(), "scheduler integrity: {} live KV sequences but {} running",
                   kv_.n_live_sequences(), n_running());
     ONECARD_CHECK(requests_.size() == running_.size() + waiting_.size(),
                   "scheduler integrity: {} requests but {} running + {} waiting", requests_.size(), running_.size(),
                   waiting_.size());
     for (const Request* r : running_) {
-        ONECARD_CHECK(r->status == RequestStatus::Running && r->kv.valid(), "scheduler integrity: running request {} "
-                      "without KV", r->id);
+        ONECARD_CHECK(r->status == RequestStatus::Running && r->kv.valid(),
+                      "scheduler integrity: running request {} "
+                      "without KV",
+                      r->id);
         ONECARD_CHECK(kv_.n_tokens(r->kv) >= r->num_computed_tokens,
                       "scheduler integrity: request {} computed {} tokens but holds KV for {}", r->id,
                       r->num_computed_tokens, kv_.n_tokens(r->kv));
-        ONECARD_CHECK(r->num_computed_tokens <= r->num_tokens(), "scheduler integrity: request {} computed past its "
-                      "tokens", r->id);
+        ONECARD_CHECK(r->num_computed_tokens <= r->num_tokens(),
+                      "scheduler integrity: request {} computed past its "
+                      "tokens",
+                      r->id);
     }
     for (const Request* r : waiting_) {
         ONECARD_CHECK(r->status == RequestStatus::Waiting && !r->kv.valid() && r->num_computed_tokens == 0,

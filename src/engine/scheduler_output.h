@@ -13,12 +13,12 @@ namespace onecard {
 
 struct ScheduledRequest {
     RequestId id = 0;
-    int64_t start_pos = 0;              // position of token_ids[0]; 0 -> the runner starts fresh state
-    std::vector<int32_t> token_ids;     // [n_tokens] tokens to compute this step
-    std::vector<int64_t> positions;     // [n_tokens] start_pos, start_pos + 1, ...
-    bool sample = false;                // this chunk ends at the last known token: return its logits
-    KvHandle kv;                        // the request's KV (slot = kv.slot)
-    std::vector<int32_t> block_table;   // paged blocks covering [0, start_pos + n_tokens)
+    int64_t start_pos = 0;             // position of token_ids[0]; 0 -> the runner starts fresh state
+    std::vector<int32_t> token_ids;    // [n_tokens] tokens to compute this step
+    std::vector<int64_t> positions;    // [n_tokens] start_pos, start_pos + 1, ...
+    bool sample = false;               // this chunk ends at the last known token: return its logits
+    KvHandle kv;                       // the request's KV (slot = kv.slot)
+    std::vector<int32_t> block_table;  // paged blocks covering [0, start_pos + n_tokens)
 
     int64_t n_tokens() const { return static_cast<int64_t>(token_ids.size()); }
 };
@@ -26,8 +26,8 @@ struct ScheduledRequest {
 struct SchedulerOutput {
     int64_t step = 0;
     int64_t kv_block_size = 0;
-    std::vector<ScheduledRequest> requests;   // decode requests first, then prefill chunks
-    int64_t n_scheduled_tokens = 0;           // sum of n_tokens()
+    std::vector<ScheduledRequest> requests;  // decode requests first, then prefill chunks
+    int64_t n_scheduled_tokens = 0;          // sum of n_tokens()
     // Requests whose runner-side state must be dropped before this step: finished or cancelled
     // since the last step, and requests preempted (they come back later with start_pos 0).
     std::vector<RequestId> finished_ids;

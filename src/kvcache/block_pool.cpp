@@ -56,8 +56,7 @@ void BlockPool::check_integrity() const {
     }
     for (size_t id = 0; id < refcount_.size(); ++id) {
         ONECARD_CHECK(refcount_[id] >= 0, "block pool integrity: block {} has refcount {}", id, refcount_[id]);
-        ONECARD_CHECK(refcount_[id] > 0 || seen[id], "block pool integrity: block {} is neither free nor owned",
-                      id);
+        ONECARD_CHECK(refcount_[id] > 0 || seen[id], "block pool integrity: block {} is neither free nor owned", id);
     }
 }
 

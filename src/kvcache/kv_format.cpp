@@ -34,7 +34,8 @@ KvEntryFormat make_kv_entry_format(int64_t head_dim, int64_t rope_dim, int64_t q
                   "kv entry format: need 0 <= qk_rope_head_dim ({}) < head_dim ({})", rope_dim, head_dim);
     ONECARD_CHECK(quant_block > 0 && (head_dim - rope_dim) % quant_block == 0,
                   "kv entry format: nope dims ({} = head_dim {} - qk_rope_head_dim {}) must be a multiple of "
-                  "the FP8 block {}", head_dim - rope_dim, head_dim, rope_dim, quant_block);
+                  "the FP8 block {}",
+                  head_dim - rope_dim, head_dim, rope_dim, quant_block);
     ONECARD_CHECK((head_dim - rope_dim) / quant_block <= 255, "kv entry format: too many scale blocks");
     return KvEntryFormat{head_dim, rope_dim, quant_block};
 }

@@ -27,8 +27,8 @@ struct KvEntryFormat {
 
     int64_t nope_dim() const { return head_dim - rope_dim; }
     int64_t n_scale_blocks() const { return nope_dim() / quant_block; }
-    int64_t rope_offset() const { return nope_dim(); }                   // bytes
-    int64_t scale_offset() const { return nope_dim() + 2 * rope_dim; }   // bytes
+    int64_t rope_offset() const { return nope_dim(); }                  // bytes
+    int64_t scale_offset() const { return nope_dim() + 2 * rope_dim; }  // bytes
     // Padded to 8 bytes so consecutive entries keep 8-byte alignment (584 at Flash shape).
     int64_t entry_bytes() const { return (scale_offset() + n_scale_blocks() + 7) / 8 * 8; }
 };

@@ -14,8 +14,8 @@ KvPoolSize plan_kv_pool(const KvCacheSpec& spec, int64_t memory_budget_bytes, in
                   memory_budget_bytes, max_num_seqs, spec.slot_bytes, spec.block_bytes);
     KvPoolSize size;
     size.n_slots = max_num_seqs;
-    size.n_blocks = std::min<int64_t>((memory_budget_bytes - slots_bytes) / spec.block_bytes,
-                                      std::numeric_limits<int32_t>::max());
+    size.n_blocks =
+        std::min<int64_t>((memory_budget_bytes - slots_bytes) / spec.block_bytes, std::numeric_limits<int32_t>::max());
     return size;
 }
 
@@ -28,8 +28,10 @@ KvCacheManager::KvCacheManager(KvCacheSpec spec, KvPoolSize size)
 }
 
 const KvCacheManager::Slot& KvCacheManager::slot_of(KvHandle h, const char* verb) const {
-    ONECARD_CHECK(h.slot >= 0 && h.slot < static_cast<int32_t>(slots_.size()), "kv manager: {} with invalid handle "
-                  "(slot {})", verb, h.slot);
+    ONECARD_CHECK(h.slot >= 0 && h.slot < static_cast<int32_t>(slots_.size()),
+                  "kv manager: {} with invalid handle "
+                  "(slot {})",
+                  verb, h.slot);
     const Slot& s = slots_[static_cast<size_t>(h.slot)];
     ONECARD_CHECK(s.live && s.generation == h.generation,
                   "kv manager: {} with a stale handle (slot {}, generation {} vs {})", verb, h.slot, h.generation,
@@ -69,8 +71,8 @@ bool KvCacheManager::can_extend(KvHandle h, int64_t n_new_tokens) const {
 }
 
 void KvCacheManager::extend(KvHandle h, int64_t n_new_tokens) {
-    ONECARD_CHECK(can_extend(h, n_new_tokens), "kv manager: extend(slot {}, +{}) without room ({} free blocks)",
-                  h.slot, n_new_tokens, n_free_blocks());
+    ONECARD_CHECK(can_extend(h, n_new_tokens), "kv manager: extend(slot {}, +{}) without room ({} free blocks)", h.slot,
+                  n_new_tokens, n_free_blocks());
     Slot& s = slot_of(h, "extend");
     pool_.allocate(static_cast<int32_t>(extra_blocks(s, n_new_tokens)), s.blocks);
     s.n_tokens += n_new_tokens;
@@ -85,9 +87,13 @@ void KvCacheManager::free(KvHandle h) {
     free_slots_.push_back(h.slot);
 }
 
-int64_t KvCacheManager::n_tokens(KvHandle h) const { return slot_of(h, "n_tokens").n_tokens; }
+int64_t KvCacheManager::n_tokens(KvHandle h) const {
+    return slot_of(h, "n_tokens").n_tokens;
+}
 
-const std::vector<int32_t>& KvCacheManager::block_table(KvHandle h) const { return slot_of(h, "block_table").blocks; }
+const std::vector<int32_t>& KvCacheManager::block_table(KvHandle h) const {
+    return slot_of(h, "block_table").blocks;
+}
 
 void KvCacheManager::check_integrity() const {
     pool_.check_integrity();
@@ -101,8 +107,8 @@ void KvCacheManager::check_integrity() const {
     }
     for (size_t id = 0; id < slots_.size(); ++id) {
         const Slot& s = slots_[id];
-        ONECARD_CHECK(s.live != static_cast<bool>(is_free[id]), "kv manager integrity: slot {} live={} but free={}",
-                      id, s.live, is_free[id]);
+        ONECARD_CHECK(s.live != static_cast<bool>(is_free[id]), "kv manager integrity: slot {} live={} but free={}", id,
+                      s.live, is_free[id]);
         if (!s.live) {
             ONECARD_CHECK(s.blocks.empty(), "kv manager integrity: free slot {} still holds {} blocks", id,
                           s.blocks.size());

@@ -16,8 +16,8 @@
 namespace onecard {
 
 struct KvHandle {
-    int32_t slot = -1;          // index into the slot arena (also the handle's identity)
-    uint32_t generation = 0;    // bumped every time the slot is reused
+    int32_t slot = -1;        // index into the slot arena (also the handle's identity)
+    uint32_t generation = 0;  // bumped every time the slot is reused
     bool valid() const { return slot >= 0; }
     bool operator==(const KvHandle&) const = default;
 };
@@ -25,7 +25,9 @@ struct KvHandle {
 struct KvPoolSize {
     int64_t n_slots = 0;   // live sequences at most (= max_num_seqs)
     int64_t n_blocks = 0;  // paged blocks
-    int64_t total_bytes(const KvCacheSpec& spec) const { return n_slots * spec.slot_bytes + n_blocks * spec.block_bytes; }
+    int64_t total_bytes(const KvCacheSpec& spec) const {
+        return n_slots * spec.slot_bytes + n_blocks * spec.block_bytes;
+    }
 };
 
 // Splits a memory budget: max_num_seqs slots first (every admitted sequence needs one), the rest

@@ -52,7 +52,8 @@ KvCacheSpec make_kv_cache_spec(const KvModelShape& shape, int64_t block_size) {
         spec.streams.push_back({layer, KvStreamKind::CompressedEntry, m, block_size / m, spec.entry.entry_bytes(), 0});
         const int64_t d = shape.head_dim;
         if (kind == KvLayerKind::CSA) {
-            spec.streams.push_back({layer, KvStreamKind::IndexerKey, m, block_size / m, spec.index_key.entry_bytes(), 0});
+            spec.streams.push_back(
+                {layer, KvStreamKind::IndexerKey, m, block_size / m, spec.index_key.entry_bytes(), 0});
             // Overlapping compressor: 2m rows (previous window + open window), each row holds the
             // 2d-wide kv projection and the 2d-wide gate scores in fp32 (dsv4-model.md §4.5, §8.1).
             spec.fixed.push_back({layer, KvFixedKind::Compressor, 2 * m, 4 * (2 * d + 2 * d), 0});
@@ -81,7 +82,9 @@ double kv_bytes_per_token(const KvCacheSpec& spec) {
     return static_cast<double>(spec.block_bytes) / static_cast<double>(spec.block_size);
 }
 
-int64_t kv_fixed_bytes_per_sequence(const KvCacheSpec& spec) { return spec.slot_bytes; }
+int64_t kv_fixed_bytes_per_sequence(const KvCacheSpec& spec) {
+    return spec.slot_bytes;
+}
 
 std::string describe_kv_cache_spec(const KvCacheSpec& spec) {
     int64_t n_swa = 0, n_csa = 0, n_hca = 0;

@@ -38,9 +38,9 @@ struct KvModelShape {
     int64_t rope_dim = 64;
     int64_t index_head_dim = 128;
     int64_t sliding_window = 128;
-    int64_t n_main_layers = 0;              // layers [n_main_layers, layers.size()) are MTP blocks
-    std::vector<KvLayerKind> kinds;         // per layer incl. MTP
-    std::vector<int64_t> compress_ratios;   // per layer incl. MTP; 0 for SWA
+    int64_t n_main_layers = 0;             // layers [n_main_layers, layers.size()) are MTP blocks
+    std::vector<KvLayerKind> kinds;        // per layer incl. MTP
+    std::vector<int64_t> compress_ratios;  // per layer incl. MTP; 0 for SWA
 };
 
 // The Flash shape (dsv4-model.md §1.1): [SWA, SWA] + [CSA 4, HCA 128] x 20 + [CSA 4] + [MTP SWA].
@@ -56,16 +56,16 @@ struct KvPagedStream {
     int64_t ratio = 0;              // tokens per entry
     int64_t entries_per_block = 0;  // block_size / ratio
     int64_t entry_bytes = 0;
-    int64_t offset = 0;             // byte offset of this stream inside a block
+    int64_t offset = 0;  // byte offset of this stream inside a block
 };
 
 // One fixed per-sequence region inside a slot.
 struct KvFixedRegion {
     int64_t layer = 0;
     KvFixedKind kind = KvFixedKind::Window;
-    int64_t n_rows = 0;       // window entries, or compressor buffer rows
-    int64_t row_bytes = 0;    // entry_bytes (window) or 4 * floats per row (compressor: kv and score halves)
-    int64_t offset = 0;       // byte offset inside a slot
+    int64_t n_rows = 0;     // window entries, or compressor buffer rows
+    int64_t row_bytes = 0;  // entry_bytes (window) or 4 * floats per row (compressor: kv and score halves)
+    int64_t offset = 0;     // byte offset inside a slot
     int64_t bytes() const { return n_rows * row_bytes; }
 };
 

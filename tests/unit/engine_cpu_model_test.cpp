@@ -90,7 +90,9 @@ Workload make_workload(int n, uint32_t seed) {
     return w;
 }
 
-int32_t argmax(const float* row, int64_t n) { return static_cast<int32_t>(std::max_element(row, row + n) - row); }
+int32_t argmax(const float* row, int64_t n) {
+    return static_cast<int32_t>(std::max_element(row, row + n) - row);
+}
 
 // Alone: the whole prompt in one forward call, then one token at a time.
 std::vector<int32_t> greedy_alone(const DeepSeekV4& m, const std::vector<int32_t>& prompt, int64_t n) {
@@ -189,7 +191,8 @@ void check_batch_independence(const DeepSeekV4& m) {
     }
     std::map<RequestId, std::vector<int32_t>> out;
     while (core.has_unfinished())
-        for (auto& ev : core.step()) out[ev.request_id].insert(out[ev.request_id].end(), ev.token_ids.begin(), ev.token_ids.end());
+        for (auto& ev : core.step())
+            out[ev.request_id].insert(out[ev.request_id].end(), ev.token_ids.begin(), ev.token_ids.end());
     const int64_t V = m.config().vocab_size;
     for (auto& [id, chunks] : rec.chunks) {
         std::vector<int32_t> seq = w.prompts[id - 1];
@@ -209,8 +212,12 @@ void check_batch_independence(const DeepSeekV4& m) {
     }
 }
 
-TEST(EngineCpuModel, RowsIndependentOfBatchExact) { check_batch_independence(*g_tiny->exact); }
-TEST(EngineCpuModel, RowsIndependentOfBatchReference) { check_batch_independence(*g_tiny->reference); }
+TEST(EngineCpuModel, RowsIndependentOfBatchExact) {
+    check_batch_independence(*g_tiny->exact);
+}
+TEST(EngineCpuModel, RowsIndependentOfBatchReference) {
+    check_batch_independence(*g_tiny->reference);
+}
 
 TEST(EngineCpuModel, ThreadedEngineMatchesAlone) {
     const DeepSeekV4& m = *g_tiny->exact;

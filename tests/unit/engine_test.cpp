@@ -1,9 +1,9 @@
 // Engine: finish conditions and text streaming in EngineCore, then the threaded Engine with many
 // concurrent submitters, mid-stream cancellations and slow readers, checking everything is freed.
+#include "onecard/engine.h"
 #include "core/error.h"
 #include "engine/engine_core.h"
 #include "engine/fake_runner.h"
-#include "onecard/engine.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // KvHostArena: entries written through block tables of many live sequences never alias, and read
 // back (decoded) exactly as the QAT simulation of what was written.
-#include "core/error.h"
 #include "kvcache/kv_arena.h"
+#include "core/error.h"
 #include "kvcache/kv_format.h"
 #include "kvcache/kv_manager.h"
 
@@ -36,8 +36,10 @@ std::vector<float> content(int64_t seq, size_t stream, int64_t entry, int64_t di
 }
 
 void encode(const KvCacheSpec& spec, const KvPagedStream& s, const std::vector<float>& x, uint8_t* out) {
-    if (s.kind == KvStreamKind::IndexerKey) encode_indexer_key(spec.index_key, x.data(), out);
-    else encode_kv_entry(spec.entry, x.data(), out);
+    if (s.kind == KvStreamKind::IndexerKey)
+        encode_indexer_key(spec.index_key, x.data(), out);
+    else
+        encode_kv_entry(spec.entry, x.data(), out);
 }
 
 TEST(KvArena, PagedEntriesOfLiveSequencesNeverAlias) {
@@ -65,7 +67,8 @@ TEST(KvArena, PagedEntriesOfLiveSequencesNeverAlias) {
         for (size_t si = 0; si < spec.streams.size(); ++si)
             for (int64_t e = 0; e < n_entries(spec.streams[si], hn.second); ++e) {
                 const auto& s = spec.streams[si];
-                const int64_t dim = s.kind == KvStreamKind::IndexerKey ? spec.index_key.index_head_dim : spec.entry.head_dim;
+                const int64_t dim =
+                    s.kind == KvStreamKind::IndexerKey ? spec.index_key.index_head_dim : spec.entry.head_dim;
                 encode(spec, s, content(id, si, e, dim), arena.paged_entry(kv.block_table(hn.first), si, e));
             }
     std::vector<uint8_t> want(static_cast<size_t>(spec.entry.entry_bytes()));
@@ -73,7 +76,8 @@ TEST(KvArena, PagedEntriesOfLiveSequencesNeverAlias) {
         for (size_t si = 0; si < spec.streams.size(); ++si)
             for (int64_t e = 0; e < n_entries(spec.streams[si], hn.second); ++e) {
                 const auto& s = spec.streams[si];
-                const int64_t dim = s.kind == KvStreamKind::IndexerKey ? spec.index_key.index_head_dim : spec.entry.head_dim;
+                const int64_t dim =
+                    s.kind == KvStreamKind::IndexerKey ? spec.index_key.index_head_dim : spec.entry.head_dim;
                 encode(spec, s, content(id, si, e, dim), want.data());
                 ASSERT_EQ(0, std::memcmp(want.data(), arena.paged_entry(kv.block_table(hn.first), si, e),
                                          static_cast<size_t>(s.entry_bytes)))

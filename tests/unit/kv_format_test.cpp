@@ -1,15 +1,15 @@
 // kv_format: encode/decode of KV entries and indexer keys must reproduce, bit for bit, the FP8
 // quant-dequant simulation the model was trained with (dsv4-model.md §10.2), written out here
 // independently with plain math.
+#include "kvcache/kv_format.h"
 #include "core/error.h"
 #include "core/fp_formats.h"
-#include "kvcache/kv_format.h"
 
 #include <gtest/gtest.h>
 
 #include <bit>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -104,8 +104,12 @@ void check_round_trip(int64_t head_dim, int64_t rope_dim, uint32_t seed) {
     }
 }
 
-TEST(KvFormat, FlashEntryRoundTripEqualsQatSimulation) { check_round_trip(512, 64, 1234); }
-TEST(KvFormat, TinyEntryRoundTripEqualsQatSimulation) { check_round_trip(128, 64, 99); }
+TEST(KvFormat, FlashEntryRoundTripEqualsQatSimulation) {
+    check_round_trip(512, 64, 1234);
+}
+TEST(KvFormat, TinyEntryRoundTripEqualsQatSimulation) {
+    check_round_trip(128, 64, 99);
+}
 
 TEST(KvFormat, EncodeIsIdempotentOnQuantisedValues) {
     // Decoded values are on the FP8 grid of their own scale: re-encoding gives the same bytes.

@@ -1,8 +1,8 @@
 // KV cache spec arithmetic and manager property tests: random allocate / extend / free sequences keep
 // check_integrity() true after every operation and return every block and slot at the end.
+#include "kvcache/kv_manager.h"
 #include "core/error.h"
 #include "kvcache/block_pool.h"
-#include "kvcache/kv_manager.h"
 #include "kvcache/kv_spec.h"
 
 #include <gtest/gtest.h>
@@ -132,8 +132,7 @@ TEST(KvManager, RandomAllocateExtendFreeReturnsEveryBlock) {
                 if (kv.can_extend(h, add)) {
                     const int64_t before = kv.n_free_blocks();
                     kv.extend(h, add);
-                    EXPECT_EQ(before - kv.n_free_blocks(),
-                              spec.blocks_for_tokens(n + add) - spec.blocks_for_tokens(n));
+                    EXPECT_EQ(before - kv.n_free_blocks(), spec.blocks_for_tokens(n + add) - spec.blocks_for_tokens(n));
                     n += add;
                 } else {
                     EXPECT_GT(spec.blocks_for_tokens(n + add) - spec.blocks_for_tokens(n), kv.n_free_blocks());

@@ -1,7 +1,7 @@
 // Sampler: empirical frequencies match the target distribution (chi-square), min-p / top-k / top-p
 // truncate exactly, seeds reproduce, penalties move logits by hand-computed amounts.
-#include "core/error.h"
 #include "engine/sampler.h"
+#include "core/error.h"
 
 #include <gtest/gtest.h>
 
@@ -141,9 +141,9 @@ TEST(Truncation, MinPExact) {
 TEST(Truncation, StagesComposeInOrder) {
     const std::vector<double> probs = {0.05, 0.4, 0.1, 0.25, 0.2};
     SamplingParams p;
-    p.min_p = 0.2f;   // drops 0.05 (< 0.08)
-    p.top_k = 3;      // 0.4, 0.25, 0.2
-    p.top_p = 0.7f;   // renormalised 0.47, 0.29 (cum 0.76 >= 0.7)
+    p.min_p = 0.2f;  // drops 0.05 (< 0.08)
+    p.top_k = 3;     // 0.4, 0.25, 0.2
+    p.top_p = 0.7f;  // renormalised 0.47, 0.29 (cum 0.76 >= 0.7)
     const auto c = truncate_distribution(probs, p);
     EXPECT_EQ(c.tokens, (std::vector<int32_t>{1, 3}));
     EXPECT_NEAR(c.probs[0] + c.probs[1], 1.0, 1e-15);
@@ -184,11 +184,11 @@ TEST(Penalties, HandComputed) {
     const std::vector<int32_t> prompt = {0};
     const std::vector<int32_t> output = {1, 3, 3};
     apply_penalties(logits, p, prompt, output);
-    EXPECT_FLOAT_EQ(logits[0], 1.0f);                 // prompt only: 2 / 2
+    EXPECT_FLOAT_EQ(logits[0], 1.0f);                  // prompt only: 2 / 2
     EXPECT_FLOAT_EQ(logits[1], -2.0f - 0.5f - 0.25f);  // -1 * 2, one occurrence
-    EXPECT_FLOAT_EQ(logits[2], 0.5f);                 // unseen
-    EXPECT_FLOAT_EQ(logits[3], 1.5f - 1.0f - 0.25f);  // 3 / 2, two occurrences
-    EXPECT_FLOAT_EQ(logits[4], -2.0f);                // unseen
+    EXPECT_FLOAT_EQ(logits[2], 0.5f);                  // unseen
+    EXPECT_FLOAT_EQ(logits[3], 1.5f - 1.0f - 0.25f);   // 3 / 2, two occurrences
+    EXPECT_FLOAT_EQ(logits[4], -2.0f);                 // unseen
 }
 
 TEST(Penalties, ChangeTheGreedyChoice) {
