@@ -1,6 +1,7 @@
 #include "tokenizer/added_tokens.h"
 
 #include "tokenizer/byte_level.h"
+#include "tokenizer/pretokenizer.h"
 
 namespace onecard::tok {
 
@@ -13,13 +14,18 @@ bool is_white_space(uint32_t cp) {
            cp == 0x3000;
 }
 
-// Word characters for single_word: ASCII alphanumerics, '_' and any non-ASCII letter-like code
-// point. (An approximation of \w that never treats whitespace or ASCII punctuation as a word.)
+// Word characters for single_word, as the `\w` of Rust's regex crate that Hugging Face uses
+// (letters, marks, decimal digits, connector punctuation).
 bool is_word_char(uint32_t cp) {
     if (cp < 0x80) {
         return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || cp == '_';
     }
-    return !is_white_space(cp);
+    static const Regex word("[\\p{L}\\p{M}\\p{Nd}\\p{Pc}]");
+    std::string ch;
+    append_utf8(cp, ch);
+    std::vector<std::pair<uint32_t, uint32_t>> spans;
+    word.find_all(ch, spans);
+    return !spans.empty();
 }
 
 // Last code point before `pos` (text[..pos] is valid UTF-8).

@@ -133,6 +133,11 @@ TEST(TokenizerAddedTokens, StripAndSingleWordFlags) {
     EXPECT_EQ(t.encode("a cat."), (std::vector<int32_t>{'a', ' ', 302, '.'}));
     EXPECT_EQ(t.encode("concat"), (std::vector<int32_t>{'c', 'o', 'n', 'c', 'a', 't'}));
     EXPECT_EQ(t.encode("cats"), (std::vector<int32_t>{'c', 'a', 't', 's'}));
+    // Unicode word characters (a CJK letter, a digit) block the match; punctuation and emoji do not.
+    EXPECT_EQ(t.encode("中cat").back(), 't');
+    EXPECT_EQ(t.encode("cat٣").front(), 'c');
+    EXPECT_EQ(t.encode("。cat").back(), 302);
+    EXPECT_EQ(t.encode("cat👍").front(), 302);
 }
 
 TEST(TokenizerAddedTokens, RawTokensAreMatchedBeforeNormalizedOnes) {
