@@ -279,12 +279,13 @@ public:
         : cfg_(cfg), seed_(seed), total_(total), progress_(progress), threads_(std::max(1u, threads)) {}
 
     void write_shard(const std::filesystem::path& path, const SynthShard& shard, size_t index, size_t n_shards) {
+        shard_ = index;
+        n_shards_ = n_shards;
         SafetensorsWriter w(path, shard.tensors, {{"format", "pt"}});
         for (size_t i = 0; i < shard.tensors.size(); ++i) {
             const TensorSpec& spec = shard.tensors[i];
             const bool scale_follows = i + 1 < shard.tensors.size() && is_scale_of(shard.tensors[i + 1], spec);
             write_tensor(w, spec, scale_follows ? &shard.tensors[i + 1] : nullptr);
-            report(index, n_shards);
         }
         w.close();
     }
@@ -298,6 +299,7 @@ private:
     void emit(SafetensorsWriter& w, const std::string& name, const std::vector<uint8_t>& bytes) {
         w.write(name, as_bytes(bytes));
         done_ += bytes.size();
+        report();
     }
 
     void write_tensor(SafetensorsWriter& w, const TensorSpec& spec, const TensorSpec* scale) {
@@ -454,13 +456,13 @@ private:
         }
     }
 
-    void report(size_t shard, size_t n_shards) {
+    void report() {
         if (!progress_ || total_ < kProgressMinBytes) return;
         const uint64_t pct = done_ * 100 / total_;
         if (pct < next_pct_ && done_ != total_) return;
         next_pct_ = pct + 5;
         std::fprintf(stderr, "synth: %.2f / %.2f GB (%3llu%%), shard %zu/%zu\n", static_cast<double>(done_) / 1e9,
-                     static_cast<double>(total_) / 1e9, static_cast<unsigned long long>(pct), shard + 1, n_shards);
+                     static_cast<double>(total_) / 1e9, static_cast<unsigned long long>(pct), shard_ + 1, n_shards_);
     }
 
     const ModelConfig& cfg_;
@@ -469,6 +471,7 @@ private:
     bool progress_;
     int64_t threads_;
     uint64_t done_ = 0;
+    size_t shard_ = 0, n_shards_ = 0;
     uint64_t next_pct_ = 0;
     std::vector<uint8_t> pending_scale_;  // scales of the weight just written, for the .scale that follows
     std::string pending_scale_name_;
