@@ -24,6 +24,7 @@ What each fixture holds (one JSON file per fixture):
     DeepSeek's encoding_dsv4.py of DeepSeek-V4-Flash-Vision-Exp and in the 0731 notes, CHAT_FORMAT.md of
     patrickbdevaney/deepseek-v4-flash-0731-cuda).
 
+random_requests.json holds seeded random conversations (differential test data, same adapter).
 completions.json holds model-output texts built with the official encoder's assistant rendering, and what the
 official strict parser (`parse_message_from_completion_text`) extracts from them; the C++ DSML/reasoning
 parsers must agree on all of them.
@@ -425,6 +426,92 @@ def direct_cases():
     ]
 
 
+def random_requests(seed, n):
+    """Random conversations (roles, tools, efforts, kwargs, content parts, unicode) for differential testing:
+    nothing here was looked at while writing the C++ encoder."""
+    import random
+    rng = random.Random(seed)
+    words = ["alpha", "\u4f60\u597d", "caf\u00e9", "\U0001F600", "tab\there", "quote\"d", "back\\slash",
+             "<think>", "line\nbreak", "", "  spaced  ", "\u0627\u0644\u0633\u0644\u0627\u0645", "x" * 30]
+    text = lambda: " ".join(rng.choice(words) for _ in range(rng.randint(0, 5)))
+    tools_pool = [WEATHER, SEARCH, CALC]
+
+    def value(depth=0):
+        r = rng.random()
+        if r < 0.35 or depth > 2:
+            return text()
+        if r < 0.5:
+            return rng.choice([0, -7, 3.25, 1e-07, 2.5e20, 123456789])
+        if r < 0.6:
+            return rng.choice([True, False, None])
+        if r < 0.8:
+            return [value(depth + 1) for _ in range(rng.randint(0, 3))]
+        return {"k%d" % i: value(depth + 1) for i in range(rng.randint(0, 3))}
+
+    out = []
+    while len(out) < n:
+        msgs = []
+        if rng.random() < 0.7:
+            msgs.append({"role": "system", "content": text() or "sys"})
+        if rng.random() < 0.2:
+            msgs.append({"role": "latest_reminder", "content": text()})
+        pending = []
+        for _ in range(rng.randint(1, 4)):
+            r = rng.random()
+            if r < 0.1:
+                msgs.append({"role": "developer", "content": text() or "dev"})
+            elif r < 0.2 and pending:
+                pass
+            else:
+                content = text()
+                if rng.random() < 0.2:
+                    content = [{"type": "text", "text": text()} for _ in range(rng.randint(1, 3))]
+                msgs.append({"role": "user", "content": content})
+            a = {"role": "assistant", "content": text() if rng.random() < 0.8 else None}
+            if rng.random() < 0.7:
+                a["reasoning_content"] = text()
+            if rng.random() < 0.5:
+                calls = []
+                for j in range(rng.randint(1, 3)):
+                    cid = "id%d_%d" % (len(msgs), j)
+                    args = {"p%d" % i: value() for i in range(rng.randint(0, 3))}
+                    calls.append(call(cid, rng.choice(["get_weather", "web_search", "plot_series"]), args,
+                                      as_object=rng.random() < 0.1))
+                a["tool_calls"] = calls
+                msgs.append(a)
+                ids = [c["id"] for c in calls]
+                rng.shuffle(ids)
+                for cid in ids:
+                    msgs.append(tool_msg(cid, text() if rng.random() < 0.9 else [{"type": "text", "text": text()}]))
+            else:
+                msgs.append(a)
+        if rng.random() < 0.6 and msgs[-1]["role"] == "assistant":
+            msgs.pop()
+        if msgs[-1]["role"] == "tool" and rng.random() < 0.3:
+            msgs.append({"role": "user", "content": text()})
+        req = {"messages": msgs}
+        if rng.random() < 0.5:
+            req["tools"] = rng.sample(tools_pool, rng.randint(1, 3))
+        kw = {}
+        if rng.random() < 0.5:
+            kw[rng.choice(["thinking", "enable_thinking"])] = rng.random() < 0.6
+        if rng.random() < 0.3:
+            kw["drop_thinking"] = rng.random() < 0.5
+        if rng.random() < 0.3:
+            kw["reasoning_effort"] = rng.choice(["low", "high", "max", "none", "medium", "xhigh"])
+        if kw:
+            req["chat_template_kwargs"] = kw
+        if rng.random() < 0.4:
+            req["reasoning_effort"] = rng.choice(["low", "high", "max", "none", "minimal"])
+        if rng.random() < 0.15:
+            req["response_format"] = rng.choice([{"type": "json_object"}, {"type": "text"},
+                                                 {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "object"}}}])
+        if msgs[-1]["role"] == "assistant" and rng.random() < 0.5:
+            req["continue_final_message"] = True
+        out.append(req)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Completions for the parser (official strict parser as the oracle)
 # ---------------------------------------------------------------------------------------------
@@ -506,6 +593,17 @@ def main():
                                                  "source": "official-golden", "encode": enc_args, "expected": gold})
             n += 1
 
+    randoms = []
+    for i, req in enumerate(random_requests(20261129, 150)):
+        variant = "v4" if i % 3 else "0731"
+        try:
+            expected = encs[variant].encode_messages(**request_to_encoder_args(req, variant))
+        except Exception:
+            continue  # inputs the official encoder rejects are not fixtures
+        randoms.append({"variant": variant, "source": "official-encoder" if variant == "v4" else "documentation",
+                        "request": req, "expected": expected})
+    write("random_requests", {"seed": 20261129, "cases": randoms})
+
     completions = []
     for name, a in completion_cases():
         for mode in ("thinking", "chat"):
@@ -516,7 +614,8 @@ def main():
                                 "tool_calls": [{"name": t["function"]["name"], "arguments": t["function"]["arguments"]}
                                                for t in parsed["tool_calls"]]})
     write("completions", {"source": "official-encoder", "completions": completions})
-    print("wrote %d prompt fixtures and %d completions to %s" % (n, len(completions), args.out), file=sys.stderr)
+    print("wrote %d prompt fixtures, %d random requests and %d completions to %s"
+          % (n, len(randoms), len(completions), args.out), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -76,6 +76,19 @@ TEST(ChatEncoding, EncoderLevelFixturesMatchOfficialEncoder) {
     }
 }
 
+// Seeded random conversations (scripts/chat/make_fixtures.py random_requests): differential data that the
+// implementation was not written against.
+TEST(ChatEncoding, RandomConversationsMatchOfficialEncoder) {
+    const OrderedJson fx = read_json(fs::path(ONECARD_SOURCE_DIR) / "tests/data/chat/random_requests.json");
+    const auto& cases = fx.at("cases");
+    ASSERT_GE(cases.size(), 100u);
+    for (size_t i = 0; i < cases.size(); ++i) {
+        const ChatPrompt prompt = render_chat_request(cases[i].at("request"), variant_of(cases[i]));
+        const std::string expected = cases[i].at("expected").get<std::string>();
+        EXPECT_EQ(prompt.text, expected) << "case " << i << " differs " << first_difference(prompt.text, expected);
+    }
+}
+
 TEST(ChatEncoding, VariantsDifferOnlyInEffortPrefix) {
     const std::string req = R"({"messages":[{"role":"user","content":"x"}],"reasoning_effort":"high"})";
     const ChatPrompt v4 = render_chat_request_text(req, ChatVariant::V4);

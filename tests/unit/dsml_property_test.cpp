@@ -233,52 +233,71 @@ TEST(DsmlProperty, FuzzNeverCrashesAndStaysSplitInvariant) {
     EXPECT_GT(n_with_warnings, 10000);
 }
 
-// Tool calls and text of every assistant turn in the request fixtures survive encode -> parse.
+// Tool calls and text of every assistant turn in the request fixtures (and the random conversations)
+// survive encode -> parse.
+size_t round_trip_assistant(const OrderedJson& m, const std::string& label) {
+    size_t n_calls = 0;
+    for (const bool thinking : {true, false}) {
+        OrderedJson assistant = m;
+        if (!assistant.contains("reasoning_content") && assistant.contains("reasoning"))
+            assistant["reasoning_content"] = assistant["reasoning"];
+        assistant.erase("reasoning");
+        if (assistant.contains("tool_calls"))
+            for (auto& tc : assistant["tool_calls"])
+                if (!tc["function"]["arguments"].is_string())
+                    tc["function"]["arguments"] = py_json_dumps(tc["function"]["arguments"]);
+        const OrderedJson user = {{"role", "user"}, {"content", "q"}};
+        EncodeOptions opts;
+        opts.thinking_mode = thinking ? ThinkingMode::Thinking : ThinkingMode::Chat;
+        const std::string prefix = encode_messages(OrderedJson::array({user}), opts);
+        const std::string full = encode_messages(OrderedJson::array({user, assistant}), opts);
+        EXPECT_TRUE(full.starts_with(prefix));
+        const auto p = parse_completion(std::string_view(full).substr(prefix.size()), {thinking, {}});
+        const std::string content = assistant.value("content", OrderedJson("")).is_string()
+                                        ? assistant.value("content", std::string())
+                                        : std::string();
+        const std::string reasoning = assistant.value("reasoning_content", OrderedJson("")).is_string()
+                                          ? assistant.value("reasoning_content", std::string())
+                                          : std::string();
+        // Text that itself contains chat markup cannot round-trip; the official parser rejects it too.
+        const bool markup_in_text = content.find("<think>") != std::string::npos ||
+                                    reasoning.find("<think>") != std::string::npos;
+        if (markup_in_text) continue;
+        EXPECT_TRUE(p.warnings.empty()) << label << ": " << p.warnings[0];
+        EXPECT_EQ(p.content, content) << label;
+        if (thinking) {
+            EXPECT_EQ(p.reasoning, reasoning) << label;
+        }
+        const OrderedJson calls = assistant.value("tool_calls", OrderedJson::array());
+        EXPECT_EQ(p.tool_calls.size(), calls.size()) << label;
+        for (size_t i = 0; i < calls.size() && i < p.tool_calls.size(); ++i) {
+            const auto& fn = calls[i]["function"];
+            EXPECT_EQ(p.tool_calls[i].name, fn["name"].get<std::string>());
+            const std::string raw = fn["arguments"].get<std::string>();
+            OrderedJson want = OrderedJson::parse(raw, nullptr, false);
+            if (want.is_discarded()) want = OrderedJson{{"arguments", raw}};  // the encoder's fallback
+            EXPECT_EQ(OrderedJson::parse(p.tool_calls[i].arguments), want) << label;
+            ++n_calls;
+        }
+    }
+    return n_calls;
+}
+
 TEST(DsmlProperty, EncoderParserRoundTrip) {
     size_t n_calls = 0;
     for (const auto& e : fs::directory_iterator(fs::path(ONECARD_SOURCE_DIR) / "tests/data/chat")) {
         if (e.path().filename().string().rfind("req_", 0) != 0) continue;
         const OrderedJson fx = read_json(e.path());
-        for (const auto& m : fx.at("request").at("messages")) {
-            if (m.at("role") != "assistant") continue;
-            for (const bool thinking : {true, false}) {
-                OrderedJson assistant = m;
-                assistant.erase("reasoning");
-                if (assistant.contains("tool_calls"))
-                    for (auto& tc : assistant["tool_calls"])
-                        if (!tc["function"]["arguments"].is_string())
-                            tc["function"]["arguments"] = py_json_dumps(tc["function"]["arguments"]);
-                const OrderedJson user = {{"role", "user"}, {"content", "q"}};
-                EncodeOptions opts;
-                opts.thinking_mode = thinking ? ThinkingMode::Thinking : ThinkingMode::Chat;
-                const std::string prefix = encode_messages(OrderedJson::array({user}), opts);
-                const std::string full = encode_messages(OrderedJson::array({user, assistant}), opts);
-                ASSERT_TRUE(full.starts_with(prefix));
-                const auto p = parse_completion(std::string_view(full).substr(prefix.size()), {thinking, {}});
-                const std::string label = e.path().filename().string();
-                EXPECT_TRUE(p.warnings.empty()) << label << ": " << p.warnings[0];
-                EXPECT_EQ(p.content, assistant.value("content", OrderedJson("")).is_string()
-                                         ? assistant.value("content", std::string())
-                                         : std::string())
-                    << label;
-                if (thinking) {
-                    EXPECT_EQ(p.reasoning, assistant.value("reasoning_content", std::string())) << label;
-                }
-                const OrderedJson calls = assistant.value("tool_calls", OrderedJson::array());
-                ASSERT_EQ(p.tool_calls.size(), calls.size()) << label;
-                for (size_t i = 0; i < calls.size(); ++i) {
-                    const auto& fn = calls[i]["function"];
-                    EXPECT_EQ(p.tool_calls[i].name, fn["name"].get<std::string>());
-                    const std::string raw = fn["arguments"].get<std::string>();
-                    OrderedJson want = OrderedJson::parse(raw, nullptr, false);
-                    if (want.is_discarded()) want = OrderedJson{{"arguments", raw}};  // the encoder's fallback
-                    EXPECT_EQ(OrderedJson::parse(p.tool_calls[i].arguments), want) << label;
-                    ++n_calls;
-                }
-            }
-        }
+        for (const auto& m : fx.at("request").at("messages"))
+            if (m.at("role") == "assistant") n_calls += round_trip_assistant(m, e.path().filename().string());
     }
     EXPECT_GE(n_calls, 40u);
+    const OrderedJson rnd = read_json(fs::path(ONECARD_SOURCE_DIR) / "tests/data/chat/random_requests.json");
+    size_t n_random_calls = 0;
+    for (size_t i = 0; i < rnd.at("cases").size(); ++i)
+        for (const auto& m : rnd.at("cases")[i].at("request").at("messages"))
+            if (m.at("role") == "assistant") n_random_calls += round_trip_assistant(m, "random " + std::to_string(i));
+    EXPECT_GE(n_random_calls, 100u);
 }
 
 }  // namespace
