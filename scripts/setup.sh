@@ -11,6 +11,8 @@ PKGS=(build-essential cmake ninja-build pkg-config git
 
 missing=()
 for p in "${PKGS[@]}"; do
+    # NodeSource's nodejs bundles npm and conflicts with Debian's npm package: any npm will do.
+    if [ "$p" = npm ] && command -v npm >/dev/null; then continue; fi
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
