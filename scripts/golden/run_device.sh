@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Device-side driver for make_golden.py (run from the repo root on the GPU machine, with .carry/
-# holding the onecard wrapper (it sets LD_LIBRARY_PATH to .carry/lib for onecard alone, never for
+# Device-side driver for make_golden.py (run from the repo root on the GPU machine, with .carry/ made
+# by prepare_carry.sh: the onecard wrapper sets LD_LIBRARY_PATH to .carry/lib for onecard alone, never for
 # python, whose torch needs the machine's own libstdc++).
 # Writes to $OUT: log.txt, golden.tar (one directory per golden), hf_src.tar (the installed
 # transformers sources the goldens came from, to diff against what was read when writing this).
