@@ -15,8 +15,17 @@
 namespace onecard {
 
 // Reference = DeepSeek's reference code including its QAT simulations (FP8 KV blocks of 64, Hadamard
-// + FP4 indexer q/keys, FP8 1×128 activation quantisation in front of FP8/FP4 linears).
-// Exact = the same math in plain fp32 on dequantised weights: what transformers computes.
+// + FP4 indexer q/keys, FP8 1×128 activation quantisation in front of FP8/FP4 linears; wo_a, the
+// compressors, weights_proj, router and head stay unquantised as in REF). Activations are NOT
+// rounded to bf16 between ops (REF's bf16 storage is not simulated).
+// Exact = the same math in plain fp32 on dequantised weights: what transformers computes. Where REF
+// and HF order fp32 operations differently, both modes follow HF (HC mixes: normalise, then project;
+// router denominator + 1e-20), except that routed-expert weights multiply the expert OUTPUT in
+// exact mode (HF) and the hidden activation before w2 in reference mode (REF, where the FP8
+// quantisation of that activation sees the scaled values).
+// Measured: exact vs transformers 5.17 (fp32, no TF32) median per-position relative L2 1.1e-6 (tiny
+// preset, 600 tokens) and 1.8e-6 (real per-layer dims, 4 layers, 300 tokens), argmax and greedy
+// continuations identical.
 enum class Numerics { Reference, Exact };
 
 const char* numerics_name(Numerics n);  // "reference", "exact"

@@ -436,7 +436,7 @@ TEST(CpuLinear, MatmulAndRowIndependence) {
 
 TEST(CpuLinear, RowStableAcrossBatchSizesAndThreads) {
     // Big enough that the threaded path runs for the full batch; single rows run unthreaded.
-    const int64_t n = 67, k = 515, m = 300;
+    const int64_t n = 67, k = 1027, m = 600;  // 41M multiply-adds: above the threading threshold
     auto x = random_vec(n * k, 41), w = random_vec(m * k, 42);
     std::vector<float> y(n * m);
     matmul_nt(x.data(), w.data(), y.data(), n, k, m);

@@ -103,9 +103,10 @@ void matmul_nt(const float* x, const float* w, float* y, int64_t n, int64_t k, i
     if (ldx == 0) ldx = k;
     if (ldy == 0) ldy = m;
     // Threads split the output columns; each element is still computed by exactly one fixed sequence.
+    // Starting threads costs tens of microseconds (far more under gVisor): only for big products.
     const int64_t work = n * m * k;
     const int64_t n_threads =
-        work < (int64_t(1) << 22) ? 1 : std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 8);
+        work < (int64_t(1) << 24) ? 1 : std::clamp<int64_t>(std::min<int64_t>(std::thread::hardware_concurrency(), work >> 24), 1, 8);
     if (n_threads == 1 || m < 8 * n_threads) {
         matmul_nt_range(x, w, y, k, ldx, ldy, 0, n, 0, m);
         return;
