@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace onecard {
 
 KvModelShape flash_kv_model_shape() {
@@ -34,7 +36,9 @@ KvCacheSpec make_kv_cache_spec(const KvModelShape& shape, int64_t block_size) {
     KvCacheSpec spec;
     spec.shape = shape;
     spec.entry = make_kv_entry_format(shape.head_dim, shape.rope_dim);
-    spec.index_key = make_indexer_key_format(shape.index_head_dim);
+    // Only CSA layers store indexer keys; a model without them may leave index_head_dim unset.
+    const bool has_csa = std::find(shape.kinds.begin(), shape.kinds.end(), KvLayerKind::CSA) != shape.kinds.end();
+    spec.index_key = has_csa ? make_indexer_key_format(shape.index_head_dim) : IndexerKeyFormat{shape.index_head_dim};
     spec.block_size = block_size;
 
     for (size_t il = 0; il < shape.kinds.size(); ++il) {

@@ -52,6 +52,19 @@ TEST(KvSpec, BlockSizeMustHoldWholeEntries) {
     EXPECT_THROW(make_kv_cache_spec(bad, 16), Error);
 }
 
+TEST(KvSpec, SlidingOnlyModelHasNoPagedState) {
+    KvModelShape s = tiny_shape();
+    s.kinds = {KvLayerKind::SWA, KvLayerKind::SWA};
+    s.compress_ratios = {0, 0};
+    s.index_head_dim = 0;  // no CSA layer: no indexer keys to format
+    const auto spec = make_kv_cache_spec(s, 16);
+    EXPECT_TRUE(spec.streams.empty());
+    EXPECT_EQ(spec.slot_bytes, 2 * 16 * spec.entry.entry_bytes());
+    KvModelShape with_csa = tiny_shape();
+    with_csa.index_head_dim = 0;  // CSA layers need an indexer key width
+    EXPECT_THROW(make_kv_cache_spec(with_csa, 16), Error);
+}
+
 TEST(KvPool, PlanFromBudget) {
     const auto spec = make_kv_cache_spec(tiny_shape(), 16);
     const int64_t budget = 3 * spec.slot_bytes + 10 * spec.block_bytes + spec.block_bytes / 2;
