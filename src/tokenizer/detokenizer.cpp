@@ -1,5 +1,6 @@
 #include "tokenizer/detokenizer.h"
 
+#include "core/error.h"
 #include "tokenizer/byte_level.h"
 
 namespace onecard {
@@ -22,6 +23,13 @@ std::string IncrementalDetokenizer::flush() {
     tok::append_utf8_lossy(pending_, text, /*final=*/true);
     pending_.clear();
     return text;
+}
+
+void IncrementalDetokenizer::check_integrity() const {
+    ONECARD_CHECK(pending_.size() <= 3, "IncrementalDetokenizer: {} bytes pending (at most 3 allowed)", pending_.size());
+    std::string probe;
+    ONECARD_CHECK(tok::append_utf8_lossy(pending_, probe, /*final=*/false) == 0,
+                  "IncrementalDetokenizer: pending bytes are not an incomplete character");
 }
 
 }  // namespace onecard

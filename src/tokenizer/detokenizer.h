@@ -21,6 +21,9 @@ public:
     std::string flush();
     // Bytes held back because they end in an incomplete character (at most 3).
     size_t n_pending_bytes() const { return pending_.size(); }
+    // Throws onecard::Error unless the held-back bytes are a proper, still completable prefix of
+    // one UTF-8 character (the only state push() may leave behind).
+    void check_integrity() const;
 
 private:
     const Tokenizer* tokenizer_;

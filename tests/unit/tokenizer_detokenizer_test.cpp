@@ -23,6 +23,7 @@ std::string stream_and_check(const Tokenizer& tok, const std::vector<int32_t>& i
         const std::string piece = detok.push(id);
         EXPECT_TRUE(tok::is_valid_utf8(piece)) << "push(" << id << ") returned invalid UTF-8";
         EXPECT_LE(detok.n_pending_bytes(), 3u);
+        EXPECT_NO_THROW(detok.check_integrity());
         streamed += piece;
     }
     const std::string tail = detok.flush();
