@@ -84,9 +84,10 @@ std::vector<int64_t> int_list(const json& v, const std::string& key) {
 int64_t ratio_of_layer_type(const std::string& type, const json* compress_rates, size_t il) {
     if (type == "sliding_attention") return 0;
     if (type != "compressed_sparse_attention" && type != "heavily_compressed_attention")
-        fail("config.json: layer_types[{}] = '{}' is not a DeepSeek-V4 layer type (sliding_attention, "
-             "compressed_sparse_attention, heavily_compressed_attention)",
-             il, type);
+        fail(
+            "config.json: layer_types[{}] = '{}' is not a DeepSeek-V4 layer type (sliding_attention, "
+            "compressed_sparse_attention, heavily_compressed_attention)",
+            il, type);
     const int64_t def = type == "compressed_sparse_attention" ? 4 : 128;
     if (compress_rates == nullptr) return def;
     ONECARD_CHECK(compress_rates->is_object(), "config.json: key 'compress_rates' must be an object");
@@ -142,8 +143,10 @@ int64_t parse_num_hash_layers(const json& j, int64_t n_layers) {
             const std::string s = t.is_string() ? t.get<std::string>() : t.dump();
             if (s == "hash_moe") {
                 // The checkpoint stores tid2eid for a prefix of layers only (layers [0, num_hash_layers)).
-                ONECARD_CHECK(!seen_moe, "config.json: mlp_layer_types[{}] = 'hash_moe' after a 'moe' layer: hash "
-                              "layers must form a prefix", il);
+                ONECARD_CHECK(!seen_moe,
+                              "config.json: mlp_layer_types[{}] = 'hash_moe' after a 'moe' layer: hash "
+                              "layers must form a prefix",
+                              il);
                 ++count;
             } else if (s == "moe") {
                 seen_moe = true;
@@ -205,17 +208,20 @@ void parse_rope(const json& j, ModelConfig& c) {
         RopeScaling rs;
         if (main || compress) {
             ONECARD_CHECK(main && compress, "config.json: key 'rope_parameters' must have both 'main' and 'compress'");
-            if (const json* t = find_key(*main, "rope_theta")) c.rope_theta = as_double(*t, "rope_parameters.main.rope_theta");
+            if (const json* t = find_key(*main, "rope_theta"))
+                c.rope_theta = as_double(*t, "rope_parameters.main.rope_theta");
             const std::string main_type = opt_string(*main, "rope_type", opt_string(*main, "type", "default"));
             ONECARD_CHECK(main_type == "default",
                           "config.json: key 'rope_parameters.main.rope_type' must be 'default' (sliding layers use "
-                          "plain RoPE), got '{}'", main_type);
+                          "plain RoPE), got '{}'",
+                          main_type);
             if (const json* t = find_key(*compress, "rope_theta"))
                 c.compress_rope_theta = as_double(*t, "rope_parameters.compress.rope_theta");
             parse_yarn(*compress, "rope_parameters.compress", rs);
         } else {
             // Flat form: the YaRN parameters of the compressed layers (transformers folds rope_theta in).
-            if (const json* t = find_key(*params, "rope_theta")) c.rope_theta = as_double(*t, "rope_parameters.rope_theta");
+            if (const json* t = find_key(*params, "rope_theta"))
+                c.rope_theta = as_double(*t, "rope_parameters.rope_theta");
             parse_yarn(*params, "rope_parameters", rs);
         }
         if (have_yarn) {
@@ -233,19 +239,21 @@ void parse_rope(const json& j, ModelConfig& c) {
 
 void parse_quantization(const json& j, ModelConfig& c) {
     const json* q = find_key(j, "quantization_config");
-    ONECARD_CHECK(q != nullptr, "config.json: missing required key 'quantization_config' (onecard reads the FP8 "
+    ONECARD_CHECK(q != nullptr,
+                  "config.json: missing required key 'quantization_config' (onecard reads the FP8 "
                   "checkpoint as DeepSeek ships it)");
     ONECARD_CHECK(q->is_object(), "config.json: key 'quantization_config' must be an object");
     const std::string method = opt_string(*q, "quant_method", "");
-    ONECARD_CHECK(method == "fp8", "config.json: key 'quantization_config.quant_method' must be 'fp8', got '{}'", method);
+    ONECARD_CHECK(method == "fp8", "config.json: key 'quantization_config.quant_method' must be 'fp8', got '{}'",
+                  method);
     const std::string fmt_name = opt_string(*q, "fmt", "e4m3");
     ONECARD_CHECK(fmt_name == "e4m3", "config.json: key 'quantization_config.fmt' must be 'e4m3', got '{}'", fmt_name);
     const std::string scale_fmt = opt_string(*q, "scale_fmt", "");
     ONECARD_CHECK(scale_fmt == "ue8m0", "config.json: key 'quantization_config.scale_fmt' must be 'ue8m0', got '{}'",
                   scale_fmt);
     const std::string act = opt_string(*q, "activation_scheme", "dynamic");
-    ONECARD_CHECK(act == "dynamic", "config.json: key 'quantization_config.activation_scheme' must be 'dynamic', got '{}'",
-                  act);
+    ONECARD_CHECK(act == "dynamic",
+                  "config.json: key 'quantization_config.activation_scheme' must be 'dynamic', got '{}'", act);
     const json* block = find_key(*q, "weight_block_size");
     ONECARD_CHECK(block != nullptr, "config.json: missing required key 'quantization_config.weight_block_size'");
     const auto b = int_list(*block, "quantization_config.weight_block_size");
@@ -283,7 +291,9 @@ void parse_dspark(const json& j, ModelConfig& c) {
     c.dspark = d;
 }
 
-bool divisible(int64_t a, int64_t b) { return b > 0 && a % b == 0; }
+bool divisible(int64_t a, int64_t b) {
+    return b > 0 && a % b == 0;
+}
 
 void validate(const ModelConfig& c) {
     auto positive = [](int64_t v, const char* key) {
@@ -313,8 +323,10 @@ void validate(const ModelConfig& c) {
     ONECARD_CHECK(c.num_key_value_heads == 1,
                   "config.json: key 'num_key_value_heads' must be 1 (DeepSeek-V4 shares one K=V head), got {}",
                   c.num_key_value_heads);
-    ONECARD_CHECK(c.n_shared_experts == 1, "config.json: key 'n_shared_experts' must be 1 (one shared_experts module), "
-                  "got {}", c.n_shared_experts);
+    ONECARD_CHECK(c.n_shared_experts == 1,
+                  "config.json: key 'n_shared_experts' must be 1 (one shared_experts module), "
+                  "got {}",
+                  c.n_shared_experts);
     ONECARD_CHECK(c.head_dim > c.qk_rope_head_dim,
                   "config.json: key 'head_dim' ({}) must be larger than 'qk_rope_head_dim' ({})", c.head_dim,
                   c.qk_rope_head_dim);
@@ -328,18 +340,18 @@ void validate(const ModelConfig& c) {
                   "config.json: key 'num_attention_heads' ({}) must be divisible by 'o_groups' ({})",
                   c.num_attention_heads, c.o_groups);
     ONECARD_CHECK(c.index_head_dim > c.qk_rope_head_dim,
-                  "config.json: key 'index_head_dim' ({}) must be larger than 'qk_rope_head_dim' ({})", c.index_head_dim,
-                  c.qk_rope_head_dim);
+                  "config.json: key 'index_head_dim' ({}) must be larger than 'qk_rope_head_dim' ({})",
+                  c.index_head_dim, c.qk_rope_head_dim);
     // The indexer's Walsh-Hadamard transform needs a power-of-two width.
     ONECARD_CHECK((c.index_head_dim & (c.index_head_dim - 1)) == 0,
                   "config.json: key 'index_head_dim' must be a power of two (Hadamard transform), got {}",
                   c.index_head_dim);
     // Every FP8 GEMM quantises its activation in 1x128 blocks along K, so each K must be a multiple of 128.
     const int64_t blk = c.weight_block_size;
-    ONECARD_CHECK(divisible(c.hidden_size, blk), "config.json: key 'hidden_size' ({}) must be a multiple of {} (FP8 blocks)",
-                  c.hidden_size, blk);
-    ONECARD_CHECK(divisible(c.q_lora_rank, blk), "config.json: key 'q_lora_rank' ({}) must be a multiple of {} (FP8 blocks)",
-                  c.q_lora_rank, blk);
+    ONECARD_CHECK(divisible(c.hidden_size, blk),
+                  "config.json: key 'hidden_size' ({}) must be a multiple of {} (FP8 blocks)", c.hidden_size, blk);
+    ONECARD_CHECK(divisible(c.q_lora_rank, blk),
+                  "config.json: key 'q_lora_rank' ({}) must be a multiple of {} (FP8 blocks)", c.q_lora_rank, blk);
     ONECARD_CHECK(divisible(c.moe_intermediate_size, blk),
                   "config.json: key 'moe_intermediate_size' ({}) must be a multiple of {} (FP8 blocks)",
                   c.moe_intermediate_size, blk);
@@ -359,7 +371,8 @@ void validate(const ModelConfig& c) {
     ONECARD_CHECK(c.expert_dtype == "fp4" || c.expert_dtype == "fp8",
                   "config.json: key 'expert_dtype' must be 'fp4' or 'fp8', got '{}'", c.expert_dtype);
     ONECARD_CHECK(c.scoring_func == "sqrtsoftplus",
-                  "config.json: key 'scoring_func' must be 'sqrtsoftplus' (DeepSeek-V4 router), got '{}'", c.scoring_func);
+                  "config.json: key 'scoring_func' must be 'sqrtsoftplus' (DeepSeek-V4 router), got '{}'",
+                  c.scoring_func);
     ONECARD_CHECK(c.topk_method == "noaux_tc", "config.json: key 'topk_method' must be 'noaux_tc', got '{}'",
                   c.topk_method);
     ONECARD_CHECK(!c.tie_word_embeddings,
@@ -368,14 +381,15 @@ void validate(const ModelConfig& c) {
     ONECARD_CHECK(c.hc_eps > 0, "config.json: key 'hc_eps' must be positive");
 
     const int64_t n_expected = c.num_hidden_layers + c.n_mtp_blocks();
-    ONECARD_CHECK(static_cast<int64_t>(c.compress_ratios.size()) == n_expected,
-                  "config.json: key 'compress_ratios' has {} entries, expected num_hidden_layers + MTP blocks = {} + {} "
-                  "= {}",
-                  c.compress_ratios.size(), c.num_hidden_layers, c.n_mtp_blocks(), n_expected);
+    ONECARD_CHECK(
+        static_cast<int64_t>(c.compress_ratios.size()) == n_expected,
+        "config.json: key 'compress_ratios' has {} entries, expected num_hidden_layers + MTP blocks = {} + {} "
+        "= {}",
+        c.compress_ratios.size(), c.num_hidden_layers, c.n_mtp_blocks(), n_expected);
     for (size_t il = 0; il < c.compress_ratios.size(); ++il) {
         const int64_t r = c.compress_ratios[il];
-        ONECARD_CHECK(r == 0 || r == 4 || r == 128, "config.json: key 'compress_ratios[{}]' = {} is not 0, 4 or 128", il,
-                      r);
+        ONECARD_CHECK(r == 0 || r == 4 || r == 128, "config.json: key 'compress_ratios[{}]' = {} is not 0, 4 or 128",
+                      il, r);
     }
 }
 
@@ -415,7 +429,8 @@ ModelConfig parse_config(const json& j) {
         c.qk_rope_head_dim = as_int(*rope, "qk_rope_head_dim");
     } else if (const json* prf = find_key(j, "partial_rotary_factor")) {
         // transformers: qk_rope_head_dim = int(head_dim * partial_rotary_factor)
-        c.qk_rope_head_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * as_double(*prf, "partial_rotary_factor"));
+        c.qk_rope_head_dim =
+            static_cast<int64_t>(static_cast<double>(c.head_dim) * as_double(*prf, "partial_rotary_factor"));
     } else {
         fail("config.json: missing required key 'qk_rope_head_dim' (or 'partial_rotary_factor')");
     }
@@ -570,18 +585,24 @@ json to_official_json(const ModelConfig& c) {
 
 const char* layer_kind_name(LayerKind k) {
     switch (k) {
-        case LayerKind::SWA: return "SWA";
-        case LayerKind::CSA: return "CSA";
-        case LayerKind::HCA: return "HCA";
+        case LayerKind::SWA:
+            return "SWA";
+        case LayerKind::CSA:
+            return "CSA";
+        case LayerKind::HCA:
+            return "HCA";
     }
     return "?";
 }
 
 const char* variant_name(ModelVariant v) {
     switch (v) {
-        case ModelVariant::V4Flash: return "DeepSeek-V4-Flash";
-        case ModelVariant::V4Flash0731: return "DeepSeek-V4-Flash-0731 (DSpark)";
-        case ModelVariant::V4Pro: return "DeepSeek-V4-Pro";
+        case ModelVariant::V4Flash:
+            return "DeepSeek-V4-Flash";
+        case ModelVariant::V4Flash0731:
+            return "DeepSeek-V4-Flash-0731 (DSpark)";
+        case ModelVariant::V4Pro:
+            return "DeepSeek-V4-Pro";
     }
     return "?";
 }

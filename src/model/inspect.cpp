@@ -18,7 +18,9 @@ constexpr std::array<const char*, 11> kComponents = {
     "embeddings/head", "attention", "compressor", "indexer", "router", "routed experts",
     "shared expert",   "HC",        "norms",      "MTP",     "other"};
 
-bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, const char* part) {
+    return s.find(part) != std::string::npos;
+}
 
 // Human-readable size in GB (10^9, what disk tools print) and GiB (what GPU memory is sold in).
 std::string size_str(uint64_t bytes) {
@@ -93,8 +95,8 @@ InspectReport inspect_checkpoint(const std::filesystem::path& dir) {
         if (ratio == 128) per_token += static_cast<double>(entry) / 128.0;
     }
     r.kv_bytes_per_token = static_cast<uint64_t>(per_token + 0.5);
-    r.kv_bytes_fixed_per_sequence = static_cast<uint64_t>(c.num_hidden_layers + c.n_mtp_blocks()) *
-                                    static_cast<uint64_t>(c.sliding_window) * entry;
+    r.kv_bytes_fixed_per_sequence =
+        static_cast<uint64_t>(c.num_hidden_layers + c.n_mtp_blocks()) * static_cast<uint64_t>(c.sliding_window) * entry;
     return r;
 }
 
@@ -127,20 +129,22 @@ std::string inspect_text(const InspectReport& r) {
     for (int64_t il = 0; il < c.num_hidden_layers + c.n_mtp_blocks(); ++il) {
         const bool mtp = il >= c.num_hidden_layers;
         const std::string label = mtp ? fmt::format("mtp.{}", il - c.num_hidden_layers) : fmt::format("{}", il);
-        s += fmt::format("  {:>6} {}{}", label, layer_kind_name(c.layer_kind(il)), c.is_hash_layer(il) && !mtp ? "#" : " ");
+        s += fmt::format("  {:>6} {}{}", label, layer_kind_name(c.layer_kind(il)),
+                         c.is_hash_layer(il) && !mtp ? "#" : " ");
         if ((il + 1) % 8 == 0 || il + 1 == c.num_hidden_layers + c.n_mtp_blocks()) s += "\n";
     }
     s += "  (# = hash-routed by token id)\n";
 
     s += fmt::format("\ntensors: {} in {} shard(s), {}\n", r.n_tensors, r.n_shards, size_str(r.n_bytes));
     s += "  by dtype:\n";
-    for (const auto& g : r.by_dtype) s += fmt::format("    {:<16} {:>8} tensors  {}\n", g.name, g.n_tensors, size_str(g.n_bytes));
+    for (const auto& g : r.by_dtype)
+        s += fmt::format("    {:<16} {:>8} tensors  {}\n", g.name, g.n_tensors, size_str(g.n_bytes));
     s += "  by component:\n";
     for (const auto& g : r.by_component)
         s += fmt::format("    {:<16} {:>8} tensors  {}\n", g.name, g.n_tensors, size_str(g.n_bytes));
 
-    s += fmt::format("\nweights: {}\n", r.weights_ok ? "all tensors bound, dtypes and shapes match the config"
-                                                       : r.weights_error);
+    s += fmt::format("\nweights: {}\n",
+                     r.weights_ok ? "all tensors bound, dtypes and shapes match the config" : r.weights_error);
     const double gib = static_cast<double>(r.n_bytes) / double(1ull << 30);
     s += fmt::format("\nGPU memory: weights as stored {}; {} one H200 (~{:.0f} GiB) by weights alone.\n",
                      size_str(r.n_bytes), gib < kH200GiB ? "fit on" : "do NOT fit on", kH200GiB);
@@ -159,10 +163,11 @@ nlohmann::json inspect_json(const InspectReport& r) {
     nlohmann::json sched = nlohmann::json::array();
     for (int64_t il = 0; il < c.num_hidden_layers + c.n_mtp_blocks(); ++il) {
         const bool mtp = il >= c.num_hidden_layers;
-        sched.push_back({{"block", mtp ? fmt::format("mtp.{}", il - c.num_hidden_layers) : fmt::format("layers.{}", il)},
-                         {"kind", layer_kind_name(c.layer_kind(il))},
-                         {"compress_ratio", c.compress_ratio(il)},
-                         {"hash_routed", !mtp && c.is_hash_layer(il)}});
+        sched.push_back(
+            {{"block", mtp ? fmt::format("mtp.{}", il - c.num_hidden_layers) : fmt::format("layers.{}", il)},
+             {"kind", layer_kind_name(c.layer_kind(il))},
+             {"compress_ratio", c.compress_ratio(il)},
+             {"hash_routed", !mtp && c.is_hash_layer(il)}});
     }
     j["schedule"] = std::move(sched);
     j["n_shards"] = r.n_shards;

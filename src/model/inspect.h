@@ -29,11 +29,11 @@ struct InspectReport {
     std::vector<TensorGroupStats> by_dtype;      // sorted by dtype name
     std::vector<TensorGroupStats> by_component;  // fixed component order, empty groups omitted
     bool weights_ok = false;
-    std::string weights_error;                   // bind_weights' message when !weights_ok
+    std::string weights_error;  // bind_weights' message when !weights_ok
     // Estimates from the config (vLLM fp8_ds_mla layout: FP8 non-RoPE dims + BF16 RoPE dims +
     // one UE8M0 byte per 64 dims; indexer keys FP8 + an fp32 scale).
-    uint64_t kv_bytes_per_token = 0;             // growth per token over all main layers
-    uint64_t kv_bytes_fixed_per_sequence = 0;    // sliding windows (main + MTP blocks)
+    uint64_t kv_bytes_per_token = 0;           // growth per token over all main layers
+    uint64_t kv_bytes_fixed_per_sequence = 0;  // sliding windows (main + MTP blocks)
 };
 
 // Component of a checkpoint tensor name: "embeddings/head", "attention", "compressor", "indexer",

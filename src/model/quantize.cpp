@@ -10,7 +10,9 @@ namespace onecard {
 namespace {
 
 // 2^k as a float; exact for the k a UE8M0 byte can give (-127..127).
-float pow2f(int k) { return std::ldexp(1.0f, k); }
+float pow2f(int k) {
+    return std::ldexp(1.0f, k);
+}
 
 // E2M1 code of a value already divided by its block scale: round to nearest, ties to the even
 // code (the same rounding as f32_to_e2m1; the synth test checks they agree bit for bit), by
@@ -19,14 +21,22 @@ uint8_t e2m1_code(float v) {
     const uint8_t sign = std::signbit(v) ? 0x8 : 0x0;
     const float a = std::fabs(v);
     uint8_t m;
-    if (a <= 0.25f) m = 0;
-    else if (a < 0.75f) m = 1;
-    else if (a <= 1.25f) m = 2;
-    else if (a < 1.75f) m = 3;
-    else if (a <= 2.5f) m = 4;
-    else if (a < 3.5f) m = 5;
-    else if (a <= 5.0f) m = 6;
-    else m = 7;
+    if (a <= 0.25f)
+        m = 0;
+    else if (a < 0.75f)
+        m = 1;
+    else if (a <= 1.25f)
+        m = 2;
+    else if (a < 1.75f)
+        m = 3;
+    else if (a <= 2.5f)
+        m = 4;
+    else if (a < 3.5f)
+        m = 5;
+    else if (a <= 5.0f)
+        m = 6;
+    else
+        m = 7;
     return sign | m;
 }
 

@@ -45,7 +45,9 @@ int64_t logical_cols(const TensorSpec& spec) {
     return cols;
 }
 
-int64_t logical_rows(const TensorSpec& spec) { return spec.shape.size() <= 1 ? 1 : spec.shape[0]; }
+int64_t logical_rows(const TensorSpec& spec) {
+    return spec.shape.size() <= 1 ? 1 : spec.shape[0];
+}
 
 // hc base vector: pre-mix logits give sigmoid = 1/hc (an average of the streams), post-mix
 // logits give 2*sigmoid = 1, the comb logits are diagonal-heavy so Sinkhorn yields a matrix close
@@ -68,7 +70,8 @@ enum class Role { Sink, HcBase, HcHeadBase, HcScale, HcFn, Norm, Ape, GateBias, 
 Role role_of(const std::string& name) {
     const bool is_hc = name.find("hc_") != std::string::npos;
     if (ends_with(name, "attn_sink")) return Role::Sink;
-    if (is_hc && ends_with(name, "_base")) return name.find("hc_head") != std::string::npos ? Role::HcHeadBase : Role::HcBase;
+    if (is_hc && ends_with(name, "_base"))
+        return name.find("hc_head") != std::string::npos ? Role::HcHeadBase : Role::HcBase;
     if (is_hc && ends_with(name, "_scale")) return Role::HcScale;
     if (is_hc && ends_with(name, "_fn")) return Role::HcFn;
     if (ends_with(name, "norm.weight")) return Role::Norm;
@@ -97,16 +100,36 @@ void synth_master_rows(const ModelConfig& cfg, uint64_t seed, const TensorSpec& 
             const double z = rng.normal();
             double v;
             switch (role) {
-                case Role::Sink: v = z; break;  // per-head sink logits ~ N(0, 1)
-                case Role::HcBase: v = hc_base_value(cfg.hc_mult, c, false) + 0.02 * z; break;
-                case Role::HcHeadBase: v = hc_base_value(cfg.hc_mult, c, true) + 0.02 * z; break;
-                case Role::HcScale: v = 1.0 + 0.05 * z; break;
-                case Role::HcFn: v = 0.2 * z * inv_sqrt_fan_in; break;  // mixes stay small: m ~ N(0, 0.04)
-                case Role::Norm: v = 1.0 + 0.02 * z; break;
-                case Role::Ape: v = 0.1 * z; break;
-                case Role::GateBias: v = 0.05 * z; break;
-                case Role::Embed: v = z; break;
-                default: v = z * inv_sqrt_fan_in; break;  // linear layers: unit gain, N(0, 1/fan_in)
+                case Role::Sink:
+                    v = z;
+                    break;  // per-head sink logits ~ N(0, 1)
+                case Role::HcBase:
+                    v = hc_base_value(cfg.hc_mult, c, false) + 0.02 * z;
+                    break;
+                case Role::HcHeadBase:
+                    v = hc_base_value(cfg.hc_mult, c, true) + 0.02 * z;
+                    break;
+                case Role::HcScale:
+                    v = 1.0 + 0.05 * z;
+                    break;
+                case Role::HcFn:
+                    v = 0.2 * z * inv_sqrt_fan_in;
+                    break;  // mixes stay small: m ~ N(0, 0.04)
+                case Role::Norm:
+                    v = 1.0 + 0.02 * z;
+                    break;
+                case Role::Ape:
+                    v = 0.1 * z;
+                    break;
+                case Role::GateBias:
+                    v = 0.05 * z;
+                    break;
+                case Role::Embed:
+                    v = z;
+                    break;
+                default:
+                    v = z * inv_sqrt_fan_in;
+                    break;  // linear layers: unit gain, N(0, 1/fan_in)
             }
             o[c] = static_cast<float>(v);
         }
@@ -122,18 +145,24 @@ std::optional<SynthPreset> synth_preset_from_name(const std::string& name) {
 
 const char* synth_preset_name(SynthPreset p) {
     switch (p) {
-        case SynthPreset::Tiny: return "tiny";
-        case SynthPreset::Small: return "small";
-        case SynthPreset::Flash: return "flash";
+        case SynthPreset::Tiny:
+            return "tiny";
+        case SynthPreset::Small:
+            return "small";
+        case SynthPreset::Flash:
+            return "flash";
     }
     return "?";
 }
 
 uint64_t synth_default_shard_bytes(SynthPreset p) {
     switch (p) {
-        case SynthPreset::Tiny: return 2ull << 20;  // several shards even for a few MB: exercises the index
-        case SynthPreset::Small: return 32ull << 20;
-        case SynthPreset::Flash: return 5000000000ull;
+        case SynthPreset::Tiny:
+            return 2ull << 20;  // several shards even for a few MB: exercises the index
+        case SynthPreset::Small:
+            return 32ull << 20;
+        case SynthPreset::Flash:
+            return 5000000000ull;
     }
     return 5000000000ull;
 }
@@ -270,7 +299,7 @@ std::span<const std::byte> as_bytes(const std::vector<uint8_t>& v) {
     return {reinterpret_cast<const std::byte*>(v.data()), v.size()};
 }
 
-constexpr int64_t kChunkElems = int64_t{1} << 22;  // fp32 values generated per chunk (16 MiB)
+constexpr int64_t kChunkElems = int64_t{1} << 22;            // fp32 values generated per chunk (16 MiB)
 constexpr uint64_t kProgressMinBytes = uint64_t{256} << 20;  // smaller writes finish in seconds: no progress lines
 
 class ShardWriter {
@@ -322,10 +351,15 @@ private:
                 return;
             }
             case DType::I64:
-            case DType::I32: write_tid2eid(w, spec); return;
+            case DType::I32:
+                write_tid2eid(w, spec);
+                return;
             case DType::BF16:
-            case DType::F32: write_plain(w, spec); return;
-            default: fail("synth: no generator for tensor {} of dtype {}", spec.name, dtype_name(spec.dtype));
+            case DType::F32:
+                write_plain(w, spec);
+                return;
+            default:
+                fail("synth: no generator for tensor {} of dtype {}", spec.name, dtype_name(spec.dtype));
         }
     }
 
@@ -518,9 +552,13 @@ SynthResult synth_write(const ModelConfig& cfg, uint64_t seed, const std::filesy
     index["weight_map"] = std::move(weight_map);
     write_text(out_dir / "model.safetensors.index.json", index.dump(2) + "\n");
     write_text(out_dir / "config.json", to_official_json(cfg).dump(2) + "\n");
-    nlohmann::json gen = {{"_from_model_config", true}, {"bos_token_id", cfg.bos_token_id},
-                          {"eos_token_id", cfg.eos_token_id}, {"do_sample", true},
-                          {"temperature", 1.0}, {"top_p", 1.0}, {"transformers_version", "4.57.1"}};
+    nlohmann::json gen = {{"_from_model_config", true},
+                          {"bos_token_id", cfg.bos_token_id},
+                          {"eos_token_id", cfg.eos_token_id},
+                          {"do_sample", true},
+                          {"temperature", 1.0},
+                          {"top_p", 1.0},
+                          {"transformers_version", "4.57.1"}};
     write_text(out_dir / "generation_config.json", gen.dump(2) + "\n");
     return res;
 }

@@ -34,17 +34,17 @@ struct SynthOptions {
     std::optional<int64_t> vocab;            // vocab_size
     std::optional<int64_t> heads;            // num_attention_heads
     std::optional<int64_t> head_dim;
-    std::optional<int64_t> rope_dim;         // qk_rope_head_dim
+    std::optional<int64_t> rope_dim;  // qk_rope_head_dim
     std::optional<int64_t> q_lora_rank;
     std::optional<int64_t> o_groups;
     std::optional<int64_t> o_lora_rank;
-    std::optional<int64_t> moe_inter;        // moe_intermediate_size
-    std::optional<int64_t> window;           // sliding_window
-    std::optional<int64_t> index_heads;      // index_n_heads
+    std::optional<int64_t> moe_inter;    // moe_intermediate_size
+    std::optional<int64_t> window;       // sliding_window
+    std::optional<int64_t> index_heads;  // index_n_heads
     std::optional<int64_t> index_head_dim;
     std::optional<int64_t> index_topk;
-    std::optional<int64_t> mtp;              // num_nextn_predict_layers
-    std::optional<uint64_t> shard_bytes;     // target shard size (a tensor never spans shards)
+    std::optional<int64_t> mtp;           // num_nextn_predict_layers
+    std::optional<uint64_t> shard_bytes;  // target shard size (a tensor never spans shards)
 };
 
 std::optional<SynthPreset> synth_preset_from_name(const std::string& name);  // "tiny", "small", "flash"
@@ -55,9 +55,9 @@ ModelConfig synth_config(const SynthOptions& opt);
 uint64_t synth_default_shard_bytes(SynthPreset p);
 
 struct SynthShard {
-    std::string file;                // "model-00001-of-00003.safetensors"
+    std::string file;                 // "model-00001-of-00003.safetensors"
     std::vector<TensorSpec> tensors;  // in write order
-    uint64_t nbytes = 0;             // tensor bytes (headers excluded)
+    uint64_t nbytes = 0;              // tensor bytes (headers excluded)
 };
 // How the layout is split into shards: consecutive tensors, a new shard when the next tensor
 // would push the current one past shard_bytes (a .scale stays with its .weight).

@@ -27,11 +27,12 @@ inline uint64_t fnv1a64(std::string_view s) {
 
 // Reciprocals for the series below. Constant-folded divisions are correctly rounded, exactly
 // like the runtime IEEE division they replace, so the tables are the same on every compiler.
-inline constexpr double kInvOdd[10] = {1.0, 1.0 / 3, 1.0 / 5, 1.0 / 7, 1.0 / 9, 1.0 / 11, 1.0 / 13, 1.0 / 15, 1.0 / 17, 1.0 / 19};
+inline constexpr double kInvOdd[10] = {1.0,      1.0 / 3,  1.0 / 5,  1.0 / 7,  1.0 / 9,
+                                       1.0 / 11, 1.0 / 13, 1.0 / 15, 1.0 / 17, 1.0 / 19};
 // kInvPair[i] = 1 / (k (k - 1)) for k = i + 2.
-inline constexpr double kInvPair[19] = {
-    1.0 / 2,   1.0 / 6,   1.0 / 12,  1.0 / 20,  1.0 / 30,  1.0 / 42,  1.0 / 56,  1.0 / 72,  1.0 / 90, 1.0 / 110,
-    1.0 / 132, 1.0 / 156, 1.0 / 182, 1.0 / 210, 1.0 / 240, 1.0 / 272, 1.0 / 306, 1.0 / 342, 1.0 / 380};
+inline constexpr double kInvPair[19] = {1.0 / 2,   1.0 / 6,   1.0 / 12,  1.0 / 20,  1.0 / 30,  1.0 / 42,  1.0 / 56,
+                                        1.0 / 72,  1.0 / 90,  1.0 / 110, 1.0 / 132, 1.0 / 156, 1.0 / 182, 1.0 / 210,
+                                        1.0 / 240, 1.0 / 272, 1.0 / 306, 1.0 / 342, 1.0 / 380};
 
 // Natural log for x > 0: x = m * 2^e, m in [sqrt(1/2), sqrt(2)), log m = 2 atanh((m-1)/(m+1)).
 inline double det_log(double x) {
@@ -64,10 +65,22 @@ inline void det_cos_sin_2pi(double u, double& c, double& s) {
     }
     sn *= th;
     switch (q & 3) {
-        case 0: c = cs; s = sn; break;
-        case 1: c = -sn; s = cs; break;
-        case 2: c = -cs; s = -sn; break;
-        default: c = sn; s = -cs; break;
+        case 0:
+            c = cs;
+            s = sn;
+            break;
+        case 1:
+            c = -sn;
+            s = cs;
+            break;
+        case 2:
+            c = -cs;
+            s = -sn;
+            break;
+        default:
+            c = sn;
+            s = -cs;
+            break;
     }
 }
 

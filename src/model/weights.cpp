@@ -14,7 +14,9 @@ namespace onecard {
 
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+    return (a + b - 1) / b;
+}
 
 // Receives each expected tensor; returns the bound view (or an empty one naming the tensor).
 class TensorVisitor {
@@ -248,7 +250,8 @@ public:
         std::vector<std::string> unexpected;
         for (const TensorView& t : ckpt_.tensors())
             if (!taken_.count(t.name))
-                unexpected.push_back(fmt::format("unexpected {} ({} {})", t.name, dtype_name(t.dtype), shape_str(t.shape)));
+                unexpected.push_back(
+                    fmt::format("unexpected {} ({} {})", t.name, dtype_name(t.dtype), shape_str(t.shape)));
         const size_t n = missing_.size() + unexpected.size() + mismatched_.size();
         if (n == 0) return;
         std::string msg = fmt::format(

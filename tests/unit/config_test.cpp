@@ -1,8 +1,8 @@
 // Config parsing: the official Flash config gives the dsv4-model.md §1 values; the transformers
 // spelling gives the same config; 0731 and Pro shapes are accepted; V4.1 and inconsistent configs
 // are refused with the offending key named.
-#include "core/error.h"
 #include "model/config.h"
+#include "core/error.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -64,11 +64,17 @@ json flash_official() {
         {"q_lora_rank", 1024},
         {"qk_rope_head_dim", 64},
         {"quantization_config",
-         {{"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"}, {"scale_fmt", "ue8m0"},
+         {{"activation_scheme", "dynamic"},
+          {"fmt", "e4m3"},
+          {"quant_method", "fp8"},
+          {"scale_fmt", "ue8m0"},
           {"weight_block_size", {128, 128}}}},
         {"rms_norm_eps", 1e-6},
         {"rope_scaling",
-         {{"beta_fast", 32}, {"beta_slow", 1}, {"factor", 16}, {"original_max_position_embeddings", 65536},
+         {{"beta_fast", 32},
+          {"beta_slow", 1},
+          {"factor", 16},
+          {"original_max_position_embeddings", 65536},
           {"type", "yarn"}}},
         {"rope_theta", 10000},
         {"routed_scaling_factor", 1.5},
@@ -107,8 +113,14 @@ json flash_transformers() {
     j["rope_parameters"] = {
         {"main", {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.125}}},
         {"compress",
-         {{"rope_type", "yarn"}, {"rope_theta", 160000.0}, {"factor", 16.0}, {"original_max_position_embeddings", 65536},
-          {"beta_fast", 32.0}, {"beta_slow", 1.0}, {"attention_factor", 1.0}, {"partial_rotary_factor", 0.125}}}};
+         {{"rope_type", "yarn"},
+          {"rope_theta", 160000.0},
+          {"factor", 16.0},
+          {"original_max_position_embeddings", 65536},
+          {"beta_fast", 32.0},
+          {"beta_slow", 1.0},
+          {"attention_factor", 1.0},
+          {"partial_rotary_factor", 0.125}}}};
     return j;
 }
 
@@ -215,9 +227,12 @@ TEST(Config, OfficialFlashHasSpecValues) {
     int n_swa = 0, n_csa = 0, n_hca = 0;
     for (int il = 0; il < 43; ++il) {
         const LayerKind k = c.layer_kind(il);
-        if (il < 2) EXPECT_EQ(k, LayerKind::SWA) << il;
-        else if (il % 2 == 0) EXPECT_EQ(k, LayerKind::CSA) << il;
-        else EXPECT_EQ(k, LayerKind::HCA) << il;
+        if (il < 2)
+            EXPECT_EQ(k, LayerKind::SWA) << il;
+        else if (il % 2 == 0)
+            EXPECT_EQ(k, LayerKind::CSA) << il;
+        else
+            EXPECT_EQ(k, LayerKind::HCA) << il;
         n_swa += k == LayerKind::SWA;
         n_csa += k == LayerKind::CSA;
         n_hca += k == LayerKind::HCA;
@@ -273,8 +288,11 @@ TEST(Config, TransformersNamesGiveTheSameConfig) {
 
     // Flat rope_parameters (the YaRN parameters of compressed layers) + top-level thetas.
     json flat = flash_transformers();
-    flat["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 16}, {"original_max_position_embeddings", 65536},
-                               {"beta_fast", 32}, {"beta_slow", 1}};
+    flat["rope_parameters"] = {{"rope_type", "yarn"},
+                               {"factor", 16},
+                               {"original_max_position_embeddings", 65536},
+                               {"beta_fast", 32},
+                               {"beta_slow", 1}};
     flat["rope_theta"] = 10000;
     flat["compress_rope_theta"] = 160000;
     expect_same(parse_config(flat), official);
@@ -322,9 +340,16 @@ TEST(Config, Flash0731Accepted) {
     EXPECT_EQ(c.layer_kind(45), LayerKind::SWA);
 
     // 44 entries (the V4-Flash length) is wrong for a 3-stage drafter.
-    expect_refused(with(flash_0731(), [](json& j) { j["compress_ratios"].erase(45); j["compress_ratios"].erase(44); }),
+    expect_refused(with(flash_0731(),
+                        [](json& j) {
+                            j["compress_ratios"].erase(45);
+                            j["compress_ratios"].erase(44);
+                        }),
                    {"compress_ratios", "46"});
-    expect_refused(with(flash_0731(), [](json& j) { j["dspark_target_layer_ids"] = {40, 41, 43}; }),
+    expect_refused(with(flash_0731(),
+                        [](json& j) {
+                            j["dspark_target_layer_ids"] = {40, 41, 43};
+                        }),
                    {"dspark_target_layer_ids"});
     expect_refused(with(flash_0731(), [](json& j) { j.erase("dspark_markov_rank"); }), {"dspark_markov_rank"});
 }
@@ -342,7 +367,11 @@ TEST(Config, ProShapeAccepted) {
 }
 
 TEST(Config, RefusesOtherArchitectures) {
-    expect_refused(with(flash_official(), [](json& j) { j["engram_layer_ids"] = {1, 15}; }), {"engram_layer_ids", "V4.1"});
+    expect_refused(with(flash_official(),
+                        [](json& j) {
+                            j["engram_layer_ids"] = {1, 15};
+                        }),
+                   {"engram_layer_ids", "V4.1"});
     expect_refused(with(flash_official(), [](json& j) { j["model_type"] = "deepseek_v41"; }), {"model_type"});
     expect_refused(with(flash_official(), [](json& j) { j["model_type"] = "deepseek_v32"; }), {"model_type"});
     expect_refused(with(flash_official(), [](json& j) { j["architectures"] = {"DeepseekV32ForCausalLM"}; }),
@@ -362,12 +391,16 @@ TEST(Config, RefusesInconsistentConfigs) {
     expect_refused(with(base, [](json& j) { j["o_groups"] = 7; }), {"o_groups"});
     expect_refused(with(base, [](json& j) { j["num_key_value_heads"] = 8; }), {"num_key_value_heads"});
     expect_refused(with(base, [](json& j) { j["quantization_config"]["fmt"] = "e5m2"; }), {"quantization_config.fmt"});
-    expect_refused(with(base, [](json& j) { j["quantization_config"]["weight_block_size"] = {64, 64}; }),
+    expect_refused(with(base,
+                        [](json& j) {
+                            j["quantization_config"]["weight_block_size"] = {64, 64};
+                        }),
                    {"weight_block_size"});
     expect_refused(with(base, [](json& j) { j["quantization_config"]["scale_fmt"] = "fp32"; }), {"scale_fmt"});
     expect_refused(with(base, [](json& j) { j["hidden_size"] = 4000; }), {"hidden_size", "128"});
     expect_refused(with(base, [](json& j) { j["moe_intermediate_size"] = 2000; }), {"moe_intermediate_size"});
-    expect_refused(with(base, [](json& j) { j["num_experts_per_tok"] = 300; }), {"num_experts_per_tok", "n_routed_experts"});
+    expect_refused(with(base, [](json& j) { j["num_experts_per_tok"] = 300; }),
+                   {"num_experts_per_tok", "n_routed_experts"});
     expect_refused(with(base, [](json& j) { j["rope_scaling"]["mscale"] = 1.0; }), {"rope_scaling.mscale"});
     expect_refused(with(base, [](json& j) { j["rope_scaling"]["type"] = "linear"; }), {"rope_scaling.type"});
     expect_refused(with(base, [](json& j) { j["num_hash_layers"] = 44; }), {"num_hash_layers"});
@@ -404,13 +437,9 @@ TEST(Config, LoadConfigNamesTheFile) {
         EXPECT_NE(std::string(e.what()).find(path.string()), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find("o_groups"), std::string::npos) << e.what();
     }
-    {
-        std::ofstream(path) << "{ \"model_type\": ";
-    }
+    { std::ofstream(path) << "{ \"model_type\": "; }
     EXPECT_THROW(load_config(path), Error);
-    {
-        std::ofstream(path) << flash_official().dump();
-    }
+    { std::ofstream(path) << flash_official().dump(); }
     EXPECT_EQ(load_config(path).num_hidden_layers, 43);
     std::filesystem::remove_all(dir);
 }

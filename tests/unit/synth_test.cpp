@@ -1,16 +1,16 @@
 // Synthetic checkpoints: synth tiny -> Checkpoint::open -> bind_weights round trip; bit-exact
 // determinism; FP8/MXFP4 bytes decode to the fp32 master values within the format error; the
 // MXFP4 nibble order; index.json consistency; the flash preset's tensor list when shrunk.
+#include "model/synth.h"
 #include "core/error.h"
 #include "core/fp_formats.h"
 #include "loader/checkpoint.h"
 #include "model/quantize.h"
-#include "model/synth.h"
 #include "model/weights.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <openssl/evp.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstring>
@@ -184,8 +184,8 @@ TEST_F(SynthTiny, Fp8WeightsDecodeWithinFormatError) {
 
 TEST_F(SynthTiny, Mxfp4ExpertsDecodeWithinFormatError) {
     const Checkpoint ckpt = Checkpoint::open(*dir_);
-    for (const char* name : {"layers.0.ffn.experts.0.w1.weight", "layers.5.ffn.experts.7.w2.weight",
-                             "mtp.0.ffn.experts.3.w3.weight"}) {
+    for (const char* name :
+         {"layers.0.ffn.experts.0.w1.weight", "layers.5.ffn.experts.7.w2.weight", "mtp.0.ffn.experts.3.w3.weight"}) {
         const TensorView& w = ckpt.get(name);
         const TensorView& s = ckpt.get(std::string(name).substr(0, std::strlen(name) - 7) + ".scale");
         ASSERT_EQ(w.dtype, DType::I8);
@@ -203,7 +203,8 @@ TEST_F(SynthTiny, Mxfp4ExpertsDecodeWithinFormatError) {
                 const float dec = (code & 8 ? -1.0f : 1.0f) * kE2M1[code & 7] * scale;
                 const float x = src[static_cast<size_t>(r * cols + c)];
                 // E2M1: the widest gap (4 -> 6) is half the lower value; subnormal step 0.5 * scale.
-                ASSERT_LE(std::fabs(dec - x), std::fabs(x) * 0.25f + 0.25f * scale) << name << " [" << r << "," << c << "]";
+                ASSERT_LE(std::fabs(dec - x), std::fabs(x) * 0.25f + 0.25f * scale)
+                    << name << " [" << r << "," << c << "]";
                 EXPECT_EQ(dec, dequant_mxfp4(w.as<uint8_t>(), s.as<uint8_t>(), cols, r, c));
             }
         }
@@ -213,7 +214,7 @@ TEST_F(SynthTiny, Mxfp4ExpertsDecodeWithinFormatError) {
 TEST(Quantize, Mxfp4NibbleOrderOnKnownPattern) {
     // 32 values with amax 6 -> scale 2^0 (byte 127). Values chosen to be exact E2M1 codes, so the
     // expected bytes follow from the format definition alone: code(v) low nibble for even k.
-    const float pattern[16] = {0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, 0.0f,
+    const float pattern[16] = {0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,  0.0f,
                                -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f, 1.0f};
     const uint8_t codes[16] = {0x1, 0x2, 0x3, 0x4, 0x5, 0x6, 0x7, 0x0, 0x9, 0xA, 0xB, 0xC, 0xD, 0xE, 0xF, 0x2};
     float row[32];
@@ -243,7 +244,8 @@ TEST(Quantize, RowQuantisersMatchTheCoreEncoders) {
             vals.push_back(-v);
         }
     }
-    for (int i = 0; vals.size() % 32 != 0 || vals.size() < 256; ++i) vals.push_back(std::ldexp(float(i % 13) - 6.3f, i % 9 - 4));
+    for (int i = 0; vals.size() % 32 != 0 || vals.size() < 256; ++i)
+        vals.push_back(std::ldexp(float(i % 13) - 6.3f, i % 9 - 4));
     vals.push_back(0.0f);
     while (vals.size() % 32 != 0) vals.push_back(1e-3f * static_cast<float>(vals.size()));
     const int64_t n = static_cast<int64_t>(vals.size());
@@ -270,9 +272,9 @@ TEST(Quantize, RowQuantisersMatchTheCoreEncoders) {
 }
 
 TEST(Quantize, Ue8m0ScaleIsTightestPowerOfTwo) {
-    EXPECT_EQ(ue8m0_scale_for(448.0f, 448.0f), 127);      // exactly fits at 2^0
-    EXPECT_EQ(ue8m0_scale_for(448.5f, 448.0f), 128);      // just over -> 2^1
-    EXPECT_EQ(ue8m0_scale_for(224.0f, 448.0f), 126);      // 2^-1 fits exactly
+    EXPECT_EQ(ue8m0_scale_for(448.0f, 448.0f), 127);  // exactly fits at 2^0
+    EXPECT_EQ(ue8m0_scale_for(448.5f, 448.0f), 128);  // just over -> 2^1
+    EXPECT_EQ(ue8m0_scale_for(224.0f, 448.0f), 126);  // 2^-1 fits exactly
     EXPECT_EQ(ue8m0_scale_for(6.0f, 6.0f), 127);
     EXPECT_EQ(ue8m0_scale_for(0.0f, 448.0f), ue8m0_scale_for(1e-4f, 448.0f));  // floor at 1e-4
 }

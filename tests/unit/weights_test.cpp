@@ -1,11 +1,11 @@
 // Weight binding: every official name binds with the right dtype and shape; a checkpoint that
 // disagrees with its config (missing, unexpected, wrong dtype, wrong shape) is refused with ONE
 // error that names every problem; the 0731 DSpark drafter layout binds.
+#include "model/weights.h"
 #include "core/error.h"
 #include "loader/checkpoint.h"
 #include "loader/safetensors_writer.h"
 #include "model/synth.h"
-#include "model/weights.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -108,19 +108,20 @@ TEST(Weights, OneErrorNamesEveryProblem) {
         std::erase_if(s, [](const TensorSpec& t) { return t.name == "layers.2.attn.indexer.wq_b.scale"; });
         std::erase_if(s, [](const TensorSpec& t) { return t.name == "mtp.0.hnorm.weight"; });
         s.push_back({"layers.0.attn.bogus.weight", DType::BF16, {8}});
-        spec_named(s, "layers.1.attn_norm.weight").dtype = DType::F32;       // wrong dtype
-        spec_named(s, "layers.4.attn.wo_a.weight").shape = {256, 128};      // wrong shape
+        spec_named(s, "layers.1.attn_norm.weight").dtype = DType::F32;  // wrong dtype
+        spec_named(s, "layers.4.attn.wo_a.weight").shape = {256, 128};  // wrong shape
     });
     const fs::path dir = write_checkpoint("bad", cfg, specs);
     const std::string msg = bind_error(cfg, dir);
     const std::string dir_name = dir.string();
     ASSERT_FALSE(msg.empty());
-    for (const char* needle : {"5 problem(s)", "2 missing", "1 unexpected", "2 mismatched",
-                               "missing    layers.2.attn.indexer.wq_b.scale (F8_E8M0 [4, 1])",
-                               "missing    mtp.0.hnorm.weight", "unexpected layers.0.attn.bogus.weight",
-                               "layers.1.attn_norm.weight: checkpoint has F32 [256], config expects BF16 [256]",
-                               "layers.4.attn.wo_a.weight: checkpoint has F8_E4M3 [256, 128], config expects F8_E4M3 [256, 256]",
-                               dir_name.c_str()})
+    for (const char* needle :
+         {"5 problem(s)", "2 missing", "1 unexpected", "2 mismatched",
+          "missing    layers.2.attn.indexer.wq_b.scale (F8_E8M0 [4, 1])", "missing    mtp.0.hnorm.weight",
+          "unexpected layers.0.attn.bogus.weight",
+          "layers.1.attn_norm.weight: checkpoint has F32 [256], config expects BF16 [256]",
+          "layers.4.attn.wo_a.weight: checkpoint has F8_E4M3 [256, 128], config expects F8_E4M3 [256, 256]",
+          dir_name.c_str()})
         EXPECT_NE(msg.find(needle), std::string::npos) << "missing '" << needle << "' in:\n" << msg;
     fs::remove_all(dir);
 }
@@ -133,8 +134,9 @@ TEST(Weights, ShapeMismatchAgainstConfig) {
     ModelConfig other = cfg;
     other.q_lora_rank = 256;
     const std::string msg = bind_error(other, dir);
-    EXPECT_NE(msg.find("layers.0.attn.wq_a.weight: checkpoint has F8_E4M3 [128, 256], config expects F8_E4M3 [256, 256]"),
-              std::string::npos)
+    EXPECT_NE(
+        msg.find("layers.0.attn.wq_a.weight: checkpoint has F8_E4M3 [128, 256], config expects F8_E4M3 [256, 256]"),
+        std::string::npos)
         << msg;
     EXPECT_NE(msg.find("layers.0.attn.q_norm.weight"), std::string::npos) << msg;
     // 7 blocks x (wq_a w+s, q_norm, wq_b w+s) + 2 indexer wq_b (w+s) = 7*5 + 4 = 39 mismatches:

@@ -16,7 +16,8 @@ void add_cmd_inspect(CLI::App& app) {
         bool json = false;
     };
     auto args = std::make_shared<Args>();
-    CLI::App* cmd = app.add_subcommand("inspect", "Summarise a DeepSeek-V4 checkpoint directory (config, schedule, tensors, memory)");
+    CLI::App* cmd = app.add_subcommand(
+        "inspect", "Summarise a DeepSeek-V4 checkpoint directory (config, schedule, tensors, memory)");
     cmd->add_option("dir", args->dir, "checkpoint directory (config.json + safetensors shards)")->required();
     cmd->add_flag("--json", args->json, "machine-readable output");
     cmd->callback([args]() {

@@ -22,18 +22,21 @@ struct SynthArgs {
 // CLI11 cannot bind std::optional<int64_t> directly in every version: go through a plain int64
 // and a "was given" check.
 void add_dim(CLI::App* cmd, const char* flag, std::optional<int64_t>& target, const char* help) {
-    cmd->add_option_function<int64_t>(flag, [&target](const int64_t& v) { target = v; }, help);
+    cmd->add_option_function<int64_t>(
+        flag, [&target](const int64_t& v) { target = v; }, help);
 }
 
 }  // namespace
 
 void add_cmd_synth(CLI::App& app) {
     auto args = std::make_shared<SynthArgs>();
-    CLI::App* cmd = app.add_subcommand("synth", "Write a synthetic DeepSeek-V4 checkpoint (official format, random weights)");
+    CLI::App* cmd =
+        app.add_subcommand("synth", "Write a synthetic DeepSeek-V4 checkpoint (official format, random weights)");
     cmd->add_option("--preset", args->preset, "tiny | small | flash")->check(CLI::IsMember({"tiny", "small", "flash"}));
     cmd->add_option("--out", args->out, "output directory")->required();
     cmd->add_option("--seed", args->seed, "PRNG seed (same seed, same bytes)");
-    cmd->add_option("--shard-mb", args->shard_mb, "target shard size in MB (default: tiny 2 MiB, small 32 MiB, flash 5 GB)");
+    cmd->add_option("--shard-mb", args->shard_mb,
+                    "target shard size in MB (default: tiny 2 MiB, small 32 MiB, flash 5 GB)");
     cmd->add_flag("--quiet", args->quiet, "no progress output");
     SynthOptions& o = args->opt;
     add_dim(cmd, "--layers", o.layers, "main decoder layers (schedule: 2 SWA, then CSA/HCA alternating)");
@@ -60,8 +63,8 @@ void add_cmd_synth(CLI::App& app) {
         opt.seed = args->seed;
         const ModelConfig cfg = synth_config(opt);
         ONECARD_CHECK(args->shard_mb >= 0, "synth: --shard-mb must be positive");
-        const uint64_t shard_bytes = args->shard_mb > 0 ? static_cast<uint64_t>(args->shard_mb * 1e6)
-                                                        : synth_default_shard_bytes(opt.preset);
+        const uint64_t shard_bytes =
+            args->shard_mb > 0 ? static_cast<uint64_t>(args->shard_mb * 1e6) : synth_default_shard_bytes(opt.preset);
         const SynthResult res = synth_write(cfg, args->seed, args->out, shard_bytes, !args->quiet);
         std::printf("wrote %s: preset %s, seed %llu, %zu tensors, %.3f GB in %zu shard(s)\n", args->out.c_str(),
                     args->preset.c_str(), static_cast<unsigned long long>(args->seed), res.n_tensors,
