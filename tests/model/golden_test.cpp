@@ -32,6 +32,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -259,6 +260,15 @@ void run_golden(const std::string& name, const Plan& plan) {
     if (::testing::Test::HasFatalFailure()) return;
     const ModelConfig cfg = load_config(tmp.path / "config.json");
     ASSERT_EQ(cfg.vocab_size, g.vocab);
+    // What every golden is meant to cover (issue 3's proof): all layer kinds, a hash layer, several
+    // windows, >= 2 HCA entries, and more CSA entries than the indexer keeps.
+    std::set<LayerKind> kinds;
+    for (int64_t il = 0; il < cfg.num_hidden_layers; ++il) kinds.insert(cfg.layer_kind(il));
+    EXPECT_EQ(kinds.size(), 3u) << name << ": not every layer kind is present";
+    EXPECT_GT(cfg.num_hash_layers, 0) << name;
+    EXPECT_GE(T, 2 * cfg.sliding_window) << name;
+    EXPECT_GE(T / 128, 2) << name << ": fewer than two HCA entries";
+    EXPECT_GT(T / 4, cfg.index_topk) << name << ": the indexer would select every CSA entry";
     const Checkpoint ckpt = Checkpoint::open(tmp.path);
     const ModelWeights weights = bind_weights(cfg, ckpt);
     std::printf("[golden %s] checkpoint regenerated and verified in %.1f s\n", name.c_str(), seconds_since(t_start));
