@@ -78,14 +78,31 @@ Candidates truncate_distribution(std::span<const double> probs, const SamplingPa
         return probs[static_cast<size_t>(a)] > probs[static_cast<size_t>(b)] ||
                (probs[static_cast<size_t>(a)] == probs[static_cast<size_t>(b)] && a < b);
     };
+    double mass = 0.0;  // of the survivors so far: top-p applies to the renormalised distribution
+    for (int32_t t : idx) mass += probs[static_cast<size_t>(t)];
     if (p.top_k > 0 && static_cast<size_t>(p.top_k) < idx.size()) {
         std::partial_sort(idx.begin(), idx.begin() + p.top_k, idx.end(), by_prob);
         idx.resize(static_cast<size_t>(p.top_k));
-    } else {
-        std::sort(idx.begin(), idx.end(), by_prob);
+        mass = 0.0;
+        for (int32_t t : idx) mass += probs[static_cast<size_t>(t)];
+    } else if (p.top_p < 1.0f) {
+        // Only the nucleus needs ordering: sort a growing head (nth_element + sort) until it holds
+        // top_p of the mass. Same result as a full sort (by_prob is a strict total order), without
+        // sorting the whole vocabulary for every token.
+        size_t head = std::min<size_t>(idx.size(), 256);
+        for (;;) {
+            const auto mid = idx.begin() + static_cast<long>(head);
+            if (head < idx.size()) std::nth_element(idx.begin(), mid, idx.end(), by_prob);
+            std::sort(idx.begin(), mid, by_prob);
+            double cum = 0.0;
+            for (size_t i = 0; i < head; ++i) cum += probs[static_cast<size_t>(idx[i])];
+            if (head == idx.size() || cum >= static_cast<double>(p.top_p) * mass) break;
+            head = std::min(idx.size(), head * 4);
+        }
+        idx.resize(head);  // tokens past the sorted head are beyond the nucleus
     }
-    double mass = 0.0;
-    for (int32_t t : idx) mass += probs[static_cast<size_t>(t)];
+    // else: no rank-based cut, so skip the O(V log V) sort (129K entries per token at Flash's vocab)
+    // and keep token-id order.
     if (p.top_p < 1.0f) {
         // Smallest prefix (by probability) whose renormalised mass reaches top_p; always >= 1 token.
         const double target = static_cast<double>(p.top_p) * mass;

@@ -29,7 +29,8 @@ void apply_penalties(std::span<float> logits, const SamplingParams& p, std::span
                      std::span<const int32_t> output);
 
 // Survivors of min-p / top-k / top-p for a probability vector, with their renormalised
-// probabilities, ordered by probability descending (ties: lower token id first).
+// probabilities. Ordered by probability descending (ties: lower token id first) when top-k or top-p
+// is on; in token-id order otherwise (no rank cut, no sort).
 struct Candidates {
     std::vector<int32_t> tokens;
     std::vector<double> probs;  // sums to 1

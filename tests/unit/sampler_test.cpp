@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 #include <vector>
 
 namespace onecard {
@@ -125,6 +127,34 @@ TEST(Truncation, TopPExact) {
     EXPECT_NEAR(c.probs[2], 0.2 / 0.85, 1e-15);
     p.top_p = 0.94f;  // 0.85 < 0.94 <= 0.95: everything but the 0.05 token
     EXPECT_EQ(truncate_distribution(probs, p).tokens, (std::vector<int32_t>{1, 3, 4, 2}));
+}
+
+// Large vocabulary, flat enough that the nucleus spans thousands of tokens: the partial ordering
+// used for top-p must keep exactly the tokens a full sort keeps.
+TEST(Truncation, TopPOnLargeVocabularyMatchesFullSort) {
+    std::mt19937 rng(12);
+    std::uniform_real_distribution<double> ud(0.0, 1.0);
+    for (int trial = 0; trial < 6; ++trial) {
+        std::vector<double> probs(20000);
+        double sum = 0;
+        for (auto& q : probs) sum += q = std::pow(ud(rng), 1 + trial);  // flatter for small trial
+        for (auto& q : probs) q /= sum;
+        std::vector<int32_t> order(probs.size());
+        for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+        std::sort(order.begin(), order.end(),
+                  [&](int32_t a, int32_t b) { return probs[a] > probs[b] || (probs[a] == probs[b] && a < b); });
+        for (float top_p : {0.05f, 0.5f, 0.9f, 0.999f}) {
+            SamplingParams p;
+            p.top_p = top_p;
+            double cum = 0;
+            size_t keep = 0;
+            while (keep < order.size() && cum < static_cast<double>(top_p)) cum += probs[order[keep++]];
+            const std::vector<int32_t> want(order.begin(), order.begin() + static_cast<long>(keep));
+            const auto got = truncate_distribution(probs, p).tokens;
+            ASSERT_EQ(got.size(), want.size()) << "trial " << trial << " top_p " << top_p;
+            EXPECT_EQ(got, want) << "trial " << trial << " top_p " << top_p;
+        }
+    }
 }
 
 TEST(Truncation, MinPExact) {
