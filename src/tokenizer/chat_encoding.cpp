@@ -58,7 +58,7 @@ constexpr std::string_view kResponseFormatHead =
 
 const std::map<std::string, std::string_view, std::less<>> kTaskTokens = {
     {"action", "<｜action｜>"}, {"query", "<｜query｜>"}, {"authority", "<｜authority｜>"},
-    {"domain", "<｜domain｜>"}, {"title", "<｜title｜>"},   {"read_url", "<｜read_url｜>"},
+    {"domain", "<｜domain｜>"}, {"title", "<｜title｜>"}, {"read_url", "<｜read_url｜>"},
 };
 
 struct ToolCallIn {
@@ -87,7 +87,9 @@ struct Msg {
     std::optional<std::string> task;
 };
 
-std::string where(size_t i) { return fmt::format("messages[{}]", i); }
+std::string where(size_t i) {
+    return fmt::format("messages[{}]", i);
+}
 
 std::string text_or_empty(const OrderedJson& v, const std::string& what) {
     if (v.is_null()) return "";
@@ -258,8 +260,8 @@ std::vector<Msg> drop_thinking_messages(const std::vector<Msg>& messages) {
 std::string render_tools(const OrderedJson& tools) {
     std::string out(kToolsHead);
     for (size_t i = 0; i < tools.size(); ++i) {
-        ONECARD_CHECK(tools[i].is_object() && tools[i].contains("function"),
-                      "chat: tools[{}] has no 'function' object", i);
+        ONECARD_CHECK(tools[i].is_object() && tools[i].contains("function"), "chat: tools[{}] has no 'function' object",
+                      i);
         if (i) out += "\n";
         py_json_dump_to(out, tools[i]["function"]);
     }
@@ -306,9 +308,12 @@ std::string_view effort_prefix(const EncodeOptions& opts) {
     if (opts.thinking_mode != ThinkingMode::Thinking) return {};
     if (opts.variant == ChatVariant::V4) return opts.reasoning_effort == ReasoningEffort::Max ? kEffortV4Max : "";
     switch (opts.reasoning_effort) {
-        case ReasoningEffort::High: return kEffortV4Max;
-        case ReasoningEffort::Max: return kEffort0731Max;
-        default: return {};
+        case ReasoningEffort::High:
+            return kEffortV4Max;
+        case ReasoningEffort::Max:
+            return kEffort0731Max;
+        default:
+            return {};
     }
 }
 
@@ -431,14 +436,20 @@ OrderedJson flatten_content(const OrderedJson& content, const std::string& role,
 
 }  // namespace
 
-const char* chat_variant_name(ChatVariant v) { return v == ChatVariant::V4 ? "v4" : "0731"; }
+const char* chat_variant_name(ChatVariant v) {
+    return v == ChatVariant::V4 ? "v4" : "0731";
+}
 
 const char* reasoning_effort_name(ReasoningEffort e) {
     switch (e) {
-        case ReasoningEffort::Low: return "low";
-        case ReasoningEffort::High: return "high";
-        case ReasoningEffort::Max: return "max";
-        default: return "unset";
+        case ReasoningEffort::Low:
+            return "low";
+        case ReasoningEffort::High:
+            return "high";
+        case ReasoningEffort::Max:
+            return "max";
+        default:
+            return "unset";
     }
 }
 
@@ -524,8 +535,8 @@ ChatPrompt render_chat_request(const OrderedJson& request, ChatVariant variant) 
             messages.insert(messages.begin(), std::move(sys));
         }
     }
-    const bool continue_final = request.contains("continue_final_message") &&
-                                json_truthy(request["continue_final_message"]);
+    const bool continue_final =
+        request.contains("continue_final_message") && json_truthy(request["continue_final_message"]);
     if (continue_final) {
         ONECARD_CHECK(messages.back()["role"] == "assistant",
                       "chat request: continue_final_message needs an assistant message last");
@@ -535,9 +546,9 @@ ChatPrompt render_chat_request(const OrderedJson& request, ChatVariant variant) 
     ChatPrompt out;
     out.text = encode_messages(messages, opts);
     out.options = opts;
-    out.generation_in_reasoning = out.text.size() >= dsv4::kThinkStart.size() &&
-                                  std::string_view(out.text).substr(out.text.size() - dsv4::kThinkStart.size()) ==
-                                      dsv4::kThinkStart;
+    out.generation_in_reasoning =
+        out.text.size() >= dsv4::kThinkStart.size() &&
+        std::string_view(out.text).substr(out.text.size() - dsv4::kThinkStart.size()) == dsv4::kThinkStart;
     return out;
 }
 

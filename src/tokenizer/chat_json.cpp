@@ -14,13 +14,27 @@ void py_json_append_string(std::string& out, std::string_view s) {
     for (char ch : s) {
         const auto c = static_cast<unsigned char>(ch);
         switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
-            case '\b': out += "\\b"; break;
-            case '\f': out += "\\f"; break;
+            case '"':
+                out += "\\\"";
+                break;
+            case '\\':
+                out += "\\\\";
+                break;
+            case '\n':
+                out += "\\n";
+                break;
+            case '\r':
+                out += "\\r";
+                break;
+            case '\t':
+                out += "\\t";
+                break;
+            case '\b':
+                out += "\\b";
+                break;
+            case '\f':
+                out += "\\f";
+                break;
             default:
                 if (c < 0x20) {
                     char buf[8];
@@ -83,12 +97,24 @@ std::string py_float_repr(double d) {
 
 void py_json_dump_to(std::string& out, const OrderedJson& v) {
     switch (v.type()) {
-        case OrderedJson::value_t::null: out += "null"; break;
-        case OrderedJson::value_t::boolean: out += v.get<bool>() ? "true" : "false"; break;
-        case OrderedJson::value_t::number_integer: out += std::to_string(v.get<int64_t>()); break;
-        case OrderedJson::value_t::number_unsigned: out += std::to_string(v.get<uint64_t>()); break;
-        case OrderedJson::value_t::number_float: out += py_float_repr(v.get<double>()); break;
-        case OrderedJson::value_t::string: py_json_append_string(out, v.get_ref<const std::string&>()); break;
+        case OrderedJson::value_t::null:
+            out += "null";
+            break;
+        case OrderedJson::value_t::boolean:
+            out += v.get<bool>() ? "true" : "false";
+            break;
+        case OrderedJson::value_t::number_integer:
+            out += std::to_string(v.get<int64_t>());
+            break;
+        case OrderedJson::value_t::number_unsigned:
+            out += std::to_string(v.get<uint64_t>());
+            break;
+        case OrderedJson::value_t::number_float:
+            out += py_float_repr(v.get<double>());
+            break;
+        case OrderedJson::value_t::string:
+            py_json_append_string(out, v.get_ref<const std::string&>());
+            break;
         case OrderedJson::value_t::array: {
             out.push_back('[');
             bool first = true;
@@ -114,7 +140,8 @@ void py_json_dump_to(std::string& out, const OrderedJson& v) {
             break;
         }
         case OrderedJson::value_t::binary:
-        case OrderedJson::value_t::discarded: fail("chat JSON: value of type {} cannot be serialised", v.type_name());
+        case OrderedJson::value_t::discarded:
+            fail("chat JSON: value of type {} cannot be serialised", v.type_name());
     }
 }
 
@@ -126,15 +153,23 @@ std::string py_json_dumps(const OrderedJson& v) {
 
 bool json_truthy(const OrderedJson& v) {
     switch (v.type()) {
-        case OrderedJson::value_t::null: return false;
-        case OrderedJson::value_t::boolean: return v.get<bool>();
-        case OrderedJson::value_t::number_integer: return v.get<int64_t>() != 0;
-        case OrderedJson::value_t::number_unsigned: return v.get<uint64_t>() != 0;
-        case OrderedJson::value_t::number_float: return v.get<double>() != 0.0;
-        case OrderedJson::value_t::string: return !v.get_ref<const std::string&>().empty();
+        case OrderedJson::value_t::null:
+            return false;
+        case OrderedJson::value_t::boolean:
+            return v.get<bool>();
+        case OrderedJson::value_t::number_integer:
+            return v.get<int64_t>() != 0;
+        case OrderedJson::value_t::number_unsigned:
+            return v.get<uint64_t>() != 0;
+        case OrderedJson::value_t::number_float:
+            return v.get<double>() != 0.0;
+        case OrderedJson::value_t::string:
+            return !v.get_ref<const std::string&>().empty();
         case OrderedJson::value_t::array:
-        case OrderedJson::value_t::object: return !v.empty();
-        default: return true;
+        case OrderedJson::value_t::object:
+            return !v.empty();
+        default:
+            return true;
     }
 }
 

@@ -20,11 +20,15 @@ using dsv4::kEos;
 // A tag longer than this is not DSML but runaway text; bounds how much input is held back.
 constexpr size_t kMaxTagBytes = 4096;
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+bool is_space(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
 bool is_name_char(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
 }
-bool is_wrapper(std::string_view name) { return name == dsv4::kToolCallsBlock || name == "function_calls"; }
+bool is_wrapper(std::string_view name) {
+    return name == dsv4::kToolCallsBlock || name == "function_calls";
+}
 
 // `s` is a proper prefix of `marker` (more input could complete it).
 bool is_partial(std::string_view s, std::string_view marker) {
@@ -130,21 +134,30 @@ size_t skip_space(std::string_view s) {
 
 void apply_event(ParsedCompletion& out, const ParseEvent& ev) {
     switch (ev.kind) {
-        case ParseEventKind::Content: out.content += ev.text; break;
-        case ParseEventKind::Reasoning: out.reasoning += ev.text; break;
-        case ParseEventKind::ToolCallBegin: out.tool_calls.push_back({ev.id, ev.name, ""}); break;
+        case ParseEventKind::Content:
+            out.content += ev.text;
+            break;
+        case ParseEventKind::Reasoning:
+            out.reasoning += ev.text;
+            break;
+        case ParseEventKind::ToolCallBegin:
+            out.tool_calls.push_back({ev.id, ev.name, ""});
+            break;
         case ParseEventKind::ToolCallArgs:
             ONECARD_CHECK(ev.index >= 0 && static_cast<size_t>(ev.index) < out.tool_calls.size(),
                           "parser: arguments for unknown tool call {}", ev.index);
             out.tool_calls[static_cast<size_t>(ev.index)].arguments += ev.text;
             break;
-        case ParseEventKind::ToolCallEnd: break;
+        case ParseEventKind::ToolCallEnd:
+            break;
     }
 }
 
 DsmlParser::DsmlParser(DsmlParserOptions opts) : opts_(std::move(opts)) {}
 
-std::string_view DsmlParser::tag_window() const { return rest().substr(0, kMaxTagBytes + 16); }
+std::string_view DsmlParser::tag_window() const {
+    return rest().substr(0, kMaxTagBytes + 16);
+}
 
 void DsmlParser::emit(ParseEventKind kind, std::string text) {
     const int index = kind == ParseEventKind::ToolCallArgs ? n_calls_ - 1 : -1;
@@ -373,8 +386,8 @@ bool DsmlParser::step_invoke(bool final) {
         state_ = State::Block;
         return true;
     }
-    fail_block(t.length, fmt::format("unexpected DSML tag '{}{}' inside an invoke; call closed",
-                                     t.closing ? "/" : "", t.name));
+    fail_block(t.length,
+               fmt::format("unexpected DSML tag '{}{}' inside an invoke; call closed", t.closing ? "/" : "", t.name));
     return true;
 }
 
@@ -453,11 +466,21 @@ std::vector<ParseEvent> DsmlParser::push(std::string_view text) {
     buf_.append(text);
     for (bool progress = true; progress;) {
         switch (state_) {
-            case State::Content: progress = step_content(false); break;
-            case State::Block: progress = step_block(false); break;
-            case State::Invoke: progress = step_invoke(false); break;
-            case State::ParamValue: progress = step_param_value(false); break;
-            case State::AfterBlock: progress = step_after_block(); break;
+            case State::Content:
+                progress = step_content(false);
+                break;
+            case State::Block:
+                progress = step_block(false);
+                break;
+            case State::Invoke:
+                progress = step_invoke(false);
+                break;
+            case State::ParamValue:
+                progress = step_param_value(false);
+                break;
+            case State::AfterBlock:
+                progress = step_after_block();
+                break;
             case State::Done:
                 if (!rest().empty() && !warned_trailing_eos_) {
                     warned_trailing_eos_ = true;
@@ -474,12 +497,24 @@ std::vector<ParseEvent> DsmlParser::push(std::string_view text) {
 std::vector<ParseEvent> DsmlParser::finish() {
     for (bool progress = true; progress;) {
         switch (state_) {
-            case State::Content: progress = step_content(true); break;
-            case State::Block: progress = step_block(true); break;
-            case State::Invoke: progress = step_invoke(true); break;
-            case State::ParamValue: progress = step_param_value(true); break;
-            case State::AfterBlock: progress = step_after_block(); break;
-            case State::Done: progress = false; break;
+            case State::Content:
+                progress = step_content(true);
+                break;
+            case State::Block:
+                progress = step_block(true);
+                break;
+            case State::Invoke:
+                progress = step_invoke(true);
+                break;
+            case State::ParamValue:
+                progress = step_param_value(true);
+                break;
+            case State::AfterBlock:
+                progress = step_after_block();
+                break;
+            case State::Done:
+                progress = false;
+                break;
         }
     }
     // Whatever state the (now empty) buffer left us in, close it.
@@ -500,7 +535,8 @@ std::vector<ParseEvent> DsmlParser::finish() {
             finish_value(false);
             end_call();
             break;
-        default: break;
+        default:
+            break;
     }
     if (state_ != State::Done) state_ = State::AfterBlock;
     return std::exchange(out_, {});

@@ -8,8 +8,8 @@
 #include "tokenizer/tokenizer.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdlib>
 #include <filesystem>
@@ -52,8 +52,9 @@ protected:
         const OrderedJson fx = OrderedJson::parse(slurp(fs::path(ONECARD_SOURCE_DIR) / "tests/data/chat" / fixture));
         if (expected) *expected = fx.at("expected").get<std::string>();
         spit(dir_ / "req.json", fx.at("request").dump());
-        const std::string cmd = "'" + binary_.string() + "' render-chat " + extra + " < '" + (dir_ / "req.json").string() +
-                                "' > '" + (dir_ / "out.txt").string() + "' 2> '" + (dir_ / "err.txt").string() + "'";
+        const std::string cmd = "'" + binary_.string() + "' render-chat " + extra + " < '" +
+                                (dir_ / "req.json").string() + "' > '" + (dir_ / "out.txt").string() + "' 2> '" +
+                                (dir_ / "err.txt").string() + "'";
         const int rc = std::system(cmd.c_str());
         EXPECT_EQ(rc, 0) << cmd << "\n" << slurp(dir_ / "err.txt");
         return slurp(dir_ / "out.txt");
@@ -65,7 +66,8 @@ protected:
 
 TEST_F(RenderChatCli, VariantFromConfigMatchesFixture) {
     std::string expected;
-    const std::string got = run("req_parallel_calls_results_reordered.json", "--model '" + dir_.string() + "'", &expected);
+    const std::string got =
+        run("req_parallel_calls_results_reordered.json", "--model '" + dir_.string() + "'", &expected);
     EXPECT_EQ(got, expected);
     // A V4 checkpoint renders "max" effort with the V4 prompt.
     const std::string max = run("req_effort_max_v4.json", "--model '" + dir_.string() + "'", &expected);

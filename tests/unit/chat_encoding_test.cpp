@@ -1,7 +1,7 @@
 // Chat encoding: byte-exact against the official DeepSeek encoder on every fixture in tests/data/chat
 // (produced by scripts/chat/make_fixtures.py), plus the Python-compatible JSON writer and input validation.
-#include "core/error.h"
 #include "tokenizer/chat_encoding.h"
+#include "core/error.h"
 #include "tokenizer/chat_tokens.h"
 
 #include <gtest/gtest.h>
@@ -111,8 +111,7 @@ TEST(ChatEncoding, ContinueFinalMessageStartsInContent) {
 TEST(ChatEncoding, RejectsInvalidInput) {
     EXPECT_THROW(render_chat_request_text("{", ChatVariant::V4), Error);
     EXPECT_THROW(render_chat_request_text(R"({"messages":[]})", ChatVariant::V4), Error);
-    EXPECT_THROW(render_chat_request_text(R"({"messages":[{"role":"wizard","content":"x"}]})", ChatVariant::V4),
-                 Error);
+    EXPECT_THROW(render_chat_request_text(R"({"messages":[{"role":"wizard","content":"x"}]})", ChatVariant::V4), Error);
     EXPECT_THROW(render_chat_request_text(R"({"messages":[{"role":"developer","content":""}]})", ChatVariant::V4),
                  Error);
     EXPECT_THROW(render_chat_request_text(
@@ -120,7 +119,9 @@ TEST(ChatEncoding, RejectsInvalidInput) {
                      ChatVariant::V4),
                  Error);
     EXPECT_THROW(render_chat_request_text(R"({"messages":[{"role":"user","content":"x"}],
-        "continue_final_message":true})", ChatVariant::V4), Error);
+        "continue_final_message":true})",
+                                          ChatVariant::V4),
+                 Error);
     // Arguments that parse as JSON but not as an object cannot become DSML parameters.
     EXPECT_THROW(render_chat_request_text(R"({"messages":[{"role":"user","content":"x"},{"role":"assistant",
         "tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"[1,2]"}}]}]})",

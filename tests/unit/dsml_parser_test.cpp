@@ -16,8 +16,12 @@ namespace {
 
 const std::string kEosText = "<｜end▁of▁sentence｜>";
 
-ParsedCompletion parse_chat(std::string_view text) { return parse_completion(text, {false, {}}); }
-ParsedCompletion parse_think(std::string_view text) { return parse_completion(text, {true, {}}); }
+ParsedCompletion parse_chat(std::string_view text) {
+    return parse_completion(text, {false, {}});
+}
+ParsedCompletion parse_think(std::string_view text) {
+    return parse_completion(text, {true, {}});
+}
 
 bool has_warning(const ParsedCompletion& p, std::string_view needle) {
     for (const auto& w : p.warnings)

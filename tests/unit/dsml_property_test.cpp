@@ -87,7 +87,8 @@ std::vector<Completion> corpus() {
         "Hi\n\n<｜DSML｜tool_calls>\nnot an invoke" + eos,
         "x<｜DSML｜bogus attr=\"1\">y",
         "<｜DSML｜invoke name=\"a\">\n</｜DSML｜invoke>\n<｜DSML｜invoke name=\"b\">\n</｜DSML｜invoke>tail",
-        "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"s\" string=\"true\">partial</｜DSML｜pa",
+        "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"s\" "
+        "string=\"true\">partial</｜DSML｜pa",
         "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"n\" string=\"false\">4 2"
         "</｜DSML｜parameter>\n<｜DSML｜parameter name=\"n\" string=\"true\">x</｜DSML｜parameter>\n</｜DSML｜invoke>",
         "think\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>" + eos,
@@ -147,7 +148,8 @@ std::string structured_completion(std::mt19937& rng, const std::vector<std::stri
     auto num = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
     auto noise = [&]() {
         std::string t;
-        for (int n = num(0, 4); n > 0; --n) t += alphabet[static_cast<size_t>(num(0, static_cast<int>(alphabet.size()) - 1))];
+        for (int n = num(0, 4); n > 0; --n)
+            t += alphabet[static_cast<size_t>(num(0, static_cast<int>(alphabet.size()) - 1))];
         return t;
     };
     const std::vector<std::string> json_values = {"1", "-2.5e3", "true", "null", "[1, \"a\"]", "{\"k\": {}}", "\"s\""};
@@ -161,7 +163,8 @@ std::string structured_completion(std::mt19937& rng, const std::vector<std::stri
         t += "<｜DSML｜invoke name=\"f" + std::to_string(k) + "\">\n";
         for (int j = num(0, 3); j > 0; --j) {
             const bool is_str = coin(50);
-            t += "<｜DSML｜parameter name=\"p" + std::to_string(j) + "\" string=\"" + (is_str ? "true" : "false") + "\">";
+            t += "<｜DSML｜parameter name=\"p" + std::to_string(j) + "\" string=\"" + (is_str ? "true" : "false") +
+                 "\">";
             t += is_str ? noise() : json_values[static_cast<size_t>(num(0, static_cast<int>(json_values.size()) - 1))];
             t += "</｜DSML｜parameter>\n";
         }
@@ -177,9 +180,15 @@ void mutate(std::string& t, std::mt19937& rng, const std::vector<std::string>& a
     for (int n = num(0, 3); n > 0 && !t.empty(); --n) {
         const size_t pos = static_cast<size_t>(num(0, static_cast<int>(t.size()) - 1));
         switch (num(0, 2)) {
-            case 0: t.erase(pos, static_cast<size_t>(num(1, 8))); break;
-            case 1: t.insert(pos, alphabet[static_cast<size_t>(num(0, static_cast<int>(alphabet.size()) - 1))]); break;
-            default: t[pos] = static_cast<char>(num(0, 255)); break;
+            case 0:
+                t.erase(pos, static_cast<size_t>(num(1, 8)));
+                break;
+            case 1:
+                t.insert(pos, alphabet[static_cast<size_t>(num(0, static_cast<int>(alphabet.size()) - 1))]);
+                break;
+            default:
+                t[pos] = static_cast<char>(num(0, 255));
+                break;
         }
     }
 }
@@ -187,9 +196,36 @@ void mutate(std::string& t, std::mt19937& rng, const std::vector<std::string>& a
 TEST(DsmlProperty, FuzzNeverCrashesAndStaysSplitInvariant) {
     // Pieces biased towards markup so the fuzzer reaches deep parser states, plus arbitrary bytes.
     const std::vector<std::string> alphabet = {
-        "<｜DSML｜", "</｜DSML｜", "tool_calls", "invoke", "parameter", " name=\"", "\"", " string=\"", "true",
-        "false", ">", "<", "/", "\n", "\n\n", " ", "</think>", "<think>", "<｜end▁of▁sentence｜>", "x", "{", "}",
-        "1", "[", "]", "｜", "DSML", "=", "function_calls", "\\",
+        "<｜DSML｜",
+        "</｜DSML｜",
+        "tool_calls",
+        "invoke",
+        "parameter",
+        " name=\"",
+        "\"",
+        " string=\"",
+        "true",
+        "false",
+        ">",
+        "<",
+        "/",
+        "\n",
+        "\n\n",
+        " ",
+        "</think>",
+        "<think>",
+        "<｜end▁of▁sentence｜>",
+        "x",
+        "{",
+        "}",
+        "1",
+        "[",
+        "]",
+        "｜",
+        "DSML",
+        "=",
+        "function_calls",
+        "\\",
     };
     std::mt19937 rng(42);
     std::uniform_int_distribution<size_t> pick(0, alphabet.size() + 3);
@@ -212,7 +248,7 @@ TEST(DsmlProperty, FuzzNeverCrashesAndStaysSplitInvariant) {
             text = structured_completion(rng, alphabet);
             mutate(text, rng, alphabet);
         }
-    const bool thinking = (it & 1) != 0;
+        const bool thinking = (it & 1) != 0;
         const ParsedCompletion whole = parse_completion(text, {thinking, {}});
         for (const auto& call : whole.tool_calls) {
             ASSERT_EQ(call.arguments.find("｜DSML｜"), std::string::npos) << text << "\n=> " << call.arguments;
@@ -260,8 +296,8 @@ size_t round_trip_assistant(const OrderedJson& m, const std::string& label) {
                                           ? assistant.value("reasoning_content", std::string())
                                           : std::string();
         // Text that itself contains chat markup cannot round-trip; the official parser rejects it too.
-        const bool markup_in_text = content.find("<think>") != std::string::npos ||
-                                    reasoning.find("<think>") != std::string::npos;
+        const bool markup_in_text =
+            content.find("<think>") != std::string::npos || reasoning.find("<think>") != std::string::npos;
         if (markup_in_text) continue;
         EXPECT_TRUE(p.warnings.empty()) << label << ": " << p.warnings[0];
         EXPECT_EQ(p.content, content) << label;
