@@ -6,7 +6,8 @@
 
 namespace onecard {
 
-KvModelShape kv_model_shape_from_config(const ModelConfig& cfg) {
+KvModelShape CpuModelRunner::kv_model_shape() const {
+    const ModelConfig& cfg = model_.config();
     KvModelShape s;
     s.head_dim = cfg.head_dim;
     s.rope_dim = cfg.qk_rope_head_dim;

@@ -16,9 +16,6 @@
 
 namespace onecard {
 
-// KV layout of a model config: kinds from compress_ratios, MTP blocks as SWA layers.
-KvModelShape kv_model_shape_from_config(const ModelConfig& cfg);
-
 class CpuModelRunner : public ModelRunner {
 public:
     // `model` must outlive the runner. max_model_len 0 -> the config's max_position_embeddings.
@@ -26,7 +23,8 @@ public:
 
     int64_t vocab_size() const override { return model_.config().vocab_size; }
     int64_t max_model_len() const override { return max_model_len_; }
-    KvModelShape kv_model_shape() const override { return kv_model_shape_from_config(model_.config()); }
+    // Kinds from compress_ratios (via ModelConfig::layer_kind), MTP blocks as SWA layers.
+    KvModelShape kv_model_shape() const override;
     RunnerOutput execute(const SchedulerOutput& batch) override;
 
     size_t n_live_states() const { return states_.size(); }

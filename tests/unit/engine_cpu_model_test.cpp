@@ -159,7 +159,7 @@ TEST(EngineCpuModel, ConcurrentRequestsMatchAloneUnderAnyBudget) {
     std::map<RequestId, std::vector<int32_t>> alone;
     for (size_t i = 0; i < w.prompts.size(); ++i) alone[i + 1] = greedy_alone(m, w.prompts[i], w.max_tokens[i]);
 
-    const auto spec = make_kv_cache_spec(kv_model_shape_from_config(g_tiny->cfg), 128);
+    const auto spec = make_kv_cache_spec(CpuModelRunner(m).kv_model_shape(), 128);
     EngineConfig tight = config(96, 40, 16);
     // 3 blocks of 128 tokens for 16 sequences of up to ~160 tokens: admission waits and preemption.
     tight.kv_cache_bytes = 16 * spec.slot_bytes + 3 * spec.block_bytes;
