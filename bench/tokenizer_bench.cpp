@@ -1,5 +1,5 @@
 // Tokenizer throughput on the real DeepSeek V3 vocabulary (installed by scripts/setup.sh).
-//   build-t/bench/tokenizer_bench --benchmark_min_time=2s
+//   build-t/bench/tokenizer_bench --benchmark_min_time=2
 // Encode MB/s is reported as bytes_per_second. "Mixed" repeats realistic text, so the per-word
 // BPE cache is warm (a server's steady state); "UniqueWords" defeats the cache.
 #include "tokenizer/detokenizer.h"
