@@ -242,5 +242,30 @@ TEST(DsmlParser, DsmlTextWithoutTagIsPlainContent) {
     EXPECT_EQ(p.content, "a ｜DSML｜ b < c <｜");
 }
 
+TEST(DsmlParser, LargeCompletionWithManyInvokes) {
+    // 2,000 calls in one block, parsed whole and in 7-byte pieces: same calls, bounded held-back input.
+    std::string text = "Plan:\n\n<｜DSML｜tool_calls>\n";
+    for (int i = 0; i < 2000; ++i) {
+        text += "<｜DSML｜invoke name=\"step\">\n<｜DSML｜parameter name=\"i\" string=\"false\">" + std::to_string(i) +
+                "</｜DSML｜parameter>\n<｜DSML｜parameter name=\"note\" string=\"true\">" +
+                std::string(100, 'a' + i % 26) + "</｜DSML｜parameter>\n</｜DSML｜invoke>\n";
+    }
+    text += "</｜DSML｜tool_calls>" + kEosText;
+    const auto whole = parse_chat(text);
+    ASSERT_EQ(whole.tool_calls.size(), 2000u);
+    EXPECT_EQ(whole.content, "Plan:");
+    EXPECT_EQ(whole.tool_calls[1999].arguments,
+              "{\"i\": 1999, \"note\": \"" + std::string(100, 'a' + 1999 % 26) + "\"}");
+    ReasoningParser parser({false, {}});
+    ParsedCompletion streamed;
+    for (size_t pos = 0; pos < text.size(); pos += 7) {
+        for (const auto& ev : parser.push(std::string_view(text).substr(pos, 7))) apply_event(streamed, ev);
+        parser.check_integrity();
+    }
+    for (const auto& ev : parser.finish()) apply_event(streamed, ev);
+    streamed.warnings = parser.warnings();
+    EXPECT_EQ(streamed, whole);
+}
+
 }  // namespace
 }  // namespace onecard
