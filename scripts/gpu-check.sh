@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# GPU check for the CUDA backend: every GPU parity test (tests/ops) plus the GEMV/GEMM
+# micro-benchmark, with logs and a summary written to an output folder.
+#
+# The GPU machine has the CUDA driver and pip's nvidia-cublas but none of the Debian -dev packages
+# this project builds against, so binaries are built HERE and carried:
+#
+#   1. here:   scripts/gpu-check.sh --pack
+#              builds the test_ops_* tests and gemv_cuda_bench into build-gpu (BUILD_DIR overrides;
+#              sm_90a), strips them and packs them, with the Debian shared libraries they need that the
+#              GPU image may lack (ldd), into .carry/gpu-check/gpu-check.tar.xz (git-ignored; < 64 MiB).
+#   2. there:  scripts/gpu-check.sh --run [OUT_DIR]
+#              (through the device tool: carry [".carry/gpu-check"], command
+#               `bash scripts/gpu-check.sh --run $OUT`). Finds libcublasLt.so.13 in python3's
+#              nvidia-cublas package, runs every test with --gtest_output=xml, then the benchmark,
+#              and writes OUT_DIR/{gpu-check.log,tests.xml...,bench.jsonl,summary.txt}.
+#              The last lines printed are the summary (pass/fail per test binary, benchmark table).
+#
+# CARRY_DIR overrides .carry/gpu-check. SANITIZE=1 adds a compute-sanitizer memcheck pass over the tests. Without a GPU, --run still runs: every test skips with the
+# reason and the benchmark reports that it needs a GPU (exit status 1).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+CARRY_DIR=${CARRY_DIR:-.carry/gpu-check}
+mode=${1:---help}
+
+pack() {
+    set -e
+    local build=${BUILD_DIR:-build-gpu}
+    local tests
+    tests=$(ls tests/ops/*_test.cpp | xargs -n1 basename | sed 's/\.cpp$//; s/^/test_ops_/')
+    BUILD_DIR=$build JOBS=${JOBS:-2} bash scripts/build.sh $tests gemv_cuda_bench
+    rm -rf "$CARRY_DIR"
+    mkdir -p "$CARRY_DIR/bin" "$CARRY_DIR/lib"
+    for t in $tests; do strip --strip-unneeded -o "$CARRY_DIR/bin/$t" "$build/tests/$t"; done
+    strip --strip-unneeded -o "$CARRY_DIR/bin/gemv_cuda_bench" "$build/bench/gemv_cuda_bench"
+    # Shared libraries outside glibc and the CUDA driver/toolkit (cuBLASLt comes from pip there).
+    for b in "$CARRY_DIR"/bin/*; do
+        ldd "$b" | awk '/=> \//{print $3}'
+    done | sort -u | grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcuda|libcublas[^/]*|libstdc\+\+|libgcc_s)\.so' |
+        while read -r lib; do cp -L "$lib" "$CARRY_DIR/lib/"; done
+    ls "$CARRY_DIR/lib"
+    # Ten statically linked test binaries compress ~4x; the tarball is what travels.
+    tar -C "$CARRY_DIR" -cJf "$CARRY_DIR.tar.xz" bin lib
+    rm -rf "$CARRY_DIR"/bin "$CARRY_DIR"/lib
+    mv "$CARRY_DIR.tar.xz" "$CARRY_DIR/gpu-check.tar.xz"
+    du -sh "$CARRY_DIR"
+}
+
+cublas_lib_dir() {
+    local d
+    d=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null)
+    if [ -z "$d" ] || [ ! -e "$d/libcublasLt.so.13" ]; then
+        d=$(dirname "$(find / -xdev -name 'libcublasLt.so.13' -print -quit 2>/dev/null)" 2>/dev/null)
+    fi
+    echo "$d"
+}
+
+run() {
+    local out=${1:-${OUT:-gpu-check-out}}
+    mkdir -p "$out"
+    local log="$out/gpu-check.log" summary="$out/summary.txt" status=0
+    if [ -f "$CARRY_DIR/gpu-check.tar.xz" ]; then tar -C "$CARRY_DIR" -xJf "$CARRY_DIR/gpu-check.tar.xz"; fi
+    export LD_LIBRARY_PATH="$PWD/$CARRY_DIR/lib:$(cublas_lib_dir):${LD_LIBRARY_PATH:-}"
+    {
+        echo "== gpu-check $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+        nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 || true
+        echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    } 2>&1 | tee "$log"
+    : > "$summary"
+    for t in "$CARRY_DIR"/bin/test_*; do
+        local name one
+        name=$(basename "$t")
+        one="$out/$name.txt"
+        echo "== $name" | tee -a "$log"
+        "$t" --gtest_output="xml:$out/$name.xml" > "$one" 2>&1
+        local rc=$?
+        cat "$one" | tee -a "$log"
+        local n_pass n_skip
+        n_pass=$(grep -c '^\[       OK \]' "$one")
+        n_skip=$(grep -c '^\[  SKIPPED \]' "$one")
+        if [ $rc -eq 0 ]; then
+            echo "PASS $name ($n_pass passed, $n_skip skipped)" >> "$summary"
+        else
+            echo "FAIL $name (exit $rc): $(grep -m3 -E '^\[  FAILED  \]|error' "$one" | tr '\n' ' ')" >> "$summary"
+            status=1
+        fi
+        grep '^\[probe\]' "$one" >> "$summary"
+        rm -f "$one"
+    done
+    # Optional memory checker pass (SANITIZE=1): out-of-bounds and misaligned accesses in every kernel
+    # the tests launch. Works on the Firecracker machines (KINDS.md), not under gVisor.
+    if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+        for t in "$CARRY_DIR"/bin/test_*; do
+            local name
+            name=$(basename "$t")
+            if compute-sanitizer --tool memcheck --error-exitcode 99 "$t" --gtest_brief=1 > "$out/san.txt" 2>&1; then
+                echo "MEMCHECK-CLEAN $name" >> "$summary"
+            else
+                echo "MEMCHECK-FAIL $name: $(grep -m2 -E 'Invalid|ERROR SUMMARY' "$out/san.txt" | tr '\n' ' ')" >> "$summary"
+                status=1
+            fi
+            cat "$out/san.txt" >> "$log"
+        done
+        rm -f "$out/san.txt"
+    fi
+    echo "== gemv_cuda_bench" | tee -a "$log"
+    "$CARRY_DIR/bin/gemv_cuda_bench" --out "$out/bench.jsonl" > "$out/bench.txt" 2>&1
+    local brc=$?
+    cat "$out/bench.txt" >> "$log"
+    [ $brc -eq 0 ] || { echo "FAIL gemv_cuda_bench (exit $brc)" >> "$summary"; status=1; }
+    # Keep within the device tool's 8 returned files: merge the per-test XML reports.
+    cat "$out"/test_*.xml > "$out/tests.xml" 2>/dev/null && rm -f "$out"/test_*.xml
+    echo
+    echo "===== summary ====="
+    cat "$summary"
+    cat "$out/bench.txt"
+    return $status
+}
+
+case "$mode" in
+    --pack) pack ;;
+    --run) shift; run "$@" ;;
+    *) sed -n '2,21p' "$0"; exit 2 ;;
+esac

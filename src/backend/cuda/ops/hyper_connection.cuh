@@ -1,0 +1,34 @@
+// Manifold-constrained hyper-connections on the GPU (dsv4-model.md §3), for hc = 4 streams.
+// hc_pre: per token, mixes = rsqrt(mean(v²)+eps)·(fn·v) over v = flatten(X) [hc·D], split into
+// pre/post/comb with sigmoid and the Sinkhorn projection, then x = Σ_j pre_j·X_j. One block per
+// token does all of it (the 24 dot products share one pass over X). hc_post: X'_k = post_k·a + Σ_j comb[j,k]·X_j.
+// Residual streams are bf16 between sub-blocks (REF); all mixing math is fp32.
+// Parity oracle: cpu::hc_mixes, cpu::hc_split_sinkhorn, cpu::hc_collapse, cpu::hc_post.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace onecard::cuda {
+
+struct HcDims {
+    int64_t dim = 0;             // D
+    int64_t sinkhorn_iters = 20;
+    float hc_eps = 1e-6f;
+    float norm_eps = 1e-6f;
+};
+inline constexpr int64_t kHcStreams = 4;                              // hc_mult; the kernels are written for 4
+inline constexpr int64_t kHcMixes = (2 + kHcStreams) * kHcStreams;    // 24
+
+// X [n_tok, 4, D] bf16, fn [24, 4·D] fp32, scale [3], base [24] (device) ->
+// x [n_tok, D] bf16, pre [n_tok, 4], post [n_tok, 4], comb [n_tok, 4, 4] fp32 (row j = source stream).
+void hc_pre_bf16(const __nv_bfloat16* X, const float* fn, const float* scale, const float* base, __nv_bfloat16* x,
+                 float* pre, float* post, float* comb, int64_t n_tok, const HcDims& p, cudaStream_t stream);
+
+// X_out [n_tok, 4, D] = post·a + combᵀ·X; X_out may alias X. a [n_tok, D] bf16.
+void hc_post_bf16(const __nv_bfloat16* a, const __nv_bfloat16* X, const float* post, const float* comb,
+                  __nv_bfloat16* X_out, int64_t n_tok, const HcDims& p, cudaStream_t stream);
+
+}  // namespace onecard::cuda

@@ -1,0 +1,18 @@
+// RMSNorm on the GPU: y = w ⊙ (x · rsqrt(mean(x²) + eps)), bf16 in and out, fp32 math
+// (dsv4-model.md §6.1; REF multiplies the weight in fp32 before the bf16 cast, as here).
+// Parity oracle: cpu::rmsnorm (backend/cpu/norm.h).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace onecard::cuda {
+
+// x [n_rows, dim] (row stride ld_x, 0 = dim), y [n_rows, dim] (ld_y), weight [dim] or nullptr for the
+// unweighted variant (per-head q norm: n_rows = n_tok·n_heads, dim = head_dim). y may alias x.
+void rmsnorm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* weight, __nv_bfloat16* y, int64_t n_rows, int64_t dim,
+                  float eps, cudaStream_t stream, int64_t ld_x = 0, int64_t ld_y = 0);
+
+}  // namespace onecard::cuda

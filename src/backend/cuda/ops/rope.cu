@@ -1,0 +1,45 @@
+#include "backend/cuda/ops/rope.cuh"
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops/common.cuh"
+
+namespace onecard::cuda {
+namespace {
+
+// One thread per pair: [n_tok·n_vec·n_pairs] threads. Accurate sincosf (no fast-math): angles reach
+// ~1e6 rad at long positions, where the fast intrinsic loses all precision.
+__global__ void rope_kernel(__nv_bfloat16* x, int64_t n_total_pairs, int64_t n_vec, int64_t dim,
+                            const float* __restrict__ inv_freq, int n_pairs, const int32_t* __restrict__ positions,
+                            float sign) {
+    const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (idx >= n_total_pairs) return;
+    const int i = static_cast<int>(idx % n_pairs);
+    const int64_t vec = idx / n_pairs;  // flattened (token, vector)
+    const int64_t tok = vec / n_vec;
+    const float angle = inv_freq[i] * static_cast<float>(positions[tok]);
+    float s, c;
+    sincosf(angle, &s, &c);
+    s *= sign;
+    __nv_bfloat16* p = x + vec * dim + (dim - 2 * n_pairs) + 2 * i;
+    const float a = __bfloat162float(p[0]), b = __bfloat162float(p[1]);
+    p[0] = __float2bfloat16(a * c - b * s);
+    p[1] = __float2bfloat16(b * c + a * s);
+}
+
+}  // namespace
+
+void rope_bf16(__nv_bfloat16* x, int64_t n_tok, int64_t n_vec, int64_t dim, const float* inv_freq, int64_t n_rope,
+               const int32_t* positions, bool inverse, cudaStream_t stream) {
+    ONECARD_CHECK(n_rope > 0 && n_rope % 2 == 0 && n_rope <= dim, "rope_bf16: n_rope {} must be even and <= dim {}",
+                  n_rope, dim);
+    const int64_t n_total = n_tok * n_vec * (n_rope / 2);
+    if (n_total == 0) return;
+    const int threads = 256;
+    const int64_t blocks = (n_total + threads - 1) / threads;
+    rope_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(x, n_total, n_vec, dim, inv_freq,
+                                                                     static_cast<int>(n_rope / 2), positions,
+                                                                     inverse ? -1.0f : 1.0f);
+    CUDA_CHECK_LAUNCH("rope_kernel");
+}
+
+}  // namespace onecard::cuda

@@ -1,0 +1,20 @@
+// Rotary embedding on the GPU (dsv4-model.md §4.4): interleaved pairs on the TRAILING n_rope dims of
+// each vector, angle pos·inv_freq[i] formed in fp32, rotation in fp32, bf16 in place. The inverse
+// (conjugate) rotation de-rotates the attention output. YaRN lives entirely in inv_freq, which the
+// caller precomputes on the host (cpu::rope_inv_freqs) and uploads once per layer kind.
+// Parity oracle: cpu::apply_rope_rows (backend/cpu/rope.h).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace onecard::cuda {
+
+// x [n_tok, n_vec, dim] bf16, rotated in place; token t uses positions[t] (device, [n_tok]);
+// inv_freq [n_rope/2] fp32 on the device.
+void rope_bf16(__nv_bfloat16* x, int64_t n_tok, int64_t n_vec, int64_t dim, const float* inv_freq, int64_t n_rope,
+               const int32_t* positions, bool inverse, cudaStream_t stream);
+
+}  // namespace onecard::cuda

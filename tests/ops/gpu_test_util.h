@@ -1,0 +1,94 @@
+// Shared helpers for the GPU parity tests: skip without a device, random (never zero) inputs,
+// bf16 conversion, error metrics. Every GPU test compares against the CPU backend's function on
+// fresh random inputs and poisons its outputs (0xFF bytes = NaN in fp32 and bf16) before the run,
+// so an element the kernel never writes fails the comparison.
+#pragma once
+
+#ifdef ONECARD_HAVE_CUDA
+
+#include "backend/cuda/arena.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/stream.h"
+#include "core/fp_formats.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace onecard::test {
+
+// Calls GTEST_SKIP() (from the calling test body) when no GPU is usable.
+#define ONECARD_REQUIRE_GPU()                                                     \
+    do {                                                                          \
+        const std::string reason_ = ::onecard::cuda::no_device_reason();          \
+        if (!reason_.empty()) GTEST_SKIP() << "needs a CUDA GPU: " << reason_;    \
+    } while (0)
+
+// Normal(0, sigma) floats, rounded to bf16 values (what the GPU side receives), none exactly zero.
+inline std::vector<float> random_bf16_values(std::mt19937& rng, size_t n, float sigma = 1.0f) {
+    std::normal_distribution<float> dist(0.0f, sigma);
+    std::vector<float> v(n);
+    for (auto& x : v) {
+        do {
+            x = round_bf16(dist(rng));
+        } while (x == 0.0f);
+    }
+    return v;
+}
+
+inline std::vector<uint16_t> to_bf16_bits(const std::vector<float>& v) {
+    std::vector<uint16_t> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i) out[i] = f32_to_bf16(v[i]);
+    return out;
+}
+
+inline std::vector<float> from_bf16_bits(const std::vector<uint16_t>& v) {
+    std::vector<float> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_to_f32(v[i]);
+    return out;
+}
+
+// ‖a − b‖ / ‖b‖ in double; NaN anywhere (an unwritten poisoned element) gives +inf.
+inline double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
+        const double d = static_cast<double>(a[i]) - b[i];
+        num += d * d;
+        den += static_cast<double>(b[i]) * b[i];
+    }
+    return std::sqrt(num / (den > 0 ? den : 1.0));
+}
+
+inline double max_abs(const std::vector<float>& v) {
+    double m = 0.0;
+    for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
+    return m;
+}
+
+// Largest |a − b| relative to max|b| (scale-free worst element); NaN gives +inf.
+inline double max_err_rel_to_max(const std::vector<float>& a, const std::vector<float>& b) {
+    double m = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        if (!std::isfinite(a[i])) return INFINITY;
+        m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+    }
+    const double ref = max_abs(b);
+    return m / (ref > 0 ? ref : 1.0);
+}
+
+// Uploads a host vector into a fresh arena allocation.
+template <typename T>
+T* upload(cuda::DeviceArena& arena, const std::vector<T>& v, const char* tag) {
+    T* d = arena.alloc_n<T>(v.size(), tag);
+    cuda::copy_to_device(d, v);
+    return d;
+}
+
+}  // namespace onecard::test
+
+#endif  // ONECARD_HAVE_CUDA
