@@ -48,7 +48,9 @@ IndexerKeyFormat make_indexer_key_format(int64_t index_head_dim) {
 }
 
 int ue8m0_exponent_for_amax(float amax, float fmt_max) {
-    const float y = std::max(amax, kAmaxFloor) / fmt_max;  // fp32 division, as in the reference
+    // The reference multiplies by the fp32 reciprocal (not a division): the two can differ by an ulp
+    // right at a power of two, which would change the scale.
+    const float y = std::max(amax, kAmaxFloor) * (1.0f / fmt_max);
     int e = 0;
     const float fr = std::frexp(y, &e);  // y = fr * 2^e, fr in [0.5, 1)
     // log2(y) = e + log2(fr) with log2(fr) in [-1, 0): the ceiling is e unless y is a power of two.

@@ -44,8 +44,9 @@ KvEntryFormat make_kv_entry_format(int64_t head_dim, int64_t rope_dim, int64_t q
 IndexerKeyFormat make_indexer_key_format(int64_t index_head_dim);
 
 // Exponent k of the UE8M0 block scale 2^k used by every FP8 quantisation in DeepSeek-V4:
-// k = ceil(log2(max(amax, 1e-4) / fmt_max)), with amax / fmt_max rounded to fp32 as the reference
-// does and the ceil(log2) evaluated exactly (no libm rounding near powers of two).
+// k = ceil(log2(max(amax, 1e-4) * (1 / fmt_max))), the product rounded to fp32 as the reference
+// does and the ceil(log2) evaluated exactly (no libm rounding near powers of two). Same scales as
+// cpu::ue8m0_block_scale, which the model's QAT simulation uses.
 int ue8m0_exponent_for_amax(float amax, float fmt_max);
 
 // x: [head_dim] fp32 (normally already bf16-valued) -> out: [entry_bytes]. Pad bytes are zeroed.

@@ -2,6 +2,7 @@
 // quant-dequant simulation the model was trained with (dsv4-model.md §10.2), written out here
 // independently with plain math.
 #include "kvcache/kv_format.h"
+#include "backend/cpu/quant_sim.h"
 #include "core/error.h"
 #include "core/fp_formats.h"
 
@@ -16,10 +17,11 @@
 namespace onecard {
 namespace {
 
-// Reference simulation: amax clamped at 1e-4, scale = 2^ceil(log2(amax/448)) computed in double
-// (exact for these magnitudes), x/scale clamped to +-448 then rounded to E4M3, times scale.
+// Reference simulation: amax clamped at 1e-4, scale = 2^ceil(log2(amax * (1/448))) with the product
+// in fp32 like DeepSeek's reference and the log in double (exact for these magnitudes), x/scale clamped to +-448 then
+// rounded to E4M3, times scale.
 float ref_scale(float amax) {
-    const double y = static_cast<double>(std::max(amax, 1e-4f) / 448.0f);
+    const double y = static_cast<double>(std::max(amax, 1e-4f) * (1.0f / 448.0f));
     return static_cast<float>(std::exp2(std::ceil(std::log2(y))));
 }
 
@@ -109,6 +111,31 @@ TEST(KvFormat, FlashEntryRoundTripEqualsQatSimulation) {
 }
 TEST(KvFormat, TinyEntryRoundTripEqualsQatSimulation) {
     check_round_trip(128, 64, 99);
+}
+
+// The model's own QAT simulation (backend/cpu, used by the CPU forward pass in reference numerics)
+// must agree bit for bit with what the cache stores, or a model reading the cache would diverge.
+TEST(KvFormat, RoundTripEqualsTheModelsQatSimulation) {
+    const auto fmt = make_kv_entry_format(512, 64);
+    std::mt19937 rng(2024);
+    std::vector<uint8_t> bytes(584);
+    std::vector<float> back(512);
+    for (int trial = 0; trial < 300; ++trial) {
+        auto x = random_vector(rng, 512, 64);
+        if (trial % 3 == 0) x[static_cast<size_t>(64 * (trial % 7))] = 448.0f * std::ldexp(1.0f, trial % 9 - 4);
+        encode_kv_entry(fmt, x.data(), bytes.data());
+        decode_kv_entry(fmt, bytes.data(), back.data());
+        std::vector<float> sim = x;
+        cpu::fp8_quant_dequant(sim.data(), 448, 64);
+        for (int i = 448; i < 512; ++i) sim[static_cast<size_t>(i)] = round_bf16(sim[static_cast<size_t>(i)]);
+        for (int i = 0; i < 512; ++i)
+            ASSERT_EQ(std::bit_cast<uint32_t>(back[i]), std::bit_cast<uint32_t>(sim[static_cast<size_t>(i)]))
+                << "dim " << i << " trial " << trial;
+    }
+    for (float amax : {1e-6f, 1e-4f, 0.3f, 448.0f, 449.0f, 3.5e4f, std::nextafter(896.0f, 0.0f)})
+        EXPECT_EQ(std::ldexp(1.0f, ue8m0_exponent_for_amax(amax, 448.0f)),
+                  cpu::ue8m0_block_scale(std::max(amax, 1e-4f), 448.0f))
+            << amax;
 }
 
 TEST(KvFormat, EncodeIsIdempotentOnQuantisedValues) {
