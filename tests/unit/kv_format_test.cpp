@@ -138,6 +138,28 @@ TEST(KvFormat, RoundTripEqualsTheModelsQatSimulation) {
             << amax;
 }
 
+// Indexer keys reach the cache already FP4-simulated (Hadamard, then E2M1 in blocks of 32): every
+// value is a 3-bit-mantissa number times a power of two, so the 132-byte FP8 store adds no error for
+// keys whose block scales lie within FP8's range of each other.
+TEST(KvFormat, IndexerKeyStoreIsLosslessForFp4SimulatedKeys) {
+    const auto fmt = make_indexer_key_format(128);
+    std::mt19937 rng(31);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<uint8_t> bytes(132);
+    std::vector<float> back(128);
+    for (int trial = 0; trial < 500; ++trial) {
+        std::vector<float> k(128);
+        const float mag = std::ldexp(1.0f, trial % 12 - 6);
+        for (auto& v : k) v = round_bf16(nd(rng) * mag);
+        cpu::hadamard_transform(k.data(), 128);
+        cpu::fp4_quant_dequant(k.data(), 128, 32);
+        encode_indexer_key(fmt, k.data(), bytes.data());
+        decode_indexer_key(fmt, bytes.data(), back.data());
+        for (int i = 0; i < 128; ++i)
+            ASSERT_EQ(back[i], k[static_cast<size_t>(i)]) << "dim " << i << " trial " << trial;
+    }
+}
+
 TEST(KvFormat, EncodeIsIdempotentOnQuantisedValues) {
     // Decoded values are on the FP8 grid of their own scale: re-encoding gives the same bytes.
     const auto fmt = make_kv_entry_format(512, 64);
