@@ -9,6 +9,10 @@ namespace onecard {
 Scheduler::Scheduler(SchedulerConfig config, KvCacheManager& kv) : config_(config), kv_(kv) {
     ONECARD_CHECK(config_.max_num_batched_tokens > 0, "scheduler: max_num_batched_tokens must be positive");
     ONECARD_CHECK(config_.long_prefill_token_threshold > 0, "scheduler: long_prefill_token_threshold must be positive");
+    // Every running request must be able to decode in every step, or decodes could starve.
+    ONECARD_CHECK(config_.max_num_seqs <= config_.max_num_batched_tokens,
+                  "scheduler: max_num_seqs {} exceeds max_num_batched_tokens {}", config_.max_num_seqs,
+                  config_.max_num_batched_tokens);
     ONECARD_CHECK(config_.max_num_seqs > 0 && config_.max_num_seqs <= kv_.n_total_slots(),
                   "scheduler: max_num_seqs {} must be in [1, {}] (KV slots)", config_.max_num_seqs,
                   kv_.n_total_slots());

@@ -253,6 +253,12 @@ TEST(Scheduler, RejectsRequestsThatCanNeverFit) {
     EXPECT_EQ(h.tokens[2].size(), 20u);
 }
 
+TEST(Scheduler, RejectsConfigsThatCouldStarveDecodes) {
+    EngineConfig cfg = small_config();
+    cfg.max_num_batched_tokens = 4;  // fewer tokens per step than running sequences
+    EXPECT_THROW(EngineCore(cfg, std::make_unique<FakeModelRunner>()), Error);
+}
+
 TEST(Scheduler, MaxNumSeqsLimitsRunning) {
     EngineConfig cfg = small_config();
     cfg.max_num_seqs = 3;
