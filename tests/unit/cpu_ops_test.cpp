@@ -440,6 +440,10 @@ TEST(CpuLinear, RowStableAcrossBatchSizesAndThreads) {
     auto x = random_vec(n * k, 41), w = random_vec(m * k, 42);
     std::vector<float> y(n * m);
     matmul_nt(x.data(), w.data(), y.data(), n, k, m);
+    // The AVX2 and baseline code paths perform the same operations: identical bits.
+    std::vector<float> portable(n * m);
+    matmul_nt_portable(x.data(), w.data(), portable.data(), n, k, m);
+    EXPECT_EQ(portable, y);
     for (int64_t rows : {1, 2, 3, 7, 33}) {
         std::vector<float> part(rows * m);
         matmul_nt(x.data() + 5 * k, w.data(), part.data(), rows, k, m);

@@ -14,110 +14,66 @@
 namespace onecard::cpu {
 namespace {
 
-// Four fp32 lanes (one SSE register on baseline x86-64; GCC/Clang vector extension).
-typedef float V4 __attribute__((vector_size(16)));
+#define ONECARD_KERNEL_NAME matmul_nt_range_generic
+#include "backend/cpu/matmul_kernel.inc"
+#undef ONECARD_KERNEL_NAME
 
-inline V4 load4(const float* p) {
-    V4 v;
-    std::memcpy(&v, p, sizeof(v));
-    return v;
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define ONECARD_HAVE_AVX2_KERNEL 1
+#pragma GCC push_options
+#pragma GCC target("avx2")
+#define ONECARD_KERNEL_NAME matmul_nt_range_avx2
+#include "backend/cpu/matmul_kernel.inc"
+#undef ONECARD_KERNEL_NAME
+#pragma GCC pop_options
+#endif
+
+using RangeKernel = void (*)(const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                             int64_t);
+
+RangeKernel pick_kernel(bool allow_avx2) {
+#ifdef ONECARD_HAVE_AVX2_KERNEL
+    if (allow_avx2 && __builtin_cpu_supports("avx2")) return matmul_nt_range_avx2;
+#endif
+    (void)allow_avx2;
+    return matmul_nt_range_generic;
 }
 
-// The fixed tail of every dot product: lanes reduced pairwise, then the k % 4 leftovers in order.
-inline float finish_dot(V4 acc, const float* x, const float* w, int64_t k4, int64_t k) {
-    float s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-    for (int64_t t = k4; t < k; ++t) s += x[t] * w[t];
-    return s;
-}
-
-// y[i, j] for rows [i0, i1) and columns [j0, j1). Tiles of 2 rows x 4 columns share loads; edge
-// rows/columns use the 1 x 1 path. Both perform, per element, lane l += x[4q+l] * w[4q+l] for
-// q = 0, 1, ... (multiply then add, no fused multiply-add on the baseline ISA) and finish_dot.
-void matmul_nt_range(const float* x, const float* w, float* y, int64_t k, int64_t ldx, int64_t ldy, int64_t i0,
-                     int64_t i1, int64_t j0, int64_t j1) {
-    const int64_t k4 = k & ~int64_t(3);
-    constexpr int64_t kRowBlock = 32;  // keeps a block of x rows cache-resident while w streams by
-    for (int64_t ib = i0; ib < i1; ib += kRowBlock) {
-        const int64_t ie = std::min(i1, ib + kRowBlock);
-        int64_t j = j0;
-        for (; j + 4 <= j1; j += 4) {
-            const float* w0 = w + (j + 0) * k;
-            const float* w1 = w + (j + 1) * k;
-            const float* w2 = w + (j + 2) * k;
-            const float* w3 = w + (j + 3) * k;
-            int64_t i = ib;
-            for (; i + 2 <= ie; i += 2) {
-                const float* xa = x + i * ldx;
-                const float* xb = x + (i + 1) * ldx;
-                V4 a0{}, a1{}, a2{}, a3{}, b0{}, b1{}, b2{}, b3{};
-                for (int64_t t = 0; t < k4; t += 4) {
-                    const V4 va = load4(xa + t), vb = load4(xb + t);
-                    const V4 u0 = load4(w0 + t), u1 = load4(w1 + t), u2 = load4(w2 + t), u3 = load4(w3 + t);
-                    a0 += va * u0;
-                    a1 += va * u1;
-                    a2 += va * u2;
-                    a3 += va * u3;
-                    b0 += vb * u0;
-                    b1 += vb * u1;
-                    b2 += vb * u2;
-                    b3 += vb * u3;
-                }
-                float* ya = y + i * ldy + j;
-                float* yb = y + (i + 1) * ldy + j;
-                ya[0] = finish_dot(a0, xa, w0, k4, k);
-                ya[1] = finish_dot(a1, xa, w1, k4, k);
-                ya[2] = finish_dot(a2, xa, w2, k4, k);
-                ya[3] = finish_dot(a3, xa, w3, k4, k);
-                yb[0] = finish_dot(b0, xb, w0, k4, k);
-                yb[1] = finish_dot(b1, xb, w1, k4, k);
-                yb[2] = finish_dot(b2, xb, w2, k4, k);
-                yb[3] = finish_dot(b3, xb, w3, k4, k);
-            }
-            for (; i < ie; ++i) {
-                const float* xa = x + i * ldx;
-                for (int64_t jj = j; jj < j + 4; ++jj) {
-                    const float* wj = w + jj * k;
-                    V4 acc{};
-                    for (int64_t t = 0; t < k4; t += 4) acc += load4(xa + t) * load4(wj + t);
-                    y[i * ldy + jj] = finish_dot(acc, xa, wj, k4, k);
-                }
-            }
-        }
-        for (; j < j1; ++j) {
-            const float* wj = w + j * k;
-            for (int64_t i = ib; i < ie; ++i) {
-                const float* xa = x + i * ldx;
-                V4 acc{};
-                for (int64_t t = 0; t < k4; t += 4) acc += load4(xa + t) * load4(wj + t);
-                y[i * ldy + j] = finish_dot(acc, xa, wj, k4, k);
-            }
-        }
-    }
-}
-
-}  // namespace
-
-void matmul_nt(const float* x, const float* w, float* y, int64_t n, int64_t k, int64_t m, int64_t ldx,
-               int64_t ldy) {
+void matmul_nt_impl(const float* x, const float* w, float* y, int64_t n, int64_t k, int64_t m, int64_t ldx,
+                    int64_t ldy, bool allow_avx2) {
     if (n == 0 || m == 0) return;
     if (ldx == 0) ldx = k;
     if (ldy == 0) ldy = m;
-    // Threads split the output columns; each element is still computed by exactly one fixed sequence.
+    const RangeKernel kernel = pick_kernel(allow_avx2);
     // Starting threads costs tens of microseconds (far more under gVisor): only for big products.
+    // Threads split the output columns; each element is still computed by exactly one fixed sequence.
     const int64_t work = n * m * k;
     const int64_t n_threads =
-        work < (int64_t(1) << 24) ? 1 : std::clamp<int64_t>(std::min<int64_t>(std::thread::hardware_concurrency(), work >> 24), 1, 8);
+        work < (int64_t(1) << 24)
+            ? 1
+            : std::clamp<int64_t>(std::min<int64_t>(std::thread::hardware_concurrency(), work >> 24), 1, 8);
     if (n_threads == 1 || m < 8 * n_threads) {
-        matmul_nt_range(x, w, y, k, ldx, ldy, 0, n, 0, m);
+        kernel(x, w, y, k, ldx, ldy, 0, n, 0, m);
         return;
     }
     std::vector<std::thread> threads;
     const int64_t per = ((m + n_threads - 1) / n_threads + 3) & ~int64_t(3);
     for (int64_t j0 = 0; j0 < m; j0 += per) {
         const int64_t j1 = std::min(m, j0 + per);
-        threads.emplace_back([=] { matmul_nt_range(x, w, y, k, ldx, ldy, 0, n, j0, j1); });
+        threads.emplace_back([=] { kernel(x, w, y, k, ldx, ldy, 0, n, j0, j1); });
     }
     for (auto& t : threads) t.join();
+}
+
+}  // namespace
+
+void matmul_nt(const float* x, const float* w, float* y, int64_t n, int64_t k, int64_t m, int64_t ldx,
+               int64_t ldy) {
+    matmul_nt_impl(x, w, y, n, k, m, ldx, ldy, /*allow_avx2=*/true);
+}
+
+void matmul_nt_portable(const float* x, const float* w, float* y, int64_t n, int64_t k, int64_t m) {
+    matmul_nt_impl(x, w, y, n, k, m, 0, 0, /*allow_avx2=*/false);
 }
 
 void matmul_nt_blas(const float* x, const float* w, float* y, int64_t n, int64_t k, int64_t m) {

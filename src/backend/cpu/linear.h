@@ -19,6 +19,10 @@ namespace onecard::cpu {
 void matmul_nt(const float* x, const float* w, float* y, int64_t n, int64_t k, int64_t m, int64_t ldx = 0,
                int64_t ldy = 0);
 
+// matmul_nt without the AVX2 code path (baseline ISA only). Bit-identical to matmul_nt by
+// construction; exists so tests can prove that on machines that take the AVX2 path.
+void matmul_nt_portable(const float* x, const float* w, float* y, int64_t n, int64_t k, int64_t m);
+
 // The same product through OpenBLAS cblas_sgemm: faster for big shapes, but a row's bits may depend
 // on n. For benchmarks and cross-checks only.
 void matmul_nt_blas(const float* x, const float* w, float* y, int64_t n, int64_t k, int64_t m);
