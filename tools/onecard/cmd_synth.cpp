@@ -2,6 +2,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "model/synth.h"
+#include "tokenizer/deepseek_v4_vocab.h"
 
 #include <cstdio>
 #include <memory>
@@ -66,6 +67,9 @@ void add_cmd_synth(CLI::App& app) {
         const uint64_t shard_bytes =
             args->shard_mb > 0 ? static_cast<uint64_t>(args->shard_mb * 1e6) : synth_default_shard_bytes(opt.preset);
         const SynthResult res = synth_write(cfg, args->seed, args->out, shard_bytes, !args->quiet);
+        // The demo preset has the full DeepSeek vocabulary, so it ships the real V4 tokenizer files:
+        // a checkpoint dir that render-chat, tokenize and serve can use as it is.
+        if (opt.preset == SynthPreset::Small) write_demo_tokenizer(args->out);
         std::printf("wrote %s: preset %s, seed %llu, %zu tensors, %.3f GB in %zu shard(s)\n", args->out.c_str(),
                     args->preset.c_str(), static_cast<unsigned long long>(args->seed), res.n_tensors,
                     static_cast<double>(res.n_bytes) / 1e9, res.n_shards);
