@@ -83,7 +83,8 @@ void BM_EncodeUniqueWords(benchmark::State& state) {
         std::string text;
         while (text.size() < (256u << 10)) {
             text.push_back(' ');
-            for (int k = 3 + static_cast<int>(rng() % 9); k > 0; --k) text.push_back(static_cast<char>('a' + rng() % 26));
+            for (int k = 3 + static_cast<int>(rng() % 9); k > 0; --k)
+                text.push_back(static_cast<char>('a' + rng() % 26));
         }
         state.ResumeTiming();
         benchmark::DoNotOptimize(tok->encode(text));

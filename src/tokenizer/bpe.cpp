@@ -89,8 +89,7 @@ BpeModel BpeModel::from_json(const nlohmann::json& model) {
     m.vocab_.reserve(vocab.size());
     int64_t max_id = -1;
     for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-        ONECARD_CHECK(it.value().is_number_integer(), "tokenizer.json: model.vocab['{}'] is not an integer",
-                      it.key());
+        ONECARD_CHECK(it.value().is_number_integer(), "tokenizer.json: model.vocab['{}'] is not an integer", it.key());
         const int64_t id = it.value().get<int64_t>();
         ONECARD_CHECK(id >= 0 && id < (int64_t{1} << 31), "tokenizer.json: model.vocab['{}'] = {} out of range",
                       it.key(), id);
@@ -129,8 +128,8 @@ BpeModel BpeModel::from_json(const nlohmann::json& model) {
         const auto iab = m.vocab_.find(a + b);
         ONECARD_CHECK(ia != m.vocab_.end() && ib != m.vocab_.end(),
                       "tokenizer.json: model.merges[{}] uses '{}' / '{}' which are not in the vocab", r, a, b);
-        ONECARD_CHECK(iab != m.vocab_.end(), "tokenizer.json: model.merges[{}] produces '{}{}' which is not in the vocab",
-                      r, a, b);
+        ONECARD_CHECK(iab != m.vocab_.end(),
+                      "tokenizer.json: model.merges[{}] produces '{}{}' which is not in the vocab", r, a, b);
         // A repeated pair keeps its last rank, as both the Rust and the JS implementations do.
         m.merges_.put(pair_key(ia->second, ib->second), static_cast<int32_t>(r), iab->second);
     }
@@ -232,9 +231,9 @@ const std::string* BpeModel::id_to_token(int32_t id) const {
 
 void BpeModel::check_integrity() const {
     for (const auto& [tok, id] : vocab_) {
-        ONECARD_CHECK(id >= 0 && static_cast<size_t>(id) < id_to_token_.size() && id_defined_[id] &&
-                          id_to_token_[id] == tok,
-                      "BpeModel: vocab entry '{}' -> {} disagrees with the id table", tok, id);
+        ONECARD_CHECK(
+            id >= 0 && static_cast<size_t>(id) < id_to_token_.size() && id_defined_[id] && id_to_token_[id] == tok,
+            "BpeModel: vocab entry '{}' -> {} disagrees with the id table", tok, id);
     }
     merges_.for_each([&](const MergeTable::Entry& e) {
         const auto a = static_cast<int32_t>(e.key >> 32);

@@ -28,7 +28,7 @@ public:
 private:
     std::array<uint32_t, 256> byte_to_char_{};
     std::array<std::array<char, 2>, 256> utf8_of_byte_{};  // mapped chars are all < U+0800
-    std::array<int16_t, 512> char_to_byte_{};               // -1: not in the alphabet
+    std::array<int16_t, 512> char_to_byte_{};              // -1: not in the alphabet
 };
 
 // The one immutable alphabet instance (a function-local constant, built once).

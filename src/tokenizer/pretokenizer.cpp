@@ -47,8 +47,7 @@ SplitBehavior parse_behavior(const std::string& name) {
 // Splits every piece by a pattern (a Regex, or a literal string) with a delimiter behavior.
 class SplitStep final : public PreTokenizerStep {
 public:
-    SplitStep(std::optional<std::string> literal, std::unique_ptr<Regex> regex, SplitBehavior behavior,
-              bool invert)
+    SplitStep(std::optional<std::string> literal, std::unique_ptr<Regex> regex, SplitBehavior behavior, bool invert)
         : literal_(std::move(literal)), regex_(std::move(regex)), behavior_(behavior), invert_(invert) {}
 
     void apply(PreTokenized& pieces) const override {
@@ -106,8 +105,7 @@ private:
 class ByteLevelStep final : public PreTokenizerStep {
 public:
     ByteLevelStep(bool add_prefix_space, bool use_regex)
-        : add_prefix_space_(add_prefix_space),
-          regex_(use_regex ? std::make_unique<Regex>(kGpt2Pattern) : nullptr) {}
+        : add_prefix_space_(add_prefix_space), regex_(use_regex ? std::make_unique<Regex>(kGpt2Pattern) : nullptr) {}
 
     bool is_byte_level() const override { return true; }
 

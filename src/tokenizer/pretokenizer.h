@@ -53,9 +53,7 @@ public:
 
     std::string_view text() const { return view_; }
     const std::vector<std::pair<uint32_t, uint32_t>>& spans() const { return spans_; }
-    std::string_view piece(size_t i) const {
-        return view_.substr(spans_[i].first, spans_[i].second - spans_[i].first);
-    }
+    std::string_view piece(size_t i) const { return view_.substr(spans_[i].first, spans_[i].second - spans_[i].first); }
     size_t size() const { return spans_.size(); }
 
     void set_spans(std::vector<std::pair<uint32_t, uint32_t>> spans) { spans_ = std::move(spans); }
@@ -89,8 +87,7 @@ public:
     size_t n_steps() const { return steps_.size(); }
 
     // Building blocks, public for tests and for other tokenizer configurations.
-    static std::unique_ptr<PreTokenizerStep> make_split(std::string_view regex, SplitBehavior behavior,
-                                                        bool invert);
+    static std::unique_ptr<PreTokenizerStep> make_split(std::string_view regex, SplitBehavior behavior, bool invert);
     static std::unique_ptr<PreTokenizerStep> make_byte_level(bool add_prefix_space, bool use_regex);
     void add_step(std::unique_ptr<PreTokenizerStep> step);
 

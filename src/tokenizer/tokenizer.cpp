@@ -61,9 +61,9 @@ struct Tokenizer::Impl {
     tok::TokenMap added_by_content;
     std::unique_ptr<tok::AddedTokenMatcher> raw_matcher;         // normalized == false: first pass
     std::unique_ptr<tok::AddedTokenMatcher> normalized_matcher;  // normalized == true: second pass
-    std::vector<std::string> token_bytes;  // id -> bytes it decodes to
-    std::vector<uint8_t> defined;          // id -> 1 when the id exists
-    std::vector<uint8_t> special;          // id -> 1 for special added tokens
+    std::vector<std::string> token_bytes;                        // id -> bytes it decodes to
+    std::vector<uint8_t> defined;                                // id -> 1 when the id exists
+    std::vector<uint8_t> special;                                // id -> 1 for special added tokens
     std::unique_ptr<WordCache> cache = std::make_unique<WordCache>();
 
     void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
@@ -119,8 +119,8 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& j) {
             ONECARD_CHECK(!t.content.empty() && t.id >= 0, "tokenizer.json: added token {} is malformed", a.dump());
             ONECARD_CHECK(tok::is_valid_utf8(t.content), "tokenizer.json: added token {} is not UTF-8", t.id);
             ONECARD_CHECK(!impl->added_by_id.contains(t.id), "tokenizer.json: added token id {} appears twice", t.id);
-            ONECARD_CHECK(!impl->added_by_content.contains(t.content),
-                          "tokenizer.json: added token '{}' appears twice", t.content);
+            ONECARD_CHECK(!impl->added_by_content.contains(t.content), "tokenizer.json: added token '{}' appears twice",
+                          t.content);
             impl->added_by_id[t.id] = impl->added.size();
             impl->added_by_content.emplace(t.content, t.id);
             limit = std::max(limit, static_cast<size_t>(t.id) + 1);
@@ -231,20 +231,25 @@ std::string Tokenizer::id_to_token(int32_t id) const {
     return *s;
 }
 
-size_t Tokenizer::vocab_size() const { return impl_->defined.size(); }
+size_t Tokenizer::vocab_size() const {
+    return impl_->defined.size();
+}
 
 bool Tokenizer::is_special(int32_t id) const {
     return id >= 0 && static_cast<size_t>(id) < impl_->special.size() && impl_->special[id];
 }
 
-bool Tokenizer::is_added(int32_t id) const { return impl_->added_by_id.contains(id); }
+bool Tokenizer::is_added(int32_t id) const {
+    return impl_->added_by_id.contains(id);
+}
 
-const std::vector<tok::AddedToken>& Tokenizer::added_tokens() const { return impl_->added; }
+const std::vector<tok::AddedToken>& Tokenizer::added_tokens() const {
+    return impl_->added;
+}
 
 void Tokenizer::check_integrity() const {
     impl_->model.check_integrity();
-    ONECARD_CHECK(impl_->token_bytes.size() == impl_->defined.size() &&
-                      impl_->special.size() == impl_->defined.size(),
+    ONECARD_CHECK(impl_->token_bytes.size() == impl_->defined.size() && impl_->special.size() == impl_->defined.size(),
                   "tokenizer: per-id tables have different sizes");
     for (const auto& t : impl_->added) {
         ONECARD_CHECK(static_cast<size_t>(t.id) < impl_->defined.size() && impl_->defined[t.id],

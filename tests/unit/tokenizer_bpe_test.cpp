@@ -1,8 +1,8 @@
 // BPE model, byte-level alphabet and UTF-8 helpers, on synthetic tokenizers (no data needed).
+#include "core/error.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/tokenizer.h"
-#include "core/error.h"
 #include "tokenizer_test_util.h"
 
 #include <gtest/gtest.h>
@@ -65,14 +65,18 @@ TEST(TokenizerByteLevel, LossyUtf8FollowsTheMaximalSubpartRule) {
     };
     const std::string r = "\xEF\xBF\xBD";
     EXPECT_EQ(lossy("abc"), "abc");
-    EXPECT_EQ(lossy("\xE2\x82\xAC"), "\xE2\x82\xAC");       // €
-    EXPECT_EQ(lossy("\xE2\x82"), r);                          // truncated: one U+FFFD
-    EXPECT_EQ(lossy("\xE2\x82" "A"), r + "A");
-    EXPECT_EQ(lossy("\xF0\x80\x80"), r + r + r);              // F0 80 is not a valid prefix
-    EXPECT_EQ(lossy("\xED\xA0\x80"), r + r + r);              // surrogate
-    EXPECT_EQ(lossy("\xC0\xAF"), r + r);                      // overlong
-    EXPECT_EQ(lossy("\x80" "x\xFF"), r + "x" + r);
-    EXPECT_EQ(lossy("\xF4\x90\x80\x80"), r + r + r + r);      // > U+10FFFF
+    EXPECT_EQ(lossy("\xE2\x82\xAC"), "\xE2\x82\xAC");  // €
+    EXPECT_EQ(lossy("\xE2\x82"), r);                   // truncated: one U+FFFD
+    EXPECT_EQ(lossy("\xE2\x82"
+                    "A"),
+              r + "A");
+    EXPECT_EQ(lossy("\xF0\x80\x80"), r + r + r);  // F0 80 is not a valid prefix
+    EXPECT_EQ(lossy("\xED\xA0\x80"), r + r + r);  // surrogate
+    EXPECT_EQ(lossy("\xC0\xAF"), r + r);          // overlong
+    EXPECT_EQ(lossy("\x80"
+                    "x\xFF"),
+              r + "x" + r);
+    EXPECT_EQ(lossy("\xF4\x90\x80\x80"), r + r + r + r);  // > U+10FFFF
     // Streaming: an incomplete tail is held back, not replaced.
     std::string out;
     EXPECT_EQ(tok::append_utf8_lossy("ab\xF0\x9F\x98", out, false), 2u);

@@ -75,10 +75,11 @@ TEST_F(TokenizerCli, BadInputIsAClearError) {
 
 // encode/decode are const and may run from many threads at once (shared BPE word cache).
 TEST(TokenizerThreads, ConcurrentEncodesAgree) {
-    const auto tok = Tokenizer::from_json(test::synthetic_tokenizer_json(
-        {{"t", "h"}, {"th", "e"}, {" ", "the"}, {"e", "r"}, {"1", "2"}}));
+    const auto tok = Tokenizer::from_json(
+        test::synthetic_tokenizer_json({{"t", "h"}, {"th", "e"}, {" ", "the"}, {"e", "r"}, {"1", "2"}}));
     std::vector<std::string> texts;
-    for (int i = 0; i < 200; ++i) texts.push_back("the other " + std::to_string(i * 7919) + " there\n" + std::string(i % 5, ' '));
+    for (int i = 0; i < 200; ++i)
+        texts.push_back("the other " + std::to_string(i * 7919) + " there\n" + std::string(i % 5, ' '));
     std::vector<std::vector<int32_t>> expect;
     for (const auto& t : texts) expect.push_back(tok.encode(t));
     std::vector<int> mismatches(4, 0);

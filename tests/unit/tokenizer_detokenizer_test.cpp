@@ -1,9 +1,9 @@
 // Streaming detokenizer: random id sequences (split multi-byte characters, emoji, invalid byte
 // runs, special tokens) pushed one id at a time must concatenate to the whole decode, and no push
 // may ever return a partial / invalid UTF-8 sequence.
+#include "tokenizer/tokenizer.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/detokenizer.h"
-#include "tokenizer/tokenizer.h"
 #include "tokenizer_test_util.h"
 
 #include <gtest/gtest.h>
@@ -48,7 +48,9 @@ TEST(TokenizerDetokenizer, SplitCharactersAreHeldBackUntilComplete) {
     EXPECT_EQ(d.push(' '), " ");
     // An impossible continuation is replaced as soon as it is known to be invalid.
     EXPECT_EQ(d.push(0xE2), "");
-    EXPECT_EQ(d.push('A'), "\xEF\xBF\xBD" "A");
+    EXPECT_EQ(d.push('A'),
+              "\xEF\xBF\xBD"
+              "A");
     // An unfinished character at the end of the stream becomes one U+FFFD on flush.
     EXPECT_EQ(d.push(0xE2), "");
     EXPECT_EQ(d.push(0x82), "");
@@ -58,12 +60,12 @@ TEST(TokenizerDetokenizer, SplitCharactersAreHeldBackUntilComplete) {
 
 TEST(TokenizerDetokenizer, RandomByteStreamsMatchWholeDecode) {
     const auto tok = Tokenizer::from_json(test::synthetic_tokenizer_json(
-        {{"\xF0", "\x9F"}, {"\x91", "\x8D"}, {"\xF0\x9F", "\x91\x8D"}, {"\xE4", "\xB8"}, {"\xE4\xB8", "\xAD"}},
-        false,
+        {{"\xF0", "\x9F"}, {"\x91", "\x8D"}, {"\xF0\x9F", "\x91\x8D"}, {"\xE4", "\xB8"}, {"\xE4\xB8", "\xAD"}}, false,
         nlohmann::json::array({test::added_token(300, "<s>", true), test::added_token(301, "<t>", false)})));
     std::mt19937 rng(7);
     // Mostly valid text (multi-byte chars split into byte tokens), sometimes random bytes.
-    const std::vector<std::string> pieces = {"a", " ", "é", "中", "👍", "👨‍👩‍👧", "🏽", "\r\n", "ü", "\xF0\x9F"};
+    const std::vector<std::string> pieces = {"a",    " ",    "é", "中",      "👍", "👨‍👩‍👧",
+                                             "🏽", "\r\n", "ü", "\xF0\x9F"};
     for (int trial = 0; trial < 400; ++trial) {
         std::vector<int32_t> ids;
         const int n = 1 + static_cast<int>(rng() % 40);
@@ -85,11 +87,14 @@ TEST(TokenizerDetokenizer, RandomByteStreamsMatchWholeDecode) {
 }
 
 TEST(TokenizerDetokenizer, RealVocabularyRandomSequences) {
-    if (test::v3_tokenizer_path().empty()) GTEST_SKIP() << "DeepSeek tokenizer.json not installed: run scripts/setup.sh";
+    if (test::v3_tokenizer_path().empty())
+        GTEST_SKIP() << "DeepSeek tokenizer.json not installed: run scripts/setup.sh";
     const auto tok = Tokenizer::from_file(test::v3_tokenizer_path());
     std::mt19937 rng(99);
     // Text with many multi-byte characters: ids of whole strings streamed, and random id soup.
-    const std::string text = " Hello 世界! 👨‍👩‍👧‍👦 naïve café 🇯🇵 Ｆｕｌｌ 한국어 مرحبا\r\n<｜User｜> x";
+    const std::string text =
+        " Hello 世界! 👨‍👩‍👧‍👦 naïve café 🇯🇵 Ｆｕｌｌ 한국어 مرحبا\r\n<｜User｜> "
+        "x";
     const auto ids = tok.encode(text);
     EXPECT_EQ(stream_and_check(tok, ids, false), text);
     for (int trial = 0; trial < 200; ++trial) {

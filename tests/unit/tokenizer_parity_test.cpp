@@ -32,8 +32,8 @@ nlohmann::json run_reference(const std::filesystem::path& tokenizer_json, const 
     const auto out = dir / (tag + "_ref.json");
     std::filesystem::remove(out);
     const std::string cmd = "node '" + (test::js_dir() / "tokenizer_ref.mjs").string() + "' --tokenizer '" +
-                            tokenizer_json.string() + "' --corpus " + kCorpus + " --out '" + out.string() +
-                            "' > '" + (dir / (tag + "_ref.log")).string() + "' 2>&1";
+                            tokenizer_json.string() + "' --corpus " + kCorpus + " --out '" + out.string() + "' > '" +
+                            (dir / (tag + "_ref.log")).string() + "' 2>&1";
     const int rc = std::system(cmd.c_str());
     EXPECT_EQ(rc, 0) << "reference failed: " << cmd;
     if (rc != 0) return nlohmann::json::array();
@@ -84,9 +84,7 @@ TEST_F(TokenizerParity, DeepSeekV4MatchesJsReference) {
     const auto dir = std::filesystem::path(ONECARD_BINARY_DIR) / "tokenizer_parity" / "v4";
     std::filesystem::create_directories(dir);
     const nlohmann::json v4 = make_v4_tokenizer_json(*v3_json_);
-    {
-        std::ofstream(dir / "tokenizer.json") << v4.dump();
-    }
+    { std::ofstream(dir / "tokenizer.json") << v4.dump(); }
     const Tokenizer tok = Tokenizer::from_json(v4);
     tok.check_integrity();
     expect_parity(tok, run_reference(dir / "tokenizer.json", "v4"));
@@ -96,9 +94,8 @@ TEST_F(TokenizerParity, DeepSeekV4MatchesJsReference) {
 // both this code and the JS reference.
 TEST_F(TokenizerParity, ThirdPartyGoldenIds) {
     const Tokenizer v3 = Tokenizer::from_json(*v3_json_);
-    const std::vector<int32_t> hello = {19923, 3,   223,   5464,  5008, 1175,  19,  940, 223,
-                                        19,    438, 223,   20,    6113, 257,   76589, 131, 100,
-                                        76032, 1628, 76589, 131,  108,  76589, 131,  98};
+    const std::vector<int32_t> hello = {19923, 3,   223,   5464, 5008, 1175,  19,   940,   223, 19,  438,   223, 20,
+                                        6113,  257, 76589, 131,  100,  76032, 1628, 76589, 131, 108, 76589, 131, 98};
     EXPECT_EQ(v3.encode("Hello! 毕老师！1 + 1 = 2 ĠÑĤÐ²ÑĬÑĢ"), hello);
     const Tokenizer v4 = Tokenizer::from_json(make_v4_tokenizer_json(*v3_json_));
     const std::string prompt = "<｜User｜>你好<｜Assistant｜><think>推理</think>答案<｜end▁of▁sentence｜>";

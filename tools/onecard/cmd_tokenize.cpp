@@ -35,8 +35,7 @@ void add_cmd_tokenize(CLI::App& app) {
     cmd->add_option("--tokenizer", args->tokenizer, "tokenizer.json, or a checkpoint directory containing one")
         ->required();
     cmd->add_flag("--decode", args->decode, "read a JSON array of ids on stdin and print the text");
-    cmd->add_flag("--no-special", args->no_special,
-                  "encode: treat added/special token strings as plain text");
+    cmd->add_flag("--no-special", args->no_special, "encode: treat added/special token strings as plain text");
     cmd->add_flag("--skip-special", args->skip_special, "decode: drop special tokens (BOS/EOS, placeholders)");
     cmd->callback([args]() {
         std::filesystem::path path = args->tokenizer;
