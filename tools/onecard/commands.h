@@ -12,5 +12,6 @@ void add_cmd_manifest(CLI::App& app);  // also adds `verify`
 void add_cmd_tokenize(CLI::App& app);
 void add_cmd_render_chat(CLI::App& app);
 void add_cmd_logits(CLI::App& app);    // also adds `generate`
+void add_cmd_serve(CLI::App& app);     // OpenAI-compatible server (src/server)
 
 }  // namespace onecard::cli

@@ -1,0 +1,49 @@
+// OpenAI-style API errors: every failure the server reports becomes
+//   {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}
+// with the HTTP status OpenAI (and vLLM) use for that class. Handlers throw ApiError; the server
+// turns it into the response. Input problems are always 4xx and name the offending field in `param`.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <stdexcept>
+#include <string>
+
+namespace onecard::server {
+
+class ApiError : public std::runtime_error {
+public:
+    ApiError(int status, std::string message, std::string param = {}, std::string code = {})
+        : std::runtime_error(std::move(message)), status_(status), param_(std::move(param)), code_(std::move(code)) {}
+
+    int status() const { return status_; }
+    const std::string& param() const { return param_; }
+    const std::string& code() const { return code_; }
+    // Seconds a client should wait before retrying (429/503); 0 = no Retry-After header.
+    int retry_after_s() const { return retry_after_s_; }
+    ApiError& with_retry_after(int s) {
+        retry_after_s_ = s;
+        return *this;
+    }
+
+private:
+    int status_;
+    std::string param_;
+    std::string code_;
+    int retry_after_s_ = 0;
+};
+
+// 400 naming the request field.
+inline ApiError bad_request(std::string message, std::string param = {}) {
+    return ApiError(400, std::move(message), std::move(param));
+}
+
+// The OpenAI error type string for an HTTP status ("invalid_request_error", "authentication_error", ...).
+const char* error_type_for_status(int status);
+
+// The error body for a status and message (param/code omitted -> null).
+nlohmann::json error_body(int status, const std::string& message, const std::string& param = {},
+                          const std::string& code = {});
+inline nlohmann::json error_body(const ApiError& e) { return error_body(e.status(), e.what(), e.param(), e.code()); }
+
+}  // namespace onecard::server

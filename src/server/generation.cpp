@@ -1,0 +1,161 @@
+#include "server/generation.h"
+
+#include "core/error.h"
+#include "server/api_error.h"
+
+#include <cmath>
+
+namespace onecard::server {
+
+ActiveRequest::ActiveRequest(OpenAIServer::State& s, GenerateRequest request) : s_(s) {
+    if (!s_.ready.load() || s_.draining.load())
+        throw ApiError(503, s_.draining ? "the server is shutting down" : "the model is still loading", {},
+                       "service_unavailable")
+            .with_retry_after(s_.draining ? 30 : 5);
+    const int64_t limit = s_.opts.max_num_seqs + s_.opts.max_queued_requests;
+    if (s_.inflight.fetch_add(1) >= limit) {
+        s_.inflight.fetch_sub(1);
+        throw ApiError(429, fmt::format("too many requests: {} are already queued or running", limit), {},
+                       "rate_limit_exceeded")
+            .with_retry_after(1);
+    }
+    n_prompt_ = static_cast<int64_t>(request.prompt_token_ids.size());
+    t_start_ = t_last_ = std::chrono::steady_clock::now();
+    try {
+        stream_ = s_.engine.submit(std::move(request));
+    } catch (const Error& e) {
+        s_.inflight.fetch_sub(1);
+        throw bad_request(e.what());
+    } catch (...) {
+        s_.inflight.fetch_sub(1);
+        throw;
+    }
+    serial_ = s_.next_serial++;
+    std::lock_guard lk(s_.live_mu);
+    s_.live[serial_] = stream_;
+}
+
+ActiveRequest::~ActiveRequest() {
+    if (!finished_) {
+        stream_->cancel();
+        // Drain to the final event so the engine has released the request (and its KV) before the
+        // HTTP thread moves on; the engine answers a cancel within one step.
+        while (auto ev = stream_->next())
+            if (ev->finished()) break;
+        record_end("abort", n_prompt_, n_generated_, 0);
+    }
+    {
+        std::lock_guard lk(s_.live_mu);
+        s_.live.erase(serial_);
+    }
+    s_.inflight.fetch_sub(1);
+}
+
+void ActiveRequest::cancel() { stream_->cancel(); }
+
+void ActiveRequest::record_end(const std::string& reason, int64_t prompt, int64_t completion, int64_t cached) {
+    if (recorded_) return;
+    recorded_ = true;
+    const double e2e = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start_).count();
+    s_.metrics.record_finished(reason, prompt, completion, cached, e2e);
+}
+
+std::optional<EngineEvent> ActiveRequest::next() {
+    if (finished_) return std::nullopt;
+    auto ev = stream_->next();
+    if (!ev) {
+        finished_ = true;
+        return ev;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (!ev->token_ids.empty()) {
+        const double dt = std::chrono::duration<double>(now - t_last_).count();
+        if (!got_first_) {
+            s_.metrics.record_ttft(dt);
+            got_first_ = true;
+            for (size_t i = 1; i < ev->token_ids.size(); ++i) s_.metrics.record_inter_token(0.0);
+        } else {
+            // Tokens that arrive together share the interval.
+            const double per = dt / static_cast<double>(ev->token_ids.size());
+            for (size_t i = 0; i < ev->token_ids.size(); ++i) s_.metrics.record_inter_token(per);
+        }
+        t_last_ = now;
+        n_generated_ += static_cast<int64_t>(ev->token_ids.size());
+    }
+    if (ev->finished()) {
+        finished_ = true;
+        record_end(api_finish_reason(ev->finish_reason), ev->usage.prompt_tokens, ev->usage.completion_tokens,
+                   ev->usage.cached_tokens);
+    }
+    return ev;
+}
+
+const char* api_finish_reason(FinishReason r) {
+    switch (r) {
+        case FinishReason::Stop: return "stop";
+        case FinishReason::Length: return "length";
+        case FinishReason::Cancelled: return "abort";
+        case FinishReason::Error: return "error";
+        case FinishReason::None: break;
+    }
+    return "";
+}
+
+nlohmann::json usage_json(const Usage& u) {
+    return {{"prompt_tokens", u.prompt_tokens},
+            {"completion_tokens", u.completion_tokens},
+            {"total_tokens", u.prompt_tokens + u.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+namespace {
+// -inf is not JSON; vLLM reports -9999.0 for it.
+double finite_logprob(float lp) { return std::isfinite(lp) ? static_cast<double>(lp) : -9999.0; }
+
+nlohmann::json token_entry(const Tokenizer& tok, int32_t id, float lp) {
+    std::string bytes;
+    tok.append_token_bytes(id, false, bytes);
+    nlohmann::json b = nlohmann::json::array();
+    for (unsigned char c : bytes) b.push_back(static_cast<int>(c));
+    const std::vector<int32_t> one{id};
+    return {{"token", tok.decode(one)}, {"logprob", finite_logprob(lp)}, {"bytes", std::move(b)}};
+}
+}  // namespace
+
+nlohmann::json chat_logprobs_json(const Tokenizer& tok, const std::vector<int32_t>& ids,
+                                  const std::vector<TokenLogprobs>& lps) {
+    nlohmann::json content = nlohmann::json::array();
+    for (size_t i = 0; i < ids.size() && i < lps.size(); ++i) {
+        nlohmann::json e = token_entry(tok, ids[i], lps[i].sampled.logprob);
+        nlohmann::json top = nlohmann::json::array();
+        for (const auto& t : lps[i].top) top.push_back(token_entry(tok, t.token, t.logprob));
+        e["top_logprobs"] = std::move(top);
+        content.push_back(std::move(e));
+    }
+    return content;
+}
+
+void append_completion_logprobs(nlohmann::json& out, const Tokenizer& tok, const std::vector<int32_t>& ids,
+                                const std::vector<TokenLogprobs>& lps, size_t& text_offset) {
+    if (!out.is_object() || !out.contains("tokens"))
+        out = {{"tokens", nlohmann::json::array()},
+               {"token_logprobs", nlohmann::json::array()},
+               {"top_logprobs", nlohmann::json::array()},
+               {"text_offset", nlohmann::json::array()}};
+    for (size_t i = 0; i < ids.size() && i < lps.size(); ++i) {
+        const std::vector<int32_t> one{ids[i]};
+        const std::string text = tok.decode(one);
+        out["tokens"].push_back(text);
+        out["token_logprobs"].push_back(finite_logprob(lps[i].sampled.logprob));
+        nlohmann::json top = nlohmann::json::object();
+        for (const auto& t : lps[i].top) {
+            const std::vector<int32_t> tid{t.token};
+            top[tok.decode(tid)] = finite_logprob(t.logprob);
+        }
+        out["top_logprobs"].push_back(std::move(top));
+        out["text_offset"].push_back(text_offset);
+        text_offset += text.size();
+    }
+}
+
+}  // namespace onecard::server

@@ -1,0 +1,60 @@
+// Internal: one admitted generation request as the HTTP side sees it. Admission is bounded (429 when
+// max_num_seqs + max_queued_requests are already held, 503 while not ready or draining); the
+// destructor cancels the engine request if it has not finished (client gone, handler error), so its KV
+// is freed at once, and records the request's metrics exactly once.
+#pragma once
+
+#include "server/server_state.h"
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace onecard::server {
+
+class ActiveRequest {
+public:
+    // Throws ApiError (503/429 with Retry-After; 400 for what the engine's validation refuses).
+    ActiveRequest(OpenAIServer::State& s, GenerateRequest request);
+    ~ActiveRequest();
+    ActiveRequest(const ActiveRequest&) = delete;
+    ActiveRequest& operator=(const ActiveRequest&) = delete;
+
+    // Blocks for the next event; nullopt after the final one. Records TTFT / inter-token latency.
+    std::optional<EngineEvent> next();
+    // The client went away or the handler failed: cancel now (KV freed by the engine thread).
+    void cancel();
+
+    int64_t n_prompt_tokens() const { return n_prompt_; }
+    bool finished() const { return finished_; }
+
+private:
+    void record_end(const std::string& reason, int64_t prompt, int64_t completion, int64_t cached);
+
+    OpenAIServer::State& s_;
+    std::shared_ptr<RequestStream> stream_;
+    uint64_t serial_ = 0;
+    int64_t n_prompt_ = 0;
+    int64_t n_generated_ = 0;
+    bool finished_ = false;
+    bool recorded_ = false;
+    std::chrono::steady_clock::time_point t_start_, t_last_;
+    bool got_first_ = false;
+};
+
+// Token logprobs in the two OpenAI layouts.
+nlohmann::json chat_logprobs_json(const Tokenizer& tok, const std::vector<int32_t>& ids,
+                                  const std::vector<TokenLogprobs>& lps);
+// Appends one event's tokens to a completions-style logprobs object {tokens, token_logprobs,
+// top_logprobs, text_offset}; `text_offset` is the running character offset.
+void append_completion_logprobs(nlohmann::json& out, const Tokenizer& tok, const std::vector<int32_t>& ids,
+                                const std::vector<TokenLogprobs>& lps, size_t& text_offset);
+
+// "stop" / "length" / "abort" / "error" for the API (tool calls are decided by the chat handler).
+const char* api_finish_reason(FinishReason r);
+
+// Usage object {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details{cached_tokens}}.
+nlohmann::json usage_json(const Usage& u);
+
+}  // namespace onecard::server

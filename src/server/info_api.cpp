@@ -1,0 +1,75 @@
+// GET /v1/models, POST /tokenize, POST /detokenize (vLLM's shapes).
+#include "core/error.h"
+#include "server/api_error.h"
+#include "server/request_params.h"
+#include "server/server_state.h"
+
+#include <ctime>
+
+namespace onecard::server {
+
+void check_model_field(const OpenAIServer::State& s, const Json& body) {
+    auto m = opt_string(body, "model");
+    if (m && *m != s.info.served_model_name)
+        throw ApiError(404, fmt::format("The model '{}' does not exist; this server serves '{}'", *m, s.info.served_model_name),
+                       "model", "model_not_found");
+}
+
+void handle_models(OpenAIServer::State& s, const httplib::Request&, httplib::Response& res) {
+    static_assert(sizeof(std::time_t) >= 8);
+    Json model = {{"id", s.info.served_model_name},
+                  {"object", "model"},
+                  {"created", static_cast<int64_t>(std::time(nullptr))},
+                  {"owned_by", "onecard"},
+                  {"root", s.info.root},
+                  {"parent", nullptr},
+                  {"max_model_len", s.info.max_model_len}};
+    res.set_content(dump_json(Json{{"object", "list"}, {"data", Json::array({std::move(model)})}}), "application/json");
+}
+
+void handle_tokenize(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res) {
+    const Json body = parse_body(req.body);
+    check_model_field(s, body);
+    std::vector<int32_t> ids;
+    if (body.contains("messages") && !body["messages"].is_null()) {
+        if (!body["messages"].is_array() || body["messages"].empty())
+            throw bad_request("'messages' must be a non-empty array", "messages");
+        try {
+            ids = s.tokenizer.encode(render_chat_request(body, s.info.chat_variant).text, true);
+        } catch (const Error& e) {
+            throw bad_request(e.what(), "messages");
+        }
+    } else {
+        auto prompt = opt_string(body, "prompt");
+        if (!prompt) throw bad_request("'prompt' (a string) or 'messages' is required", "prompt");
+        if (opt_bool(body, "add_special_tokens").value_or(true))
+            if (auto bos = s.tokenizer.token_to_id("<｜begin▁of▁sentence｜>")) ids.push_back(*bos);
+        auto t = s.tokenizer.encode(*prompt, true);
+        ids.insert(ids.end(), t.begin(), t.end());
+    }
+    Json out = {{"count", ids.size()}, {"max_model_len", s.info.max_model_len}, {"tokens", ids}};
+    if (opt_bool(body, "return_token_strs").value_or(false)) {
+        Json strs = Json::array();
+        for (int32_t id : ids) strs.push_back(s.tokenizer.id_to_token(id));
+        out["token_strs"] = std::move(strs);
+    }
+    res.set_content(dump_json(out), "application/json");
+}
+
+void handle_detokenize(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res) {
+    const Json body = parse_body(req.body);
+    check_model_field(s, body);
+    auto it = body.find("tokens");
+    if (it == body.end() || !it->is_array()) throw bad_request("'tokens' must be an array of token ids", "tokens");
+    std::vector<int32_t> ids;
+    const auto vocab = static_cast<int64_t>(s.tokenizer.vocab_size());
+    for (const auto& t : *it) {
+        if (!t.is_number_integer() || (t.is_number_unsigned() && t.get<uint64_t>() > INT64_MAX) || t.get<int64_t>() < 0 ||
+            t.get<int64_t>() >= vocab)
+            throw bad_request(fmt::format("'tokens' holds {}, not a token id in [0, {})", t.dump(), vocab), "tokens");
+        ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    res.set_content(dump_json(Json{{"prompt", s.tokenizer.decode(ids)}}), "application/json");
+}
+
+}  // namespace onecard::server

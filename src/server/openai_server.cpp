@@ -1,0 +1,236 @@
+// OpenAIServer: routing, access control, error objects, access log and lifecycle. The API handlers
+// live in chat_api.cpp, completions_api.cpp and info_api.cpp.
+#include "server/openai_server.h"
+
+#include "core/error.h"
+#include "server/api_error.h"
+#include "server/server_state.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <ctime>
+#include <random>
+#include <thread>
+
+namespace onecard::server {
+
+AccessLogContext& access_log_context() {
+    // One per HTTP thread; reset by the pre-routing handler at the start of every request.
+    thread_local AccessLogContext ctx;
+    return ctx;
+}
+
+std::string OpenAIServer::State::new_response_id(const char* prefix) {
+    const uint64_t n = next_serial.fetch_add(1);
+    uint64_t x = (n + id_salt) * 0x9E3779B97F4A7C15ull;
+    x ^= x >> 31;
+    return fmt::format("{}{:016x}{:08x}", prefix, x ^ id_salt, static_cast<uint32_t>(n));
+}
+
+void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param,
+                const std::string& code, int retry_after_s) {
+    res.status = status;
+    if (retry_after_s > 0) res.set_header("Retry-After", std::to_string(retry_after_s));
+    res.set_content(error_body(status, message, param, code).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                    "application/json");
+    auto& f = access_log_context().fields;
+    f["error"] = message.size() > 200 ? message.substr(0, 200) : message;
+}
+
+namespace {
+
+enum class Method { Get, Post };
+struct Route {
+    const char* path;
+    Method method;
+    bool public_route;  // reachable without an API key (liveness/readiness probes)
+};
+constexpr Route kRoutes[] = {
+    {"/v1/chat/completions", Method::Post, false}, {"/v1/completions", Method::Post, false},
+    {"/v1/models", Method::Get, false},            {"/tokenize", Method::Post, false},
+    {"/detokenize", Method::Post, false},          {"/metrics", Method::Get, false},
+    {"/health", Method::Get, true},                {"/ready", Method::Get, true},
+};
+
+const Route* find_route(const std::string& path) {
+    for (const auto& r : kRoutes)
+        if (path == r.path) return &r;
+    return nullptr;
+}
+
+// Rejections happen before the body is read: close the connection so an unread body is never parsed
+// as the next request.
+httplib::Server::HandlerResponse reject(httplib::Response& res, int status, const std::string& message,
+                                        const std::string& code) {
+    send_error(res, status, message, {}, code);
+    res.set_header("Connection", "close");
+    return httplib::Server::HandlerResponse::Handled;
+}
+
+}  // namespace
+
+OpenAIServer::OpenAIServer(ServerOptions options, Engine& engine, const Tokenizer& tokenizer, ModelInfo info)
+    : state_(std::make_unique<State>(std::move(options), engine, tokenizer, std::move(info))) {
+    State& s = *state_;
+    s.id_salt = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+    ONECARD_CHECK(s.opts.tls_cert.empty() == s.opts.tls_key.empty(), "serve: --tls-cert and --tls-key go together");
+    if (!s.opts.tls_cert.empty()) {
+        auto ssl = std::make_unique<httplib::SSLServer>(s.opts.tls_cert.c_str(), s.opts.tls_key.c_str());
+        ONECARD_CHECK(ssl->is_valid(), "serve: cannot load the TLS certificate '{}' / key '{}' (PEM expected)",
+                      s.opts.tls_cert, s.opts.tls_key);
+        s.http = std::move(ssl);
+    } else {
+        s.http = std::make_unique<httplib::Server>();
+    }
+    httplib::Server& http = *s.http;
+    const int n_threads = s.opts.http_threads > 0 ? s.opts.http_threads
+                                                  : static_cast<int>(std::max<int64_t>(16, 2 * s.opts.max_num_seqs + 8));
+    http.new_task_queue = [n_threads] { return new httplib::ThreadPool(static_cast<size_t>(n_threads)); };
+    http.set_payload_max_length(s.opts.max_body_bytes);
+    http.set_keep_alive_timeout(5);
+    http.set_read_timeout(30);
+    http.set_write_timeout(30);
+    http.set_tcp_nodelay(true);
+
+    http.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
+        AccessLogContext& ctx = access_log_context();
+        ctx.start = std::chrono::steady_clock::now();
+        ctx.fields = nlohmann::json::object();
+        // Address first: a client outside the allowlist learns nothing else, not even which paths exist.
+        if (!s.allow.allows(req.remote_addr))
+            return reject(res, 403, fmt::format("address {} is not allowed", req.remote_addr), "address_not_allowed");
+        const Route* route = find_route(req.path);
+        if (route == nullptr) return reject(res, 404, fmt::format("no route for {}", req.path), "not_found");
+        const char* want = route->method == Method::Get ? "GET" : "POST";
+        if (req.method != want) {
+            res.set_header("Allow", want);
+            return reject(res, 405, fmt::format("{} {} is not allowed; use {}", req.method, req.path, want), "method_not_allowed");
+        }
+        if (!route->public_route && s.keys.enabled() && !s.keys.check_bearer(req.get_header_value("Authorization"))) {
+            res.set_header("WWW-Authenticate", "Bearer");
+            return reject(res, 401,
+                          req.has_header("Authorization") ? "incorrect API key provided"
+                                                          : "missing API key: send 'Authorization: Bearer <key>'",
+                          "invalid_api_key");
+        }
+        return httplib::Server::HandlerResponse::Unhandled;
+    });
+
+    auto wrap = [&s](void (*fn)(State&, const httplib::Request&, httplib::Response&)) {
+        return [&s, fn](const httplib::Request& req, httplib::Response& res) {
+            try {
+                fn(s, req, res);
+            } catch (const ApiError& e) {
+                send_error(res, e.status(), e.what(), e.param(), e.code(), e.retry_after_s());
+            } catch (const nlohmann::json::exception& e) {
+                send_error(res, 400, fmt::format("invalid request: {}", e.what()));
+            } catch (const Error& e) {
+                // onecard::Error from the tokenizer, chat encoder or engine validation: the input was refused.
+                send_error(res, 400, e.what());
+            }
+        };
+    };
+    http.Post("/v1/chat/completions", wrap(handle_chat_completions));
+    http.Post("/v1/completions", wrap(handle_completions));
+    http.Post("/tokenize", wrap(handle_tokenize));
+    http.Post("/detokenize", wrap(handle_detokenize));
+    http.Get("/v1/models", wrap(handle_models));
+    http.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{}", "application/json"); });
+    http.Get("/ready", [&s](const httplib::Request&, httplib::Response& res) {
+        if (s.ready && !s.draining) {
+            res.set_content(R"({"status":"ready"})", "application/json");
+        } else {
+            send_error(res, 503, s.draining ? "shutting down" : "loading", {}, "service_unavailable", 5);
+        }
+    });
+    http.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
+        res.set_content(s.metrics.render(s.engine.stats(), s.inflight.load()), "text/plain; version=0.0.4; charset=utf-8");
+    });
+
+    // Whatever httplib answers by itself (413 body too large, 400 unparsable request line, ...) gets
+    // an OpenAI error body too; responses that already have one are left alone.
+    http.set_error_handler(httplib::Server::HandlerWithResponse([&s](const httplib::Request&, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        std::string msg = fmt::format("HTTP error {}", res.status);
+        if (res.status == 413) msg = fmt::format("request body exceeds the limit of {} bytes", s.opts.max_body_bytes);
+        send_error(res, res.status, msg);
+        return httplib::Server::HandlerResponse::Handled;
+    }));
+    http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "internal error";
+        try {
+            std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+            what = e.what();
+        } catch (...) {
+        }
+        send_error(res, 500, "internal error: " + what);
+    });
+    http.set_logger([&s](const httplib::Request& req, const httplib::Response& res) {
+        AccessLogContext& ctx = access_log_context();
+        const Route* route = find_route(req.path);
+        s.metrics.record_http(route ? route->path : "other", res.status);
+        if (!s.opts.access_log) return;
+        nlohmann::json line = {{"ts", static_cast<int64_t>(std::time(nullptr))},
+                               {"remote", req.remote_addr},
+                               {"method", req.method},
+                               {"path", route ? route->path : "(other)"},
+                               {"status", res.status},
+                               {"duration_ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ctx.start).count()},
+                               {"bytes_in", req.body.size()}};
+        for (auto& [k, v] : ctx.fields.items()) line[k] = v;
+        const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+        std::fwrite(text.data(), 1, text.size(), stderr);
+    });
+}
+
+OpenAIServer::~OpenAIServer() {
+    if (state_->http && state_->http->is_running()) state_->http->stop();
+}
+
+int OpenAIServer::bind() {
+    State& s = *state_;
+    if (s.opts.port == 0) {
+        s.bound_port = s.http->bind_to_any_port(s.opts.host);
+        ONECARD_CHECK(s.bound_port > 0, "serve: cannot bind {} on an ephemeral port", s.opts.host);
+    } else {
+        ONECARD_CHECK(s.http->bind_to_port(s.opts.host, s.opts.port), "serve: cannot bind {}:{} (in use, or not a local address?)",
+                      s.opts.host, s.opts.port);
+        s.bound_port = s.opts.port;
+    }
+    return s.bound_port;
+}
+
+void OpenAIServer::run() { state_->http->listen_after_bind(); }
+
+void OpenAIServer::set_ready(bool ready) { state_->ready = ready; }
+
+int64_t OpenAIServer::n_inflight() const { return state_->inflight.load(); }
+
+bool OpenAIServer::is_tls() const { return !state_->opts.tls_cert.empty(); }
+
+int64_t OpenAIServer::shutdown(std::chrono::milliseconds drain) {
+    State& s = *state_;
+    s.draining = true;
+    const auto deadline = std::chrono::steady_clock::now() + drain;
+    while (s.inflight.load() > 0 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    int64_t n_cancelled = 0;
+    {
+        std::lock_guard lk(s.live_mu);
+        for (auto& [serial, weak] : s.live)
+            if (auto stream = weak.lock()) {
+                stream->cancel();
+                ++n_cancelled;
+            }
+    }
+    // Cancelled streams end within an engine step; give their handlers a moment to write the end.
+    const auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (s.inflight.load() > 0 && std::chrono::steady_clock::now() < grace)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    s.http->stop();
+    return n_cancelled;
+}
+
+}  // namespace onecard::server

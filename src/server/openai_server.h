@@ -1,0 +1,77 @@
+// The OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/models, /tokenize,
+// /detokenize, /health, /ready, /metrics, over one Engine (one engine thread) and a pool of HTTP
+// threads. Every request passes, in order: the CIDR allowlist (403), the path allowlist (404/405),
+// the API key (401), the body-size limit (413), then its handler; admission is bounded (429 when
+// the queue is full, 503 while starting or draining, both with Retry-After).
+//
+//   OpenAIServer server(options, engine, tokenizer, model_info);
+//   int port = server.bind();      // port 0 -> an ephemeral port
+//   std::thread t([&] { server.run(); });
+//   server.set_ready(true);
+//   ... server.shutdown(std::chrono::seconds(30));  t.join();
+#pragma once
+
+#include "onecard/engine.h"
+#include "tokenizer/chat_encoding.h"
+#include "tokenizer/tokenizer.h"
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace onecard::server {
+
+struct ServerOptions {
+    std::string host = "127.0.0.1";
+    int port = 8000;                        // 0 -> ephemeral
+    std::vector<std::string> api_keys;      // empty -> no authentication
+    std::vector<std::string> allow_cidrs;   // empty -> every address
+    std::string tls_cert, tls_key;          // both set -> HTTPS
+    size_t max_body_bytes = 16u << 20;      // larger bodies get 413
+    int http_threads = 0;                   // 0 -> max(16, 2 * max_num_seqs + 8)
+    int64_t max_num_seqs = 16;              // the engine's, for sizing the thread pool
+    int64_t max_queued_requests = 256;      // generation requests beyond max_num_seqs before 429
+    bool log_requests_text = false;         // access log includes prompt and completion text
+    bool access_log = true;                 // one JSON line per request on stderr
+};
+
+// What the server tells clients about the model it serves.
+struct ModelInfo {
+    std::string served_model_name;  // "id" in /v1/models; requests must name it (or omit "model")
+    std::string root;               // checkpoint path
+    int64_t max_model_len = 0;      // prompt + output tokens
+    int32_t eos_token_id = 1;
+    ChatVariant chat_variant = ChatVariant::V4;
+};
+
+class OpenAIServer {
+public:
+    // `engine` and `tokenizer` must outlive the server. Throws onecard::Error for bad options (CIDR
+    // text, unreadable TLS files).
+    OpenAIServer(ServerOptions options, Engine& engine, const Tokenizer& tokenizer, ModelInfo info);
+    ~OpenAIServer();
+    OpenAIServer(const OpenAIServer&) = delete;
+    OpenAIServer& operator=(const OpenAIServer&) = delete;
+
+    // Binds the listening socket; returns the port. Throws onecard::Error when it cannot bind.
+    int bind();
+    // Serves until shutdown()/stop(); call from one thread after bind().
+    void run();
+    // Readiness: /ready answers 200 and generation requests are admitted only while ready.
+    void set_ready(bool ready);
+    // Graceful: new generation requests get 503, in-flight ones may finish for up to `drain`, the
+    // rest are cancelled; then the listener stops and run() returns. Returns the number cancelled.
+    int64_t shutdown(std::chrono::milliseconds drain);
+    // Generation requests the HTTP side holds now (queued, running or streaming).
+    int64_t n_inflight() const;
+    bool is_tls() const;
+
+    struct State;
+
+private:
+    std::unique_ptr<State> state_;
+};
+
+}  // namespace onecard::server

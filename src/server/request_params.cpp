@@ -1,0 +1,161 @@
+#include "server/request_params.h"
+
+#include "server/api_error.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+namespace onecard::server {
+
+namespace {
+const Json* field(const Json& body, const char* key) {
+    auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return nullptr;
+    return &*it;
+}
+}  // namespace
+
+std::optional<int64_t> opt_int(const Json& body, const char* key, int64_t lo, int64_t hi) {
+    const Json* v = field(body, key);
+    if (!v) return std::nullopt;
+    int64_t x = 0;
+    if (v->is_number_integer()) {
+        // An unsigned value above INT64_MAX is out of every range we accept.
+        if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+            throw bad_request(fmt::format("'{}' must be an integer in [{}, {}]", key, lo, hi), key);
+        x = v->get<int64_t>();
+    } else if (v->is_number_float()) {
+        const double d = v->get<double>();
+        if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.0e15)
+            throw bad_request(fmt::format("'{}' must be an integer in [{}, {}]", key, lo, hi), key);
+        x = static_cast<int64_t>(d);
+    } else {
+        throw bad_request(fmt::format("'{}' must be an integer, got {}", key, v->type_name()), key);
+    }
+    if (x < lo || x > hi) throw bad_request(fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, x), key);
+    return x;
+}
+
+std::optional<double> opt_number(const Json& body, const char* key, double lo, double hi) {
+    const Json* v = field(body, key);
+    if (!v) return std::nullopt;
+    if (!v->is_number()) throw bad_request(fmt::format("'{}' must be a number, got {}", key, v->type_name()), key);
+    const double d = v->get<double>();
+    if (!std::isfinite(d) || d < lo || d > hi)
+        throw bad_request(fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, d), key);
+    return d;
+}
+
+std::optional<bool> opt_bool(const Json& body, const char* key) {
+    const Json* v = field(body, key);
+    if (!v) return std::nullopt;
+    if (!v->is_boolean()) throw bad_request(fmt::format("'{}' must be a boolean, got {}", key, v->type_name()), key);
+    return v->get<bool>();
+}
+
+std::optional<std::string> opt_string(const Json& body, const char* key) {
+    const Json* v = field(body, key);
+    if (!v) return std::nullopt;
+    if (!v->is_string()) throw bad_request(fmt::format("'{}' must be a string, got {}", key, v->type_name()), key);
+    return v->get<std::string>();
+}
+
+GenerationOptions parse_generation_options(const Json& b, ApiKind kind) {
+    GenerationOptions o;
+    SamplingParams& sp = o.sampling;
+    constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+    if (auto n = opt_int(b, "n", 1, kMaxInt); n && *n != 1)
+        throw bad_request("only n = 1 is supported", "n");
+    if (auto n = opt_int(b, "best_of", 1, kMaxInt); n && *n != 1)
+        throw bad_request("only best_of = 1 is supported", "best_of");
+    if (kind == ApiKind::Completion && opt_bool(b, "echo").value_or(false))
+        throw bad_request("echo is not supported", "echo");
+    if (const Json* lb = field(b, "logit_bias")) {
+        if (!lb->is_object()) throw bad_request("'logit_bias' must be an object", "logit_bias");
+        if (!lb->empty()) throw bad_request("logit_bias is not supported", "logit_bias");
+    }
+
+    o.max_tokens = opt_int(b, "max_tokens", 1, std::numeric_limits<int64_t>::max());
+    if (kind == ApiKind::Chat)
+        if (auto m = opt_int(b, "max_completion_tokens", 1, std::numeric_limits<int64_t>::max())) o.max_tokens = m;
+
+    if (auto t = opt_number(b, "temperature", 0.0, 100.0)) sp.temperature = static_cast<float>(*t);
+    if (auto t = opt_number(b, "top_p", 0.0, 1.0)) {
+        if (*t <= 0.0) throw bad_request("'top_p' must be in (0, 1]", "top_p");
+        sp.top_p = static_cast<float>(*t);
+    }
+    if (auto k = opt_int(b, "top_k", -1, kMaxInt)) sp.top_k = *k <= 0 ? 0 : static_cast<int32_t>(*k);
+    if (auto m = opt_number(b, "min_p", 0.0, 1.0)) sp.min_p = static_cast<float>(*m);
+    if (auto p = opt_number(b, "presence_penalty", -2.0, 2.0)) sp.presence_penalty = static_cast<float>(*p);
+    if (auto p = opt_number(b, "frequency_penalty", -2.0, 2.0)) sp.frequency_penalty = static_cast<float>(*p);
+    if (auto p = opt_number(b, "repetition_penalty", 0.0, 10.0)) {
+        if (*p <= 0.0) throw bad_request("'repetition_penalty' must be > 0", "repetition_penalty");
+        sp.repetition_penalty = static_cast<float>(*p);
+    }
+    if (auto s = opt_int(b, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
+        sp.seed = static_cast<uint64_t>(*s);
+    if (const Json* st = field(b, "stop")) {
+        if (st->is_string()) {
+            sp.stop.push_back(st->get<std::string>());
+        } else if (st->is_array()) {
+            if (st->size() > 16) throw bad_request("'stop' may hold at most 16 strings", "stop");
+            for (const auto& s : *st) {
+                if (!s.is_string()) throw bad_request("'stop' must be a string or an array of strings", "stop");
+                sp.stop.push_back(s.get<std::string>());
+            }
+        } else {
+            throw bad_request("'stop' must be a string or an array of strings", "stop");
+        }
+        for (const auto& s : sp.stop)
+            if (s.empty()) throw bad_request("'stop' strings must not be empty", "stop");
+    }
+    if (const Json* ids = field(b, "stop_token_ids")) {
+        if (!ids->is_array()) throw bad_request("'stop_token_ids' must be an array of integers", "stop_token_ids");
+        for (const auto& t : *ids) {
+            if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > kMaxInt)
+                throw bad_request("'stop_token_ids' must be an array of token ids", "stop_token_ids");
+            sp.stop_token_ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+        }
+    }
+    sp.ignore_eos = opt_bool(b, "ignore_eos").value_or(false);
+    sp.include_stop_str_in_output = opt_bool(b, "include_stop_str_in_output").value_or(false);
+    o.skip_special_tokens = opt_bool(b, "skip_special_tokens").value_or(true);
+
+    if (kind == ApiKind::Chat) {
+        o.logprobs = opt_bool(b, "logprobs").value_or(false);
+        if (auto t = opt_int(b, "top_logprobs", 0, 20)) {
+            if (!o.logprobs && *t > 0) throw bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+            o.top_logprobs = static_cast<int32_t>(*t);
+        }
+    } else if (auto n = opt_int(b, "logprobs", 0, 20)) {
+        o.logprobs = true;
+        o.top_logprobs = static_cast<int32_t>(*n);
+    }
+    if (o.logprobs) sp.logprobs = o.top_logprobs;
+
+    o.stream = opt_bool(b, "stream").value_or(false);
+    if (const Json* so = field(b, "stream_options")) {
+        if (!so->is_object()) throw bad_request("'stream_options' must be an object", "stream_options");
+        if (!o.stream) throw bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options");
+        o.include_usage = opt_bool(*so, "include_usage").value_or(false);
+        o.continuous_usage = opt_bool(*so, "continuous_usage_stats").value_or(false);
+    }
+    return o;
+}
+
+Json parse_body(const std::string& body) {
+    Json j;
+    try {
+        j = Json::parse(body);
+    } catch (const Json::exception& e) {  // parse_error, and out_of_range for numbers like 1e99999
+        throw bad_request(fmt::format("request body is not valid JSON: {}", e.what()));
+    }
+    if (!j.is_object()) throw bad_request(fmt::format("request body must be a JSON object, got {}", j.type_name()));
+    return j;
+}
+
+std::string dump_json(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+}  // namespace onecard::server

@@ -1,0 +1,53 @@
+// Validation of OpenAI request bodies: typed field readers that throw ApiError(400) naming the field,
+// and the sampling/streaming options shared by /v1/chat/completions and /v1/completions.
+#pragma once
+
+#include "onecard/engine.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace onecard::server {
+
+// Ordered: the chat prompt depends on the key order of tool schemas and response formats.
+using Json = nlohmann::ordered_json;
+
+// Field readers: a missing or null field gives nullopt; a present field of the wrong type or outside
+// [lo, hi] throws ApiError 400 with param = `key`. Integers also accept integral floats (2.0), as
+// OpenAI's own validation does; booleans are never numbers.
+std::optional<int64_t> opt_int(const Json& body, const char* key, int64_t lo, int64_t hi);
+std::optional<double> opt_number(const Json& body, const char* key, double lo, double hi);
+std::optional<bool> opt_bool(const Json& body, const char* key);
+std::optional<std::string> opt_string(const Json& body, const char* key);
+
+enum class ApiKind { Chat, Completion };
+
+// What a generation request asks for besides its prompt.
+struct GenerationOptions {
+    SamplingParams sampling;
+    std::optional<int64_t> max_tokens;  // as given (max_completion_tokens for chat wins over max_tokens)
+    bool stream = false;
+    bool include_usage = false;         // stream_options.include_usage
+    bool continuous_usage = false;      // stream_options.continuous_usage_stats (vLLM)
+    bool logprobs = false;
+    int32_t top_logprobs = 0;
+    bool skip_special_tokens = true;
+};
+
+// Reads every sampling and streaming field (temperature, top_p, top_k, min_p, presence/frequency/
+// repetition penalties, seed, stop, stop_token_ids, ignore_eos, include_stop_str_in_output, logprobs,
+// top_logprobs, n, stream, stream_options, max_tokens / max_completion_tokens, logit_bias, best_of,
+// echo, skip_special_tokens). Throws ApiError 400 naming the field.
+GenerationOptions parse_generation_options(const Json& body, ApiKind kind);
+
+// The body as JSON: must be an object. Throws ApiError 400 for malformed JSON (including invalid
+// UTF-8, which the JSON grammar forbids) or another top-level type.
+Json parse_body(const std::string& body);
+
+// JSON text safe to send whatever the strings hold (invalid UTF-8 replaced by U+FFFD).
+std::string dump_json(const Json& j);
+
+}  // namespace onecard::server

@@ -1,0 +1,76 @@
+// Internal: what every handler of OpenAIServer shares. Not part of the module's API.
+#pragma once
+
+#include "server/access_control.h"
+#include "server/metrics.h"
+#include "server/request_params.h"
+#include "server/openai_server.h"
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace onecard::server {
+
+struct OpenAIServer::State {
+    State(ServerOptions o, Engine& e, const Tokenizer& t, ModelInfo i)
+        : opts(std::move(o)),
+          engine(e),
+          tokenizer(t),
+          info(std::move(i)),
+          allow(opts.allow_cidrs),
+          keys(opts.api_keys),
+          metrics(info.served_model_name) {}
+
+    ServerOptions opts;
+    Engine& engine;
+    const Tokenizer& tokenizer;
+    ModelInfo info;
+    CidrAllowlist allow;
+    ApiKeys keys;
+    ServerMetrics metrics;
+    std::unique_ptr<httplib::Server> http;
+    int bound_port = -1;
+
+    std::atomic<bool> ready{false};
+    std::atomic<bool> draining{false};
+    std::atomic<int64_t> inflight{0};    // admitted generation requests not yet released
+    std::atomic<uint64_t> next_serial{1};
+    uint64_t id_salt = 0;                 // random per process: response ids are not guessable sequences
+
+    // Live engine streams, so shutdown can cancel what did not drain in time.
+    std::mutex live_mu;
+    std::map<uint64_t, std::weak_ptr<RequestStream>> live;
+
+    std::string new_response_id(const char* prefix);
+};
+
+// Per-request context for the access log; lives on the HTTP thread that serves the request (httplib
+// runs pre-routing, handler, content provider and logger on one thread).
+struct AccessLogContext {
+    std::chrono::steady_clock::time_point start;
+    nlohmann::json fields = nlohmann::json::object();
+};
+AccessLogContext& access_log_context();
+
+// Writes an OpenAI error object as the response.
+void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param = {},
+                const std::string& code = {}, int retry_after_s = 0);
+
+// 404 model_not_found when the body's "model" names another model (absent "model" is accepted).
+void check_model_field(const OpenAIServer::State& s, const Json& body);
+
+// Route handlers (chat_api.cpp, completions_api.cpp, info_api.cpp).
+void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
+void handle_completions(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
+void handle_models(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
+void handle_tokenize(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
+void handle_detokenize(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
+
+}  // namespace onecard::server

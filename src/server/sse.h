@@ -1,0 +1,35 @@
+// Internal: Server-Sent Events over an httplib chunked response, with client-disconnect detection.
+#pragma once
+
+#include "server/request_params.h"
+
+#include <httplib.h>
+
+#include <string>
+
+namespace onecard::server {
+
+class SseWriter {
+public:
+    explicit SseWriter(httplib::DataSink& sink) : sink_(sink) {}
+    // False once the client is gone (a write failed or the socket is no longer writable).
+    bool send(const nlohmann::json& data) { return send_raw("data: " + data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n"); }
+    bool send(const Json& data) { return send_raw("data: " + dump_json(data) + "\n\n"); }
+    bool done() {
+        const bool ok = send_raw("data: [DONE]\n\n");
+        if (ok) sink_.done();
+        return ok;
+    }
+    bool ok() const { return ok_; }
+
+private:
+    bool send_raw(const std::string& s) {
+        if (!ok_) return false;
+        if ((sink_.is_writable && !sink_.is_writable()) || !sink_.write(s.data(), s.size())) ok_ = false;
+        return ok_;
+    }
+    httplib::DataSink& sink_;
+    bool ok_ = true;
+};
+
+}  // namespace onecard::server

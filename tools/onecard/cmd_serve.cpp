@@ -1,0 +1,287 @@
+// `onecard serve`: the OpenAI-compatible server (src/server) over the engine and the CPU model.
+// Every flag also comes from the environment (ONECARD_<FLAG>, e.g. ONECARD_MAX_MODEL_LEN) and from a
+// JSON config file (--config FILE: {"port": 8001, "allow-cidr": ["10.0.0.0/8"], ...}; keys are flag
+// names without "--", '-' or '_'). Precedence: command line, then environment, then config file.
+#include "commands.h"
+#include "core/error.h"
+#include "engine/cpu_model_runner.h"
+#include "loader/checkpoint.h"
+#include "model/config.h"
+#include "model/deepseek_v4.h"
+#include "model/synth.h"
+#include "model/weights.h"
+#include "onecard/engine.h"
+#include "server/access_control.h"
+#include "server/openai_server.h"
+#include "server/scripted_runner.h"
+#include "server/text_decoder.h"
+#include "tokenizer/deepseek_v4_vocab.h"
+#include "tokenizer/tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <pthread.h>
+#include <thread>
+
+namespace onecard::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ServeArgs {
+    std::string model, tokenizer, served_model_name, config, numerics = "reference", test_script;
+    bool demo = false;
+    server::ServerOptions opts;
+    std::vector<std::string> api_keys;
+    std::string api_key_file;
+    int64_t max_model_len = 0;
+    int64_t max_num_seqs = 16;
+    int64_t max_num_batched_tokens = 2048;
+    int64_t long_prefill_token_threshold = 1024;
+    int64_t kv_cache_memory_bytes = 1LL << 30;
+    double shutdown_timeout = 30.0;
+    bool no_access_log = false;
+};
+
+// Applies a JSON config file to every option the command line and environment left unset.
+void apply_config_file(CLI::App* cmd, const std::string& path) {
+    std::ifstream in(path);
+    ONECARD_CHECK(in.good(), "--config '{}': cannot open", path);
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+        fail("--config '{}': not valid JSON: {}", path, e.what());
+    }
+    ONECARD_CHECK(j.is_object(), "--config '{}': top level must be an object of flag names", path);
+    for (const auto& [key, value] : j.items()) {
+        std::string name = key;
+        for (char& c : name)
+            if (c == '_') c = '-';
+        CLI::Option* opt = cmd->get_option_no_throw("--" + name);
+        ONECARD_CHECK(opt != nullptr && name != "config", "--config '{}': unknown option '{}'", path, key);
+        if (opt->count() > 0) continue;  // the command line or environment wins
+        auto as_text = [&](const nlohmann::json& v) {
+            ONECARD_CHECK(v.is_string() || v.is_number() || v.is_boolean(), "--config '{}': '{}' must be a string, number "
+                          "or boolean (or an array of them)", path, key);
+            return v.is_string() ? v.get<std::string>() : v.dump();
+        };
+        if (value.is_array()) {
+            for (const auto& v : value) opt->add_result(as_text(v));
+        } else {
+            opt->add_result(as_text(value));
+        }
+        try {
+            opt->run_callback();
+        } catch (const CLI::Error& e) {
+            fail("--config '{}': option '{}': {}", path, key, e.what());
+        }
+    }
+}
+
+fs::path demo_dir() {
+    if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return fs::path(x) / "onecard" / "demo-small";
+    const char* home = std::getenv("HOME");
+    ONECARD_CHECK(home && *home, "serve --demo: neither XDG_CACHE_HOME nor HOME is set; pass --model DIR");
+    return fs::path(home) / ".cache" / "onecard" / "demo-small";
+}
+
+// The demo checkpoint (random weights, the real V4 tokenizer), synthesised once into the cache.
+fs::path ensure_demo(bool need_weights) {
+    const fs::path dir = demo_dir();
+    if (!fs::exists(dir / "tokenizer.json")) {
+        std::fprintf(stderr, "serve: writing the demo tokenizer into %s\n", dir.c_str());
+        write_demo_tokenizer(dir);
+    }
+    if (need_weights && !fs::exists(dir / "model.safetensors.index.json")) {
+        std::fprintf(stderr, "serve: synthesising the small demo checkpoint into %s (once)\n", dir.c_str());
+        SynthOptions o;
+        o.preset = SynthPreset::Small;
+        o.seed = 1;
+        const ModelConfig cfg = synth_config(o);
+        synth_write(cfg, 1, dir, synth_default_shard_bytes(SynthPreset::Small), false);
+    }
+    return dir;
+}
+
+void block_stop_signals(sigset_t& set) {
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    // Blocked before any thread starts, so every thread inherits the mask and only sigwait() sees them.
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
+}
+
+void run_serve(CLI::App* cmd, ServeArgs& a) {
+    if (!a.config.empty()) apply_config_file(cmd, a.config);
+    sigset_t stop_signals;
+    block_stop_signals(stop_signals);
+    const auto t0 = std::chrono::steady_clock::now();
+
+    const bool test_mode = !a.test_script.empty();
+    if (test_mode) {
+        const char* allow = std::getenv("ONECARD_TEST_MODE");
+        ONECARD_CHECK(allow && std::string(allow) == "1",
+                      "serve: --test-script replaces the model with a scripted runner and is for tests only; "
+                      "it needs ONECARD_TEST_MODE=1 in the environment");
+    }
+    fs::path model_dir = a.model;
+    if (a.demo || a.model.empty()) model_dir = ensure_demo(!test_mode);
+    const fs::path tok_path = a.tokenizer.empty() ? model_dir / "tokenizer.json" : fs::path(a.tokenizer);
+    ONECARD_CHECK(fs::exists(tok_path), "serve: no tokenizer at '{}' (pass --tokenizer FILE)", tok_path.string());
+    const Tokenizer tokenizer = Tokenizer::from_file(tok_path);
+
+    std::optional<ModelConfig> cfg;
+    std::unique_ptr<DeepSeekV4> model;
+    std::unique_ptr<ModelRunner> runner;
+    int64_t weights_bytes = 0;
+    int32_t eos = 1;
+    server::ModelInfo info;
+    if (!test_mode || fs::exists(model_dir / "config.json")) {
+        cfg = load_config(model_dir / "config.json");
+        eos = static_cast<int32_t>(cfg->eos_token_id);
+        info.chat_variant = cfg->variant == ModelVariant::V4Flash0731 ? ChatVariant::V40731 : ChatVariant::V4;
+    }
+    const int64_t cfg_max = cfg ? cfg->max_position_embeddings : 1 << 20;
+    // The CPU path has no use for a million-token window by default; --max-model-len raises it.
+    const int64_t max_len = a.max_model_len > 0 ? a.max_model_len : std::min<int64_t>(cfg_max, 8192);
+    ONECARD_CHECK(max_len <= cfg_max, "serve: --max-model-len {} exceeds the model's {}", max_len, cfg_max);
+    if (test_mode) {
+        runner = std::make_unique<server::ScriptedRunner>(tokenizer, a.test_script, max_len, eos);
+    } else {
+        Checkpoint ckpt = Checkpoint::open(model_dir);
+        ModelWeights w = bind_weights(*cfg, ckpt);
+        for (const auto& f : fs::directory_iterator(model_dir))
+            if (f.path().extension() == ".safetensors") weights_bytes += static_cast<int64_t>(f.file_size());
+        model = std::make_unique<DeepSeekV4>(*cfg, w, a.numerics == "exact" ? Numerics::Exact : Numerics::Reference);
+        runner = std::make_unique<CpuModelRunner>(*model, max_len);
+    }
+
+    EngineConfig ec;
+    ec.eos_token_id = eos;
+    ec.max_num_seqs = a.max_num_seqs;
+    ec.max_num_batched_tokens = a.max_num_batched_tokens;
+    ec.long_prefill_token_threshold = a.long_prefill_token_threshold;
+    ec.kv_cache_bytes = a.kv_cache_memory_bytes;
+    ec.max_model_len = max_len;
+    ec.submit_queue_capacity = static_cast<size_t>(a.max_num_seqs + a.opts.max_queued_requests + 16);
+    ec.make_text_decoder = server::make_text_decoder_factory(tokenizer);
+    Engine engine(ec, std::move(runner));
+
+    std::vector<std::string> keys = a.api_keys;
+    if (!a.api_key_file.empty()) {
+        auto more = server::read_api_key_file(a.api_key_file);
+        keys.insert(keys.end(), more.begin(), more.end());
+    }
+    server::ServerOptions so = a.opts;
+    so.api_keys = keys;
+    so.max_num_seqs = a.max_num_seqs;
+    so.access_log = !a.no_access_log;
+    info.served_model_name = a.served_model_name.empty() ? (a.model.empty() ? "onecard-demo" : a.model) : a.served_model_name;
+    info.root = model_dir.string();
+    info.max_model_len = max_len;
+    info.eos_token_id = eos;
+    server::OpenAIServer srv(so, engine, tokenizer, info);
+    const int port = srv.bind();
+    std::thread http([&srv] { srv.run(); });
+
+    // Warm-up: one token through the whole engine path before /ready says yes.
+    {
+        SamplingParams warm;
+        warm.temperature = 0;
+        warm.max_tokens = 1;
+        auto stream = engine.submit({{static_cast<int32_t>(cfg ? cfg->bos_token_id : 0)}, warm});
+        while (auto ev = stream->next())
+            if (ev->finished()) ONECARD_CHECK(ev->finish_reason != FinishReason::Error, "serve: warm-up failed: {}", ev->error);
+    }
+    srv.set_ready(true);
+    const double ready_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const EngineStats st = engine.stats();
+    const std::string scheme = srv.is_tls() ? "https" : "http";
+    std::printf("onecard serve: %s on %s://%s:%d (%s), max_model_len %lld, max_num_seqs %lld, ready in %.2fs\n",
+                info.served_model_name.c_str(), scheme.c_str(), so.host.c_str(), port,
+                test_mode ? "TEST SCRIPT, no model" : numerics_name(model->numerics()), static_cast<long long>(max_len),
+                static_cast<long long>(a.max_num_seqs), ready_s);
+    nlohmann::json line = {{"event", "ready"},
+                           {"model", info.served_model_name},
+                           {"root", info.root},
+                           {"url", scheme + "://" + so.host + ":" + std::to_string(port)},
+                           {"port", port},
+                           {"weights_bytes", weights_bytes},
+                           {"kv_blocks", st.n_total_kv_blocks},
+                           {"kv_block_tokens", ec.kv_block_size},
+                           {"kv_cache_bytes", ec.kv_cache_bytes},
+                           {"max_model_len", max_len},
+                           {"tls", srv.is_tls()},
+                           {"auth", !keys.empty()},
+                           {"allow_cidr", so.allow_cidrs},
+                           {"time_to_ready_s", ready_s}};
+    std::printf("%s\nready\n", line.dump().c_str());
+    std::printf("try: curl %s%s://%s:%d/v1/chat/completions -H 'Content-Type: application/json'%s -d "
+                "'{\"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}], \"max_tokens\": 32}'\n",
+                srv.is_tls() ? "-k " : "", scheme.c_str(), so.host.c_str(), port,
+                keys.empty() ? "" : " -H 'Authorization: Bearer $ONECARD_API_KEY'");
+    std::fflush(stdout);
+
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    std::fprintf(stderr, "serve: signal %d: draining (up to %.1fs)\n", sig, a.shutdown_timeout);
+    const int64_t n_cancelled = srv.shutdown(std::chrono::milliseconds(static_cast<int64_t>(a.shutdown_timeout * 1000)));
+    http.join();
+    std::fprintf(stderr, "serve: stopped (%lld request(s) cancelled at the deadline)\n", static_cast<long long>(n_cancelled));
+}
+
+}  // namespace
+
+void add_cmd_serve(CLI::App& app) {
+    auto a = std::make_shared<ServeArgs>();
+    CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat, completions, tools, metrics)");
+    auto& o = a->opts;
+    cmd->add_option("--model", a->model, "checkpoint directory (default: the demo checkpoint)");
+    cmd->add_flag("--demo", a->demo, "serve the small demo checkpoint, synthesised once into ~/.cache/onecard");
+    cmd->add_option("--tokenizer", a->tokenizer, "tokenizer.json (default: <model>/tokenizer.json)");
+    cmd->add_option("--served-model-name", a->served_model_name, "model id clients use (default: the --model path)");
+    cmd->add_option("--host", o.host, "listen address (default 127.0.0.1)");
+    cmd->add_option("--port", o.port, "listen port (default 8000; 0 = any free port)")->check(CLI::Range(0, 65535));
+    cmd->add_option("--api-key", a->api_keys, "accepted API key (repeatable); clients send 'Authorization: Bearer KEY'");
+    cmd->add_option("--api-key-file", a->api_key_file, "file with accepted API keys, one per line");
+    cmd->add_option("--allow-cidr", o.allow_cidrs, "client networks allowed (repeatable, IPv4/IPv6 CIDR); default: all");
+    cmd->add_option("--tls-cert,--ssl-certfile", o.tls_cert, "PEM certificate: serve HTTPS");
+    cmd->add_option("--tls-key,--ssl-keyfile", o.tls_key, "PEM private key for --tls-cert");
+    cmd->add_option("--max-model-len", a->max_model_len, "prompt + output tokens per request (default min(model, 8192))");
+    cmd->add_option("--max-num-seqs", a->max_num_seqs, "requests running at once (default 16)")->check(CLI::PositiveNumber);
+    cmd->add_option("--max-num-batched-tokens", a->max_num_batched_tokens, "tokens per engine step (default 2048)")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--long-prefill-token-threshold", a->long_prefill_token_threshold,
+                    "most prompt tokens one request takes per step (default 1024)")->check(CLI::PositiveNumber);
+    cmd->add_option("--kv-cache-memory-bytes", a->kv_cache_memory_bytes, "KV pool budget in bytes (default 1 GiB)")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--max-queued-requests", o.max_queued_requests,
+                    "requests waiting beyond --max-num-seqs before 429 (default 256)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--http-threads", o.http_threads, "HTTP worker threads (default max(16, 2*max-num-seqs+8))");
+    cmd->add_option("--max-body-bytes", o.max_body_bytes, "largest request body; larger gets 413 (default 16 MiB)");
+    cmd->add_option("--shutdown-timeout", a->shutdown_timeout, "seconds SIGTERM/SIGINT waits for in-flight requests (default 30)");
+    cmd->add_option("--numerics", a->numerics, "reference | exact")->check(CLI::IsMember({"reference", "exact"}));
+    cmd->add_flag("--log-requests-text", o.log_requests_text, "access log includes prompt and completion text");
+    cmd->add_flag("--no-access-log", a->no_access_log, "no per-request JSON log lines");
+    cmd->add_option("--test-script", a->test_script,
+                    "TESTS ONLY (needs ONECARD_TEST_MODE=1): replace the model with a scripted runner (src/server/scripted_runner.h)");
+    cmd->add_option("--config", a->config, "JSON file of flag values (command line and environment win)");
+    // Environment: ONECARD_<FLAG> for every flag (--max-model-len -> ONECARD_MAX_MODEL_LEN).
+    for (CLI::Option* opt : cmd->get_options()) {
+        if (opt->get_lnames().empty() || opt->get_lnames()[0] == "help") continue;
+        std::string env = "ONECARD_";
+        for (char c : opt->get_lnames()[0]) env += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        opt->envname(env);
+    }
+    cmd->callback([cmd, a]() { run_serve(cmd, *a); });
+}
+
+}  // namespace onecard::cli
