@@ -39,6 +39,8 @@ pack() {
     done | sort -u | grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcuda|libcublas[^/]*|libstdc\+\+|libgcc_s)\.so' |
         while read -r lib; do cp -L "$lib" "$CARRY_DIR/lib/"; done
     ls "$CARRY_DIR/lib"
+    # The GPU machine gets no .git: record what the binaries were built from.
+    echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src tests bench || echo '+dirty')" > "$CARRY_DIR/bin/COMMIT"
     # Ten statically linked test binaries compress ~4x; the tarball is what travels.
     tar -C "$CARRY_DIR" -cJf "$CARRY_DIR.tar.xz" bin lib
     rm -rf "$CARRY_DIR"/bin "$CARRY_DIR"/lib
@@ -62,7 +64,7 @@ run() {
     if [ -f "$CARRY_DIR/gpu-check.tar.xz" ]; then tar -C "$CARRY_DIR" -xJf "$CARRY_DIR/gpu-check.tar.xz"; fi
     export LD_LIBRARY_PATH="$PWD/$CARRY_DIR/lib:$(cublas_lib_dir):${LD_LIBRARY_PATH:-}"
     {
-        echo "== gpu-check $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+        echo "== gpu-check $(date -u +%FT%TZ) binaries built from $(cat "$CARRY_DIR/bin/COMMIT" 2>/dev/null || echo unknown)"
         nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 || true
         echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
     } 2>&1 | tee "$log"

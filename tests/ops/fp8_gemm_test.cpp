@@ -29,7 +29,9 @@ GemmRun run_gemm(const test::Fp8LinearCase& c, cuda::Fp8GemmScaleLayout layout,
     auto* dx = test::upload(arena, test::to_bf16_bits(c.x), "x");
     auto* dw = test::upload(arena, c.w, "w");
     auto* dws8 = test::upload(arena, c.w_scale, "w_scale");
-    auto* dws = arena.alloc_n<float>(std::max(c.w_scale.size(), ws_override ? ws_override->size() : 0), "w_scale f32");
+    const size_t n_ws = std::max<size_t>(static_cast<size_t>(cuda::fp8_gemm_weight_scale_floats(n, k)),
+                                         ws_override ? ws_override->size() : 0);
+    auto* dws = arena.alloc_n<float>(n_ws, "w_scale f32");
     auto* dxq = arena.alloc_n<uint8_t>(c.x.size(), "xq");
     auto* dxs = arena.alloc_n<float>(static_cast<size_t>(m * k / 128), "xs");
     auto* dy = arena.alloc_n<uint16_t>(c.ref.size(), "y");
@@ -38,7 +40,8 @@ GemmRun run_gemm(const test::Fp8LinearCase& c, cuda::Fp8GemmScaleLayout layout,
     cuda::fill_bytes(dy, 0xFF, c.ref.size() * 2);
     cuda::Stream s;
     if (ws_override) cuda::copy_to_device(dws, *ws_override);
-    else cuda::ue8m0_to_f32(dws8, dws, (n + 127) / 128, k / 128, layout.weight_transposed, s.get());
+    else if (layout.weight_transposed) cuda::ue8m0_to_f32(dws8, dws, (n + 127) / 128, k / 128, true, s.get());
+    else cuda::fp8_gemm_prepare_weight_scales(dws8, dws, n, k, s.get());
     cuda::quantize_fp8_1x128(reinterpret_cast<const __nv_bfloat16*>(dx), dxq, dxs, m, k, layout.act, s.get());
     GemmRun out;
     try {
@@ -62,9 +65,8 @@ void check_gemm(int64_t m, int64_t n, int64_t k, uint32_t seed) {
 
 // Scale memory orders, with the leading dimension of the scale matrix dense or padded to 4 floats
 // (16 bytes). Non-square block grids (3 × 5 weight blocks) so every wrong order reads wrong scales.
-// The first H200 run (docs/results.md) showed the dense default right whenever the block counts
-// are multiples of 4 (every DeepSeek-V4 linear) and all dense orders wrong at 3 × 5; this probe
-// prints which order cuBLASLt reads there and requires that one exists.
+// The second H200 run (docs/results.md) found only [n/128, k/128] with rows padded to 4 floats
+// right at 3 × 5; the probe prints all four and checks fp8_gemm_prepare_weight_scales matches.
 TEST(CudaFp8Gemm, ScaleLayoutProbe) {
     ONECARD_REQUIRE_GPU();
     const auto c = test::make_fp8_linear_case(64, 384, 640, 41);
@@ -85,6 +87,11 @@ TEST(CudaFp8Gemm, ScaleLayoutProbe) {
         n_match += err <= 4e-3;
     }
     EXPECT_GE(n_match, 1) << "no scale layout matches the CPU";
+    // The layout the op documents and prepares (padded rows) must be the one that matches.
+    const GemmRun own = run_gemm(c, cuda::kFp8GemmScaleLayout);
+    ASSERT_TRUE(own.error.empty()) << own.error;
+    EXPECT_LE(test::rel_l2(own.y, c.ref), 4e-3);
+    EXPECT_LE(test::max_err_rel_to_max(own.y, c.ref), 1e-2);
 }
 
 TEST(CudaFp8Gemm, PrefillShapesMatchCpu) {
@@ -93,22 +100,21 @@ TEST(CudaFp8Gemm, PrefillShapesMatchCpu) {
     check_gemm(128, 4096, 2048, 43);  // shared-expert w2
 }
 
-// cuBLASLt's block-scaled kernels do not take every token count (m = 37 was refused on the H200 with
-// "not supported"): a refused shape must come back as our error naming it, and a supported one must
-// match. The engine pads prefill chunks to a supported multiple.
-TEST(CudaFp8Gemm, TokenCountsAreSupportedOrRefusedClearly) {
+// cuBLASLt's block-scaled kernels take m (tokens) in multiples of 4 only (probed on the H200:
+// m = 37 refused, 36/40/48 run): other counts are refused by our check with a message naming the fix.
+TEST(CudaFp8Gemm, TokenCountsMultipleOfFourMatchOthersRefused) {
     ONECARD_REQUIRE_GPU();
-    for (const int64_t m : {36, 37, 40, 48}) {
+    for (const int64_t m : {36, 37, 40, 52}) {
         const auto c = test::make_fp8_linear_case(m, 512, 1024, static_cast<uint32_t>(44 + m));
         const GemmRun r = run_gemm(c, cuda::kFp8GemmScaleLayout);
         std::printf("[probe] m %ld: %s\n", static_cast<long>(m), r.error.empty() ? "supported" : "refused");
-        if (r.error.empty()) {
+        if (m % cuda::kFp8GemmRowMultiple == 0) {
+            ASSERT_TRUE(r.error.empty()) << r.error;
             EXPECT_LE(test::rel_l2(r.y, c.ref), 4e-3) << "m " << m;
         } else {
-            EXPECT_NE(r.error.find("m " + std::to_string(m)), std::string::npos) << r.error;
+            EXPECT_NE(r.error.find("not a multiple of 4"), std::string::npos) << r.error;
         }
     }
-    check_gemm(48, 512, 1024, 99);  // a multiple of 16 must always run
 }
 
 }  // namespace

@@ -4,14 +4,14 @@
 // so an element the kernel never writes fails the comparison.
 #pragma once
 
+#include <gtest/gtest.h>  // also for the skip-only tests of a build without CUDA
+
 #ifdef ONECARD_HAVE_CUDA
 
 #include "backend/cuda/arena.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/stream.h"
 #include "core/fp_formats.h"
-
-#include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>

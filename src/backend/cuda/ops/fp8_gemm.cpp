@@ -59,6 +59,9 @@ void Fp8GemmLt::run(const uint8_t* xq, const float* xs, const uint8_t* w, const 
                     int64_t n, int64_t k, cudaStream_t stream) {
     ONECARD_CHECK(n % 128 == 0 && k % 128 == 0 && m > 0, "fp8 gemm: shape m {} n {} k {} (n, k must be multiples of 128)",
                   m, n, k);
+    ONECARD_CHECK(m % kFp8GemmRowMultiple == 0,
+                  "fp8 gemm: m {} is not a multiple of {} (cuBLASLt has no block-scaled kernel for it; pad the rows)", m,
+                  kFp8GemmRowMultiple);
     MatmulDesc desc;
     CUBLASLT_CHECK(cublasLtMatmulDescCreate(&desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     desc.set(CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
@@ -90,6 +93,10 @@ void Fp8GemmLt::run(const uint8_t* xq, const float* xs, const uint8_t* w, const 
     const float alpha = 1.0f, beta = 0.0f;
     CUBLASLT_CHECK(cublasLtMatmul(impl_->handle, desc.d, &alpha, w, a.d, xq, b.d, &beta, y, d.d, y, d.d, &heur.algo,
                                   impl_->workspace, impl_->workspace_bytes, stream));
+}
+
+void fp8_gemm_prepare_weight_scales(const uint8_t* ue8m0, float* out, int64_t n, int64_t k, cudaStream_t stream) {
+    ue8m0_to_f32(ue8m0, out, (n + 127) / 128, k / 128, false, stream, fp8_gemm_weight_scale_ld(k));
 }
 
 }  // namespace onecard::cuda

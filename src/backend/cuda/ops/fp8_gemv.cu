@@ -95,37 +95,50 @@ fp8_gemv_smem_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ x
                      const float* __restrict__ ws, __nv_bfloat16* __restrict__ y, int m_valid, int64_t n, int64_t k,
                      int64_t ld_y) {
     extern __shared__ float xsm[];
-    const int64_t n_kb = k / 128, n_iter = k / 512;
-    for (int64_t e = threadIdx.x; e < M * k; e += blockDim.x) {
-        const int64_t mi = e / k, kk = e % k;
-        const float v = mi < m_valid ? dev::e4m3_to_f32(xq[mi * k + kk]) * xs[mi * n_kb + kk / 128] : 0.0f;
-        const int64_t it = kk / 512, within = kk % 512;
-        xsm[((mi * n_iter + it) * 4 + (within % 16) / 4) * 128 + (within / 16) * 4 + within % 4] = v;
+    const int lane = threadIdx.x & 31;
+    const int ki = static_cast<int>(k), n_kb = ki / 128, n_iter = ki / 512;
+    const int64_t row0 = (blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + (threadIdx.x >> 5)) * kSmemRowsPerWarp;
+    const int n_rows = row0 >= n ? 0 : (n - row0 < kSmemRowsPerWarp ? static_cast<int>(n - row0) : kSmemRowsPerWarp);
+    // Software pipeline: the weight loads of the next two passes are in flight while the current two are
+    // multiplied; the first ones are issued before the activations are staged, so the two memory
+    // latencies overlap instead of adding up.
+    uint4 nxt[2][kSmemRowsPerWarp];
+    auto load = [&](int it0) {
+#pragma unroll
+        for (int u = 0; u < 2; ++u)
+#pragma unroll
+            for (int r = 0; r < kSmemRowsPerWarp; ++r)
+                nxt[u][r] = (it0 + u < n_iter && r < n_rows)
+                                ? __ldcs(reinterpret_cast<const uint4*>(w + (row0 + r) * k + (it0 + u) * 512 + lane * 16))
+                                : make_uint4(0, 0, 0, 0);
+    };
+    load(0);
+    for (int mi = 0; mi < M; ++mi) {
+        for (int kk = threadIdx.x; kk < ki; kk += blockDim.x) {
+            const float v = mi < m_valid ? dev::e4m3_to_f32(xq[mi * k + kk]) * xs[mi * n_kb + kk / 128] : 0.0f;
+            const int it = kk / 512, within = kk % 512;
+            xsm[((mi * n_iter + it) * 4 + (within % 16) / 4) * 128 + (within / 16) * 4 + within % 4] = v;
+        }
     }
     __syncthreads();
-    const int lane = threadIdx.x & 31;
-    const int64_t row0 = (blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + (threadIdx.x >> 5)) * kSmemRowsPerWarp;
-    if (row0 >= n) return;
-    const int64_t n_rows = n - row0 < kSmemRowsPerWarp ? n - row0 : kSmemRowsPerWarp;
+    if (n_rows == 0) return;
     float acc[kSmemRowsPerWarp][M];
 #pragma unroll
     for (int r = 0; r < kSmemRowsPerWarp; ++r)
 #pragma unroll
         for (int mi = 0; mi < M; ++mi) acc[r][mi] = 0.0f;
-    for (int64_t it0 = 0; it0 < n_iter; it0 += 2) {
+    for (int it0 = 0; it0 < n_iter; it0 += 2) {
         uint4 wv[2][kSmemRowsPerWarp];
 #pragma unroll
         for (int u = 0; u < 2; ++u)
 #pragma unroll
-            for (int r = 0; r < kSmemRowsPerWarp; ++r)
-                wv[u][r] = (it0 + u < n_iter && r < n_rows)
-                               ? __ldcs(reinterpret_cast<const uint4*>(w + (row0 + r) * k + (it0 + u) * 512 + lane * 16))
-                               : make_uint4(0, 0, 0, 0);
+            for (int r = 0; r < kSmemRowsPerWarp; ++r) wv[u][r] = nxt[u][r];
+        if (it0 + 2 < n_iter) load(it0 + 2);
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
-            const int64_t it = it0 + u;
+            const int it = it0 + u;
             if (it >= n_iter) break;
-            const int64_t kb = (it * 512 + lane * 16) / 128;
+            const int kb = (it * 512 + lane * 16) / 128;
 #pragma unroll
             for (int r = 0; r < kSmemRowsPerWarp; ++r) {
                 const uint32_t words[4] = {wv[u][r].x, wv[u][r].y, wv[u][r].z, wv[u][r].w};

@@ -35,11 +35,11 @@ __global__ void quantize_fp8_kernel(const __nv_bfloat16* __restrict__ x, uint8_t
 }
 
 __global__ void ue8m0_to_f32_kernel(const uint8_t* __restrict__ in, float* __restrict__ out, int64_t rows, int64_t cols,
-                                    bool transpose) {
+                                    bool transpose, int64_t ld_out) {
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= rows * cols) return;
     const int64_t r = i / cols, c = i % cols;
-    out[transpose ? c * rows + r : i] = dev::ue8m0_to_float(in[i]);
+    out[transpose ? c * ld_out + r : r * ld_out + c] = dev::ue8m0_to_float(in[i]);
 }
 
 }  // namespace
@@ -56,12 +56,14 @@ void quantize_fp8_1x128(const __nv_bfloat16* x, uint8_t* q, float* scales, int64
     CUDA_CHECK_LAUNCH("quantize_fp8_kernel");
 }
 
-void ue8m0_to_f32(const uint8_t* in, float* out, int64_t rows, int64_t cols, bool transpose, cudaStream_t stream) {
+void ue8m0_to_f32(const uint8_t* in, float* out, int64_t rows, int64_t cols, bool transpose, cudaStream_t stream,
+                  int64_t ld_out) {
     const int64_t n = rows * cols;
     if (n == 0) return;
+    if (ld_out == 0) ld_out = transpose ? rows : cols;
     const int threads = 256;
     ue8m0_to_f32_kernel<<<static_cast<unsigned>((n + threads - 1) / threads), threads, 0, stream>>>(in, out, rows, cols,
-                                                                                                  transpose);
+                                                                                                  transpose, ld_out);
     CUDA_CHECK_LAUNCH("ue8m0_to_f32_kernel");
 }
 

@@ -21,7 +21,9 @@ void quantize_fp8_1x128(const __nv_bfloat16* x, uint8_t* q, float* scales, int64
                         ActScaleLayout layout, cudaStream_t stream);
 
 // UE8M0 bytes [rows, cols] -> fp32 2^(b-127), optionally transposed to [cols, rows] (weight block
-// scales are converted once at load; the conversion is exact).
-void ue8m0_to_f32(const uint8_t* in, float* out, int64_t rows, int64_t cols, bool transpose, cudaStream_t stream);
+// scales are converted once at load; the conversion is exact). ld_out: row stride of the output in
+// floats (0 = dense); padding entries are left untouched.
+void ue8m0_to_f32(const uint8_t* in, float* out, int64_t rows, int64_t cols, bool transpose, cudaStream_t stream,
+                  int64_t ld_out = 0);
 
 }  // namespace onecard::cuda

@@ -23,33 +23,40 @@ mxfp4_expert_gemv_kernel(const uint8_t* __restrict__ xq, const float* __restrict
     extern __shared__ float xsm[];
     const int64_t pair = blockIdx.y;
     const int64_t arow = act_rows[pair];
-    const int64_t half_k = k / 2, n_groups = k / 32, n_kb = k / 128;
+    const int ki = static_cast<int>(k), half_k = ki / 2, n_groups = ki / 32, n_kb = ki / 128;
+    const int lane = threadIdx.x & 31;
+    const int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + (threadIdx.x >> 5);
+    const bool active = row < n;
+    const int64_t expert = expert_ids[pair];
+    const uint8_t* wr = w + (expert * n + (active ? row : 0)) * half_k;
+    const uint8_t* wsr = ws + (expert * n + (active ? row : 0)) * n_groups;
+    const int n_iter = half_k / 512;
+    // The first weight loads go out before the activation row is staged, so the two memory
+    // latencies overlap (the first H200 run showed this kernel latency-bound at ~13% of copy).
+    uint4 wv[kUnroll];
+    auto load = [&](int it0) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            const int off = (it0 + u) * 512 + lane * 16;
+            wv[u] = (active && it0 + u < n_iter) ? __ldcs(reinterpret_cast<const uint4*>(wr + off)) : make_uint4(0, 0, 0, 0);
+        }
+    };
+    load(0);
     const uint8_t* xr = xq + arow * k;
     const float* xsr = xs + arow * n_kb;
-    for (int64_t kk = threadIdx.x; kk < k; kk += blockDim.x) {
-        const int64_t it = kk / 1024, within = kk % 1024;
-        const int64_t l = within / 32, e8 = within % 32, c = e8 / 8, h = (e8 % 8) / 4, j = e8 % 4;
+    for (int kk = threadIdx.x; kk < ki; kk += blockDim.x) {
+        const int it = kk / 1024, within = kk % 1024;
+        const int l = within / 32, e8 = within % 32, c = e8 / 8, h = (e8 % 8) / 4, j = e8 % 4;
         xsm[(((it * 4 + c) * 2 + h) * 32 + l) * 4 + j] = dev::e4m3_to_f32(xr[kk]) * xsr[kk / 128];
     }
     __syncthreads();
-    const int lane = threadIdx.x & 31;
-    const int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + (threadIdx.x >> 5);
-    if (row >= n) return;
-    const int64_t expert = expert_ids[pair];
-    const uint8_t* wr = w + (expert * n + row) * half_k;
-    const uint8_t* wsr = ws + (expert * n + row) * n_groups;
-    const int64_t n_iter = half_k / 512;
+    if (!active) return;
     float acc = 0.0f;
-    for (int64_t it0 = 0; it0 < n_iter; it0 += kUnroll) {
-        uint4 wv[kUnroll];
+    for (int it0 = 0; it0 < n_iter; it0 += kUnroll) {
+        if (it0 > 0) load(it0);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
-            const int64_t off = (it0 + u) * 512 + lane * 16;
-            wv[u] = (it0 + u < n_iter) ? __ldcs(reinterpret_cast<const uint4*>(wr + off)) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-            const int64_t it = it0 + u;
+            const int it = it0 + u;
             if (it >= n_iter) break;
             const uint32_t words[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
             float d = 0.0f;
