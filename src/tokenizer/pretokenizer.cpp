@@ -55,6 +55,8 @@ public:
         out.reserve(pieces.size() * 2);
         std::vector<Span> matches;
         std::vector<Segment> segments;
+        std::optional<Regex::Scratch> scratch;
+        if (regex_) scratch.emplace(*regex_);
         for (size_t p = 0; p < pieces.size(); ++p) {
             const std::string_view piece = pieces.piece(p);
             const uint32_t base = pieces.spans()[p].first;
@@ -63,7 +65,7 @@ public:
                 segments.push_back({{0, 0}, false});
             } else {
                 matches.clear();
-                find(piece, matches);
+                find(piece, matches, scratch);
                 uint32_t prev = 0;
                 for (const auto& [s, e] : matches) {
                     if (prev != s) segments.push_back({{prev, s}, false});
@@ -81,9 +83,9 @@ public:
     }
 
 private:
-    void find(std::string_view piece, std::vector<Span>& matches) const {
+    void find(std::string_view piece, std::vector<Span>& matches, std::optional<Regex::Scratch>& scratch) const {
         if (regex_) {
-            regex_->find_all(piece, matches);
+            regex_->find_all(piece, matches, *scratch);
             return;
         }
         const std::string& lit = *literal_;
@@ -117,6 +119,8 @@ public:
         spans.reserve(pieces.size());
         std::string prefixed;
         std::vector<Span> matches;
+        std::optional<Regex::Scratch> scratch;
+        if (regex_) scratch.emplace(*regex_);
         for (size_t p = 0; p < pieces.size(); ++p) {
             std::string_view piece = pieces.piece(p);
             if (add_prefix_space_ && (piece.empty() || piece.front() != ' ')) {
@@ -136,7 +140,7 @@ public:
                 continue;
             }
             matches.clear();
-            regex_->find_all(piece, matches);
+            regex_->find_all(piece, matches, *scratch);
             // Isolated behaviour: matches and the gaps between them are all pieces.
             uint32_t prev = 0;
             for (const auto& [s, e] : matches) {
@@ -210,9 +214,17 @@ Regex::~Regex() {
     if (impl_ && impl_->code) pcre2_code_free(impl_->code);
 }
 
-void Regex::find_all(std::string_view subject, std::vector<std::pair<uint32_t, uint32_t>>& spans) const {
-    pcre2_match_data* md = pcre2_match_data_create_from_pattern(impl_->code, nullptr);
-    ONECARD_CHECK(md != nullptr, "tokenizer regex: out of memory for match data");
+Regex::Scratch::Scratch(const Regex& re) : match_data_(pcre2_match_data_create_from_pattern(re.impl_->code, nullptr)) {
+    ONECARD_CHECK(match_data_ != nullptr, "tokenizer regex: out of memory for match data");
+}
+
+Regex::Scratch::~Scratch() {
+    pcre2_match_data_free(static_cast<pcre2_match_data*>(match_data_));
+}
+
+void Regex::find_all(std::string_view subject, std::vector<std::pair<uint32_t, uint32_t>>& spans,
+                     Scratch& scratch) const {
+    auto* md = static_cast<pcre2_match_data*>(scratch.match_data_);
     const auto* subj = reinterpret_cast<PCRE2_SPTR>(subject.data());
     const size_t n = subject.size();
     size_t last_end = 0;
@@ -222,7 +234,6 @@ void Regex::find_all(std::string_view subject, std::vector<std::pair<uint32_t, u
                                   : pcre2_match(impl_->code, subj, n, last_end, PCRE2_NO_UTF_CHECK, md, nullptr);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
-            pcre2_match_data_free(md);
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(rc, msg, sizeof msg);
             fail("tokenizer regex '{}' failed to match: {}", pattern_, reinterpret_cast<const char*>(msg));
@@ -239,7 +250,6 @@ void Regex::find_all(std::string_view subject, std::vector<std::pair<uint32_t, u
         last_match = e;
         spans.push_back({static_cast<uint32_t>(s), static_cast<uint32_t>(e)});
     }
-    pcre2_match_data_free(md);
 }
 
 std::string translate_hf_regex(std::string_view pattern) {

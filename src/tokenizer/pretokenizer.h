@@ -24,10 +24,27 @@ public:
     Regex(const Regex&) = delete;
     Regex& operator=(const Regex&) = delete;
 
+    // Per-thread match buffers for find_all(); reuse one across many calls to avoid allocating.
+    class Scratch {
+    public:
+        explicit Scratch(const Regex& re);
+        ~Scratch();
+        Scratch(const Scratch&) = delete;
+        Scratch& operator=(const Scratch&) = delete;
+
+    private:
+        friend class Regex;
+        void* match_data_;
+    };
+
     // All match spans [begin, end) in `subject` (valid UTF-8), left to right, with the
     // non-overlapping iteration rule of Rust's regex/onig crates (an empty match right after the
     // previous match is skipped; after an empty match the search resumes one character later).
-    void find_all(std::string_view subject, std::vector<std::pair<uint32_t, uint32_t>>& spans) const;
+    void find_all(std::string_view subject, std::vector<std::pair<uint32_t, uint32_t>>& spans, Scratch& scratch) const;
+    void find_all(std::string_view subject, std::vector<std::pair<uint32_t, uint32_t>>& spans) const {
+        Scratch scratch(*this);
+        find_all(subject, spans, scratch);
+    }
 
     const std::string& pattern() const { return pattern_; }
 

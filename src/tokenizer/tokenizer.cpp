@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -17,28 +18,44 @@ namespace onecard {
 namespace {
 
 // BPE results per pre-token word. Real text repeats words constantly, so this turns most of the
-// merge work into one hash lookup. Bounded: cleared when full (cheap, and keeps memory flat).
+// merge work into one hash lookup. Direct-mapped and fixed-size: a colliding word just replaces
+// the old entry, slots reuse their buffers (no allocation in steady state), and striped locks
+// keep concurrent encodes from serialising on one mutex.
 class WordCache {
 public:
-    static constexpr size_t kMaxEntries = 1u << 17;
     static constexpr size_t kMaxWordBytes = 256;
 
-    bool lookup(std::string_view word, std::vector<int32_t>& out) {
-        std::lock_guard lock(mu_);
-        const auto it = map_.find(word);
-        if (it == map_.end()) return false;
-        out.insert(out.end(), it->second.begin(), it->second.end());
+    WordCache() : slots_(kSlots) {}
+
+    static uint64_t hash(std::string_view word) { return std::hash<std::string_view>{}(word); }
+
+    bool lookup(std::string_view word, uint64_t h, std::vector<int32_t>& out) {
+        Slot& slot = slots_[h & (kSlots - 1)];
+        std::lock_guard lock(locks_[h % kStripes]);
+        if (!slot.used || slot.hash != h || slot.word != word) return false;
+        out.insert(out.end(), slot.ids.begin(), slot.ids.end());
         return true;
     }
-    void store(std::string_view word, std::span<const int32_t> ids) {
-        std::lock_guard lock(mu_);
-        if (map_.size() >= kMaxEntries) map_.clear();
-        map_.emplace(std::string(word), std::vector<int32_t>(ids.begin(), ids.end()));
+    void store(std::string_view word, uint64_t h, std::span<const int32_t> ids) {
+        Slot& slot = slots_[h & (kSlots - 1)];
+        std::lock_guard lock(locks_[h % kStripes]);
+        slot.used = true;
+        slot.hash = h;
+        slot.word.assign(word.data(), word.size());
+        slot.ids.assign(ids.begin(), ids.end());
     }
 
 private:
-    std::mutex mu_;
-    std::unordered_map<std::string, std::vector<int32_t>, tok::StringHash, std::equal_to<>> map_;
+    static constexpr size_t kSlots = size_t{1} << 16;
+    static constexpr size_t kStripes = 64;
+    struct Slot {
+        bool used = false;
+        uint64_t hash = 0;
+        std::string word;
+        std::vector<int32_t> ids;
+    };
+    std::vector<Slot> slots_;
+    std::array<std::mutex, kStripes> locks_;
 };
 
 void check_normalizer(const nlohmann::json& j) {
@@ -162,10 +179,11 @@ void Tokenizer::Impl::encode_plain(std::string_view text, std::vector<int32_t>& 
         std::string_view word = pieces.piece(i);
         if (word.empty()) continue;
         const bool cacheable = word.size() <= WordCache::kMaxWordBytes;
-        if (cacheable && cache->lookup(word, out)) continue;
+        const uint64_t h = cacheable ? WordCache::hash(word) : 0;
+        if (cacheable && cache->lookup(word, h, out)) continue;
         const size_t before = out.size();
         model.encode_word(word, out);
-        if (cacheable) cache->store(word, std::span<const int32_t>(out).subspan(before));
+        if (cacheable) cache->store(word, h, std::span<const int32_t>(out).subspan(before));
     }
 }
 
