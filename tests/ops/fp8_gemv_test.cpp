@@ -5,6 +5,7 @@
 
 #ifdef ONECARD_HAVE_CUDA
 
+#include "backend/cuda/ops/fp8_gemm.cuh"
 #include "backend/cuda/ops/fp8_gemv.cuh"
 #include "backend/cuda/ops/fp8_quant.cuh"
 
@@ -17,13 +18,13 @@ void check_gemv(int64_t m, int64_t n, int64_t k, uint32_t seed) {
     auto* dx = test::upload(arena, test::to_bf16_bits(c.x), "x");
     auto* dw = test::upload(arena, c.w, "w");
     auto* dws8 = test::upload(arena, c.w_scale, "w_scale");
-    auto* dws = arena.alloc_n<float>(c.w_scale.size(), "w_scale f32");
+    auto* dws = arena.alloc_n<float>(static_cast<size_t>(cuda::fp8_gemm_weight_scale_floats(n, k)), "w_scale f32");
     auto* dxq = arena.alloc_n<uint8_t>(c.x.size(), "xq");
     auto* dxs = arena.alloc_n<float>(static_cast<size_t>(m * k / 128), "xs");
     auto* dy = arena.alloc_n<uint16_t>(c.ref.size(), "y");
     cuda::fill_bytes(dy, 0xFF, c.ref.size() * 2);
     cuda::Stream s;
-    cuda::ue8m0_to_f32(dws8, dws, (n + 127) / 128, k / 128, false, s.get());
+    cuda::fp8_gemm_prepare_weight_scales(dws8, dws, n, k, s.get());
     cuda::quantize_fp8_1x128(reinterpret_cast<const __nv_bfloat16*>(dx), dxq, dxs, m, k, cuda::ActScaleLayout::RowMajor,
                              s.get());
     cuda::fp8_gemv(dxq, dxs, dw, dws, reinterpret_cast<__nv_bfloat16*>(dy), m, n, k, s.get());

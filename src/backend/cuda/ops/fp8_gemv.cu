@@ -41,7 +41,7 @@ fp8_gemv_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ xs, co
     if (row >= n) return;
     const int64_t n_kb = k / 128;
     const uint8_t* wr = w + row * k;
-    const float* wsr = ws + (row / 128) * n_kb;
+    const float* wsr = ws + (row / 128) * ((n_kb + 3) / 4 * 4);  // rows padded as fp8_gemm_weight_scale_ld
     float acc[M];
 #pragma unroll
     for (int mi = 0; mi < M; ++mi) acc[mi] = 0.0f;
@@ -97,6 +97,7 @@ fp8_gemv_smem_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ x
     extern __shared__ float xsm[];
     const int lane = threadIdx.x & 31;
     const int ki = static_cast<int>(k), n_kb = ki / 128, n_iter = ki / 512;
+    const int ws_ld = (n_kb + 3) / 4 * 4;  // rows padded as fp8_gemm_weight_scale_ld
     const int64_t row0 = (blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + (threadIdx.x >> 5)) * kSmemRowsPerWarp;
     const int n_rows = row0 >= n ? 0 : (n - row0 < kSmemRowsPerWarp ? static_cast<int>(n - row0) : kSmemRowsPerWarp);
     // Software pipeline: the weight loads of the next two passes are in flight while the current two are
@@ -155,7 +156,7 @@ fp8_gemv_smem_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ x
                         d[mi] = fmaf(a01.x, xv.x, fmaf(a01.y, xv.y, fmaf(a23.x, xv.z, fmaf(a23.y, xv.w, d[mi]))));
                     }
                 }
-                const float wscale = r < n_rows ? ws[((row0 + r) / 128) * n_kb + kb] : 0.0f;
+                const float wscale = r < n_rows ? ws[((row0 + r) / 128) * ws_ld + kb] : 0.0f;
 #pragma unroll
                 for (int mi = 0; mi < M; ++mi) acc[r][mi] = fmaf(d[mi], wscale, acc[r][mi]);
             }
