@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include <sys/socket.h>
+
 #include <cstdio>
 #include <ctime>
 #include <random>
@@ -92,6 +94,15 @@ OpenAIServer::OpenAIServer(ServerOptions options, Engine& engine, const Tokenize
     http.set_read_timeout(30);
     http.set_write_timeout(30);
     http.set_tcp_nodelay(true);
+    // httplib (0.11) creates the listening socket itself with a compiled-in backlog of 5; under a burst
+    // of connections (64 streaming clients at once) Linux drops the overflow and the clients see their
+    // connections reset. Record the socket here (this replaces httplib's default options, so set
+    // SO_REUSEADDR as it does) and raise the backlog in bind().
+    http.set_socket_options([&s](socket_t sock) {
+        int yes = 1;
+        ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+        s.listen_fd = sock;
+    });
 
     http.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
         AccessLogContext& ctx = access_log_context();
@@ -199,6 +210,8 @@ int OpenAIServer::bind() {
                       s.opts.host, s.opts.port);
         s.bound_port = s.opts.port;
     }
+    // listen() on a listening socket only updates its backlog (the kernel caps it at somaxconn).
+    if (s.listen_fd >= 0) ::listen(s.listen_fd, 1024);
     return s.bound_port;
 }
 

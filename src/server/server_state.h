@@ -37,6 +37,7 @@ struct OpenAIServer::State {
     ServerMetrics metrics;
     std::unique_ptr<httplib::Server> http;
     int bound_port = -1;
+    int listen_fd = -1;  // recorded while httplib creates it, to raise its listen backlog
 
     std::atomic<bool> ready{false};
     std::atomic<bool> draining{false};
