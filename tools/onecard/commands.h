@@ -14,4 +14,6 @@ void add_cmd_render_chat(CLI::App& app);
 void add_cmd_logits(CLI::App& app);    // also adds `generate`
 void add_cmd_serve(CLI::App& app);     // OpenAI-compatible server (src/server)
 
+void add_cmd_plan(CLI::App& app);      // memory plan (engine/memory_plan.h)
+
 }  // namespace onecard::cli

@@ -1,0 +1,88 @@
+// `onecard plan`: the memory plan for a model on this GPU (or a given device size), before anything
+// is loaded: weights by component and storage format, KV pool and token capacity, activations,
+// graphs, headroom. Prints the report and one JSON line; exits 1 with the refusal (how much is
+// missing, which options would fit) when the plan does not fit.
+#include "commands.h"
+#include "core/error.h"
+#include "engine/memory_plan.h"
+#include "model/config.h"
+#include "model/synth.h"
+#include "model/weights.h"
+
+#ifdef ONECARD_HAVE_CUDA
+#include "backend/cuda/device.h"
+#endif
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+namespace onecard::cli {
+
+namespace {
+
+struct PlanArgs {
+    std::string model;          // checkpoint dir (its config.json)
+    std::string preset;         // synthetic shape instead: tiny | small | flash
+    double device_gib = 0;      // 0: the GPU's free memory (or the H200 default without a GPU)
+    double headroom_gib = 2.0;
+    int64_t experts = -1;
+    bool no_mtp = false;
+    int64_t kv_tokens = 0;
+    int64_t max_sequences = 64;
+    int64_t max_step_tokens = 8192;
+    int64_t block_size = 256;
+};
+
+}  // namespace
+
+void add_cmd_plan(CLI::App& app) {
+    auto a = std::make_shared<PlanArgs>();
+    CLI::App* cmd = app.add_subcommand("plan", "Memory plan for one GPU: what fits, and what to change when it does not");
+    cmd->add_option("--model", a->model, "checkpoint directory (reads config.json)");
+    cmd->add_option("--synth", a->preset, "synthetic shape instead of --model: tiny | small | flash")
+        ->check(CLI::IsMember({"tiny", "small", "flash"}));
+    cmd->add_option("--device-gib", a->device_gib, "device memory to plan against (default: free memory of GPU 0)");
+    cmd->add_option("--headroom-gib", a->headroom_gib, "reserved, never planned (default 2)");
+    cmd->add_option("--experts", a->experts, "routed experts per layer kept on the GPU (default: all)");
+    cmd->add_flag("--no-mtp", a->no_mtp, "leave the MTP block out");
+    cmd->add_option("--kv-tokens", a->kv_tokens, "KV pool capacity in tokens (default: all memory left)");
+    cmd->add_option("--max-sequences", a->max_sequences, "live sequences (one fixed KV slot each)");
+    cmd->add_option("--max-step-tokens", a->max_step_tokens, "largest step (prefill chunk), sizes activations");
+    cmd->add_option("--block-size", a->block_size, "KV block size in tokens (multiple of 128)");
+    cmd->callback([a] {
+        ONECARD_CHECK(a->model.empty() != a->preset.empty(), "plan: give exactly one of --model DIR or --synth PRESET");
+        ModelConfig cfg;
+        if (!a->model.empty()) {
+            cfg = load_config(std::filesystem::path(a->model) / "config.json");
+        } else {
+            SynthOptions so;
+            so.preset = *synth_preset_from_name(a->preset);
+            cfg = synth_config(so);
+        }
+        std::vector<PlannedTensor> tensors;
+        for (const auto& t : checkpoint_layout(cfg)) tensors.push_back({t.name, t.dtype, t.nbytes()});
+
+        MemoryPlanOptions opt;
+        opt.headroom_bytes = static_cast<uint64_t>(a->headroom_gib * 1073741824.0);
+        opt.n_resident_experts = a->experts;
+        opt.include_mtp = !a->no_mtp;
+        opt.kv_tokens = a->kv_tokens;
+        opt.max_sequences = a->max_sequences;
+        opt.max_step_tokens = a->max_step_tokens;
+        opt.kv_block_size = a->block_size;
+        if (a->device_gib > 0) {
+            opt.device_bytes = static_cast<uint64_t>(a->device_gib * 1073741824.0);
+        } else {
+#ifdef ONECARD_HAVE_CUDA
+            const auto devs = cuda::list_devices();
+            if (!devs.empty()) opt.device_bytes = devs[0].free_bytes;
+#endif
+        }
+        const MemoryPlan plan = make_memory_plan(cfg, tensors, opt);
+        std::printf("%s%s\n", memory_plan_report(plan).c_str(), memory_plan_json(plan).c_str());
+        require_plan_fits(plan);
+    });
+}
+
+}  // namespace onecard::cli
