@@ -21,23 +21,30 @@ DeviceArena::DeviceArena(size_t capacity, std::string name) : name_(std::move(na
     base_ = static_cast<std::byte*>(p);
 }
 
+DeviceArena::DeviceArena(void* base, size_t capacity, std::string name)
+    : name_(std::move(name)), base_(static_cast<std::byte*>(base)), owns_(false), capacity_(capacity) {
+    ONECARD_CHECK(base != nullptr && capacity > 0, "device arena '{}': borrowed region must be non-empty", name_);
+}
+
 DeviceArena::~DeviceArena() {
     // No throw from a destructor: a failing free at teardown means the context is already broken.
-    if (base_) cudaFree(base_);
+    if (base_ && owns_) cudaFree(base_);
 }
 
 DeviceArena::DeviceArena(DeviceArena&& other) noexcept
     : name_(std::move(other.name_)),
       base_(std::exchange(other.base_, nullptr)),
+      owns_(other.owns_),
       capacity_(std::exchange(other.capacity_, 0)),
       used_(std::exchange(other.used_, 0)),
       allocations_(std::move(other.allocations_)) {}
 
 DeviceArena& DeviceArena::operator=(DeviceArena&& other) noexcept {
     if (this != &other) {
-        if (base_) cudaFree(base_);
+        if (base_ && owns_) cudaFree(base_);
         name_ = std::move(other.name_);
         base_ = std::exchange(other.base_, nullptr);
+        owns_ = other.owns_;
         capacity_ = std::exchange(other.capacity_, 0);
         used_ = std::exchange(other.used_, 0);
         allocations_ = std::move(other.allocations_);

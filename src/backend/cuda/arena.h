@@ -28,6 +28,10 @@ public:
     // One cudaMalloc of `capacity` bytes on the current device; throws onecard::Error naming `name`
     // and the free memory when the device cannot give it.
     explicit DeviceArena(size_t capacity, std::string name = "arena");
+    // A non-owning arena over memory someone else holds (a region carved from a parent arena, e.g.
+    // per-step scratch): the same bookkeeping, no allocation and no free. The bookkeeping never
+    // touches the bytes, so host memory works too (the unit tests use that).
+    DeviceArena(void* base, size_t capacity, std::string name);
     ~DeviceArena();
     DeviceArena(const DeviceArena&) = delete;
     DeviceArena& operator=(const DeviceArena&) = delete;
@@ -61,6 +65,7 @@ public:
 private:
     std::string name_;
     std::byte* base_ = nullptr;
+    bool owns_ = true;  // false: borrowed memory, never freed here
     size_t capacity_ = 0;
     size_t used_ = 0;
     std::vector<Allocation> allocations_;
