@@ -4,14 +4,22 @@ namespace onecard::server {
 
 const char* error_type_for_status(int status) {
     switch (status) {
-        case 401: return "authentication_error";
-        case 403: return "permission_error";
-        case 404: return "not_found_error";
-        case 405: return "invalid_request_error";
-        case 413: return "invalid_request_error";
-        case 429: return "rate_limit_error";
-        case 503: return "service_unavailable_error";
-        default: return status >= 500 ? "server_error" : "invalid_request_error";
+        case 401:
+            return "authentication_error";
+        case 403:
+            return "permission_error";
+        case 404:
+            return "not_found_error";
+        case 405:
+            return "invalid_request_error";
+        case 413:
+            return "invalid_request_error";
+        case 429:
+            return "rate_limit_error";
+        case 503:
+            return "service_unavailable_error";
+        default:
+            return status >= 500 ? "server_error" : "invalid_request_error";
     }
 }
 

@@ -44,6 +44,8 @@ const char* error_type_for_status(int status);
 // The error body for a status and message (param/code omitted -> null).
 nlohmann::json error_body(int status, const std::string& message, const std::string& param = {},
                           const std::string& code = {});
-inline nlohmann::json error_body(const ApiError& e) { return error_body(e.status(), e.what(), e.param(), e.code()); }
+inline nlohmann::json error_body(const ApiError& e) {
+    return error_body(e.status(), e.what(), e.param(), e.code());
+}
 
 }  // namespace onecard::server

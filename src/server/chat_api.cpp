@@ -44,8 +44,9 @@ ChatRequest parse_chat_request(const OpenAIServer::State& s, const Json& body) {
         auto role = opt_string(m, "role");
         if (!role) throw bad_request(where + ".role is required", where + ".role");
         if (*role != "system" && *role != "user" && *role != "assistant" && *role != "tool" && *role != "developer")
-            throw bad_request(fmt::format("{}.role '{}' is not one of system, user, assistant, tool, developer", where, *role),
-                              where + ".role");
+            throw bad_request(
+                fmt::format("{}.role '{}' is not one of system, user, assistant, tool, developer", where, *role),
+                where + ".role");
         auto c = m.find("content");
         if (c != m.end() && !c->is_null() && !c->is_string() && !c->is_array())
             throw bad_request(where + ".content must be a string or an array of parts", where + ".content");
@@ -70,19 +71,25 @@ ChatRequest parse_chat_request(const OpenAIServer::State& s, const Json& body) {
     if (auto tc = body.find("tool_choice"); tc != body.end() && !tc->is_null()) {
         if (tc->is_string()) {
             const std::string v = tc->get<std::string>();
-            if (v == "none") r.tool_choice = ToolChoice::None;
-            else if (v == "auto") r.tool_choice = tool_names.empty() ? ToolChoice::None : ToolChoice::Auto;
-            else if (v == "required") r.tool_choice = ToolChoice::Required;
-            else throw bad_request("'tool_choice' must be none, auto, required or a named function", "tool_choice");
+            if (v == "none")
+                r.tool_choice = ToolChoice::None;
+            else if (v == "auto")
+                r.tool_choice = tool_names.empty() ? ToolChoice::None : ToolChoice::Auto;
+            else if (v == "required")
+                r.tool_choice = ToolChoice::Required;
+            else
+                throw bad_request("'tool_choice' must be none, auto, required or a named function", "tool_choice");
         } else if (tc->is_object() && tc->contains("function") && (*tc)["function"].is_object() &&
                    (*tc)["function"].contains("name") && (*tc)["function"]["name"].is_string()) {
             r.tool_choice = ToolChoice::Named;
             r.named_tool = (*tc)["function"]["name"].get<std::string>();
             if (std::find(tool_names.begin(), tool_names.end(), r.named_tool) == tool_names.end())
-                throw bad_request(fmt::format("tool_choice names '{}', which is not in 'tools'", r.named_tool), "tool_choice");
+                throw bad_request(fmt::format("tool_choice names '{}', which is not in 'tools'", r.named_tool),
+                                  "tool_choice");
         } else {
-            throw bad_request("'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}",
-                              "tool_choice");
+            throw bad_request(
+                "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                "tool_choice");
         }
         if (r.tool_choice == ToolChoice::Required && tool_names.empty())
             throw bad_request("tool_choice 'required' needs a non-empty 'tools'", "tool_choice");
@@ -117,7 +124,8 @@ std::string tool_choice_violation(const ChatRequest& r, const ParsedCompletion& 
     if (r.tool_choice == ToolChoice::Required && pc.tool_calls.empty())
         return "tool_choice is 'required' but the model called no tool";
     if (r.tool_choice == ToolChoice::Named) {
-        if (pc.tool_calls.empty()) return fmt::format("tool_choice names '{}' but the model called no tool", r.named_tool);
+        if (pc.tool_calls.empty())
+            return fmt::format("tool_choice names '{}' but the model called no tool", r.named_tool);
         for (const auto& c : pc.tool_calls)
             if (c.name != r.named_tool)
                 return fmt::format("tool_choice names '{}' but the model called '{}'", r.named_tool, c.name);
@@ -167,8 +175,12 @@ Json deltas_for(const std::vector<ParseEvent>& events, bool parse_tools) {
     for (const auto& ev : events) {
         Json d;
         switch (ev.kind) {
-            case ParseEventKind::Content: d["content"] = ev.text; break;
-            case ParseEventKind::Reasoning: d["reasoning_content"] = ev.text; break;
+            case ParseEventKind::Content:
+                d["content"] = ev.text;
+                break;
+            case ParseEventKind::Reasoning:
+                d["reasoning_content"] = ev.text;
+                break;
             case ParseEventKind::ToolCallBegin:
                 if (!parse_tools) continue;
                 d["tool_calls"] = Json::array({Json{{"index", ev.index},
@@ -180,7 +192,8 @@ Json deltas_for(const std::vector<ParseEvent>& events, bool parse_tools) {
                 if (!parse_tools) continue;
                 d["tool_calls"] = Json::array({Json{{"index", ev.index}, {"function", Json{{"arguments", ev.text}}}}});
                 break;
-            case ParseEventKind::ToolCallEnd: continue;
+            case ParseEventKind::ToolCallEnd:
+                continue;
         }
         if (ev.kind == ParseEventKind::Content || ev.kind == ParseEventKind::Reasoning) {
             const char* key = ev.kind == ParseEventKind::Content ? "content" : "reasoning_content";
@@ -223,7 +236,8 @@ void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req
         while (auto ev = ar->next()) {
             for (const auto& pe : parser.push(ev->text_delta)) apply_event(pc, pe);
             if (cr.gen.logprobs)
-                for (auto& e : chat_logprobs_json(s.tokenizer, ev->token_ids, ev->logprobs)) logprobs.push_back(Json(e));
+                for (auto& e : chat_logprobs_json(s.tokenizer, ev->token_ids, ev->logprobs))
+                    logprobs.push_back(Json(e));
             if (ev->finished()) last = std::move(ev);
         }
         for (const auto& pe : parser.finish()) apply_event(pc, pe);
@@ -232,21 +246,27 @@ void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req
         if (last->finish_reason == FinishReason::Cancelled)
             throw ApiError(503, "the request was cancelled because the server is shutting down").with_retry_after(30);
         if (!cr.parse_tools) pc.tool_calls.clear();
-        if (std::string v = tool_choice_violation(cr, pc); !v.empty()) throw ApiError(500, v, "tool_choice", "tool_choice_not_followed");
+        if (std::string v = tool_choice_violation(cr, pc); !v.empty())
+            throw ApiError(500, v, "tool_choice", "tool_choice_not_followed");
         Json msg = {{"role", "assistant"}};
         msg["content"] = pc.content.empty() && !pc.tool_calls.empty() ? Json(nullptr) : Json(pc.content);
         msg["reasoning_content"] = pc.reasoning.empty() ? Json(nullptr) : Json(pc.reasoning);
         if (!pc.tool_calls.empty()) {
             Json calls = Json::array();
             for (const auto& c : pc.tool_calls)
-                calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+                calls.push_back(
+                    {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
             msg["tool_calls"] = std::move(calls);
         }
         Json choice = {{"index", 0}, {"message", std::move(msg)}};
         choice["logprobs"] = cr.gen.logprobs ? Json{{"content", std::move(logprobs)}} : Json(nullptr);
         choice["finish_reason"] = finish_reason_of(cr, *last, pc);
-        Json out = {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", s.info.served_model_name},
-                    {"choices", Json::array({std::move(choice)})}, {"usage", Json(usage_json(last->usage))}};
+        Json out = {{"id", id},
+                    {"object", "chat.completion"},
+                    {"created", created},
+                    {"model", s.info.served_model_name},
+                    {"choices", Json::array({std::move(choice)})},
+                    {"usage", Json(usage_json(last->usage))}};
         auto& f = access_log_context().fields;
         f["completion_tokens"] = last->usage.completion_tokens;
         f["finish_reason"] = out["choices"][0]["finish_reason"];
@@ -267,7 +287,9 @@ void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req
             SseWriter w(sink);
             auto chunk = [&](Json delta, Json finish, Json logprobs) {
                 Json c = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model}};
-                Json choice = {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", std::move(logprobs)},
+                Json choice = {{"index", 0},
+                               {"delta", std::move(delta)},
+                               {"logprobs", std::move(logprobs)},
                                {"finish_reason", std::move(finish)}};
                 c["choices"] = Json::array({std::move(choice)});
                 if (include_usage) c["usage"] = nullptr;
@@ -301,7 +323,8 @@ void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req
                 if (ev->finished()) last = std::move(ev);
             }
             if (!last || last->finish_reason == FinishReason::Error) {
-                w.send(Json(error_body(500, "generation failed: " + (last ? last->error : std::string("no final event")))));
+                w.send(Json(
+                    error_body(500, "generation failed: " + (last ? last->error : std::string("no final event")))));
                 w.done();
                 return true;
             }
@@ -310,8 +333,9 @@ void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req
                 w.send(Json(error_body(500, v, "tool_choice", "tool_choice_not_followed")));
             w.send(chunk(Json::object(), finish_reason_of(chat, *last, pc), nullptr));
             if (include_usage) {
-                Json u = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
-                          {"choices", Json::array()}, {"usage", Json(usage_json(last->usage))}};
+                Json u = {
+                    {"id", id},       {"object", "chat.completion.chunk"}, {"created", created},
+                    {"model", model}, {"choices", Json::array()},          {"usage", Json(usage_json(last->usage))}};
                 w.send(u);
             }
             auto& f = access_log_context().fields;

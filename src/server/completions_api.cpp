@@ -16,11 +16,11 @@ namespace {
 std::vector<int32_t> token_ids_of(const Json& arr, int64_t vocab, const char* param) {
     std::vector<int32_t> ids;
     for (const auto& t : arr) {
-        if (!t.is_number_integer())
-            throw bad_request(fmt::format("'{}' token ids must be integers", param), param);
+        if (!t.is_number_integer()) throw bad_request(fmt::format("'{}' token ids must be integers", param), param);
         const int64_t v = t.is_number_unsigned() && t.get<uint64_t>() > INT64_MAX ? -1 : t.get<int64_t>();
         if (v < 0 || v >= vocab)
-            throw bad_request(fmt::format("'{}' holds token id {} outside the vocabulary [0, {})", param, t.dump(), vocab), param);
+            throw bad_request(
+                fmt::format("'{}' holds token id {} outside the vocabulary [0, {})", param, t.dump(), vocab), param);
         ids.push_back(static_cast<int32_t>(v));
     }
     return ids;
@@ -45,7 +45,8 @@ std::vector<int32_t> prompt_ids(const OpenAIServer::State& s, const Json& body, 
     } else if (p->is_array()) {
         ids = token_ids_of(*p, vocab, "prompt");
     } else {
-        throw bad_request("'prompt' must be a string, an array of token ids, or a one-element array of either", "prompt");
+        throw bad_request("'prompt' must be a string, an array of token ids, or a one-element array of either",
+                          "prompt");
     }
     if (ids.empty()) throw bad_request("'prompt' is empty", "prompt");
     return ids;
@@ -63,14 +64,16 @@ void handle_completions(OpenAIServer::State& s, const httplib::Request& req, htt
     const int64_t n = static_cast<int64_t>(ids.size()), max_len = s.info.max_model_len;
     if (n >= max_len)
         throw bad_request(fmt::format("This model's maximum context length is {} tokens. However, your prompt has {} "
-                                      "tokens. Please reduce the length of the prompt.", max_len, n),
+                                      "tokens. Please reduce the length of the prompt.",
+                                      max_len, n),
                           "prompt");
     // OpenAI's legacy default is 16 tokens.
     const int64_t max_tokens = gen.max_tokens.value_or(16);
     if (max_tokens > max_len - n)
-        throw bad_request(fmt::format("max_tokens is {} but the prompt has {} tokens and the maximum context length is {}",
-                                      max_tokens, n, max_len),
-                          "max_tokens");
+        throw bad_request(
+            fmt::format("max_tokens is {} but the prompt has {} tokens and the maximum context length is {}",
+                        max_tokens, n, max_len),
+            "max_tokens");
     SamplingParams sp = gen.sampling;
     sp.max_tokens = max_tokens;
     const std::string id = s.new_response_id("cmpl-");
@@ -101,10 +104,20 @@ void handle_completions(OpenAIServer::State& s, const httplib::Request& req, htt
         if (last->finish_reason == FinishReason::Cancelled)
             throw ApiError(503, "the request was cancelled because the server is shutting down").with_retry_after(30);
         if (gen.logprobs && logprobs.is_null())
-            logprobs = Json{{"tokens", Json::array()}, {"token_logprobs", Json::array()}, {"top_logprobs", Json::array()}, {"text_offset", Json::array()}};
-        Json choice = {{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", api_finish_reason(last->finish_reason)}};
-        Json out = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
-                    {"choices", Json::array({std::move(choice)})}, {"usage", Json(usage_json(last->usage))}};
+            logprobs = Json{{"tokens", Json::array()},
+                            {"token_logprobs", Json::array()},
+                            {"top_logprobs", Json::array()},
+                            {"text_offset", Json::array()}};
+        Json choice = {{"index", 0},
+                       {"text", text},
+                       {"logprobs", logprobs},
+                       {"finish_reason", api_finish_reason(last->finish_reason)}};
+        Json out = {{"id", id},
+                    {"object", "text_completion"},
+                    {"created", created},
+                    {"model", model},
+                    {"choices", Json::array({std::move(choice)})},
+                    {"usage", Json(usage_json(last->usage))}};
         f["completion_tokens"] = last->usage.completion_tokens;
         f["finish_reason"] = api_finish_reason(last->finish_reason);
         if (s.opts.log_requests_text) f["completion"] = text;
@@ -124,7 +137,8 @@ void handle_completions(OpenAIServer::State& s, const httplib::Request& req, htt
             std::string text;
             auto chunk = [&](const std::string& t, Json finish, Json lp) {
                 Json c = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model}};
-                c["choices"] = Json::array({Json{{"index", 0}, {"text", t}, {"logprobs", std::move(lp)}, {"finish_reason", std::move(finish)}}});
+                c["choices"] = Json::array({Json{
+                    {"index", 0}, {"text", t}, {"logprobs", std::move(lp)}, {"finish_reason", std::move(finish)}}});
                 if (include_usage) c["usage"] = nullptr;
                 return c;
             };
@@ -145,14 +159,19 @@ void handle_completions(OpenAIServer::State& s, const httplib::Request& req, htt
                 if (ev->finished()) last = std::move(ev);
             }
             if (!last || last->finish_reason == FinishReason::Error) {
-                w.send(Json(error_body(500, "generation failed: " + (last ? last->error : std::string("no final event")))));
+                w.send(Json(
+                    error_body(500, "generation failed: " + (last ? last->error : std::string("no final event")))));
                 w.done();
                 return true;
             }
             w.send(chunk("", api_finish_reason(last->finish_reason), nullptr));
             if (include_usage)
-                w.send(Json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
-                            {"choices", Json::array()}, {"usage", Json(usage_json(last->usage))}});
+                w.send(Json{{"id", id},
+                            {"object", "text_completion"},
+                            {"created", created},
+                            {"model", model},
+                            {"choices", Json::array()},
+                            {"usage", Json(usage_json(last->usage))}});
             auto& f = access_log_context().fields;
             f["completion_tokens"] = last->usage.completion_tokens;
             f["finish_reason"] = api_finish_reason(last->finish_reason);

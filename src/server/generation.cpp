@@ -51,7 +51,9 @@ ActiveRequest::~ActiveRequest() {
     s_.inflight.fetch_sub(1);
 }
 
-void ActiveRequest::cancel() { stream_->cancel(); }
+void ActiveRequest::cancel() {
+    stream_->cancel();
+}
 
 void ActiveRequest::record_end(const std::string& reason, int64_t prompt, int64_t completion, int64_t cached) {
     if (recorded_) return;
@@ -92,11 +94,16 @@ std::optional<EngineEvent> ActiveRequest::next() {
 
 const char* api_finish_reason(FinishReason r) {
     switch (r) {
-        case FinishReason::Stop: return "stop";
-        case FinishReason::Length: return "length";
-        case FinishReason::Cancelled: return "abort";
-        case FinishReason::Error: return "error";
-        case FinishReason::None: break;
+        case FinishReason::Stop:
+            return "stop";
+        case FinishReason::Length:
+            return "length";
+        case FinishReason::Cancelled:
+            return "abort";
+        case FinishReason::Error:
+            return "error";
+        case FinishReason::None:
+            break;
     }
     return "";
 }
@@ -110,7 +117,9 @@ nlohmann::json usage_json(const Usage& u) {
 
 namespace {
 // -inf is not JSON; vLLM reports -9999.0 for it.
-double finite_logprob(float lp) { return std::isfinite(lp) ? static_cast<double>(lp) : -9999.0; }
+double finite_logprob(float lp) {
+    return std::isfinite(lp) ? static_cast<double>(lp) : -9999.0;
+}
 
 nlohmann::json token_entry(const Tokenizer& tok, int32_t id, float lp) {
     std::string bytes;

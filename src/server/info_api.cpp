@@ -11,8 +11,9 @@ namespace onecard::server {
 void check_model_field(const OpenAIServer::State& s, const Json& body) {
     auto m = opt_string(body, "model");
     if (m && *m != s.info.served_model_name)
-        throw ApiError(404, fmt::format("The model '{}' does not exist; this server serves '{}'", *m, s.info.served_model_name),
-                       "model", "model_not_found");
+        throw ApiError(
+            404, fmt::format("The model '{}' does not exist; this server serves '{}'", *m, s.info.served_model_name),
+            "model", "model_not_found");
 }
 
 void handle_models(OpenAIServer::State& s, const httplib::Request&, httplib::Response& res) {
@@ -64,8 +65,8 @@ void handle_detokenize(OpenAIServer::State& s, const httplib::Request& req, http
     std::vector<int32_t> ids;
     const auto vocab = static_cast<int64_t>(s.tokenizer.vocab_size());
     for (const auto& t : *it) {
-        if (!t.is_number_integer() || (t.is_number_unsigned() && t.get<uint64_t>() > INT64_MAX) || t.get<int64_t>() < 0 ||
-            t.get<int64_t>() >= vocab)
+        if (!t.is_number_integer() || (t.is_number_unsigned() && t.get<uint64_t>() > INT64_MAX) ||
+            t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab)
             throw bad_request(fmt::format("'tokens' holds {}, not a token id in [0, {})", t.dump(), vocab), "tokens");
         ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
     }

@@ -38,10 +38,14 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
 std::string prom_escape(const std::string& s) {
     std::string o;
     for (char c : s) {
-        if (c == '\\') o += "\\\\";
-        else if (c == '"') o += "\\\"";
-        else if (c == '\n') o += "\\n";
-        else o += c;
+        if (c == '\\')
+            o += "\\\\";
+        else if (c == '"')
+            o += "\\\"";
+        else if (c == '\n')
+            o += "\\n";
+        else
+            o += c;
     }
     return o;
 }
@@ -49,13 +53,15 @@ std::string prom_escape(const std::string& s) {
 namespace {
 // vLLM's bucket edges (seconds), so dashboards built for it read ours unchanged.
 std::vector<double> ttft_buckets() {
-    return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+    return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+            1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
 }
 std::vector<double> itl_buckets() {
     return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
 }
 std::vector<double> e2e_buckets() {
-    return {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+    return {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+            30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 }
 }  // namespace
 
@@ -87,13 +93,14 @@ std::string ServerMetrics::render(const EngineStats& es, int64_t n_http_inflight
     std::string o;
     const std::string& L = labels_;
     auto gauge = [&](const char* name, const char* help, double v) {
-        o += fmt::format("# HELP onecard:{} {}\n# TYPE onecard:{} gauge\nonecard:{}{{{}}} {}\n", name, help, name, name, L, v);
+        o += fmt::format("# HELP onecard:{} {}\n# TYPE onecard:{} gauge\nonecard:{}{{{}}} {}\n", name, help, name, name,
+                         L, v);
     };
     gauge("num_requests_running", "Requests in the running batch.", static_cast<double>(es.n_running));
     gauge("num_requests_waiting", "Requests waiting to be scheduled.", static_cast<double>(es.n_waiting));
-    const double usage = es.n_total_kv_blocks > 0
-                             ? 1.0 - static_cast<double>(es.n_free_kv_blocks) / static_cast<double>(es.n_total_kv_blocks)
-                             : 0.0;
+    const double usage = es.n_total_kv_blocks > 0 ? 1.0 - static_cast<double>(es.n_free_kv_blocks) /
+                                                              static_cast<double>(es.n_total_kv_blocks)
+                                                  : 0.0;
     gauge("kv_cache_usage_perc", "KV-cache block usage, 1 = full.", usage);
     gauge("kv_cache_free_blocks", "Free KV-cache blocks.", static_cast<double>(es.n_free_kv_blocks));
     gauge("kv_cache_total_blocks", "KV-cache blocks in the pool.", static_cast<double>(es.n_total_kv_blocks));
@@ -101,7 +108,8 @@ std::string ServerMetrics::render(const EngineStats& es, int64_t n_http_inflight
     gauge("num_http_requests_inflight", "Generation requests the HTTP side holds (queued or running).",
           static_cast<double>(n_http_inflight));
     auto counter = [&](const char* name, const char* help, double v) {
-        o += fmt::format("# HELP onecard:{} {}\n# TYPE onecard:{} counter\nonecard:{}{{{}}} {}\n", name, help, name, name, L, v);
+        o += fmt::format("# HELP onecard:{} {}\n# TYPE onecard:{} counter\nonecard:{}{{{}}} {}\n", name, help, name,
+                         name, L, v);
     };
     counter("num_preemptions_total", "Preemptions (recompute) so far.", static_cast<double>(es.n_preemptions));
     counter("engine_steps_total", "Engine steps so far.", static_cast<double>(es.n_steps));
@@ -109,7 +117,8 @@ std::string ServerMetrics::render(const EngineStats& es, int64_t n_http_inflight
         std::lock_guard lk(mu_);
         counter("prompt_tokens_total", "Prefill tokens processed.", static_cast<double>(prompt_tokens_));
         counter("generation_tokens_total", "Generation tokens processed.", static_cast<double>(generation_tokens_));
-        counter("prompt_tokens_cached_total", "Prompt tokens served from the prefix cache.", static_cast<double>(cached_tokens_));
+        counter("prompt_tokens_cached_total", "Prompt tokens served from the prefix cache.",
+                static_cast<double>(cached_tokens_));
         o += "# HELP onecard:request_success_total Finished generation requests by finish reason.\n"
              "# TYPE onecard:request_success_total counter\n";
         for (const char* r : {"stop", "length", "abort", "error"}) {

@@ -34,8 +34,9 @@ void send_error(httplib::Response& res, int status, const std::string& message, 
                 const std::string& code, int retry_after_s) {
     res.status = status;
     if (retry_after_s > 0) res.set_header("Retry-After", std::to_string(retry_after_s));
-    res.set_content(error_body(status, message, param, code).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-                    "application/json");
+    res.set_content(
+        error_body(status, message, param, code).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+        "application/json");
     auto& f = access_log_context().fields;
     f["error"] = message.size() > 200 ? message.substr(0, 200) : message;
 }
@@ -49,10 +50,14 @@ struct Route {
     bool public_route;  // reachable without an API key (liveness/readiness probes)
 };
 constexpr Route kRoutes[] = {
-    {"/v1/chat/completions", Method::Post, false}, {"/v1/completions", Method::Post, false},
-    {"/v1/models", Method::Get, false},            {"/tokenize", Method::Post, false},
-    {"/detokenize", Method::Post, false},          {"/metrics", Method::Get, false},
-    {"/health", Method::Get, true},                {"/ready", Method::Get, true},
+    {"/v1/chat/completions", Method::Post, false},
+    {"/v1/completions", Method::Post, false},
+    {"/v1/models", Method::Get, false},
+    {"/tokenize", Method::Post, false},
+    {"/detokenize", Method::Post, false},
+    {"/metrics", Method::Get, false},
+    {"/health", Method::Get, true},
+    {"/ready", Method::Get, true},
 };
 
 const Route* find_route(const std::string& path) {
@@ -86,8 +91,9 @@ OpenAIServer::OpenAIServer(ServerOptions options, Engine& engine, const Tokenize
         s.http = std::make_unique<httplib::Server>();
     }
     httplib::Server& http = *s.http;
-    const int n_threads = s.opts.http_threads > 0 ? s.opts.http_threads
-                                                  : static_cast<int>(std::max<int64_t>(16, 2 * s.opts.max_num_seqs + 8));
+    const int n_threads = s.opts.http_threads > 0
+                              ? s.opts.http_threads
+                              : static_cast<int>(std::max<int64_t>(16, 2 * s.opts.max_num_seqs + 8));
     http.new_task_queue = [n_threads] { return new httplib::ThreadPool(static_cast<size_t>(n_threads)); };
     http.set_payload_max_length(s.opts.max_body_bytes);
     http.set_keep_alive_timeout(5);
@@ -116,7 +122,8 @@ OpenAIServer::OpenAIServer(ServerOptions options, Engine& engine, const Tokenize
         const char* want = route->method == Method::Get ? "GET" : "POST";
         if (req.method != want) {
             res.set_header("Allow", want);
-            return reject(res, 405, fmt::format("{} {} is not allowed; use {}", req.method, req.path, want), "method_not_allowed");
+            return reject(res, 405, fmt::format("{} {} is not allowed; use {}", req.method, req.path, want),
+                          "method_not_allowed");
         }
         if (!route->public_route && s.keys.enabled() && !s.keys.check_bearer(req.get_header_value("Authorization"))) {
             res.set_header("WWW-Authenticate", "Bearer");
@@ -147,7 +154,8 @@ OpenAIServer::OpenAIServer(ServerOptions options, Engine& engine, const Tokenize
     http.Post("/tokenize", wrap(handle_tokenize));
     http.Post("/detokenize", wrap(handle_detokenize));
     http.Get("/v1/models", wrap(handle_models));
-    http.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{}", "application/json"); });
+    http.Get("/health",
+             [](const httplib::Request&, httplib::Response& res) { res.set_content("{}", "application/json"); });
     http.Get("/ready", [&s](const httplib::Request&, httplib::Response& res) {
         if (s.ready && !s.draining) {
             res.set_content(R"({"status":"ready"})", "application/json");
@@ -156,7 +164,8 @@ OpenAIServer::OpenAIServer(ServerOptions options, Engine& engine, const Tokenize
         }
     });
     http.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
-        res.set_content(s.metrics.render(s.engine.stats(), s.inflight.load()), "text/plain; version=0.0.4; charset=utf-8");
+        res.set_content(s.metrics.render(s.engine.stats(), s.inflight.load()),
+                        "text/plain; version=0.0.4; charset=utf-8");
     });
 
     // Whatever httplib answers by itself (413 body too large, 400 unparsable request line, ...) gets
@@ -183,13 +192,15 @@ OpenAIServer::OpenAIServer(ServerOptions options, Engine& engine, const Tokenize
         const Route* route = find_route(req.path);
         s.metrics.record_http(route ? route->path : "other", res.status);
         if (!s.opts.access_log) return;
-        nlohmann::json line = {{"ts", static_cast<int64_t>(std::time(nullptr))},
-                               {"remote", req.remote_addr},
-                               {"method", req.method},
-                               {"path", route ? route->path : "(other)"},
-                               {"status", res.status},
-                               {"duration_ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ctx.start).count()},
-                               {"bytes_in", req.body.size()}};
+        nlohmann::json line = {
+            {"ts", static_cast<int64_t>(std::time(nullptr))},
+            {"remote", req.remote_addr},
+            {"method", req.method},
+            {"path", route ? route->path : "(other)"},
+            {"status", res.status},
+            {"duration_ms",
+             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ctx.start).count()},
+            {"bytes_in", req.body.size()}};
         for (auto& [k, v] : ctx.fields.items()) line[k] = v;
         const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
         std::fwrite(text.data(), 1, text.size(), stderr);
@@ -206,8 +217,8 @@ int OpenAIServer::bind() {
         s.bound_port = s.http->bind_to_any_port(s.opts.host);
         ONECARD_CHECK(s.bound_port > 0, "serve: cannot bind {} on an ephemeral port", s.opts.host);
     } else {
-        ONECARD_CHECK(s.http->bind_to_port(s.opts.host, s.opts.port), "serve: cannot bind {}:{} (in use, or not a local address?)",
-                      s.opts.host, s.opts.port);
+        ONECARD_CHECK(s.http->bind_to_port(s.opts.host, s.opts.port),
+                      "serve: cannot bind {}:{} (in use, or not a local address?)", s.opts.host, s.opts.port);
         s.bound_port = s.opts.port;
     }
     // listen() on a listening socket only updates its backlog (the kernel caps it at somaxconn).
@@ -215,13 +226,30 @@ int OpenAIServer::bind() {
     return s.bound_port;
 }
 
-void OpenAIServer::run() { state_->http->listen_after_bind(); }
+void OpenAIServer::run() {
+    state_->http->listen_after_bind();
+}
 
-void OpenAIServer::set_ready(bool ready) { state_->ready = ready; }
+void OpenAIServer::set_ready(bool ready) {
+    state_->ready = ready;
+}
 
-int64_t OpenAIServer::n_inflight() const { return state_->inflight.load(); }
+int64_t OpenAIServer::n_inflight() const {
+    return state_->inflight.load();
+}
 
-bool OpenAIServer::is_tls() const { return !state_->opts.tls_cert.empty(); }
+bool OpenAIServer::is_tls() const {
+    return !state_->opts.tls_cert.empty();
+}
+
+void OpenAIServer::check_integrity() const {
+    State& s = *state_;
+    std::lock_guard lk(s.live_mu);
+    const int64_t n = s.inflight.load();
+    ONECARD_CHECK(n >= 0, "server: in-flight count is negative ({})", n);
+    ONECARD_CHECK(static_cast<int64_t>(s.live.size()) <= n,
+                  "server: {} live engine streams but only {} admitted requests", s.live.size(), n);
+}
 
 int64_t OpenAIServer::shutdown(std::chrono::milliseconds drain) {
     State& s = *state_;

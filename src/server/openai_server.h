@@ -25,16 +25,16 @@ namespace onecard::server {
 
 struct ServerOptions {
     std::string host = "127.0.0.1";
-    int port = 8000;                        // 0 -> ephemeral
-    std::vector<std::string> api_keys;      // empty -> no authentication
-    std::vector<std::string> allow_cidrs;   // empty -> every address
-    std::string tls_cert, tls_key;          // both set -> HTTPS
-    size_t max_body_bytes = 16u << 20;      // larger bodies get 413
-    int http_threads = 0;                   // 0 -> max(16, 2 * max_num_seqs + 8)
-    int64_t max_num_seqs = 16;              // the engine's, for sizing the thread pool
-    int64_t max_queued_requests = 256;      // generation requests beyond max_num_seqs before 429
-    bool log_requests_text = false;         // access log includes prompt and completion text
-    bool access_log = true;                 // one JSON line per request on stderr
+    int port = 8000;                       // 0 -> ephemeral
+    std::vector<std::string> api_keys;     // empty -> no authentication
+    std::vector<std::string> allow_cidrs;  // empty -> every address
+    std::string tls_cert, tls_key;         // both set -> HTTPS
+    size_t max_body_bytes = 16u << 20;     // larger bodies get 413
+    int http_threads = 0;                  // 0 -> max(16, 2 * max_num_seqs + 8)
+    int64_t max_num_seqs = 16;             // the engine's, for sizing the thread pool
+    int64_t max_queued_requests = 256;     // generation requests beyond max_num_seqs before 429
+    bool log_requests_text = false;        // access log includes prompt and completion text
+    bool access_log = true;                // one JSON line per request on stderr
 };
 
 // What the server tells clients about the model it serves.
@@ -67,6 +67,9 @@ public:
     // Generation requests the HTTP side holds now (queued, running or streaming).
     int64_t n_inflight() const;
     bool is_tls() const;
+    // Throws onecard::Error when the admission bookkeeping is inconsistent (negative in-flight count,
+    // more live engine streams than admitted requests).
+    void check_integrity() const;
 
     struct State;
 

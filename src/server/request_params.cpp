@@ -66,8 +66,7 @@ GenerationOptions parse_generation_options(const Json& b, ApiKind kind) {
     GenerationOptions o;
     SamplingParams& sp = o.sampling;
     constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
-    if (auto n = opt_int(b, "n", 1, kMaxInt); n && *n != 1)
-        throw bad_request("only n = 1 is supported", "n");
+    if (auto n = opt_int(b, "n", 1, kMaxInt); n && *n != 1) throw bad_request("only n = 1 is supported", "n");
     if (auto n = opt_int(b, "best_of", 1, kMaxInt); n && *n != 1)
         throw bad_request("only best_of = 1 is supported", "best_of");
     if (kind == ApiKind::Completion && opt_bool(b, "echo").value_or(false))
@@ -156,6 +155,8 @@ Json parse_body(const std::string& body) {
     return j;
 }
 
-std::string dump_json(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+std::string dump_json(const Json& j) {
+    return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
 
 }  // namespace onecard::server

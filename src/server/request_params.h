@@ -30,8 +30,8 @@ struct GenerationOptions {
     SamplingParams sampling;
     std::optional<int64_t> max_tokens;  // as given (max_completion_tokens for chat wins over max_tokens)
     bool stream = false;
-    bool include_usage = false;         // stream_options.include_usage
-    bool continuous_usage = false;      // stream_options.continuous_usage_stats (vLLM)
+    bool include_usage = false;     // stream_options.include_usage
+    bool continuous_usage = false;  // stream_options.continuous_usage_stats (vLLM)
     bool logprobs = false;
     int32_t top_logprobs = 0;
     bool skip_special_tokens = true;

@@ -49,7 +49,9 @@ ScriptedRunner::ScriptedRunner(const Tokenizer& tokenizer, const std::string& sc
     step_delay_ = std::chrono::milliseconds(j.value("step_delay_ms", 0));
 }
 
-KvModelShape ScriptedRunner::kv_model_shape() const { return FakeRunnerConfig::tiny_fake_kv_shape(); }
+KvModelShape ScriptedRunner::kv_model_shape() const {
+    return FakeRunnerConfig::tiny_fake_kv_shape();
+}
 
 const ScriptedRunner::Script& ScriptedRunner::pick(const std::vector<int32_t>& prompt) const {
     const std::string text = tokenizer_.decode(prompt);

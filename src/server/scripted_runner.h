@@ -26,7 +26,8 @@ namespace onecard::server {
 class ScriptedRunner : public ModelRunner {
 public:
     // `tokenizer` must outlive the runner. Throws onecard::Error naming the file and field.
-    ScriptedRunner(const Tokenizer& tokenizer, const std::string& script_path, int64_t max_model_len, int32_t eos_token_id);
+    ScriptedRunner(const Tokenizer& tokenizer, const std::string& script_path, int64_t max_model_len,
+                   int32_t eos_token_id);
 
     int64_t vocab_size() const override { return vocab_size_; }
     int64_t max_model_len() const override { return max_model_len_; }

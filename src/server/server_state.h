@@ -3,8 +3,8 @@
 
 #include "server/access_control.h"
 #include "server/metrics.h"
-#include "server/request_params.h"
 #include "server/openai_server.h"
+#include "server/request_params.h"
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -41,9 +41,9 @@ struct OpenAIServer::State {
 
     std::atomic<bool> ready{false};
     std::atomic<bool> draining{false};
-    std::atomic<int64_t> inflight{0};    // admitted generation requests not yet released
+    std::atomic<int64_t> inflight{0};  // admitted generation requests not yet released
     std::atomic<uint64_t> next_serial{1};
-    uint64_t id_salt = 0;                 // random per process: response ids are not guessable sequences
+    uint64_t id_salt = 0;  // random per process: response ids are not guessable sequences
 
     // Live engine streams, so shutdown can cancel what did not drain in time.
     std::mutex live_mu;

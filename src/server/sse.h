@@ -13,7 +13,9 @@ class SseWriter {
 public:
     explicit SseWriter(httplib::DataSink& sink) : sink_(sink) {}
     // False once the client is gone (a write failed or the socket is no longer writable).
-    bool send(const nlohmann::json& data) { return send_raw("data: " + data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n"); }
+    bool send(const nlohmann::json& data) {
+        return send_raw("data: " + data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n");
+    }
     bool send(const Json& data) { return send_raw("data: " + dump_json(data) + "\n\n"); }
     bool done() {
         const bool ok = send_raw("data: [DONE]\n\n");

@@ -32,13 +32,16 @@ Json chat_body(const std::string& user, Json extra = Json::object()) {
 }
 
 Json weather_tools() {
-    return Json::array({Json{{"type", "function"},
-                             {"function", {{"name", "get_weather"},
-                                           {"description", "Weather forecast"},
-                                           {"parameters", {{"type", "object"},
-                                                           {"properties", {{"city", {{"type", "string"}}}, {"days", {{"type", "integer"}}}}},
-                                                           {"required", {"city"}}}}}}},
-                        Json{{"type", "function"}, {"function", {{"name", "get_time"}, {"parameters", {{"type", "object"}}}}}}});
+    return Json::array(
+        {Json{{"type", "function"},
+              {"function",
+               {{"name", "get_weather"},
+                {"description", "Weather forecast"},
+                {"parameters",
+                 {{"type", "object"},
+                  {"properties", {{"city", {{"type", "string"}}}, {"days", {{"type", "integer"}}}}},
+                  {"required", {"city"}}}}}}},
+         Json{{"type", "function"}, {"function", {{"name", "get_time"}, {"parameters", {{"type", "object"}}}}}}});
 }
 
 httplib::Result post(const TestServer& s, const std::string& path, const std::string& body,
@@ -185,7 +188,8 @@ TEST(ServerHttp, ToolCallsStreamedAndWhole) {
     ONECARD_NEED_TOKENIZER();
     TestServer s({}, scripted(tok, script(), "tools"), tok, 4096);
     const Json want_args = {{"city", "Paris, \"France\""}, {"days", 3}};
-    auto whole = post(s, "/v1/chat/completions", chat_body("What's the weather in Paris?", {{"tools", weather_tools()}}).dump());
+    auto whole =
+        post(s, "/v1/chat/completions", chat_body("What's the weather in Paris?", {{"tools", weather_tools()}}).dump());
     ASSERT_EQ(whole->status, 200) << whole->body;
     const Json wj = Json::parse(whole->body);
     const Json& msg = wj["choices"][0]["message"];
@@ -198,8 +202,9 @@ TEST(ServerHttp, ToolCallsStreamedAndWhole) {
     const std::string args = msg["tool_calls"][0]["function"]["arguments"];
     EXPECT_EQ(Json::parse(args), want_args);
 
-    auto streamed = post(s, "/v1/chat/completions",
-                         chat_body("What's the weather in Paris?", {{"tools", weather_tools()}, {"stream", true}}).dump());
+    auto streamed =
+        post(s, "/v1/chat/completions",
+             chat_body("What's the weather in Paris?", {{"tools", weather_tools()}, {"stream", true}}).dump());
     std::string sargs, name, id;
     for (const auto& e : sse_data(streamed->body)) {
         if (e == "[DONE]") break;
@@ -210,7 +215,8 @@ TEST(ServerHttp, ToolCallsStreamedAndWhole) {
             EXPECT_EQ(tc["index"], 0);
             if (tc.contains("id")) id = tc["id"];
             if (tc.contains("function") && tc["function"].contains("name")) name = tc["function"]["name"];
-            if (tc.contains("function") && tc["function"].contains("arguments")) sargs += tc["function"]["arguments"].get<std::string>();
+            if (tc.contains("function") && tc["function"].contains("arguments"))
+                sargs += tc["function"]["arguments"].get<std::string>();
         }
     }
     EXPECT_EQ(name, "get_weather");
@@ -218,29 +224,37 @@ TEST(ServerHttp, ToolCallsStreamedAndWhole) {
     EXPECT_EQ(sargs, args);  // byte-exact reassembly
 
     // tool_choice none: tools left out of the prompt, no calls returned.
-    auto none = post(s, "/v1/chat/completions",
-                     chat_body("What's the weather in Paris?", {{"tools", weather_tools()}, {"tool_choice", "none"}}).dump());
+    auto none =
+        post(s, "/v1/chat/completions",
+             chat_body("What's the weather in Paris?", {{"tools", weather_tools()}, {"tool_choice", "none"}}).dump());
     const Json nj = Json::parse(none->body);
     EXPECT_FALSE(nj["choices"][0]["message"].contains("tool_calls"));
     EXPECT_EQ(nj["choices"][0]["finish_reason"], "stop");
     // Named: the call matches; required without a call in the output is reported, never silently passed.
     auto named = post(s, "/v1/chat/completions",
-                      chat_body("What's the weather in Paris?", {{"tools", weather_tools()},
-                                                         {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}}).dump());
+                      chat_body("What's the weather in Paris?",
+                                {{"tools", weather_tools()},
+                                 {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}})
+                          .dump());
     EXPECT_EQ(named->status, 200) << named->body;
     auto wrong_name = post(s, "/v1/chat/completions",
-                           chat_body("What's the weather in Paris?", {{"tools", weather_tools()},
-                                                              {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_time"}}}}}}).dump());
+                           chat_body("What's the weather in Paris?",
+                                     {{"tools", weather_tools()},
+                                      {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_time"}}}}}})
+                               .dump());
     expect_error(wrong_name, 500, "tool_choice");
     auto required = post(s, "/v1/chat/completions",
                          chat_body("Say hello", {{"tools", weather_tools()}, {"tool_choice", "required"}}).dump());
     expect_error(required, 500, "tool_choice");
-    expect_error(post(s, "/v1/chat/completions", chat_body("x", {{"tool_choice", "required"}}).dump()), 400, "tool_choice");
+    expect_error(post(s, "/v1/chat/completions", chat_body("x", {{"tool_choice", "required"}}).dump()), 400,
+                 "tool_choice");
     expect_error(post(s, "/v1/chat/completions",
                       chat_body("x", {{"tools", weather_tools()},
-                                      {"tool_choice", {{"type", "function"}, {"function", {{"name", "nope"}}}}}}).dump()),
+                                      {"tool_choice", {{"type", "function"}, {"function", {{"name", "nope"}}}}}})
+                          .dump()),
                  400, "tool_choice");
-    expect_error(post(s, "/v1/chat/completions", chat_body("x", {{"tools", Json::array({1})}}).dump()), 400, "tools[0]");
+    expect_error(post(s, "/v1/chat/completions", chat_body("x", {{"tools", Json::array({1})}}).dump()), 400,
+                 "tools[0]");
 }
 
 TEST(ServerHttp, CompletionsTextTokensStreamAndLogprobs) {
@@ -287,6 +301,39 @@ TEST(ServerHttp, CompletionsTextTokensStreamAndLogprobs) {
     expect_error(post(s, "/v1/completions", Json{{"max_tokens", 5}}.dump()), 400, "prompt");
 }
 
+// response_format, reasoning effort and thinking reach the prompt renderer (seen through /tokenize,
+// which renders chat requests exactly as /v1/chat/completions does).
+TEST(ServerHttp, PromptOptionsReachTheRenderer) {
+    ONECARD_NEED_TOKENIZER();
+    TestServer s({}, scripted(tok, script(), "render"), tok, 4096);
+    auto count = [&](Json extra) {
+        Json b = chat_body("Give me a JSON answer", std::move(extra));
+        auto r = post(s, "/tokenize", b.dump());
+        EXPECT_EQ(r->status, 200) << r->body;
+        return Json::parse(r->body)["count"].get<int64_t>();
+    };
+    const int64_t plain = count(Json::object());
+    const Json schema = {
+        {"type", "json_schema"},
+        {"json_schema",
+         {{"name", "answer"}, {"schema", {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}}}}}};
+    EXPECT_GT(count({{"response_format", schema}}), plain + 10);
+    EXPECT_GT(count({{"response_format", {{"type", "json_object"}}}}), plain);
+    EXPECT_EQ(count({{"response_format", {{"type", "text"}}}}), plain);
+    EXPECT_GT(count({{"reasoning_effort", "max"}}), plain);  // V4: max adds a prefix
+    EXPECT_EQ(count({{"chat_template_kwargs", {{"reasoning_effort", "max"}}}}), count({{"reasoning_effort", "max"}}));
+    EXPECT_GT(count({{"tools", weather_tools()}}), plain + 20);
+    // Thinking off ends the prompt with </think> instead of <think>: same length, other last token.
+    auto ids = [&](Json extra) {
+        return Json::parse(post(s, "/tokenize", chat_body("hi", std::move(extra)).dump())->body)["tokens"];
+    };
+    const Json think = ids(Json::object()), chat = ids({{"chat_template_kwargs", {{"thinking", false}}}});
+    ASSERT_EQ(think.size(), chat.size());
+    EXPECT_NE(think.back(), chat.back());
+    EXPECT_EQ(think.back(), *tok.token_to_id("<think>"));
+    EXPECT_EQ(chat.back(), *tok.token_to_id("</think>"));
+}
+
 TEST(ServerHttp, EveryInputErrorIsA4xxNamingTheField) {
     ONECARD_NEED_TOKENIZER();
     server::ServerOptions o;
@@ -298,15 +345,21 @@ TEST(ServerHttp, EveryInputErrorIsA4xxNamingTheField) {
     expect_error(post(s, P, ""), 400);
     expect_error(post(s, P, std::string("{\"messages\": [{\"role\": \"user\", \"content\": \"\xc3\x28\"}]}")), 400);
     expect_error(post(s, P, chat_body("hi", {{"temperature", "hot"}}).dump()), 400, "temperature");
-    expect_error(post(s, P, R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1e308})"), 400, "max_tokens");
-    expect_error(post(s, P, R"({"messages": [{"role": "user", "content": "hi"}], "seed": 123456789012345678901234567890})"), 400, "seed");
+    expect_error(post(s, P, R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1e308})"), 400,
+                 "max_tokens");
+    expect_error(
+        post(s, P, R"({"messages": [{"role": "user", "content": "hi"}], "seed": 123456789012345678901234567890})"), 400,
+        "seed");
     expect_error(post(s, P, chat_body("hi", {{"n", 3}}).dump()), 400, "n");
     expect_error(post(s, P, chat_body("hi", {{"max_tokens", 1000}}).dump()), 400, "max_tokens");
     expect_error(post(s, P, Json{{"messages", "hi"}}.dump()), 400, "messages");
     expect_error(post(s, P, Json{{"temperature", 1}}.dump()), 400, "messages");
-    expect_error(post(s, P, Json{{"messages", {{{"role", "wizard"}, {"content", "x"}}}}}.dump()), 400, "messages[0].role");
-    expect_error(post(s, P, Json{{"messages", {{{"role", "user"}, {"content", 5}}}}}.dump()), 400, "messages[0].content");
-    expect_error(post(s, P, chat_body("hi", {{"response_format", {{"type", "xml"}}}}).dump()), 400, "response_format.type");
+    expect_error(post(s, P, Json{{"messages", {{{"role", "wizard"}, {"content", "x"}}}}}.dump()), 400,
+                 "messages[0].role");
+    expect_error(post(s, P, Json{{"messages", {{{"role", "user"}, {"content", 5}}}}}.dump()), 400,
+                 "messages[0].content");
+    expect_error(post(s, P, chat_body("hi", {{"response_format", {{"type", "xml"}}}}).dump()), 400,
+                 "response_format.type");
     expect_error(post(s, P, chat_body("hi", {{"model", "gpt-4"}}).dump()), 404, "model");
     // Longer than max_model_len (64 tokens).
     std::string longer;
@@ -356,10 +409,13 @@ TEST(ServerHttp, AllowlistIsCheckedBeforeRouting) {
     EXPECT_NE(resp.find("\"permission_error\""), std::string::npos);
     EXPECT_EQ(raw_request_status("127.0.0.2", s.port, get), 200);
     // Unknown paths and missing keys are not revealed to a disallowed address: still 403.
-    EXPECT_EQ(raw_request_status("127.0.0.1", s.port, "GET /secret HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 403);
+    EXPECT_EQ(raw_request_status("127.0.0.1", s.port, "GET /secret HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+              403);
     const std::string body = chat_body("hi", {{"max_tokens", 2}}).dump();
-    const std::string post_req = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: "
-                                 "application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    const std::string post_req =
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: "
+        "application/json\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
     EXPECT_EQ(raw_request_status("127.0.0.1", s.port, post_req), 403);
     EXPECT_EQ(raw_request_status("127.0.0.2", s.port, post_req), 200);
 }
@@ -373,7 +429,8 @@ TEST(ServerHttp, FullQueueGets429WithRetryAfter) {
     TestServer s(o, scripted(tok, slow, "queue"), tok, 4096, /*max_num_seqs=*/1);
     std::atomic<int> first_status{0};
     std::thread first([&] {
-        auto r = post(s, "/v1/chat/completions", chat_body("Say hello", {{"max_tokens", 30}, {"ignore_eos", true}}).dump());
+        auto r =
+            post(s, "/v1/chat/completions", chat_body("Say hello", {{"max_tokens", 30}, {"ignore_eos", true}}).dump());
         first_status = r ? r->status : -1;
     });
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -414,6 +471,7 @@ TEST(ServerHttp, ClientDisconnectCancelsAndFreesKv) {
     EXPECT_EQ(st.n_running, 0);
     EXPECT_EQ(st.n_waiting, 0);
     EXPECT_EQ(st.n_free_kv_blocks, base.n_free_kv_blocks);
+    EXPECT_NO_THROW(s.srv->check_integrity());
     const std::string metrics = s.client().Get("/metrics")->body;
     EXPECT_NE(metrics.find("finished_reason=\"abort\"} 1"), std::string::npos) << metrics;
 }
@@ -423,8 +481,10 @@ TEST(ServerHttp, TlsWithASelfSignedCertificate) {
     if (std::system("openssl version >/dev/null 2>&1") != 0) GTEST_SKIP() << "openssl CLI not installed";
     const auto dir = test_tmp_dir("tls");
     const std::string cert = (dir / "cert.pem").string(), key = (dir / "key.pem").string();
-    const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
-                            "-addext subjectAltName=IP:127.0.0.1 -keyout " + key + " -out " + cert + " >/dev/null 2>&1";
+    const std::string cmd =
+        "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
+        "-addext subjectAltName=IP:127.0.0.1 -keyout " +
+        key + " -out " + cert + " >/dev/null 2>&1";
     ASSERT_EQ(std::system(cmd.c_str()), 0);
     server::ServerOptions o;
     o.tls_cert = cert;

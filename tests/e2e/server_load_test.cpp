@@ -53,10 +53,15 @@ TEST(ServerLoad, SixtyFourConcurrentStreamsWithRandomAborts) {
             const bool chat = i % 2 == 0;
             const bool abort = rng() % 3 == 0;
             const int abort_after = 1 + static_cast<int>(rng() % 3);
-            Json body = {{"stream", true}, {"max_tokens", 3 + static_cast<int>(rng() % 6)}, {"temperature", 1.0},
-                         {"seed", i}, {"ignore_eos", true}};
-            if (chat) body["messages"] = {{{"role", "user"}, {"content", "Tell me about request " + std::to_string(i)}}};
-            else body["prompt"] = "Request number " + std::to_string(i) + " says";
+            Json body = {{"stream", true},
+                         {"max_tokens", 3 + static_cast<int>(rng() % 6)},
+                         {"temperature", 1.0},
+                         {"seed", i},
+                         {"ignore_eos", true}};
+            if (chat)
+                body["messages"] = {{{"role", "user"}, {"content", "Tell me about request " + std::to_string(i)}}};
+            else
+                body["prompt"] = "Request number " + std::to_string(i) + " says";
             httplib::Request req;
             req.method = "POST";
             req.path = chat ? "/v1/chat/completions" : "/v1/completions";
@@ -71,12 +76,17 @@ TEST(ServerLoad, SixtyFourConcurrentStreamsWithRandomAborts) {
             auto c = s.client();
             auto r = c.send(req);
             if (!r) {
-                if (abort) ++n_aborted;
+                if (abort)
+                    ++n_aborted;
                 else {
                     ++n_other;
                     std::lock_guard lk(mu);
-                    problems.push_back("request " + std::to_string(i) + ": " + httplib::to_string(r.error()) + " after receiving " +
-                                       std::to_string(got.size()) + " bytes at " + std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count()) + " s: " + got.substr(0, 400));
+                    problems.push_back(
+                        "request " + std::to_string(i) + ": " + httplib::to_string(r.error()) + " after receiving " +
+                        std::to_string(got.size()) + " bytes at " +
+                        std::to_string(
+                            std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count()) +
+                        " s: " + got.substr(0, 400));
                 }
                 return;
             }
@@ -86,7 +96,8 @@ TEST(ServerLoad, SixtyFourConcurrentStreamsWithRandomAborts) {
             } else if (!abort) {
                 ++n_other;
                 std::lock_guard lk(mu);
-                problems.push_back("request " + std::to_string(i) + ": status " + std::to_string(r->status) + " " + got.substr(0, 300));
+                problems.push_back("request " + std::to_string(i) + ": status " + std::to_string(r->status) + " " +
+                                   got.substr(0, 300));
             } else {
                 ++n_aborted;  // finished before our abort point
             }
@@ -116,6 +127,7 @@ TEST(ServerLoad, SixtyFourConcurrentStreamsWithRandomAborts) {
     EXPECT_EQ(metric_value(m, "onecard:kv_cache_free_blocks"), free0);
     EXPECT_EQ(metric_value(m, "onecard:kv_cache_usage_perc"), 0);
     EXPECT_EQ(metric_value(m, "onecard:num_http_requests_inflight"), 0);
+    EXPECT_NO_THROW(s.srv->check_integrity());
     EXPECT_EQ(m.find("status=\"5"), std::string::npos) << m;
     // Client hang-ups reached the engine as cancellations (not just closed sockets after the end).
     const std::string abort_key = "finished_reason=\"abort\"} ";

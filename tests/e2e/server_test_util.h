@@ -16,9 +16,9 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
-#include <nlohmann/json.hpp>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <filesystem>
@@ -52,8 +52,8 @@ inline const Tokenizer* demo_tokenizer() {
     return tok.get();
 }
 
-#define ONECARD_NEED_TOKENIZER()                                                                   \
-    const Tokenizer* tok_ptr = demo_tokenizer();                                                  \
+#define ONECARD_NEED_TOKENIZER()                                                                      \
+    const Tokenizer* tok_ptr = demo_tokenizer();                                                      \
     if (tok_ptr == nullptr) GTEST_SKIP() << "V3 tokenizer.json not installed (run scripts/setup.sh)"; \
     const Tokenizer& tok = *tok_ptr
 
@@ -106,13 +106,14 @@ public:
     std::thread thread;
 };
 
-inline std::unique_ptr<ModelRunner> scripted(const Tokenizer& tok, const nlohmann::json& script, const std::string& name,
-                                             int64_t max_model_len = 4096) {
+inline std::unique_ptr<ModelRunner> scripted(const Tokenizer& tok, const nlohmann::json& script,
+                                             const std::string& name, int64_t max_model_len = 4096) {
     return std::make_unique<server::ScriptedRunner>(tok, write_script(name, script), max_model_len, 1);
 }
 
 // One HTTP/1.1 request over a socket bound to `src_ip`; returns the status code (-1 on failure).
-inline int raw_request_status(const std::string& src_ip, int port, const std::string& request, std::string* response = nullptr) {
+inline int raw_request_status(const std::string& src_ip, int port, const std::string& request,
+                              std::string* response = nullptr) {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return -1;
     sockaddr_in src{};

@@ -59,18 +59,20 @@ TEST(ServerCidr, RandomAddressesAgreeWithAMaskComputation) {
         const int bits = static_cast<int>(rng() % 33);
         const uint32_t mask = bits == 0 ? 0 : ~uint32_t(0) << (32 - bits);
         auto text = [](uint32_t v) {
-            return std::to_string(v >> 24) + "." + std::to_string((v >> 16) & 255) + "." + std::to_string((v >> 8) & 255) +
-                   "." + std::to_string(v & 255);
+            return std::to_string(v >> 24) + "." + std::to_string((v >> 16) & 255) + "." +
+                   std::to_string((v >> 8) & 255) + "." + std::to_string(v & 255);
         };
         const Cidr c = Cidr::parse(text(net & mask) + "/" + std::to_string(bits));
         // Half the probes inside the network, half anywhere.
         const uint32_t probe = iter % 2 ? ((net & mask) | (addr & ~mask)) : addr;
-        EXPECT_EQ(c.contains(*parse_ip(text(probe))), (probe & mask) == (net & mask)) << c.text << " vs " << text(probe);
+        EXPECT_EQ(c.contains(*parse_ip(text(probe))), (probe & mask) == (net & mask))
+            << c.text << " vs " << text(probe);
     }
 }
 
 TEST(ServerCidr, BadTextIsRefusedNamingIt) {
-    for (const char* bad : {"10.0.0.0/33", "10.0.0.1/8", "::1/129", "300.1.1.1", "10.0.0.0/", "10.0.0.0/x", "fd00::1/8", "abc"}) {
+    for (const char* bad :
+         {"10.0.0.0/33", "10.0.0.1/8", "::1/129", "300.1.1.1", "10.0.0.0/", "10.0.0.0/x", "fd00::1/8", "abc"}) {
         try {
             (void)Cidr::parse(bad);
             ADD_FAILURE() << bad << " was accepted";

@@ -48,7 +48,8 @@ TEST(ServerRequest, SamplingFieldsAreRead) {
 }
 
 TEST(ServerRequest, CompletionsLogprobsIsAnInteger) {
-    const auto o = parse_generation_options(parse_body(R"({"logprobs": 2, "max_tokens": 5, "stop": "x"})"), ApiKind::Completion);
+    const auto o =
+        parse_generation_options(parse_body(R"({"logprobs": 2, "max_tokens": 5, "stop": "x"})"), ApiKind::Completion);
     EXPECT_TRUE(o.logprobs);
     EXPECT_EQ(o.sampling.logprobs, 2);
     EXPECT_EQ(o.max_tokens, 5);
@@ -90,7 +91,7 @@ TEST(ServerRequest, BodiesThatAreNotJsonObjects) {
     EXPECT_THROW(parse_body("[1, 2]"), ApiError);
     EXPECT_THROW(parse_body(""), ApiError);
     EXPECT_THROW(parse_body("{\"content\": \"\xff\xfe\"}"), ApiError);  // invalid UTF-8 inside a string
-    EXPECT_THROW(parse_body("{\"x\": 1e99999}"), ApiError);  // number overflow
+    EXPECT_THROW(parse_body("{\"x\": 1e99999}"), ApiError);             // number overflow
     EXPECT_NO_THROW(parse_body("{\"content\": \"caf\xc3\xa9\"}"));
 }
 

@@ -20,13 +20,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <pthread.h>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <pthread.h>
 #include <thread>
 
 namespace onecard::cli {
@@ -68,8 +68,10 @@ void apply_config_file(CLI::App* cmd, const std::string& path) {
         ONECARD_CHECK(opt != nullptr && name != "config", "--config '{}': unknown option '{}'", path, key);
         if (opt->count() > 0) continue;  // the command line or environment wins
         auto as_text = [&](const nlohmann::json& v) {
-            ONECARD_CHECK(v.is_string() || v.is_number() || v.is_boolean(), "--config '{}': '{}' must be a string, number "
-                          "or boolean (or an array of them)", path, key);
+            ONECARD_CHECK(v.is_string() || v.is_number() || v.is_boolean(),
+                          "--config '{}': '{}' must be a string, number "
+                          "or boolean (or an array of them)",
+                          path, key);
             return v.is_string() ? v.get<std::string>() : v.dump();
         };
         if (value.is_array()) {
@@ -184,7 +186,8 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     so.api_keys = keys;
     so.max_num_seqs = a.max_num_seqs;
     so.access_log = !a.no_access_log;
-    info.served_model_name = a.served_model_name.empty() ? (a.model.empty() ? "onecard-demo" : a.model) : a.served_model_name;
+    info.served_model_name =
+        a.served_model_name.empty() ? (a.model.empty() ? "onecard-demo" : a.model) : a.served_model_name;
     info.root = model_dir.string();
     info.max_model_len = max_len;
     info.eos_token_id = eos;
@@ -199,7 +202,8 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         warm.max_tokens = 1;
         auto stream = engine.submit({{static_cast<int32_t>(cfg ? cfg->bos_token_id : 0)}, warm});
         while (auto ev = stream->next())
-            if (ev->finished()) ONECARD_CHECK(ev->finish_reason != FinishReason::Error, "serve: warm-up failed: {}", ev->error);
+            if (ev->finished())
+                ONECARD_CHECK(ev->finish_reason != FinishReason::Error, "serve: warm-up failed: {}", ev->error);
     }
     srv.set_ready(true);
     const double ready_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -224,18 +228,21 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
                            {"allow_cidr", so.allow_cidrs},
                            {"time_to_ready_s", ready_s}};
     std::printf("%s\nready\n", line.dump().c_str());
-    std::printf("try: curl %s%s://%s:%d/v1/chat/completions -H 'Content-Type: application/json'%s -d "
-                "'{\"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}], \"max_tokens\": 32}'\n",
-                srv.is_tls() ? "-k " : "", scheme.c_str(), so.host.c_str(), port,
-                keys.empty() ? "" : " -H 'Authorization: Bearer $ONECARD_API_KEY'");
+    std::printf(
+        "try: curl %s%s://%s:%d/v1/chat/completions -H 'Content-Type: application/json'%s -d "
+        "'{\"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}], \"max_tokens\": 32}'\n",
+        srv.is_tls() ? "-k " : "", scheme.c_str(), so.host.c_str(), port,
+        keys.empty() ? "" : " -H 'Authorization: Bearer $ONECARD_API_KEY'");
     std::fflush(stdout);
 
     int sig = 0;
     sigwait(&stop_signals, &sig);
     std::fprintf(stderr, "serve: signal %d: draining (up to %.1fs)\n", sig, a.shutdown_timeout);
-    const int64_t n_cancelled = srv.shutdown(std::chrono::milliseconds(static_cast<int64_t>(a.shutdown_timeout * 1000)));
+    const int64_t n_cancelled =
+        srv.shutdown(std::chrono::milliseconds(static_cast<int64_t>(a.shutdown_timeout * 1000)));
     http.join();
-    std::fprintf(stderr, "serve: stopped (%lld request(s) cancelled at the deadline)\n", static_cast<long long>(n_cancelled));
+    std::fprintf(stderr, "serve: stopped (%lld request(s) cancelled at the deadline)\n",
+                 static_cast<long long>(n_cancelled));
 }
 
 }  // namespace
@@ -250,35 +257,44 @@ void add_cmd_serve(CLI::App& app) {
     cmd->add_option("--served-model-name", a->served_model_name, "model id clients use (default: the --model path)");
     cmd->add_option("--host", o.host, "listen address (default 127.0.0.1)");
     cmd->add_option("--port", o.port, "listen port (default 8000; 0 = any free port)")->check(CLI::Range(0, 65535));
-    cmd->add_option("--api-key", a->api_keys, "accepted API key (repeatable); clients send 'Authorization: Bearer KEY'");
+    cmd->add_option("--api-key", a->api_keys,
+                    "accepted API key (repeatable); clients send 'Authorization: Bearer KEY'");
     cmd->add_option("--api-key-file", a->api_key_file, "file with accepted API keys, one per line");
-    cmd->add_option("--allow-cidr", o.allow_cidrs, "client networks allowed (repeatable, IPv4/IPv6 CIDR); default: all");
+    cmd->add_option("--allow-cidr", o.allow_cidrs,
+                    "client networks allowed (repeatable, IPv4/IPv6 CIDR); default: all");
     cmd->add_option("--tls-cert,--ssl-certfile", o.tls_cert, "PEM certificate: serve HTTPS");
     cmd->add_option("--tls-key,--ssl-keyfile", o.tls_key, "PEM private key for --tls-cert");
-    cmd->add_option("--max-model-len", a->max_model_len, "prompt + output tokens per request (default min(model, 8192))");
-    cmd->add_option("--max-num-seqs", a->max_num_seqs, "requests running at once (default 16)")->check(CLI::PositiveNumber);
+    cmd->add_option("--max-model-len", a->max_model_len,
+                    "prompt + output tokens per request (default min(model, 8192))");
+    cmd->add_option("--max-num-seqs", a->max_num_seqs, "requests running at once (default 16)")
+        ->check(CLI::PositiveNumber);
     cmd->add_option("--max-num-batched-tokens", a->max_num_batched_tokens, "tokens per engine step (default 2048)")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--long-prefill-token-threshold", a->long_prefill_token_threshold,
-                    "most prompt tokens one request takes per step (default 1024)")->check(CLI::PositiveNumber);
+                    "most prompt tokens one request takes per step (default 1024)")
+        ->check(CLI::PositiveNumber);
     cmd->add_option("--kv-cache-memory-bytes", a->kv_cache_memory_bytes, "KV pool budget in bytes (default 1 GiB)")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--max-queued-requests", o.max_queued_requests,
-                    "requests waiting beyond --max-num-seqs before 429 (default 256)")->check(CLI::NonNegativeNumber);
+                    "requests waiting beyond --max-num-seqs before 429 (default 256)")
+        ->check(CLI::NonNegativeNumber);
     cmd->add_option("--http-threads", o.http_threads, "HTTP worker threads (default max(16, 2*max-num-seqs+8))");
     cmd->add_option("--max-body-bytes", o.max_body_bytes, "largest request body; larger gets 413 (default 16 MiB)");
-    cmd->add_option("--shutdown-timeout", a->shutdown_timeout, "seconds SIGTERM/SIGINT waits for in-flight requests (default 30)");
+    cmd->add_option("--shutdown-timeout", a->shutdown_timeout,
+                    "seconds SIGTERM/SIGINT waits for in-flight requests (default 30)");
     cmd->add_option("--numerics", a->numerics, "reference | exact")->check(CLI::IsMember({"reference", "exact"}));
     cmd->add_flag("--log-requests-text", o.log_requests_text, "access log includes prompt and completion text");
     cmd->add_flag("--no-access-log", a->no_access_log, "no per-request JSON log lines");
     cmd->add_option("--test-script", a->test_script,
-                    "TESTS ONLY (needs ONECARD_TEST_MODE=1): replace the model with a scripted runner (src/server/scripted_runner.h)");
+                    "TESTS ONLY (needs ONECARD_TEST_MODE=1): replace the model with a scripted runner "
+                    "(src/server/scripted_runner.h)");
     cmd->add_option("--config", a->config, "JSON file of flag values (command line and environment win)");
     // Environment: ONECARD_<FLAG> for every flag (--max-model-len -> ONECARD_MAX_MODEL_LEN).
     for (CLI::Option* opt : cmd->get_options()) {
         if (opt->get_lnames().empty() || opt->get_lnames()[0] == "help") continue;
         std::string env = "ONECARD_";
-        for (char c : opt->get_lnames()[0]) env += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        for (char c : opt->get_lnames()[0])
+            env += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
         opt->envname(env);
     }
     cmd->callback([cmd, a]() { run_serve(cmd, *a); });
