@@ -120,7 +120,6 @@ GenerationOptions parse_generation_options(const Json& b, ApiKind kind) {
     }
     sp.ignore_eos = opt_bool(b, "ignore_eos").value_or(false);
     sp.include_stop_str_in_output = opt_bool(b, "include_stop_str_in_output").value_or(false);
-    o.skip_special_tokens = opt_bool(b, "skip_special_tokens").value_or(true);
 
     if (kind == ApiKind::Chat) {
         o.logprobs = opt_bool(b, "logprobs").value_or(false);
@@ -139,7 +138,6 @@ GenerationOptions parse_generation_options(const Json& b, ApiKind kind) {
         if (!so->is_object()) throw bad_request("'stream_options' must be an object", "stream_options");
         if (!o.stream) throw bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options");
         o.include_usage = opt_bool(*so, "include_usage").value_or(false);
-        o.continuous_usage = opt_bool(*so, "continuous_usage_stats").value_or(false);
     }
     return o;
 }

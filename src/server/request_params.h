@@ -30,17 +30,16 @@ struct GenerationOptions {
     SamplingParams sampling;
     std::optional<int64_t> max_tokens;  // as given (max_completion_tokens for chat wins over max_tokens)
     bool stream = false;
-    bool include_usage = false;     // stream_options.include_usage
-    bool continuous_usage = false;  // stream_options.continuous_usage_stats (vLLM)
+    bool include_usage = false;  // stream_options.include_usage
     bool logprobs = false;
     int32_t top_logprobs = 0;
-    bool skip_special_tokens = true;
 };
 
 // Reads every sampling and streaming field (temperature, top_p, top_k, min_p, presence/frequency/
 // repetition penalties, seed, stop, stop_token_ids, ignore_eos, include_stop_str_in_output, logprobs,
 // top_logprobs, n, stream, stream_options, max_tokens / max_completion_tokens, logit_bias, best_of,
-// echo, skip_special_tokens). Throws ApiError 400 naming the field.
+// echo). Text is always decoded without special tokens (BOS/EOS), as vLLM's default skip_special_tokens
+// does; the chat markers the parsers need are not special in the V4 vocabulary. Throws ApiError 400 naming the field.
 GenerationOptions parse_generation_options(const Json& body, ApiKind kind);
 
 // The body as JSON: must be an object. Throws ApiError 400 for malformed JSON (including invalid

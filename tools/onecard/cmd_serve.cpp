@@ -232,7 +232,7 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         "try: curl %s%s://%s:%d/v1/chat/completions -H 'Content-Type: application/json'%s -d "
         "'{\"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}], \"max_tokens\": 32}'\n",
         srv.is_tls() ? "-k " : "", scheme.c_str(), so.host.c_str(), port,
-        keys.empty() ? "" : " -H 'Authorization: Bearer $ONECARD_API_KEY'");
+        keys.empty() ? "" : " -H \"Authorization: Bearer $ONECARD_API_KEY\"");
     std::fflush(stdout);
 
     int sig = 0;
