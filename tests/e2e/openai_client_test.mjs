@@ -61,6 +61,42 @@ const KEY = 'sk-e2e-secret';
   assert.match(r.stderr, /ONECARD_TEST_MODE/);
 }
 
+// Flags from a JSON config file and the environment: command line > environment > config file.
+async function readyLine(args, extraEnv) {
+  const p = spawn(onecard, ['serve', '--test-script', scriptPath, ...args], { env: { ...env, ...extraEnv }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '', err = '';
+  p.stderr.on('data', (d) => { err += d; });
+  const done = new Promise((resolve) => p.on('exit', (code) => resolve(code)));
+  const line = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no ready line:\n${out}\n${err}`)), 60000);
+    p.stdout.on('data', (d) => {
+      out += d;
+      const l = out.split('\n').find((x) => x.startsWith('{"'));
+      if (l) { clearTimeout(timer); resolve(JSON.parse(l)); }
+    });
+    p.on('exit', (code) => { clearTimeout(timer); resolve({ exitCode: code, stderr: err }); });
+  });
+  p.kill('SIGTERM');
+  await done;
+  return line;
+}
+{
+  const cfg = path.join(tmp, 'serve.json');
+  fs.writeFileSync(cfg, JSON.stringify({ port: 0, 'served-model-name': 'from-config', allow_cidr: ['127.0.0.0/8', '::1/128'], 'max-num-seqs': 3 }));
+  const a = await readyLine(['--config', cfg], {});
+  assert.equal(a.model, 'from-config');
+  assert.deepEqual(a.allow_cidr, ['127.0.0.0/8', '::1/128']);
+  const b = await readyLine(['--config', cfg], { ONECARD_SERVED_MODEL_NAME: 'from-env' });
+  assert.equal(b.model, 'from-env');
+  const c = await readyLine(['--config', cfg, '--served-model-name', 'from-cli'], { ONECARD_SERVED_MODEL_NAME: 'from-env' });
+  assert.equal(c.model, 'from-cli');
+  fs.writeFileSync(cfg, JSON.stringify({ port: 0, 'no-such-flag': 1 }));
+  const d = await readyLine(['--config', cfg], {});
+  assert.notEqual(d.exitCode, 0);
+  assert.match(d.stderr, /no-such-flag/);
+  console.log('ok   config file and environment precedence');
+}
+
 const server = spawn(onecard, ['serve', '--test-script', scriptPath, '--port', '0', '--api-key', KEY,
   '--served-model-name', 'onecard-e2e', '--shutdown-timeout', '20'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
 let stderr = '';
