@@ -108,7 +108,11 @@ public:
 
 inline std::unique_ptr<ModelRunner> scripted(const Tokenizer& tok, const nlohmann::json& script,
                                              const std::string& name, int64_t max_model_len = 4096) {
-    return std::make_unique<server::ScriptedRunner>(tok, write_script(name, script), max_model_len, 1);
+    const std::string path = write_script(name, script);
+    auto runner = std::make_unique<server::ScriptedRunner>(tok, path, max_model_len, 1);
+    // The runner read the file in its constructor; leave nothing behind in /tmp.
+    std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+    return runner;
 }
 
 // One HTTP/1.1 request over a socket bound to `src_ip`; returns the status code (-1 on failure).
