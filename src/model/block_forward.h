@@ -20,16 +20,17 @@ struct BlockContext {
 void apply_linear(const DenseLinear& l, const float* x, int64_t n, float* y, Numerics numerics);
 
 // Attention sub-block: xn [n, D] (attn_norm output) at positions state.n_tokens.. -> out [n, D].
-// Advances `state` (window, compressor, entries) by n tokens.
-void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerState& state, const float* xn, int64_t n,
-                       float* out);
+// Advances `state` (compressors, token count) by n tokens and writes the new window rows, entries
+// and indexer keys to `store` (read back from it: attention sees what the store holds).
+void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerState& state, SequenceKv& store,
+                       const float* xn, int64_t n, float* out);
 
 // MoE sub-block: xn [n, D] (ffn_norm output), token ids [n] (hash routing) -> out [n, D].
 void moe_forward(const BlockContext& ctx, const DenseMoE& w, bool hash_layer, const int32_t* tokens, const float* xn,
                  int64_t n, float* out);
 
 // A whole block on the residual streams X [n, hc, D] (updated in place).
-void block_forward(const BlockContext& ctx, const DenseBlock& b, LayerState& state, const int32_t* tokens, float* X,
-                   int64_t n);
+void block_forward(const BlockContext& ctx, const DenseBlock& b, LayerState& state, SequenceKv& store,
+                   const int32_t* tokens, float* X, int64_t n);
 
 }  // namespace onecard::detail

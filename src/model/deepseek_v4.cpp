@@ -61,10 +61,10 @@ void hc_sub_block(const ModelConfig& cfg, const DenseHC& hc, const std::vector<f
 
 }  // namespace
 
-void block_forward(const BlockContext& ctx, const DenseBlock& b, LayerState& state, const int32_t* tokens, float* X,
-                   int64_t n) {
+void block_forward(const BlockContext& ctx, const DenseBlock& b, LayerState& state, SequenceKv& store,
+                   const int32_t* tokens, float* X, int64_t n) {
     hc_sub_block(ctx.cfg, b.hc_attn, b.attn_norm, X, n,
-                 [&](const float* xn, float* out) { attention_forward(ctx, b.attn, state, xn, n, out); });
+                 [&](const float* xn, float* out) { attention_forward(ctx, b.attn, state, store, xn, n, out); });
     const bool hash = ctx.cfg.is_hash_layer(b.layer_id) && b.layer_id < ctx.cfg.num_hidden_layers;
     hc_sub_block(ctx.cfg, b.hc_ffn, b.ffn_norm, X, n,
                  [&](const float* xn, float* out) { moe_forward(ctx, b.ffn, hash, tokens, xn, n, out); });
@@ -96,13 +96,34 @@ DeepSeekV4::DeepSeekV4(const ModelConfig& cfg, const ModelWeights& w, Numerics n
     rope_compress_ = cpu::rope_inv_freqs(comp);
 }
 
-SequenceState DeepSeekV4::new_sequence() const { return SequenceState(cfg_); }
+SequenceState DeepSeekV4::new_sequence() const {
+    return SequenceState(cfg_, /*own_kv=*/true);
+}
+
+SequenceState DeepSeekV4::new_sequence_external_kv() const {
+    return SequenceState(cfg_, /*own_kv=*/false);
+}
+
+void DeepSeekV4::check_store(const SequenceState& state, const SequenceKv& kv) {
+    ONECARD_CHECK(!state.owns_kv() || &kv == &state.own_kv(),
+                  "forward: this sequence keeps its KV in its own store; another store cannot be used for it");
+}
 
 std::vector<float> DeepSeekV4::forward(SequenceState& state, std::span<const int32_t> tokens) const {
-    return forward_with_streams(state, tokens).logits;
+    return forward_with_streams(state, state.own_kv(), tokens).logits;
+}
+
+std::vector<float> DeepSeekV4::forward(SequenceState& state, SequenceKv& kv, std::span<const int32_t> tokens) const {
+    return forward_with_streams(state, kv, tokens).logits;
 }
 
 ForwardOutput DeepSeekV4::forward_with_streams(SequenceState& state, std::span<const int32_t> tokens) const {
+    return forward_with_streams(state, state.own_kv(), tokens);
+}
+
+ForwardOutput DeepSeekV4::forward_with_streams(SequenceState& state, SequenceKv& kv,
+                                               std::span<const int32_t> tokens) const {
+    check_store(state, kv);
     const int64_t n = static_cast<int64_t>(tokens.size());
     ONECARD_CHECK(n >= 1, "forward: at least one token is required");
     ONECARD_CHECK(static_cast<int64_t>(state.layers().size()) == cfg_.num_hidden_layers,
@@ -121,7 +142,7 @@ ForwardOutput DeepSeekV4::forward_with_streams(SequenceState& state, std::span<c
     for (int64_t il = 0; il < cfg_.num_hidden_layers; ++il) {
         const bool compressed = cfg_.compress_ratio(il) != 0;
         detail::BlockContext ctx{cfg_, numerics_, compressed ? rope_compress_ : rope_main_, rope_compress_};
-        detail::block_forward(ctx, dense_.layers[il], state.layers()[il], tokens.data(), X.data(), n);
+        detail::block_forward(ctx, dense_.layers[il], state.layers()[il], kv, tokens.data(), X.data(), n);
     }
     state.advance(n);
 

@@ -17,7 +17,10 @@ namespace onecard {
 // Reference = DeepSeek's reference code including its QAT simulations (FP8 KV blocks of 64, Hadamard
 // + FP4 indexer q/keys, FP8 1×128 activation quantisation in front of FP8/FP4 linears; wo_a, the
 // compressors, weights_proj, router and head stay unquantised as in REF). Activations are NOT
-// rounded to bf16 between ops (REF's bf16 storage is not simulated).
+// rounded to bf16 between ops (REF's bf16 storage is not simulated), except stored KV: it is rounded
+// to what the paged cache format holds (rope dims bf16 as in REF's bf16 KV cache, indexer keys
+// additionally through the 132-byte FP8 key; see layer_attention.cpp), so the engine's paged store
+// and the fp32 store give identical results.
 // Exact = the same math in plain fp32 on dequantised weights: what transformers computes. Where REF
 // and HF order fp32 operations differently, both modes follow HF (HC mixes: normalise, then project;
 // router denominator + 1e-20), except that routed-expert weights multiply the expert OUTPUT in
@@ -40,19 +43,29 @@ public:
     // Dequantises every weight to fp32 once; `w` may be released afterwards.
     DeepSeekV4(const ModelConfig& cfg, const ModelWeights& w, Numerics numerics);
 
+    // A sequence that keeps its KV in its own fp32 store (the calls without a SequenceKv).
     SequenceState new_sequence() const;
+    // A sequence whose KV lives in a store the caller passes to every call (e.g. the engine's paged
+    // pool, engine/paged_sequence_kv.h); the calls without a store throw for it.
+    SequenceState new_sequence_external_kv() const;
 
     // Advances `state` by `tokens` (any count >= 1; positions continue from state.n_tokens()).
     // Returns logits [n_tokens, vocab] row-major fp32. Chunked prefill, 1-token decode and
     // multi-token verify are all this one call. Each row depends only on this sequence.
     std::vector<float> forward(SequenceState& state, std::span<const int32_t> tokens) const;
+    // Same, reading and writing the sequence's stored KV through `kv` (always the same store for
+    // one sequence).
+    std::vector<float> forward(SequenceState& state, SequenceKv& kv, std::span<const int32_t> tokens) const;
     // Same, also returning the pre-hc_head streams.
     ForwardOutput forward_with_streams(SequenceState& state, std::span<const int32_t> tokens) const;
+    ForwardOutput forward_with_streams(SequenceState& state, SequenceKv& kv, std::span<const int32_t> tokens) const;
 
     // The mtp.0 block (V4-Flash): streams [n, hc, D] are the main model's pre-hc_head streams at
     // positions p..p+n-1 and next_tokens[i] the token at position p+i+1. Returns logits [n, vocab]
     // predicting the token at p+i+2; advances the state's MTP window (its own positions).
     std::vector<float> forward_mtp(SequenceState& state, std::span<const float> streams,
+                                   std::span<const int32_t> next_tokens) const;
+    std::vector<float> forward_mtp(SequenceState& state, SequenceKv& kv, std::span<const float> streams,
                                    std::span<const int32_t> next_tokens) const;
 
     const ModelConfig& config() const { return cfg_; }
@@ -66,6 +79,8 @@ private:
     std::vector<float> rope_main_;      // [qk_rope_head_dim/2] inverse frequencies, SWA layers and MTP
     std::vector<float> rope_compress_;  // [qk_rope_head_dim/2] compress θ with YaRN, CSA/HCA layers
 
+    // Throws unless `kv` may serve `state` (an owning state accepts only its own store).
+    static void check_store(const SequenceState& state, const SequenceKv& kv);
     std::vector<float> logits_from_streams(const float* streams, int64_t n_tok, const DenseHC& hc_head,
                                            const std::vector<float>& norm) const;
 };

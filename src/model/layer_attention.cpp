@@ -1,13 +1,26 @@
 // Attention sub-block of every layer kind (dsv4-model.md §4): q path, shared KV head, sliding window,
 // compressor (CSA/HCA), lightning indexer (CSA), sink attention, inverse RoPE, grouped output.
+//
+// Stored KV goes through the SequenceKv the caller passes. In Numerics::Reference every stored vector
+// is first rounded to what the paged cache format (kvcache/kv_format.h) holds, so the fp32 and paged
+// stores give back identical values:
+//  * window rows and compressed entries: nope dims FP8 E4M3 in blocks of 64 (REF's QAT simulation),
+//    rope dims bf16 (REF keeps its whole KV cache in bf16; the 584-byte entry stores them as bf16);
+//  * indexer keys: REF's Hadamard + FP4 (E2M1, blocks of 32) simulation, then FP8 E4M3 with one
+//    power-of-two scale per key (the 132-byte entry). FP4 values have 2 significant bits, so the FP8
+//    step is the identity unless a key's smallest 32-block scale is below 2^-15 of its largest (or
+//    the key's amax is below ~1e-4); only such keys lose precision in their small blocks.
+// Numerics::Exact stores plain fp32 (what transformers computes).
 #include "backend/cpu/attention.h"
 #include "backend/cpu/indexer.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/norm.h"
 #include "backend/cpu/quant_sim.h"
 #include "backend/cpu/rope.h"
+#include "core/fp_formats.h"
 #include "model/block_forward.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -38,10 +51,16 @@ void finish_entry(const BlockContext& ctx, const DenseCompressor& c, int64_t win
     cpu::apply_rope(entry + d - n_rope, ctx.rope_compress.data(), n_rope, window * c.ratio);
 }
 
+// Reference numerics: a KV row [hd] as the 584-byte cache entry holds it (FP8 nope dims, bf16 rope).
+void round_to_kv_format(float* row, int64_t hd, int64_t n_rope) {
+    cpu::fp8_quant_dequant(row, hd - n_rope, 64);
+    for (int64_t d = hd - n_rope; d < hd; ++d) row[d] = round_bf16(row[d]);
+}
+
 }  // namespace
 
-void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerState& state, const float* xn, int64_t n,
-                       float* out) {
+void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerState& state, SequenceKv& store,
+                       const float* xn, int64_t n, float* out) {
     const ModelConfig& cfg = ctx.cfg;
     const bool reference = ctx.numerics == Numerics::Reference;
     const int64_t H = cfg.num_attention_heads, hd = cfg.head_dim, n_rope = cfg.qk_rope_head_dim;
@@ -59,13 +78,13 @@ void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerSt
     for (int64_t i = 0; i < n; ++i)
         cpu::apply_rope_rows(q.data() + i * H * hd, H, hd, ctx.rope_freqs.data(), n_rope, pos0 + i);
 
-    // ---- shared KV head: wkv -> kv_norm -> RoPE; reference: FP8 round-trip of the nope dims
+    // ---- shared KV head: wkv -> kv_norm -> RoPE; reference: rounded to the cache format
     std::vector<float> kv(static_cast<size_t>(n * hd));  // [n, hd]
     apply_linear(w.wkv, xn, n, kv.data(), ctx.numerics);
     cpu::rmsnorm(kv.data(), w.kv_norm.data(), kv.data(), n, hd, eps);
     for (int64_t i = 0; i < n; ++i) {
         cpu::apply_rope(kv.data() + i * hd + n_nope, ctx.rope_freqs.data(), n_rope, pos0 + i);
-        if (reference) cpu::fp8_quant_dequant(kv.data() + i * hd, n_nope, 64);
+        if (reference) round_to_kv_format(kv.data() + i * hd, hd, n_rope);
     }
 
     // ---- compressor / indexer projections for the whole chunk (pooled token by token below)
@@ -95,6 +114,18 @@ void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerSt
         for (float& v : iw) v *= w_scale;
     }
 
+    // ---- what this chunk reads of the store, loaded once: the window ring [W, hd] (same rows as the
+    // store's) and, CSA, every indexer key [n_keys, dI] (each query scores all visible keys).
+    const int64_t layer = state.layer_id, W = state.window_size;
+    std::vector<float> window(static_cast<size_t>(W * hd));
+    for (int64_t p = std::max<int64_t>(0, pos0 - W + 1); p < pos0; ++p)
+        store.read_window(layer, p, window.data() + (p % W) * hd);
+    std::vector<float> index_keys;
+    if (idx) {
+        index_keys.resize(static_cast<size_t>(state.n_compressed() * dI));
+        for (int64_t e = 0; e < state.n_compressed(); ++e) store.read_index_key(layer, e, index_keys.data() + e * dI);
+    }
+
     // ---- token by token: extend window / compressed stream, select keys, attend
     const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd));
     const float index_scale = 1.0f / std::sqrt(static_cast<float>(dI));
@@ -102,43 +133,50 @@ void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerSt
     std::vector<float> keys, entry(static_cast<size_t>(hd)), ientry(static_cast<size_t>(dI)), scores;
     for (int64_t i = 0; i < n; ++i) {
         const int64_t pos = pos0 + i;
-        std::copy(kv.begin() + i * hd, kv.begin() + (i + 1) * hd, state.window.begin() + (pos % state.window_size) * hd);
+        // Read back what the store holds, so attention sees the stored values whatever the store.
+        store.write_window(layer, pos, kv.data() + i * hd);
+        store.read_window(layer, pos, window.data() + (pos % W) * hd);
         if (comp && state.compressor->push(ckv.data() + i * ckv.size() / n, cscore.data() + i * cscore.size() / n,
                                            entry.data())) {
             finish_entry(ctx, *comp, pos / comp->ratio, entry.data());
-            if (reference) cpu::fp8_quant_dequant(entry.data(), n_nope, 64);
-            state.compressed.insert(state.compressed.end(), entry.begin(), entry.end());
+            if (reference) round_to_kv_format(entry.data(), hd, n_rope);
+            store.write_entry(layer, pos / comp->ratio, entry.data());
         }
         if (idx && state.index_compressor->push(ikv.data() + i * ikv.size() / n, iscore.data() + i * iscore.size() / n,
                                                 ientry.data())) {
-            finish_entry(ctx, idx->compressor, pos / idx->compressor.ratio, ientry.data());
+            const int64_t e = pos / idx->compressor.ratio;
+            finish_entry(ctx, idx->compressor, e, ientry.data());
             if (reference) {
                 cpu::hadamard_transform(ientry.data(), dI);
                 cpu::fp4_quant_dequant(ientry.data(), dI, 32);
+                cpu::fp8_quant_dequant(ientry.data(), dI, dI);  // the 132-byte key: identity for usual keys
             }
-            state.index_keys.insert(state.index_keys.end(), ientry.begin(), ientry.end());
+            store.write_index_key(layer, e, ientry.data());
+            index_keys.resize(static_cast<size_t>((e + 1) * dI));
+            store.read_index_key(layer, e, index_keys.data() + e * dI);
         }
         ++state.n_tokens;
 
         // Key set: the window (incl. this token), then compressed entries (no de-duplication).
         keys.clear();
-        const int64_t first = pos - state.window_size + 1 > 0 ? pos - state.window_size + 1 : 0;
+        const int64_t first = pos - W + 1 > 0 ? pos - W + 1 : 0;
         for (int64_t p = first; p <= pos; ++p) {
-            const float* row = state.window_row(p);
+            const float* row = window.data() + (p % W) * hd;
             keys.insert(keys.end(), row, row + hd);
         }
+        auto append_entry = [&](int64_t e) {
+            keys.resize(keys.size() + static_cast<size_t>(hd));
+            store.read_entry(layer, e, keys.data() + keys.size() - hd);
+        };
         if (comp) {
             const int64_t n_visible = cpu::n_visible_entries(pos, comp->ratio);
             if (idx) {
                 scores.resize(static_cast<size_t>(n_visible));
-                cpu::indexer_scores(iq.data() + i * nI * dI, iw.data() + i * nI, state.index_keys.data(), n_visible, nI,
-                                    dI, index_scale, scores.data());
-                for (int32_t s : cpu::indexer_topk(scores.data(), n_visible, cfg.index_topk)) {
-                    const float* row = state.compressed.data() + s * hd;
-                    keys.insert(keys.end(), row, row + hd);
-                }
+                cpu::indexer_scores(iq.data() + i * nI * dI, iw.data() + i * nI, index_keys.data(), n_visible, nI, dI,
+                                    index_scale, scores.data());
+                for (int32_t s : cpu::indexer_topk(scores.data(), n_visible, cfg.index_topk)) append_entry(s);
             } else {
-                keys.insert(keys.end(), state.compressed.begin(), state.compressed.begin() + n_visible * hd);
+                for (int64_t e = 0; e < n_visible; ++e) append_entry(e);
             }
         }
         float* oi = o.data() + i * H * hd;

@@ -10,6 +10,12 @@ namespace onecard {
 
 std::vector<float> DeepSeekV4::forward_mtp(SequenceState& state, std::span<const float> streams,
                                            std::span<const int32_t> next_tokens) const {
+    return forward_mtp(state, state.own_kv(), streams, next_tokens);
+}
+
+std::vector<float> DeepSeekV4::forward_mtp(SequenceState& state, SequenceKv& kv, std::span<const float> streams,
+                                           std::span<const int32_t> next_tokens) const {
+    check_store(state, kv);
     ONECARD_CHECK(!dense_.mtp.empty(), "forward_mtp: the checkpoint has no mtp.0 block");
     const DenseMTP& m = dense_.mtp[0];
     const int64_t n = static_cast<int64_t>(next_tokens.size());
@@ -40,7 +46,7 @@ std::vector<float> DeepSeekV4::forward_mtp(SequenceState& state, std::span<const
 
     const bool compressed = cfg_.compress_ratio(m.block.layer_id) != 0;
     detail::BlockContext ctx{cfg_, numerics_, compressed ? rope_compress_ : rope_main_, rope_compress_};
-    detail::block_forward(ctx, m.block, state.mtp_layers()[0], next_tokens.data(), X.data(), n);
+    detail::block_forward(ctx, m.block, state.mtp_layers()[0], kv, next_tokens.data(), X.data(), n);
     state.advance_mtp(n);
     return logits_from_streams(X.data(), n, m.hc_head, m.norm);
 }

@@ -11,7 +11,6 @@ LayerState make_layer(const ModelConfig& cfg, int64_t layer_id) {
     s.ratio = cfg.compress_ratio(layer_id);
     s.head_dim = cfg.head_dim;
     s.window_size = cfg.sliding_window;
-    s.window.assign(static_cast<size_t>(cfg.sliding_window * cfg.head_dim), 0.0f);
     if (s.ratio != 0) s.compressor.emplace(s.ratio, cfg.head_dim);
     if (s.ratio == 4) {
         s.index_head_dim = cfg.index_head_dim;
@@ -23,43 +22,74 @@ LayerState make_layer(const ModelConfig& cfg, int64_t layer_id) {
 }  // namespace
 
 void LayerState::check_integrity() const {
-    ONECARD_CHECK(window_size > 0 && static_cast<int64_t>(window.size()) == window_size * head_dim,
-                  "layer {} state: window holds {} floats, expected {}", layer_id, window.size(), window_size * head_dim);
+    ONECARD_CHECK(window_size > 0 && head_dim > 0, "layer {} state: window {} x head_dim {}", layer_id, window_size,
+                  head_dim);
     if (ratio == 0) {
-        ONECARD_CHECK(!compressor && compressed.empty() && !index_compressor && index_keys.empty(),
-                      "layer {} state: sliding-window layer carries compressor state", layer_id);
+        ONECARD_CHECK(!compressor && !index_compressor, "layer {} state: sliding-window layer carries compressor state",
+                      layer_id);
         return;
     }
     ONECARD_CHECK(compressor.has_value(), "layer {} state: ratio {} but no compressor", layer_id, ratio);
     compressor->check_integrity();
     ONECARD_CHECK(compressor->n_tokens() == n_tokens, "layer {} state: compressor saw {} tokens, layer {}", layer_id,
                   compressor->n_tokens(), n_tokens);
-    ONECARD_CHECK(n_compressed() == n_tokens / ratio && static_cast<int64_t>(compressed.size()) == n_compressed() * head_dim,
-                  "layer {} state: {} compressed entries for {} tokens at ratio {}", layer_id, n_compressed(), n_tokens,
-                  ratio);
     if (ratio == 4) {
         ONECARD_CHECK(index_compressor.has_value(), "layer {} state: CSA layer without indexer compressor", layer_id);
         index_compressor->check_integrity();
-        ONECARD_CHECK(index_compressor->n_tokens() == n_tokens &&
-                          static_cast<int64_t>(index_keys.size()) == (n_tokens / ratio) * index_head_dim,
-                      "layer {} state: {} indexer key floats for {} tokens", layer_id, index_keys.size(), n_tokens);
+        ONECARD_CHECK(index_compressor->n_tokens() == n_tokens,
+                      "layer {} state: indexer compressor saw {} tokens, layer {}", layer_id,
+                      index_compressor->n_tokens(), n_tokens);
     }
 }
 
-SequenceState::SequenceState(const ModelConfig& cfg) {
+SequenceState::SequenceState(const ModelConfig& cfg, bool own_kv) {
     for (int64_t il = 0; il < cfg.num_hidden_layers; ++il) layers_.push_back(make_layer(cfg, il));
     for (int64_t i = 0; i < cfg.num_nextn_predict_layers && !cfg.dspark; ++i)
         mtp_layers_.push_back(make_layer(cfg, cfg.num_hidden_layers + i));
+    if (own_kv) own_kv_.emplace(cfg);
+}
+
+Fp32SequenceKv& SequenceState::own_kv() {
+    ONECARD_CHECK(own_kv_.has_value(), "sequence state: the KV of this sequence is kept outside (pass its store)");
+    return *own_kv_;
+}
+
+const Fp32SequenceKv& SequenceState::own_kv() const {
+    ONECARD_CHECK(own_kv_.has_value(), "sequence state: the KV of this sequence is kept outside (pass its store)");
+    return *own_kv_;
+}
+
+void SequenceState::check_layer_kv(const LayerState& l) const {
+    if (!own_kv_) return;
+    const Fp32SequenceKv& kv = *own_kv_;
+    ONECARD_CHECK(kv.window_end(l.layer_id) == l.n_tokens,
+                  "sequence state: layer {} window ends at {}, layer has {} tokens", l.layer_id,
+                  kv.window_end(l.layer_id), l.n_tokens);
+    ONECARD_CHECK(kv.n_entries(l.layer_id) == l.n_compressed(),
+                  "sequence state: layer {} stores {} compressed entries for {} tokens at ratio {}", l.layer_id,
+                  kv.n_entries(l.layer_id), l.n_tokens, l.ratio);
+    const int64_t want_keys = l.ratio == 4 ? l.n_compressed() : 0;
+    ONECARD_CHECK(kv.n_index_keys(l.layer_id) == want_keys,
+                  "sequence state: layer {} stores {} indexer keys, expected {}", l.layer_id,
+                  kv.n_index_keys(l.layer_id), want_keys);
 }
 
 void SequenceState::check_integrity() const {
+    if (own_kv_) {
+        own_kv_->check_integrity();
+        ONECARD_CHECK(own_kv_->n_layers() == static_cast<int64_t>(layers_.size() + mtp_layers_.size()),
+                      "sequence state: KV store has {} layers, state {}", own_kv_->n_layers(),
+                      layers_.size() + mtp_layers_.size());
+    }
     for (const LayerState& l : layers_) {
         l.check_integrity();
+        check_layer_kv(l);
         ONECARD_CHECK(l.n_tokens == n_tokens_, "sequence state: layer {} processed {} tokens, sequence has {}",
                       l.layer_id, l.n_tokens, n_tokens_);
     }
     for (const LayerState& l : mtp_layers_) {
         l.check_integrity();
+        check_layer_kv(l);
         ONECARD_CHECK(l.n_tokens == n_mtp_tokens_, "sequence state: MTP block {} processed {} tokens, expected {}",
                       l.layer_id, l.n_tokens, n_mtp_tokens_);
     }
