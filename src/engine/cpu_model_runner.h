@@ -3,16 +3,26 @@
 // other requests share its batch; only where its chunk boundaries fall can move results (within the
 // forward pass's chunking tolerance).
 //
-// [KV_SEAM] The model keeps its per-sequence KV in SequenceState (fp32 vectors), not yet in the paged
-// 584/132-byte arenas the KV manager sizes; the manager's slots and blocks still bound admission and
-// drive preemption, so the scheduling behaviour is the one the GPU path will have.
+// Where the KV lives depends on the numerics:
+//  * Numerics::Reference: in the engine's KV pool, in kvcache's byte format. bind_kv_pool() allocates
+//    a KvHostArena laid out exactly as the KV manager's spec; every request reads and writes its
+//    window rows in its slot and its compressed entries / indexer keys in the blocks of its block
+//    table (PagedSequenceKv). The manager's blocks ARE the storage: preemption frees them and the
+//    request recomputes from position 0 when it resumes.
+//  * Numerics::Exact: in an fp32 store per request (bit-for-bit transformers); the manager's slots
+//    and blocks still bound admission and drive preemption.
+// The compressors' running state stays fp32 in the SequenceState in both modes (the spec keeps it
+// fp32 as well).
 #pragma once
 
 #include "engine/model_runner.h"
+#include "engine/paged_sequence_kv.h"
 #include "model/config.h"
 #include "model/deepseek_v4.h"
 
+#include <memory>
 #include <unordered_map>
+#include <vector>
 
 namespace onecard {
 
@@ -25,14 +35,30 @@ public:
     int64_t max_model_len() const override { return max_model_len_; }
     // Kinds from compress_ratios (via ModelConfig::layer_kind), MTP blocks as SWA layers.
     KvModelShape kv_model_shape() const override;
+    // Reference numerics: allocates the host arena the paged KV lives in (once).
+    void bind_kv_pool(const KvCacheSpec& spec, const KvPoolSize& size) override;
     RunnerOutput execute(const SchedulerOutput& batch) override;
 
     size_t n_live_states() const { return states_.size(); }
+    bool paged_kv() const { return arena_ != nullptr; }
+    // Throws onecard::Error unless every live state is consistent and, with paged KV, live requests
+    // hold distinct slots and pairwise disjoint block tables (inside the arena) that cover their tokens.
+    void check_integrity() const;
 
 private:
+    struct Live {
+        SequenceState state;
+        int32_t slot = -1;                 // paged KV: the request's slot
+        std::vector<int32_t> block_table;  // paged KV: the table of its last step
+    };
+
     const DeepSeekV4& model_;
     int64_t max_model_len_;
-    std::unordered_map<RequestId, SequenceState> states_;
+    std::unordered_map<RequestId, Live> states_;
+    // Paged KV (reference numerics after bind_kv_pool); the arena and layout refer to *spec_.
+    std::unique_ptr<KvCacheSpec> spec_;
+    std::unique_ptr<PagedKvLayout> layout_;
+    std::unique_ptr<KvHostArena> arena_;
 };
 
 }  // namespace onecard

@@ -37,6 +37,7 @@ EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<ModelRunner> 
     KvCacheSpec spec = make_engine_kv_spec(*runner_, config_);
     const KvPoolSize size = plan_kv_pool(spec, config_.kv_cache_bytes, config_.max_num_seqs);
     kv_ = std::make_unique<KvCacheManager>(std::move(spec), size);
+    runner_->bind_kv_pool(kv_->spec(), size);
     scheduler_ = std::make_unique<Scheduler>(
         SchedulerConfig{config_.max_num_batched_tokens, config_.long_prefill_token_threshold, config_.max_num_seqs},
         *kv_);

@@ -27,6 +27,12 @@ public:
     virtual int64_t max_model_len() const = 0;
     // The KV layout this model needs (sizes the engine's pool).
     virtual KvModelShape kv_model_shape() const = 0;
+    // Called once by the engine after it sized the KV pool from kv_model_shape(): a runner that keeps
+    // its KV in the pool (block ids and slots of SchedulerOutput address it) allocates storage here.
+    virtual void bind_kv_pool(const KvCacheSpec& spec, const KvPoolSize& size) {
+        (void)spec;
+        (void)size;
+    }
     virtual RunnerOutput execute(const SchedulerOutput& batch) = 0;
 };
 
