@@ -11,6 +11,7 @@
 // one slow reader never stalls the other streams.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -152,6 +153,9 @@ public:
     std::optional<EngineEvent> next();
     // Non-blocking: std::nullopt if nothing is ready now.
     std::optional<EngineEvent> try_next();
+    // Waits at most `timeout`: std::nullopt if nothing arrived (or the final event was already taken).
+    // Lets a server notice a vanished client while a request is still queued or prefilling.
+    std::optional<EngineEvent> next_for(std::chrono::milliseconds timeout);
     void cancel();
 
 private:

@@ -81,6 +81,11 @@ std::optional<EngineEvent> RequestStream::try_next() {
     return state_->after_pop(state_->events.try_pop());
 }
 
+std::optional<EngineEvent> RequestStream::next_for(std::chrono::milliseconds timeout) {
+    if (state_->done) return std::nullopt;
+    return state_->after_pop(state_->events.pop_for(timeout));
+}
+
 void RequestStream::cancel() {
     if (auto in = state_->inbox.lock()) in->cancel(state_->id);
 }

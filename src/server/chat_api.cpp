@@ -302,7 +302,16 @@ void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req
                 return false;
             }
             std::optional<EngineEvent> last;
-            while (auto ev = ar->next()) {
+            for (;;) {
+                std::optional<EngineEvent> ev = ar->next_for(kSsePingInterval);
+                if (!ev) {
+                    if (ar->finished()) break;
+                    if (!w.ping()) {
+                        ar->cancel();
+                        return false;  // client gone while nothing was generated yet
+                    }
+                    continue;
+                }
                 std::vector<ParseEvent> pes = parser.push(ev->text_delta);
                 if (ev->finished()) {
                     auto tail = parser.finish();

@@ -142,7 +142,16 @@ void handle_completions(OpenAIServer::State& s, const httplib::Request& req, htt
                 if (include_usage) c["usage"] = nullptr;
                 return c;
             };
-            while (auto ev = ar->next()) {
+            for (;;) {
+                std::optional<EngineEvent> ev = ar->next_for(kSsePingInterval);
+                if (!ev) {
+                    if (ar->finished()) break;
+                    if (!w.ping()) {
+                        ar->cancel();
+                        return false;  // client gone while nothing was generated yet
+                    }
+                    continue;
+                }
                 text += ev->text_delta;
                 Json lp;
                 if (want_logprobs && !ev->token_ids.empty()) {

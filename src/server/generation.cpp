@@ -69,6 +69,18 @@ std::optional<EngineEvent> ActiveRequest::next() {
         finished_ = true;
         return ev;
     }
+    return account(std::move(*ev));
+}
+
+std::optional<EngineEvent> ActiveRequest::next_for(std::chrono::milliseconds timeout) {
+    if (finished_) return std::nullopt;
+    auto ev = stream_->next_for(timeout);
+    if (!ev) return ev;  // nothing yet: the final event always comes before the stream is done
+    return account(std::move(*ev));
+}
+
+std::optional<EngineEvent> ActiveRequest::account(EngineEvent e) {
+    std::optional<EngineEvent> ev(std::move(e));
     const auto now = std::chrono::steady_clock::now();
     if (!ev->token_ids.empty()) {
         const double dt = std::chrono::duration<double>(now - t_last_).count();

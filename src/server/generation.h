@@ -23,6 +23,8 @@ public:
 
     // Blocks for the next event; nullopt after the final one. Records TTFT / inter-token latency.
     std::optional<EngineEvent> next();
+    // Waits at most `timeout`; nullopt on timeout (check finished() to tell the end from a timeout).
+    std::optional<EngineEvent> next_for(std::chrono::milliseconds timeout);
     // The client went away or the handler failed: cancel now (KV freed by the engine thread).
     void cancel();
 
@@ -30,6 +32,7 @@ public:
     bool finished() const { return finished_; }
 
 private:
+    std::optional<EngineEvent> account(EngineEvent ev);  // metrics and finish bookkeeping of one event
     void record_end(const std::string& reason, int64_t prompt, int64_t completion, int64_t cached);
 
     OpenAIServer::State& s_;

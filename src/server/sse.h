@@ -5,9 +5,14 @@
 
 #include <httplib.h>
 
+#include <chrono>
 #include <string>
 
 namespace onecard::server {
+
+// While a streamed request produces nothing (queued, long prefill) the server pings this often, so a
+// client that hung up is noticed and its request cancelled without waiting for the first token.
+inline constexpr std::chrono::milliseconds kSsePingInterval{500};
 
 class SseWriter {
 public:
@@ -22,6 +27,8 @@ public:
         if (ok) sink_.done();
         return ok;
     }
+    // An SSE comment line: clients ignore it; a failed write tells us the client is gone.
+    bool ping() { return send_raw(": ping\n\n"); }
     bool ok() const { return ok_; }
 
 private:

@@ -476,6 +476,46 @@ TEST(ServerHttp, ClientDisconnectCancelsAndFreesKv) {
     EXPECT_NE(metrics.find("finished_reason=\"abort\"} 1"), std::string::npos) << metrics;
 }
 
+// A streamed request still waiting for a sequence slot produces no tokens; the server's SSE pings
+// notice that its client left and cancel it while the running request carries on.
+TEST(ServerHttp, QueuedStreamWhoseClientLeftIsCancelled) {
+    ONECARD_NEED_TOKENIZER();
+    Json slow = script();
+    slow["step_delay_ms"] = 20;
+    TestServer s({}, scripted(tok, slow, "queued_disconnect"), tok, 4096, /*max_num_seqs=*/1);
+    std::atomic<int> a_status{0};
+    std::thread a([&] {
+        auto r =
+            post(s, "/v1/chat/completions", chat_body("Say hello", {{"max_tokens", 150}, {"ignore_eos", true}}).dump());
+        a_status = r ? r->status : -1;
+    });
+    auto wait_for = [&](auto pred, double seconds) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+        while (!pred() && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        return pred();
+    };
+    ASSERT_TRUE(wait_for([&] { return s.engine->stats().n_running == 1; }, 10));
+    std::thread b([&] {
+        httplib::Request req;
+        req.method = "POST";
+        req.path = "/v1/chat/completions";
+        req.set_header("Content-Type", "application/json");
+        req.body = chat_body("Say hello", {{"stream", true}}).dump();
+        req.content_receiver = [](const char*, size_t, uint64_t, uint64_t) { return false; };  // leave at once
+        auto c = s.client();
+        (void)c.send(req);
+    });
+    ASSERT_TRUE(wait_for([&] { return s.srv->n_inflight() == 2; }, 10));
+    b.join();
+    // Cancelled within a couple of ping intervals, long before the running request ends (~3 s).
+    EXPECT_TRUE(wait_for([&] { return s.srv->n_inflight() == 1 && s.engine->stats().n_waiting == 0; }, 2.0));
+    EXPECT_EQ(s.engine->stats().n_running, 1);
+    a.join();
+    EXPECT_EQ(a_status.load(), 200);
+    EXPECT_NO_THROW(s.srv->check_integrity());
+}
+
 TEST(ServerHttp, TlsWithASelfSignedCertificate) {
     ONECARD_NEED_TOKENIZER();
     if (std::system("openssl version >/dev/null 2>&1") != 0) GTEST_SKIP() << "openssl CLI not installed";
