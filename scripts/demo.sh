@@ -10,6 +10,9 @@ bash scripts/build.sh onecard
 DEMO_DIR=${DEMO_DIR:-demo/small}
 if [ ! -f "$DEMO_DIR/config.json" ]; then
     ./build/onecard synth --preset small --seed 1 --out "$DEMO_DIR"
+    # Record the checkpoint's SHA-256 manifest once, so every later start verifies the same bytes.
+    ./build/onecard manifest "$DEMO_DIR" > "$DEMO_DIR/SHA256SUMS.tmp"
+    mv "$DEMO_DIR/SHA256SUMS.tmp" "$DEMO_DIR/SHA256SUMS"
 fi
 ./build/onecard verify "$DEMO_DIR"
 ./build/onecard inspect "$DEMO_DIR"

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <thread>
 
+#include <unistd.h>
+
 namespace onecard {
 namespace {
 
@@ -21,7 +23,8 @@ struct Result {
 Result run_cli(const std::string& args, const std::string& stdin_text) {
     const auto dir = std::filesystem::path(ONECARD_BINARY_DIR) / "tokenizer_cli_test";
     std::filesystem::create_directories(dir);
-    const auto in = dir / "stdin.txt";
+    // One file per process: ctest runs the cases of this file in parallel processes.
+    const auto in = dir / ("stdin." + std::to_string(::getpid()) + ".txt");
     std::ofstream(in, std::ios::binary) << stdin_text;
     const std::string cmd = (std::filesystem::path(ONECARD_BINARY_DIR) / "onecard").string() + " tokenize " + args +
                             " < '" + in.string() + "' 2>&1";
@@ -32,6 +35,7 @@ Result run_cli(const std::string& args, const std::string& stdin_text) {
     size_t n = 0;
     while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
     r.rc = pclose(p);
+    std::filesystem::remove(in);
     return r;
 }
 
