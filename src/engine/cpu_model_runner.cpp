@@ -1,30 +1,15 @@
 #include "engine/cpu_model_runner.h"
 
 #include "core/error.h"
+#include "engine/memory_plan.h"
 
 #include <algorithm>
 #include <unordered_set>
 
 namespace onecard {
 
-KvModelShape CpuModelRunner::kv_model_shape() const {
-    const ModelConfig& cfg = model_.config();
-    KvModelShape s;
-    s.head_dim = cfg.head_dim;
-    s.rope_dim = cfg.qk_rope_head_dim;
-    s.index_head_dim = cfg.index_head_dim;
-    s.sliding_window = cfg.sliding_window;
-    s.n_main_layers = cfg.num_hidden_layers;
-    for (size_t il = 0; il < cfg.compress_ratios.size(); ++il) {
-        const int64_t r = cfg.compress_ratios[il];
-        KvLayerKind kind = KvLayerKind::SWA;
-        if (r != 0)
-            kind = cfg.layer_kind(static_cast<int64_t>(il)) == LayerKind::CSA ? KvLayerKind::CSA : KvLayerKind::HCA;
-        s.kinds.push_back(kind);
-        s.compress_ratios.push_back(r);
-    }
-    return s;
-}
+// The same per-layer cache shape the memory planner sizes the pool with.
+KvModelShape CpuModelRunner::kv_model_shape() const { return kv_model_shape_from_config(model_.config()); }
 
 CpuModelRunner::CpuModelRunner(const DeepSeekV4& model, int64_t max_model_len)
     : model_(model), max_model_len_(max_model_len > 0 ? max_model_len : model.config().max_position_embeddings) {}
