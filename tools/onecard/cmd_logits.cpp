@@ -10,14 +10,19 @@
 #include "model/deepseek_v4.h"
 #include "model/weights.h"
 #include "onecard/engine.h"
+#include "tokenizer/tokenizer.h"
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -131,7 +136,7 @@ void run_logits(const LogitsArgs& a) {
 }
 
 struct GenerateArgs {
-    std::string model, prompt_tokens, numerics = "reference";
+    std::string model, prompt_tokens, prompt_text, numerics = "reference";
     int64_t max_tokens = 16;
     double temperature = 0.0;
     double top_p = 1.0;
@@ -142,10 +147,22 @@ struct GenerateArgs {
 // Runs through the engine (scheduler, KV manager, sampler) with the CPU model as its runner, so this
 // command exercises the same path as the server. Greedy ties go to the lower id, like torch.argmax.
 void run_generate(const GenerateArgs& a) {
-    std::vector<int32_t> prompt = parse_token_list(a.prompt_tokens, "--prompt-tokens");
+    ONECARD_CHECK(a.prompt_text.empty() != a.prompt_tokens.empty(), "generate: give exactly one of --prompt, --prompt-tokens");
     ONECARD_CHECK(a.max_tokens >= 1, "generate: --max-tokens must be >= 1");
     ONECARD_CHECK(a.top_p > 0.0 && a.top_p <= 1.0, "generate: --top-p must be in (0, 1]");
     LoadedModel m = load_model(a.model, parse_numerics(a.numerics));
+    // A text prompt is a raw completion prompt: BOS + the text's ids (special tokens recognised), as
+    // /v1/completions does; the output then carries the decoded text too.
+    std::optional<Tokenizer> tok;
+    std::vector<int32_t> prompt;
+    if (!a.prompt_text.empty()) {
+        tok = Tokenizer::from_file(std::filesystem::path(a.model) / "tokenizer.json");
+        prompt.push_back(static_cast<int32_t>(m.cfg.bos_token_id));
+        const std::vector<int32_t> ids = tok->encode(a.prompt_text);
+        prompt.insert(prompt.end(), ids.begin(), ids.end());
+    } else {
+        prompt = parse_token_list(a.prompt_tokens, "--prompt-tokens");
+    }
     EngineConfig ec;
     ec.eos_token_id = static_cast<int32_t>(m.cfg.eos_token_id);
     ec.max_num_seqs = 1;
@@ -170,9 +187,10 @@ void run_generate(const GenerateArgs& a) {
             finish = "eos";
         }
     }
-    std::string ids;
-    for (size_t i = 0; i < out.size(); ++i) ids += (i ? ", " : "") + std::to_string(out[i]);
-    std::printf("{\"tokens\": [%s], \"finish_reason\": \"%s\"}\n", ids.c_str(), finish.c_str());
+    nlohmann::ordered_json j = {{"tokens", out}, {"finish_reason", finish}};
+    if (tok) j["text"] = tok->decode(std::span<const int32_t>(out.data(), out.size() - (finish == "eos" ? 1 : 0)));
+    // replace: random-weight models emit byte pieces that need not form valid UTF-8 on their own.
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
 
 }  // namespace
@@ -191,9 +209,10 @@ void add_cmd_logits(CLI::App& app) {
     lc->callback([la]() { run_logits(*la); });
 
     auto ga = std::make_shared<GenerateArgs>();
-    CLI::App* gc = app.add_subcommand("generate", "continue a prompt through the engine (CPU model); prints {\"tokens\": [...]} as JSON");
+    CLI::App* gc = app.add_subcommand("generate", "continue a prompt through the engine (CPU model); prints {\"tokens\": [...], ...} as JSON");
     gc->add_option("--model", ga->model, "checkpoint directory")->required();
-    gc->add_option("--prompt-tokens", ga->prompt_tokens, "prompt token ids, e.g. 0,17,5")->required();
+    gc->add_option("--prompt-tokens", ga->prompt_tokens, "prompt token ids, e.g. 0,17,5");
+    gc->add_option("--prompt", ga->prompt_text, "prompt text (uses DIR/tokenizer.json; BOS is prepended)");
     gc->add_option("--max-tokens", ga->max_tokens, "tokens to generate (default 16)");
     gc->add_option("--temperature", ga->temperature, "0 = greedy (default)");
     gc->add_option("--top-p", ga->top_p, "nucleus mass (default 1.0)");
