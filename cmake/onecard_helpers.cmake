@@ -21,6 +21,7 @@ function(onecard_add_test file label)
     set(target test_${label}_${stem})
     add_executable(${target} ${file})
     target_link_libraries(${target} PRIVATE ${ARGN} GTest::gtest GTest::gtest_main)
+    target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests)  # support/test_support.h
     target_compile_definitions(${target} PRIVATE
         ONECARD_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
         ONECARD_BINARY_DIR="${PROJECT_BINARY_DIR}")

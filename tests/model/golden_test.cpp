@@ -20,6 +20,8 @@
 #include "model/synth.h"
 #include "model/weights.h"
 
+#include "support/test_support.h"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -113,18 +115,6 @@ SynthOptions synth_options(const json& o) {
     ONECARD_CHECK(known == o.size(), "meta.json: synth.options has keys this test does not know: {}", o.dump());
     return opt;
 }
-
-struct TempDir {
-    fs::path path;
-    explicit TempDir(const std::string& tag)
-        : path(fs::temp_directory_path() / ("onecard_golden_" + tag + "_" + std::to_string(::getpid()))) {
-        fs::remove_all(path);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-};
 
 // Regenerates the checkpoint and requires every recorded SHA-256 to match (and no extra files).
 void regenerate_checkpoint(const Golden& g, const fs::path& out) {
@@ -255,10 +245,10 @@ void run_golden(const std::string& name, const Plan& plan) {
     const auto N = static_cast<int64_t>(g.continuation.size());
     const std::span<const int32_t> prompt(g.tokens);
 
-    TempDir tmp(name);
-    regenerate_checkpoint(g, tmp.path);
+    test::TempDir tmp("onecard_golden_" + name);
+    regenerate_checkpoint(g, tmp.path());
     if (::testing::Test::HasFatalFailure()) return;
-    const ModelConfig cfg = load_config(tmp.path / "config.json");
+    const ModelConfig cfg = load_config(tmp / "config.json");
     ASSERT_EQ(cfg.vocab_size, g.vocab);
     // What every golden is meant to cover (issue 3's proof): all layer kinds, a hash layer, several
     // windows, >= 2 HCA entries, and more CSA entries than the indexer keeps.
@@ -269,7 +259,7 @@ void run_golden(const std::string& name, const Plan& plan) {
     EXPECT_GE(T, 2 * cfg.sliding_window) << name;
     EXPECT_GE(T / 128, 2) << name << ": fewer than two HCA entries";
     EXPECT_GT(T / 4, cfg.index_topk) << name << ": the indexer would select every CSA entry";
-    const Checkpoint ckpt = Checkpoint::open(tmp.path);
+    const Checkpoint ckpt = Checkpoint::open(tmp.path());
     const ModelWeights weights = bind_weights(cfg, ckpt);
     std::printf("[golden %s] checkpoint regenerated and verified in %.1f s\n", name.c_str(), seconds_since(t_start));
 

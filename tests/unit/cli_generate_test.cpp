@@ -5,6 +5,8 @@
 #include "model/synth.h"
 #include "model/weights.h"
 
+#include "support/test_support.h"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -18,27 +20,14 @@ using namespace onecard;
 
 namespace {
 
-struct Result {
-    int rc = -1;
-    std::string out;
-};
-
-Result run(const std::string& args) {
-    const std::string cmd = (std::filesystem::path(ONECARD_BINARY_DIR) / "onecard").string() + " " + args + " 2>&1";
-    Result r;
-    FILE* p = popen(cmd.c_str(), "r");
-    if (!p) return r;
-    std::array<char, 4096> buf{};
-    size_t n = 0;
-    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-    r.rc = pclose(p);
-    return r;
+test::CommandResult run(const std::string& args) {
+    return test::run_command(test::onecard_binary().string() + " " + args + " 2>&1");
 }
 
 class CliGenerate : public ::testing::Test {
 protected:
     void SetUp() override {
-        if (!std::filesystem::exists(std::filesystem::path(ONECARD_BINARY_DIR) / "onecard"))
+        if (!std::filesystem::exists(test::onecard_binary()))
             GTEST_SKIP() << "onecard binary not built";
         dir_ = std::filesystem::temp_directory_path() / ("onecard_cli_generate_" + std::to_string(::getpid()));
         SynthOptions opt;
@@ -56,7 +45,7 @@ protected:
 TEST_F(CliGenerate, GreedyMatchesArgmaxLoopOverTheModel) {
     const std::vector<int32_t> prompt = {0, 17, 5, 900, 33, 33, 2};
     constexpr int n_new = 6;
-    const Result r = run("generate --model '" + dir_.string() +
+    const test::CommandResult r = run("generate --model '" + dir_.string() +
                          "' --prompt-tokens 0,17,5,900,33,33,2 --max-tokens 6 --numerics exact --ignore-eos");
     ASSERT_EQ(r.rc, 0) << r.out;
     const auto j = nlohmann::json::parse(r.out);
@@ -80,7 +69,7 @@ TEST_F(CliGenerate, GreedyMatchesArgmaxLoopOverTheModel) {
 }
 
 TEST_F(CliGenerate, PromptFlagsAreClearErrors) {
-    Result r = run("generate --model '" + dir_.string() + "' --max-tokens 2");
+    test::CommandResult r = run("generate --model '" + dir_.string() + "' --max-tokens 2");
     EXPECT_NE(r.rc, 0);
     EXPECT_NE(r.out.find("exactly one of --prompt, --prompt-tokens"), std::string::npos) << r.out;
     // The tiny checkpoint ships no tokenizer: a text prompt names the missing file.

@@ -3,6 +3,7 @@
 // are refused with the offending key named.
 #include "model/config.h"
 #include "core/error.h"
+#include "support/test_support.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -18,83 +19,11 @@ namespace {
 
 using json = nlohmann::json;
 
-// The official root config.json of deepseek-ai/DeepSeek-V4-Flash (current revision), typed in
-// from dsv4-model.md §1.
-json flash_official() {
-    json ratios = json::array({0, 0});
-    for (int i = 0; i < 20; ++i) {
-        ratios.push_back(4);
-        ratios.push_back(128);
-    }
-    ratios.push_back(4);
-    ratios.push_back(0);
-    return json{
-        {"architectures", {"DeepseekV4ForCausalLM"}},
-        {"attention_bias", false},
-        {"attention_dropout", 0.0},
-        {"bos_token_id", 0},
-        {"compress_ratios", ratios},
-        {"compress_rope_theta", 160000},
-        {"eos_token_id", 1},
-        {"expert_dtype", "fp4"},
-        {"hc_eps", 1e-6},
-        {"hc_mult", 4},
-        {"hc_sinkhorn_iters", 20},
-        {"head_dim", 512},
-        {"hidden_act", "silu"},
-        {"hidden_size", 4096},
-        {"index_head_dim", 128},
-        {"index_n_heads", 64},
-        {"index_topk", 512},
-        {"initializer_range", 0.02},
-        {"max_position_embeddings", 1048576},
-        {"model_type", "deepseek_v4"},
-        {"moe_intermediate_size", 2048},
-        {"n_routed_experts", 256},
-        {"n_shared_experts", 1},
-        {"norm_topk_prob", true},
-        {"num_attention_heads", 64},
-        {"num_experts_per_tok", 6},
-        {"num_hash_layers", 3},
-        {"num_hidden_layers", 43},
-        {"num_key_value_heads", 1},
-        {"num_nextn_predict_layers", 1},
-        {"o_groups", 8},
-        {"o_lora_rank", 1024},
-        {"q_lora_rank", 1024},
-        {"qk_rope_head_dim", 64},
-        {"quantization_config",
-         {{"activation_scheme", "dynamic"},
-          {"fmt", "e4m3"},
-          {"quant_method", "fp8"},
-          {"scale_fmt", "ue8m0"},
-          {"weight_block_size", {128, 128}}}},
-        {"rms_norm_eps", 1e-6},
-        {"rope_scaling",
-         {{"beta_fast", 32},
-          {"beta_slow", 1},
-          {"factor", 16},
-          {"original_max_position_embeddings", 65536},
-          {"type", "yarn"}}},
-        {"rope_theta", 10000},
-        {"routed_scaling_factor", 1.5},
-        {"scoring_func", "sqrtsoftplus"},
-        {"sliding_window", 128},
-        {"swiglu_limit", 10.0},
-        {"tie_word_embeddings", false},
-        {"topk_method", "noaux_tc"},
-        {"torch_dtype", "bfloat16"},
-        {"transformers_version", "4.57.1"},
-        {"use_cache", true},
-        {"vocab_size", 129280},
-    };
-}
-
 // The same model in transformers' spelling (configuration_deepseek_v4.py): layer_types for the 43
 // main layers only, mlp_layer_types instead of num_hash_layers, partial_rotary_factor instead of
 // qk_rope_head_dim, and nested rope_parameters.
 json flash_transformers() {
-    json j = flash_official();
+    json j = test::flash_official_config_json();
     for (const char* k : {"compress_ratios", "num_hash_layers", "qk_rope_head_dim", "rope_scaling", "rope_theta",
                           "compress_rope_theta"})
         j.erase(k);
@@ -125,7 +54,7 @@ json flash_transformers() {
 }
 
 json flash_0731() {
-    json j = flash_official();
+    json j = test::flash_official_config_json();
     j["compress_ratios"].push_back(0);
     j["compress_ratios"].push_back(0);  // 46 entries: 43 layers + 3 DSpark stages
     j["dspark_block_size"] = 5;
@@ -136,7 +65,7 @@ json flash_0731() {
 }
 
 json pro() {
-    json j = flash_official();
+    json j = test::flash_official_config_json();
     j["hidden_size"] = 7168;
     j["num_hidden_layers"] = 61;
     j["num_attention_heads"] = 128;
@@ -174,7 +103,7 @@ json with(json j, const std::function<void(json&)>& edit) {
 }
 
 TEST(Config, OfficialFlashHasSpecValues) {
-    const ModelConfig c = parse_config(flash_official());
+    const ModelConfig c = parse_config(test::flash_official_config_json());
     EXPECT_EQ(c.variant, ModelVariant::V4Flash);
     EXPECT_EQ(c.vocab_size, 129280);
     EXPECT_EQ(c.hidden_size, 4096);
@@ -283,7 +212,7 @@ void expect_same(const ModelConfig& a, const ModelConfig& b) {
 }
 
 TEST(Config, TransformersNamesGiveTheSameConfig) {
-    const ModelConfig official = parse_config(flash_official());
+    const ModelConfig official = parse_config(test::flash_official_config_json());
     expect_same(parse_config(flash_transformers()), official);
 
     // Flat rope_parameters (the YaRN parameters of compressed layers) + top-level thetas.
@@ -298,7 +227,7 @@ TEST(Config, TransformersNamesGiveTheSameConfig) {
     expect_same(parse_config(flat), official);
 
     // Both spellings present and consistent is fine too.
-    json both = flash_official();
+    json both = test::flash_official_config_json();
     both["layer_types"] = flash_transformers()["layer_types"];
     both["mlp_layer_types"] = flash_transformers()["mlp_layer_types"];
     expect_same(parse_config(both), official);
@@ -310,7 +239,7 @@ TEST(Config, TransformersNamesGiveTheSameConfig) {
 }
 
 TEST(Config, OfficialJsonRoundTrips) {
-    for (const json& src : {flash_official(), flash_0731(), pro(), flash_transformers()}) {
+    for (const json& src : {test::flash_official_config_json(), flash_0731(), pro(), flash_transformers()}) {
         const ModelConfig a = parse_config(src);
         const json written = to_official_json(a);
         EXPECT_TRUE(written.contains("compress_ratios"));
@@ -319,10 +248,10 @@ TEST(Config, OfficialJsonRoundTrips) {
         expect_same(parse_config(written), a);
     }
     // The official config written back has the official values (integers stay integers).
-    const json w = to_official_json(parse_config(flash_official()));
+    const json w = to_official_json(parse_config(test::flash_official_config_json()));
     EXPECT_EQ(w["rope_theta"].dump(), "10000");
     EXPECT_EQ(w["quantization_config"]["weight_block_size"], json({128, 128}));
-    EXPECT_EQ(w["compress_ratios"], flash_official()["compress_ratios"]);
+    EXPECT_EQ(w["compress_ratios"], test::flash_official_config_json()["compress_ratios"]);
 }
 
 TEST(Config, Flash0731Accepted) {
@@ -367,20 +296,20 @@ TEST(Config, ProShapeAccepted) {
 }
 
 TEST(Config, RefusesOtherArchitectures) {
-    expect_refused(with(flash_official(),
+    expect_refused(with(test::flash_official_config_json(),
                         [](json& j) {
                             j["engram_layer_ids"] = {1, 15};
                         }),
                    {"engram_layer_ids", "V4.1"});
-    expect_refused(with(flash_official(), [](json& j) { j["model_type"] = "deepseek_v41"; }), {"model_type"});
-    expect_refused(with(flash_official(), [](json& j) { j["model_type"] = "deepseek_v32"; }), {"model_type"});
-    expect_refused(with(flash_official(), [](json& j) { j["architectures"] = {"DeepseekV32ForCausalLM"}; }),
+    expect_refused(with(test::flash_official_config_json(), [](json& j) { j["model_type"] = "deepseek_v41"; }), {"model_type"});
+    expect_refused(with(test::flash_official_config_json(), [](json& j) { j["model_type"] = "deepseek_v32"; }), {"model_type"});
+    expect_refused(with(test::flash_official_config_json(), [](json& j) { j["architectures"] = {"DeepseekV32ForCausalLM"}; }),
                    {"architectures"});
-    expect_refused(with(flash_official(), [](json& j) { j["first_k_dense_replace"] = 3; }), {"first_k_dense_replace"});
+    expect_refused(with(test::flash_official_config_json(), [](json& j) { j["first_k_dense_replace"] = 3; }), {"first_k_dense_replace"});
 }
 
 TEST(Config, RefusesInconsistentConfigs) {
-    const json base = flash_official();
+    const json base = test::flash_official_config_json();
     expect_refused(with(base, [](json& j) { j["compress_ratios"][5] = 8; }), {"compress_ratios[5]"});
     expect_refused(with(base, [](json& j) { j["compress_ratios"].push_back(0); }), {"compress_ratios", "45", "44"});
     expect_refused(with(base, [](json& j) { j["num_nextn_predict_layers"] = 2; }), {"compress_ratios"});
@@ -417,7 +346,7 @@ TEST(Config, RefusesInconsistentConfigs) {
                    {"attention_factor"});
     expect_refused(with(tf, [](json& j) { j.erase("partial_rotary_factor"); }), {"qk_rope_head_dim"});
     // Both spellings present but disagreeing.
-    json both = flash_official();
+    json both = test::flash_official_config_json();
     both["layer_types"] = tf["layer_types"];
     both["layer_types"][3] = "compressed_sparse_attention";
     expect_refused(both, {"compress_ratios", "layer_types", "layer 3"});
@@ -428,7 +357,7 @@ TEST(Config, LoadConfigNamesTheFile) {
     std::filesystem::create_directories(dir);
     const auto path = dir / "config.json";
     {
-        std::ofstream(path) << with(flash_official(), [](json& j) { j["o_groups"] = 5; }).dump();
+        std::ofstream(path) << with(test::flash_official_config_json(), [](json& j) { j["o_groups"] = 5; }).dump();
     }
     try {
         load_config(path);
@@ -439,7 +368,7 @@ TEST(Config, LoadConfigNamesTheFile) {
     }
     { std::ofstream(path) << "{ \"model_type\": "; }
     EXPECT_THROW(load_config(path), Error);
-    { std::ofstream(path) << flash_official().dump(); }
+    { std::ofstream(path) << test::flash_official_config_json().dump(); }
     EXPECT_EQ(load_config(path).num_hidden_layers, 43);
     std::filesystem::remove_all(dir);
 }

@@ -11,6 +11,8 @@
 #include "model/weights.h"
 #include "onecard/engine.h"
 
+#include "support/test_support.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -25,34 +27,14 @@ namespace {
 
 constexpr uint64_t kSeed = 777;
 
-struct Tiny {
-    std::filesystem::path dir;
-    ModelConfig cfg;
-    std::unique_ptr<Checkpoint> ckpt;
-    ModelWeights weights;
-    std::unique_ptr<DeepSeekV4> exact, reference;
-};
-Tiny* g_tiny = nullptr;
+test::TinyModel* g_tiny = nullptr;  // synthesised once per test binary
 
 class TinyEnv : public ::testing::Environment {
 public:
-    void SetUp() override {
-        g_tiny = new Tiny;
-        g_tiny->dir = std::filesystem::temp_directory_path() / ("onecard_engine_e2e_" + std::to_string(::getpid()));
-        SynthOptions opt;
-        opt.preset = SynthPreset::Tiny;
-        opt.seed = kSeed;
-        const ModelConfig cfg = synth_config(opt);
-        synth_write(cfg, kSeed, g_tiny->dir, synth_default_shard_bytes(SynthPreset::Tiny), false);
-        g_tiny->cfg = load_config(g_tiny->dir / "config.json");
-        g_tiny->ckpt = std::make_unique<Checkpoint>(Checkpoint::open(g_tiny->dir));
-        g_tiny->weights = bind_weights(g_tiny->cfg, *g_tiny->ckpt);
-        g_tiny->exact = std::make_unique<DeepSeekV4>(g_tiny->cfg, g_tiny->weights, Numerics::Exact);
-        g_tiny->reference = std::make_unique<DeepSeekV4>(g_tiny->cfg, g_tiny->weights, Numerics::Reference);
-    }
+    void SetUp() override { g_tiny = new test::TinyModel(kSeed, "onecard_engine_e2e"); }
     void TearDown() override {
-        std::filesystem::remove_all(g_tiny->dir);
         delete g_tiny;
+        g_tiny = nullptr;
     }
 };
 const auto* const g_env = ::testing::AddGlobalTestEnvironment(new TinyEnv);

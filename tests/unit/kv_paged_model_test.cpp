@@ -16,6 +16,8 @@
 #include "model/synth.h"
 #include "model/weights.h"
 
+#include "support/test_support.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -32,33 +34,14 @@ namespace {
 constexpr uint64_t kSeed = 4242;
 constexpr int64_t kBlock = 128;  // tokens per block: a multiple of the tiny model's HCA ratio
 
-struct Tiny {
-    std::filesystem::path dir;
-    ModelConfig cfg;
-    std::unique_ptr<Checkpoint> ckpt;
-    ModelWeights weights;
-    std::unique_ptr<DeepSeekV4> reference, exact;
-};
-Tiny* g_tiny = nullptr;
+test::TinyModel* g_tiny = nullptr;  // synthesised once per test binary
 
 class TinyEnv : public ::testing::Environment {
 public:
-    void SetUp() override {
-        g_tiny = new Tiny;
-        g_tiny->dir = std::filesystem::temp_directory_path() / ("onecard_kv_paged_" + std::to_string(::getpid()));
-        SynthOptions opt;
-        opt.preset = SynthPreset::Tiny;
-        opt.seed = kSeed;
-        synth_write(synth_config(opt), kSeed, g_tiny->dir, synth_default_shard_bytes(SynthPreset::Tiny), false);
-        g_tiny->cfg = load_config(g_tiny->dir / "config.json");
-        g_tiny->ckpt = std::make_unique<Checkpoint>(Checkpoint::open(g_tiny->dir));
-        g_tiny->weights = bind_weights(g_tiny->cfg, *g_tiny->ckpt);
-        g_tiny->reference = std::make_unique<DeepSeekV4>(g_tiny->cfg, g_tiny->weights, Numerics::Reference);
-        g_tiny->exact = std::make_unique<DeepSeekV4>(g_tiny->cfg, g_tiny->weights, Numerics::Exact);
-    }
+    void SetUp() override { g_tiny = new test::TinyModel(kSeed, "onecard_kv_paged"); }
     void TearDown() override {
-        std::filesystem::remove_all(g_tiny->dir);
         delete g_tiny;
+        g_tiny = nullptr;
     }
 };
 const auto* const g_env = ::testing::AddGlobalTestEnvironment(new TinyEnv);

@@ -3,6 +3,8 @@
 #include "loader/manifest.h"
 #include "core/error.h"
 
+#include "support/test_support.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,24 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
-public:
-    TempDir() {
-        std::random_device rd;
-        path_ = fs::temp_directory_path() /
-                ("onecard_mf_" + std::to_string(::getpid()) + "_" + std::to_string(rd()) + "_" + std::to_string(rd()));
-        fs::create_directories(path_);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    const fs::path& path() const { return path_; }
-    fs::path operator/(const std::string& name) const { return path_ / name; }
-
-private:
-    fs::path path_;
-};
+using test::TempDir;
 
 void write_bytes(const fs::path& p, const std::string& bytes) {
     fs::create_directories(p.parent_path());

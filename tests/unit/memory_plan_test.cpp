@@ -7,6 +7,8 @@
 #include "model/config.h"
 #include "model/weights.h"
 
+#include "support/test_support.h"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -16,65 +18,6 @@ namespace onecard {
 namespace {
 
 using json = nlohmann::json;
-
-// The official Flash config.json (dsv4-model.md §1).
-json flash_config_json() {
-    json ratios = json::array({0, 0});
-    for (int i = 0; i < 20; ++i) {
-        ratios.push_back(4);
-        ratios.push_back(128);
-    }
-    ratios.push_back(4);
-    ratios.push_back(0);
-    return json{{"architectures", {"DeepseekV4ForCausalLM"}},
-                {"model_type", "deepseek_v4"},
-                {"attention_bias", false},
-                {"bos_token_id", 0},
-                {"eos_token_id", 1},
-                {"compress_ratios", ratios},
-                {"compress_rope_theta", 160000},
-                {"expert_dtype", "fp4"},
-                {"hc_eps", 1e-6},
-                {"hc_mult", 4},
-                {"hc_sinkhorn_iters", 20},
-                {"head_dim", 512},
-                {"hidden_act", "silu"},
-                {"hidden_size", 4096},
-                {"index_head_dim", 128},
-                {"index_n_heads", 64},
-                {"index_topk", 512},
-                {"max_position_embeddings", 1048576},
-                {"moe_intermediate_size", 2048},
-                {"n_routed_experts", 256},
-                {"n_shared_experts", 1},
-                {"norm_topk_prob", true},
-                {"num_attention_heads", 64},
-                {"num_experts_per_tok", 6},
-                {"num_hash_layers", 3},
-                {"num_hidden_layers", 43},
-                {"num_key_value_heads", 1},
-                {"num_nextn_predict_layers", 1},
-                {"o_groups", 8},
-                {"o_lora_rank", 1024},
-                {"q_lora_rank", 1024},
-                {"qk_rope_head_dim", 64},
-                {"quantization_config",
-                 {{"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"}, {"scale_fmt", "ue8m0"},
-                  {"weight_block_size", {128, 128}}}},
-                {"rms_norm_eps", 1e-6},
-                {"rope_scaling",
-                 {{"beta_fast", 32}, {"beta_slow", 1}, {"factor", 16}, {"original_max_position_embeddings", 65536},
-                  {"type", "yarn"}}},
-                {"rope_theta", 10000},
-                {"routed_scaling_factor", 1.5},
-                {"scoring_func", "sqrtsoftplus"},
-                {"sliding_window", 128},
-                {"swiglu_limit", 10.0},
-                {"tie_word_embeddings", false},
-                {"topk_method", "noaux_tc"},
-                {"torch_dtype", "bfloat16"},
-                {"vocab_size", 129280}};
-}
 
 std::vector<PlannedTensor> planned(const ModelConfig& cfg) {
     std::vector<PlannedTensor> out;
@@ -122,7 +65,7 @@ uint64_t component(const MemoryPlan& p, const std::string& name) {
 }
 
 TEST(MemoryPlan, FlashWeightsMatchHandArithmetic) {
-    const ModelConfig cfg = parse_config(flash_config_json());
+    const ModelConfig cfg = parse_config(test::flash_official_config_json());
     MemoryPlanOptions opt;
     opt.kv_tokens = 65536;
     const MemoryPlan p = make_memory_plan(cfg, planned(cfg), opt);
@@ -147,7 +90,7 @@ TEST(MemoryPlan, FlashWeightsMatchHandArithmetic) {
 }
 
 TEST(MemoryPlan, FlashKvPoolFollowsTheKvFormat) {
-    const ModelConfig cfg = parse_config(flash_config_json());
+    const ModelConfig cfg = parse_config(test::flash_official_config_json());
     MemoryPlanOptions opt;
     opt.kv_tokens = 65536;
     opt.max_sequences = 4;
@@ -163,7 +106,7 @@ TEST(MemoryPlan, FlashKvPoolFollowsTheKvFormat) {
 }
 
 TEST(MemoryPlan, FullFlashIsRefusedWithOptions) {
-    const ModelConfig cfg = parse_config(flash_config_json());
+    const ModelConfig cfg = parse_config(test::flash_official_config_json());
     MemoryPlanOptions opt;  // H200 default: 140.97 GB free, 2 GiB headroom
     opt.kv_tokens = 65536;
     const MemoryPlan p = make_memory_plan(cfg, planned(cfg), opt);
@@ -197,7 +140,7 @@ TEST(MemoryPlan, FullFlashIsRefusedWithOptions) {
 }
 
 TEST(MemoryPlan, AutoKvPoolFillsWhatIsLeft) {
-    const ModelConfig cfg = parse_config(flash_config_json());
+    const ModelConfig cfg = parse_config(test::flash_official_config_json());
     MemoryPlanOptions opt;
     opt.n_resident_experts = 128;  // the half-expert shape the first benchmark uses
     opt.include_mtp = false;
@@ -214,7 +157,7 @@ TEST(MemoryPlan, AutoKvPoolFillsWhatIsLeft) {
 }
 
 TEST(MemoryPlan, ActivationsGrowWithTheStepAndInvalidOptionsThrow) {
-    const ModelConfig cfg = parse_config(flash_config_json());
+    const ModelConfig cfg = parse_config(test::flash_official_config_json());
     const uint64_t a1 = activation_bytes_for_step(cfg, 1, 1048576, 1);
     const uint64_t a8k = activation_bytes_for_step(cfg, 8192, 1048576, 64);
     EXPECT_LT(a1, a8k);

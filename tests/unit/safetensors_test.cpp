@@ -5,6 +5,8 @@
 #include "loader/checkpoint.h"
 #include "loader/safetensors_writer.h"
 
+#include "support/test_support.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,25 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory per test, removed afterwards.
-class TempDir {
-public:
-    TempDir() {
-        std::random_device rd;
-        path_ = fs::temp_directory_path() /
-                ("onecard_st_" + std::to_string(::getpid()) + "_" + std::to_string(rd()) + "_" + std::to_string(rd()));
-        fs::create_directories(path_);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    const fs::path& path() const { return path_; }
-    fs::path operator/(const std::string& name) const { return path_ / name; }
-
-private:
-    fs::path path_;
-};
+using test::TempDir;
 
 uint32_t fresh_seed() {
     const uint32_t seed = std::random_device{}();

@@ -2,6 +2,7 @@
 // clear errors. Runs the built binary; skips when it (or the tokenizer data) is missing.
 #include "tokenizer/tokenizer.h"
 #include "tokenizer_test_util.h"
+#include "support/test_support.h"
 
 #include <gtest/gtest.h>
 
@@ -15,10 +16,7 @@
 namespace onecard {
 namespace {
 
-struct Result {
-    int rc = -1;
-    std::string out;
-};
+using Result = test::CommandResult;
 
 Result run_cli(const std::string& args, const std::string& stdin_text) {
     const auto dir = std::filesystem::path(ONECARD_BINARY_DIR) / "tokenizer_cli_test";
@@ -26,15 +24,7 @@ Result run_cli(const std::string& args, const std::string& stdin_text) {
     // One file per process: ctest runs the cases of this file in parallel processes.
     const auto in = dir / ("stdin." + std::to_string(::getpid()) + ".txt");
     std::ofstream(in, std::ios::binary) << stdin_text;
-    const std::string cmd = (std::filesystem::path(ONECARD_BINARY_DIR) / "onecard").string() + " tokenize " + args +
-                            " < '" + in.string() + "' 2>&1";
-    Result r;
-    FILE* p = popen(cmd.c_str(), "r");
-    if (!p) return r;
-    std::array<char, 4096> buf{};
-    size_t n = 0;
-    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-    r.rc = pclose(p);
+    Result r = test::run_command(test::onecard_binary().string() + " tokenize " + args + " < '" + in.string() + "' 2>&1");
     std::filesystem::remove(in);
     return r;
 }

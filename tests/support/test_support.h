@@ -1,0 +1,159 @@
+// Helpers shared by the test executables (header-only; every test links the module libraries).
+// Kept here so each test file states only what it checks.
+#pragma once
+
+#include "loader/checkpoint.h"
+#include "model/config.h"
+#include "model/deepseek_v4.h"
+#include "model/synth.h"
+#include "model/weights.h"
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+
+namespace onecard::test {
+
+// A fresh directory under the system temp dir, removed (with its contents) on destruction.
+class TempDir {
+public:
+    explicit TempDir(const std::string& tag = "onecard") {
+        std::random_device rd;
+        path_ = std::filesystem::temp_directory_path() / (tag + "_" + std::to_string(::getpid()) + "_" +
+                                                          std::to_string(rd()) + "_" + std::to_string(rd()));
+        std::filesystem::create_directories(path_);
+    }
+    ~TempDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path_, ec);
+    }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+    const std::filesystem::path& path() const { return path_; }
+    std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+private:
+    std::filesystem::path path_;
+};
+
+struct CommandResult {
+    int rc = -1;       // pclose() status: 0 on success
+    std::string out;   // what the command printed (redirect stderr in `cmd` to capture it too)
+};
+
+// Runs a shell command and captures its standard output.
+inline CommandResult run_command(const std::string& cmd) {
+    CommandResult r;
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) return r;
+    std::array<char, 4096> buf{};
+    size_t n = 0;
+    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+    r.rc = pclose(p);
+    return r;
+}
+
+// Path of the built `onecard` binary.
+inline std::filesystem::path onecard_binary() { return std::filesystem::path(ONECARD_BINARY_DIR) / "onecard"; }
+
+// The official root config.json of deepseek-ai/DeepSeek-V4-Flash (current revision), typed in
+// from dsv4-model.md §1.
+inline nlohmann::json flash_official_config_json() {
+    using json = nlohmann::json;
+    json ratios = json::array({0, 0});
+    for (int i = 0; i < 20; ++i) {
+        ratios.push_back(4);
+        ratios.push_back(128);
+    }
+    ratios.push_back(4);
+    ratios.push_back(0);
+    return json{
+        {"architectures", {"DeepseekV4ForCausalLM"}},
+        {"attention_bias", false},
+        {"attention_dropout", 0.0},
+        {"bos_token_id", 0},
+        {"compress_ratios", ratios},
+        {"compress_rope_theta", 160000},
+        {"eos_token_id", 1},
+        {"expert_dtype", "fp4"},
+        {"hc_eps", 1e-6},
+        {"hc_mult", 4},
+        {"hc_sinkhorn_iters", 20},
+        {"head_dim", 512},
+        {"hidden_act", "silu"},
+        {"hidden_size", 4096},
+        {"index_head_dim", 128},
+        {"index_n_heads", 64},
+        {"index_topk", 512},
+        {"initializer_range", 0.02},
+        {"max_position_embeddings", 1048576},
+        {"model_type", "deepseek_v4"},
+        {"moe_intermediate_size", 2048},
+        {"n_routed_experts", 256},
+        {"n_shared_experts", 1},
+        {"norm_topk_prob", true},
+        {"num_attention_heads", 64},
+        {"num_experts_per_tok", 6},
+        {"num_hash_layers", 3},
+        {"num_hidden_layers", 43},
+        {"num_key_value_heads", 1},
+        {"num_nextn_predict_layers", 1},
+        {"o_groups", 8},
+        {"o_lora_rank", 1024},
+        {"q_lora_rank", 1024},
+        {"qk_rope_head_dim", 64},
+        {"quantization_config",
+         {{"activation_scheme", "dynamic"},
+          {"fmt", "e4m3"},
+          {"quant_method", "fp8"},
+          {"scale_fmt", "ue8m0"},
+          {"weight_block_size", {128, 128}}}},
+        {"rms_norm_eps", 1e-6},
+        {"rope_scaling",
+         {{"beta_fast", 32},
+          {"beta_slow", 1},
+          {"factor", 16},
+          {"original_max_position_embeddings", 65536},
+          {"type", "yarn"}}},
+        {"rope_theta", 10000},
+        {"routed_scaling_factor", 1.5},
+        {"scoring_func", "sqrtsoftplus"},
+        {"sliding_window", 128},
+        {"swiglu_limit", 10.0},
+        {"tie_word_embeddings", false},
+        {"topk_method", "noaux_tc"},
+        {"torch_dtype", "bfloat16"},
+        {"transformers_version", "4.57.1"},
+        {"use_cache", true},
+        {"vocab_size", 129280},
+    };
+}
+
+// A synthesised tiny checkpoint (every layer kind, hash layers) loaded in both numerics modes.
+struct TinyModel {
+    TempDir dir;
+    ModelConfig cfg;
+    std::unique_ptr<Checkpoint> ckpt;
+    ModelWeights weights;
+    std::unique_ptr<DeepSeekV4> exact, reference;
+
+    TinyModel(uint64_t seed, const std::string& tag) : dir(tag) {
+        SynthOptions opt;
+        opt.preset = SynthPreset::Tiny;
+        opt.seed = seed;
+        synth_write(synth_config(opt), seed, dir.path(), synth_default_shard_bytes(SynthPreset::Tiny), false);
+        cfg = load_config(dir / "config.json");
+        ckpt = std::make_unique<Checkpoint>(Checkpoint::open(dir.path()));
+        weights = bind_weights(cfg, *ckpt);
+        exact = std::make_unique<DeepSeekV4>(cfg, weights, Numerics::Exact);
+        reference = std::make_unique<DeepSeekV4>(cfg, weights, Numerics::Reference);
+    }
+};
+
+}  // namespace onecard::test
