@@ -1,5 +1,5 @@
 // Sparse attention with sink, decode: the GPU kernel reads FP8 KV entries (kvcache/kv_format.h) by
-// index; the CPU reference decodes the same entries with decode_kv_entry and runs
+// byte offset; the CPU reference decodes the same entries with decode_kv_entry and runs
 // cpu::attention_with_sink over the gathered keys. Tolerance: relative L2 ≤ 4e-3 and worst element
 // ≤ 1e-2 of max|ref| (fp32 online softmax in another order + bf16 output).
 #include "gpu_test_util.h"
@@ -61,7 +61,10 @@ TEST(CudaSparseAttention, WindowPlusSelectedEntriesMatchCpu) {
     cuda::DeviceArena arena(size_t{64} << 20, "attention test");
     auto* dq = test::upload(arena, test::to_bf16_bits(q), "q");
     auto* dpool = test::upload(arena, pool, "pool");
-    auto* didx = test::upload(arena, idx, "idx");
+    // The kernel takes byte offsets into the pool (slots and blocks interleave entry kinds).
+    std::vector<int64_t> offs(idx.size());
+    for (size_t i = 0; i < idx.size(); ++i) offs[i] = idx[i] < 0 ? -1 : idx[i] * eb;
+    auto* didx = test::upload(arena, offs, "kv offsets");
     auto* dsink = test::upload(arena, sink, "sink");
     auto* dout = arena.alloc_n<uint16_t>(ref.size(), "out");
     cuda::fill_bytes(dout, 0xFF, ref.size() * 2);

@@ -42,8 +42,8 @@ __device__ __forceinline__ void load_entry_dims(const uint8_t* e, int lane, floa
 // the four partial states and the sink are merged at the end.
 __global__ void __launch_bounds__(kWarps * 32)
 sparse_attn_kernel(const __nv_bfloat16* __restrict__ q, const uint8_t* __restrict__ pool,
-                   const int64_t* __restrict__ kv_idx, int64_t max_keys, const float* __restrict__ sink,
-                   __nv_bfloat16* __restrict__ out, int64_t n_heads, int64_t entry_bytes, float scale) {
+                   const int64_t* __restrict__ kv_off, int64_t max_keys, const float* __restrict__ sink,
+                   __nv_bfloat16* __restrict__ out, int64_t n_heads, float scale) {
     __shared__ float acc_s[kWarps][kHeadDim];
     __shared__ float m_s[kWarps], l_s[kWarps];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -56,12 +56,12 @@ sparse_attn_kernel(const __nv_bfloat16* __restrict__ q, const uint8_t* __restric
 #pragma unroll
     for (int i = 0; i < kDimsPerLane; ++i) acc[i] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    const int64_t* idx = kv_idx + t * max_keys;
+    const int64_t* offs = kv_off + t * max_keys;
     for (int64_t j = warp; j < max_keys; j += kWarps) {
-        const int64_t e = idx[j];
-        if (e < 0) continue;  // uniform across the warp: every lane reads the same index
+        const int64_t off = offs[j];
+        if (off < 0) continue;  // uniform across the warp: every lane reads the same offset
         float kv[kDimsPerLane];
-        load_entry_dims(pool + e * entry_bytes, lane, kv);
+        load_entry_dims(pool + off, lane, kv);
         float dot = 0.0f;
 #pragma unroll
         for (int i = 0; i < kDimsPerLane; ++i) dot = fmaf(qv[i], kv[i], dot);
@@ -104,7 +104,7 @@ sparse_attn_kernel(const __nv_bfloat16* __restrict__ q, const uint8_t* __restric
 
 }  // namespace
 
-void sparse_attention_decode(const __nv_bfloat16* q, const uint8_t* pool, const int64_t* kv_idx, int64_t max_keys,
+void sparse_attention_decode(const __nv_bfloat16* q, const uint8_t* pool, const int64_t* kv_off, int64_t max_keys,
                              const float* sink, __nv_bfloat16* out, int64_t n_tok, const SparseAttnDims& d,
                              cudaStream_t stream) {
     ONECARD_CHECK(d.head_dim == kHeadDim && d.rope_dim == 64 && d.quant_block == 64,
@@ -115,8 +115,7 @@ void sparse_attention_decode(const __nv_bfloat16* q, const uint8_t* pool, const 
     ONECARD_CHECK(n_tok < 65536 && max_keys >= 0, "sparse_attention_decode: {} tokens exceed the grid", n_tok);
     if (n_tok == 0) return;
     const dim3 grid(static_cast<unsigned>(d.n_heads), static_cast<unsigned>(n_tok));
-    sparse_attn_kernel<<<grid, kWarps * 32, 0, stream>>>(q, pool, kv_idx, max_keys, sink, out, d.n_heads,
-                                                         d.entry_bytes, d.scale);
+    sparse_attn_kernel<<<grid, kWarps * 32, 0, stream>>>(q, pool, kv_off, max_keys, sink, out, d.n_heads, d.scale);
     CUDA_CHECK_LAUNCH("sparse_attn_kernel");
 }
 

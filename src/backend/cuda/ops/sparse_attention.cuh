@@ -1,8 +1,10 @@
 // Sparse attention with a per-head sink for decode (dsv4-model.md §4.7), reading keys straight from
 // the FP8 KV format of kvcache/kv_format.h (584-byte entries at the Flash shape: 448 E4M3 nope dims
 // with one UE8M0 scale per 64, then 64 bf16 rope dims). Each query token attends to its own list of
-// entry indices into one flat pool: the engine puts the window's entries and the selected (CSA) or
-// all visible (HCA) compressed entries in that list; −1 marks an unused slot. K = V.
+// entry byte offsets into the KV pool: the model puts the window's rows (in the sequence's slot) and
+// the selected (CSA) or all visible (HCA) compressed entries (in its paged blocks) in that list; −1
+// marks an unused slot. Offsets, not entry indices, because slots and blocks interleave 584-byte
+// entries with 132-byte indexer keys and compressor state. K = V.
 //   ℓ_j = scale·(q·kv_j), p_j = exp(ℓ_j) / (exp(sink_h) + Σ exp(ℓ)), o = Σ p_j kv_j   (fp32 softmax)
 // Parity oracle: kvcache decode_kv_entry + cpu::attention_with_sink.
 #pragma once
@@ -23,9 +25,10 @@ struct SparseAttnDims {
     float scale = 0.0f;         // softmax scale, head_dim^-1/2
 };
 
-// q [n_tok, n_heads, head_dim] bf16, pool [n_entries · entry_bytes] bytes, kv_idx [n_tok, max_keys]
-// int64 entry indices (64-bit: a pool can exceed 2 GiB), sink [n_heads] fp32, out [n_tok, n_heads, head_dim] bf16.
-void sparse_attention_decode(const __nv_bfloat16* q, const uint8_t* pool, const int64_t* kv_idx, int64_t max_keys,
+// q [n_tok, n_heads, head_dim] bf16, pool: KV bytes, kv_off [n_tok, max_keys] int64 byte offsets of
+// entries (64-bit: a pool exceeds 2 GiB; each a multiple of 8), sink [n_heads] fp32,
+// out [n_tok, n_heads, head_dim] bf16.
+void sparse_attention_decode(const __nv_bfloat16* q, const uint8_t* pool, const int64_t* kv_off, int64_t max_keys,
                              const float* sink, __nv_bfloat16* out, int64_t n_tok, const SparseAttnDims& d,
                              cudaStream_t stream);
 

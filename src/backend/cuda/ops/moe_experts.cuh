@@ -1,0 +1,63 @@
+// Routed experts for many tokens (prefill, large batches, and any shape the decode GEMV does not
+// take): tokens are grouped by expert; each used expert's MXFP4 weights are dequantised to bf16 in
+// scratch (E2M1 × 2^(s−127) is exact in bf16) and multiplied with cuBLAS (bf16 in, fp32 accumulation).
+// The input rows are the FP8 1×128 quant-dequantised activations (fp8_round_1x128, exact in bf16),
+// so the products equal REF's fp4_gemm up to fp32 summation order.
+// Parity oracle: model/layer_moe.cpp's expert loop (cpu::matmul_nt over dequant_mxfp4 weights,
+// cpu::swiglu_clamped, cpu::fp8_quant_dequant of both GEMM inputs).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+
+namespace onecard::cuda {
+
+// All routed experts of one layer, MXFP4 as in the checkpoint, one contiguous array per matrix
+// (expert e's matrix at e·n·k/2 bytes, its scales at e·n·k/32 bytes).
+struct MxExpertWeights {
+    int64_t n_experts = 0;
+    int64_t dim = 0;    // D (w1/w3 input, w2 output)
+    int64_t inter = 0;  // moe_intermediate_size
+    const uint8_t* w1 = nullptr;  // [E, inter, D/2] packed E2M1 (low nibble = even element)
+    const uint8_t* s1 = nullptr;  // [E, inter, D/32] UE8M0
+    const uint8_t* w3 = nullptr;  // [E, inter, D/2]
+    const uint8_t* s3 = nullptr;  // [E, inter, D/32]
+    const uint8_t* w2 = nullptr;  // [E, D, inter/2]
+    const uint8_t* s2 = nullptr;  // [E, D, inter/32]
+};
+
+// In place on x [rows, k] bf16 (row stride ld, 0 = k): each 1×128 block through FP8 E4M3 with its
+// UE8M0 scale and back (cpu::fp8_quant_dequant(x, k, 128) on the bf16 values). k % 128 == 0.
+void fp8_round_1x128(__nv_bfloat16* x, int64_t rows, int64_t k, cudaStream_t stream, int64_t ld = 0);
+
+class MoeExperts {
+public:
+    // scratch: device memory for the dequantised weights and the gathered rows; scratch_bytes of it.
+    // It must hold at least one expert's three bf16 matrices (6·D·inter bytes) plus the row buffers
+    // for max_rows (token, pick) pairs; run() throws onecard::Error naming the shortfall otherwise.
+    MoeExperts(void* scratch, size_t scratch_bytes, int64_t max_rows);
+    ~MoeExperts();
+
+    // The scratch a run of up to max_rows (token, pick) pairs needs (alignment padding included).
+    static size_t scratch_bytes_for(int64_t dim, int64_t inter, int64_t max_rows);
+    MoeExperts(const MoeExperts&) = delete;
+    MoeExperts& operator=(const MoeExperts&) = delete;
+
+    // x [n, D] bf16 (already FP8-rounded), experts/weights [n, K] (device, from moe_route);
+    // out [n, D] bf16 = Σ_k w_k · expert_k(x) (weight_before_w2 = true: the weight scales the hidden
+    // activation before its FP8 rounding and w2, as REF; false: it scales the expert output, as HF).
+    // expert(x) = w2 · fp8_round(swiglu_clamp(w1·x, w3·x)). Synchronises the stream once to learn how
+    // many rows each expert got (not for use inside CUDA graph capture).
+    void run(const __nv_bfloat16* x, const int32_t* experts, const float* weights, int64_t n, int64_t top_k,
+             const MxExpertWeights& w, bool weight_before_w2, float swiglu_limit, __nv_bfloat16* out,
+             cudaStream_t stream);
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace onecard::cuda
