@@ -1,0 +1,292 @@
+#include "backend/cuda/ops/indexer.cuh"
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops/common.cuh"
+
+#include <algorithm>
+
+namespace onecard::cuda {
+namespace {
+
+// Kernel 1 (scores): one thread per key. A block loads its token's q once (fp32, shared memory) and
+// walks key tiles of kScoreThreads; each thread keeps one dot product per head in registers and reads
+// its key 4 FP8 bytes at a time while the q values come as broadcast float4 loads.
+constexpr int kScoreThreads = 256;
+constexpr int kTilesPerBlock = 4;  // key tiles per block: amortises the q load over 1024 keys
+constexpr int64_t kMaxScoreSmemBytes = 48 * 1024;
+
+// Kernel 2 (top-k): one block per token, exact radix select over the scores' order-preserving bits.
+constexpr int kSelThreads = 1024;
+constexpr int kSelWarps = kSelThreads / 32;
+constexpr int kSelItems = 8;  // consecutive scores per thread in the output pass
+constexpr int kSelChunk = kSelThreads * kSelItems;
+static_assert(kSelChunk < 65536, "per-chunk counts are packed into 16 bits");
+
+// Entries a token may see, clamped to the caller's bound so a wrong max_visible cannot index past
+// the scratch row (positions of padding tokens may be −1: n_visible 0).
+__device__ __forceinline__ int64_t visible_entries(int32_t pos, int64_t ratio, int64_t max_visible) {
+    const int64_t n = (static_cast<int64_t>(pos) + 1) / ratio;
+    return n < 0 ? 0 : (n > max_visible ? max_visible : n);
+}
+
+// grid (key tile groups, tokens of the chunk); dynamic smem: q [n_heads, head_dim] + w [n_heads] fp32.
+// scores [chunk, ld]: row tc holds token t0 + tc's scores for s < n_visible.
+template <int kHeads>
+__global__ void __launch_bounds__(kScoreThreads)
+indexer_scores_kernel(const __nv_bfloat16* __restrict__ q, const float* __restrict__ w,
+                      const int32_t* __restrict__ positions, const int32_t* __restrict__ seq_of_token,
+                      const uint8_t* __restrict__ pool, PagedStreamAddr addr, int64_t head_dim, float softmax_scale,
+                      int64_t max_visible, int64_t t0, float* __restrict__ scores, int64_t ld) {
+    extern __shared__ float4 smem4[];
+    float4* q_s = smem4;                                                   // [kHeads, head_dim / 4]
+    float* w_s = reinterpret_cast<float*>(smem4 + kHeads * head_dim / 4);  // [kHeads]
+    const int64_t tc = blockIdx.y, t = t0 + tc;
+    const int64_t n_vis = visible_entries(positions[t], addr.ratio, max_visible);
+    if (static_cast<int64_t>(blockIdx.x) * kScoreThreads >= n_vis) return;  // no tile of this block is visible
+
+    const __nv_bfloat16* qt = q + t * kHeads * head_dim;
+    float* qf = reinterpret_cast<float*>(q_s);
+    for (int64_t i = threadIdx.x; i < kHeads * head_dim; i += kScoreThreads) qf[i] = __bfloat162float(qt[i]);
+    if (threadIdx.x < kHeads) w_s[threadIdx.x] = w[t * kHeads + threadIdx.x];
+    __syncthreads();
+
+    const int64_t seq = seq_of_token[t];
+    const int64_t n_d4 = head_dim / 4;
+    float* out = scores + tc * ld;
+    for (int64_t tile = blockIdx.x; tile * kScoreThreads < n_vis; tile += gridDim.x) {
+        const int64_t s = tile * kScoreThreads + threadIdx.x;
+        if (s >= n_vis) break;  // no barrier below: threads may leave independently
+        const uint8_t* key = pool + paged_entry_offset(addr, seq, s);
+        const uint32_t* key4 = reinterpret_cast<const uint32_t*>(key);  // 4-byte aligned (host-checked)
+        float acc[kHeads];
+#pragma unroll
+        for (int h = 0; h < kHeads; ++h) acc[h] = 0.0f;
+        for (int64_t d4 = 0; d4 < n_d4; ++d4) {
+            const uint32_t kw = __ldg(key4 + d4);
+            const float k0 = dev::e4m3_to_f32(static_cast<uint8_t>(kw));
+            const float k1 = dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 8));
+            const float k2 = dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 16));
+            const float k3 = dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 24));
+#pragma unroll
+            for (int h = 0; h < kHeads; ++h) {
+                const float4 qv = q_s[h * n_d4 + d4];
+                acc[h] = fmaf(qv.x, k0, fmaf(qv.y, k1, fmaf(qv.z, k2, fmaf(qv.w, k3, acc[h]))));
+            }
+        }
+        // The key's scale is a power of two, so applying it after the dot product gives the same
+        // products as the CPU's decode-then-multiply (only the summation order differs).
+        const float kscale = __ldg(reinterpret_cast<const float*>(key + head_dim));
+        float score = 0.0f;
+#pragma unroll
+        for (int h = 0; h < kHeads; ++h) {
+            const float dot = acc[h] * kscale;
+            score += (dot > 0.0f ? dot * softmax_scale : 0.0f) * w_s[h];  // the CPU's expression, h ascending
+        }
+        out[s] = score;
+    }
+}
+
+// Order-preserving map float -> uint32 (a > b as floats <=> key(a) > key(b)). −0 is folded into +0
+// first because the CPU compares floats, where the two zeros tie.
+__device__ __forceinline__ uint32_t order_key(float f) {
+    uint32_t b = __float_as_uint(f);
+    if ((b << 1) == 0u) b = 0u;
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// Exclusive prefix sum over the block (kSelThreads threads) and the block total. `warp_tot` holds
+// kSelWarps values; the leading barrier protects it from the previous call's readers.
+__device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t v, uint32_t* warp_tot, uint32_t& total) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    uint32_t incl = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t u = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += u;
+    }
+    __syncthreads();
+    if (lane == 31) warp_tot[warp] = incl;
+    __syncthreads();
+    uint32_t before = 0;
+    total = 0;
+    for (int i = 0; i < kSelWarps; ++i) {  // 32 broadcast reads; cheaper than a second scan level
+        const uint32_t x = warp_tot[i];
+        if (i < warp) before += x;
+        total += x;
+    }
+    return before + incl - v;
+}
+
+// grid (tokens of the chunk), kSelThreads threads. out row t: the min(topk, n_visible) highest
+// scores' indices ascending (ties to the lower index), then −1.
+__global__ void __launch_bounds__(kSelThreads)
+indexer_select_kernel(const float* __restrict__ scores, int64_t ld, const int32_t* __restrict__ positions,
+                      int64_t ratio, int64_t max_visible, int64_t t0, int64_t topk, int32_t* __restrict__ out) {
+    __shared__ uint32_t hist[kSelWarps][256];  // per-warp histograms: scores cluster in few bins
+    __shared__ uint32_t warp_tot[kSelWarps];
+    __shared__ uint32_t sel_digit, sel_remaining;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t tc = blockIdx.x, t = t0 + tc;
+    const int64_t n_vis = visible_entries(positions[t], ratio, max_visible);
+    int32_t* o = out + t * topk;
+    if (n_vis <= topk) {  // everything visible is picked
+        for (int64_t j = threadIdx.x; j < topk; j += kSelThreads) o[j] = j < n_vis ? static_cast<int32_t>(j) : -1;
+        return;
+    }
+    const float* row = scores + tc * ld;
+
+    // Radix select, 8 bits per pass from the top: after the pass for `shift`, `prefix` holds the
+    // k-th largest key's bits above shift and `remaining` how many picks are still to come from the
+    // keys that share them. Invariant: at least `remaining` keys match the prefix.
+    uint32_t prefix = 0, mask = 0, remaining = static_cast<uint32_t>(topk);
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = threadIdx.x; i < kSelWarps * 256; i += kSelThreads) (&hist[0][0])[i] = 0;
+        __syncthreads();
+        for (int64_t s = threadIdx.x; s < n_vis; s += kSelThreads) {
+            const uint32_t u = order_key(row[s]);
+            if ((u & mask) == prefix) atomicAdd(&hist[warp][(u >> shift) & 0xFFu], 1u);
+        }
+        __syncthreads();
+        if (threadIdx.x < 256) {
+            uint32_t c = 0;
+            for (int w = 0; w < kSelWarps; ++w) c += hist[w][threadIdx.x];
+            hist[0][threadIdx.x] = c;  // only this thread touches column threadIdx.x
+        }
+        __syncthreads();
+        if (warp == 0) {
+            // Lane l owns bins 255 − 8l − i (i = 0..7, descending); find the bin where the count of
+            // keys at or above it first reaches `remaining`.
+            uint32_t c[8], lane_total = 0;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                c[i] = hist[0][255 - 8 * lane - i];
+                lane_total += c[i];
+            }
+            uint32_t incl = lane_total;
+#pragma unroll
+            for (int off = 1; off < 32; off <<= 1) {
+                const uint32_t u = __shfl_up_sync(0xffffffffu, incl, off);
+                if (lane >= off) incl += u;
+            }
+            const uint32_t excl = incl - lane_total;
+            const uint32_t hit = __ballot_sync(0xffffffffu, excl < remaining && remaining <= incl);
+            if (lane == __ffs(hit) - 1) {
+                uint32_t cum = excl;
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    if (cum + c[i] >= remaining) {
+                        sel_digit = static_cast<uint32_t>(255 - 8 * lane - i);
+                        sel_remaining = remaining - cum;
+                        break;
+                    }
+                    cum += c[i];
+                }
+            }
+        }
+        __syncthreads();
+        prefix |= sel_digit << shift;
+        mask |= 0xFFu << shift;
+        remaining = sel_remaining;
+    }
+    // Now prefix is the k-th largest key: take every key above it and the `remaining` lowest-index
+    // keys equal to it, in index order. One packed block scan per chunk: high half counts "above",
+    // low half counts "equal" (≤ kSelChunk each).
+    const uint32_t thr = prefix, n_eq_take = remaining;
+    int64_t written = 0;
+    uint32_t eq_run = 0;  // equal keys seen in earlier chunks
+    for (int64_t base = 0; base < n_vis && written < topk; base += kSelChunk) {
+        const int64_t s0 = base + static_cast<int64_t>(threadIdx.x) * kSelItems;
+        uint32_t gt = 0, eq = 0;
+#pragma unroll
+        for (int i = 0; i < kSelItems; ++i) {
+            if (s0 + i < n_vis) {
+                const uint32_t u = order_key(row[s0 + i]);
+                gt |= static_cast<uint32_t>(u > thr) << i;
+                eq |= static_cast<uint32_t>(u == thr) << i;
+            }
+        }
+        uint32_t total = 0;
+        const uint32_t excl = block_exclusive_scan((__popc(gt) << 16) | __popc(eq), warp_tot, total);
+        const uint32_t eq_left = n_eq_take > eq_run ? n_eq_take - eq_run : 0u;  // equal picks still open
+        const uint32_t gt_before = excl >> 16, eq_before = excl & 0xFFFFu;
+        int64_t pos = written + gt_before + min(eq_before, eq_left);
+        uint32_t eq_seen = eq_before;
+#pragma unroll
+        for (int i = 0; i < kSelItems; ++i) {
+            if ((gt >> i) & 1u) {
+                o[pos++] = static_cast<int32_t>(s0 + i);
+            } else if ((eq >> i) & 1u) {
+                if (eq_seen < eq_left) o[pos++] = static_cast<int32_t>(s0 + i);
+                ++eq_seen;
+            }
+        }
+        written += (total >> 16) + min(total & 0xFFFFu, eq_left);
+        eq_run += total & 0xFFFFu;
+    }
+    for (int64_t j = written + threadIdx.x; j < topk; j += kSelThreads) o[j] = -1;  // not reached: n_vis > topk
+}
+
+template <int kHeads>
+void launch_scores(const __nv_bfloat16* q, const float* w, const int32_t* positions, const int32_t* seq_of_token,
+                   const uint8_t* pool, const PagedStreamAddr& addr, const IndexerDims& d, int64_t max_visible,
+                   int64_t t0, int64_t n_chunk, float* scratch, cudaStream_t stream) {
+    const int64_t n_tiles = (max_visible + kScoreThreads - 1) / kScoreThreads;
+    const dim3 grid(static_cast<unsigned>((n_tiles + kTilesPerBlock - 1) / kTilesPerBlock),
+                    static_cast<unsigned>(n_chunk));
+    const size_t smem = static_cast<size_t>(kHeads * d.head_dim + kHeads) * sizeof(float);
+    indexer_scores_kernel<kHeads><<<grid, kScoreThreads, smem, stream>>>(
+        q, w, positions, seq_of_token, pool, addr, d.head_dim, d.softmax_scale, max_visible, t0, scratch, max_visible);
+    CUDA_CHECK_LAUNCH("indexer_scores_kernel");
+}
+
+}  // namespace
+
+void indexer_topk(const __nv_bfloat16* q, const float* w, const int32_t* positions, const int32_t* seq_of_token,
+                  const uint8_t* pool, const PagedStreamAddr& addr, int32_t* out, int64_t n, int64_t max_visible,
+                  const IndexerDims& d, float* scratch, int64_t scratch_floats, cudaStream_t stream) {
+    const int64_t H = d.n_heads;
+    ONECARD_CHECK(H == 4 || H == 8 || H == 16 || H == 32 || H == 64,
+                  "indexer_topk: n_heads {} is not one of 4, 8, 16, 32, 64", H);
+    ONECARD_CHECK(d.head_dim > 0 && d.head_dim % 4 == 0, "indexer_topk: head_dim {} must be a positive multiple of 4",
+                  d.head_dim);
+    ONECARD_CHECK((H * d.head_dim + H) * 4 <= kMaxScoreSmemBytes,
+                  "indexer_topk: q of {} heads x {} dims does not fit the score kernel's shared memory", H, d.head_dim);
+    ONECARD_CHECK(d.topk > 0 && d.topk < (int64_t{1} << 31), "indexer_topk: topk {} out of range", d.topk);
+    ONECARD_CHECK(d.softmax_scale > 0.0f, "indexer_topk: softmax_scale {} must be positive (head_dim^-1/2)",
+                  d.softmax_scale);
+    ONECARD_CHECK(addr.ratio > 0 && addr.block_size > 0 && addr.block_size % addr.ratio == 0,
+                  "indexer_topk: block_size {} must be a positive multiple of ratio {}", addr.block_size, addr.ratio);
+    ONECARD_CHECK(addr.entry_bytes == d.head_dim + 4, "indexer_topk: entry_bytes {} != head_dim + 4 ({})",
+                  addr.entry_bytes, d.head_dim + 4);
+    // The score kernel reads keys 4 bytes at a time and the scale as an fp32.
+    ONECARD_CHECK(addr.block_bytes % 4 == 0 && addr.stream_offset % 4 == 0,
+                  "indexer_topk: block_bytes {} and stream_offset {} must be multiples of 4", addr.block_bytes,
+                  addr.stream_offset);
+    ONECARD_CHECK(n >= 0 && max_visible >= 0 && max_visible < (int64_t{1} << 31),
+                  "indexer_topk: bad n {} or max_visible {}", n, max_visible);
+    ONECARD_CHECK(max_visible == 0 || (scratch != nullptr && scratch_floats >= max_visible),
+                  "indexer_topk: scratch of {} floats is smaller than max_visible {}", scratch_floats, max_visible);
+    if (n == 0) return;
+
+    // Tokens per pass: as many score rows [max_visible] as the scratch holds (grid.y bound 65535).
+    const int64_t rows = max_visible == 0 ? n : scratch_floats / max_visible;
+    const int64_t chunk = std::min<int64_t>({n, rows, 65535});
+    using LaunchScores =
+        void (*)(const __nv_bfloat16*, const float*, const int32_t*, const int32_t*, const uint8_t*,
+                 const PagedStreamAddr&, const IndexerDims&, int64_t, int64_t, int64_t, float*, cudaStream_t);
+    const LaunchScores launch = H == 4    ? launch_scores<4>
+                                : H == 8  ? launch_scores<8>
+                                : H == 16 ? launch_scores<16>
+                                : H == 32 ? launch_scores<32>
+                                          : launch_scores<64>;
+    for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+        const int64_t n_chunk = std::min(chunk, n - t0);
+        if (max_visible > 0)
+            launch(q, w, positions, seq_of_token, pool, addr, d, max_visible, t0, n_chunk, scratch, stream);
+        indexer_select_kernel<<<static_cast<unsigned>(n_chunk), kSelThreads, 0, stream>>>(
+            scratch, max_visible, positions, addr.ratio, max_visible, t0, d.topk, out);
+        CUDA_CHECK_LAUNCH("indexer_select_kernel");
+    }
+}
+
+}  // namespace onecard::cuda
