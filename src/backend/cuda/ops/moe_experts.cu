@@ -1,0 +1,337 @@
+#include "backend/cuda/ops/moe_experts.cuh"
+
+#include "backend/cuda/arena.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops/common.cuh"
+
+#include <cublas_v2.h>
+
+#include <string>
+#include <vector>
+
+namespace onecard::cuda {
+namespace {
+
+#define CUBLAS_CHECK(call)                                                                                  \
+    do {                                                                                                    \
+        const cublasStatus_t st_ = (call);                                                                  \
+        ONECARD_CHECK(st_ == CUBLAS_STATUS_SUCCESS, "cuBLAS error {} ({}) in {} at {}:{}", static_cast<int>(st_), \
+                      cublasGetStatusString(st_), #call, __FILE__, __LINE__);                               \
+    } while (0)
+
+constexpr size_t kAlign = 256;  // every scratch region starts at a multiple of this (DeviceArena's default)
+
+size_t align_up(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
+
+// The scratch regions of one run with `rows` (token, pick) pairs, in allocation order. The row buffers
+// are sized for all pairs (not the busiest expert) so the requirement depends only on the shape.
+struct ScratchPlan {
+    size_t wdq, idx, xs, gu, h, y;
+    size_t total() const {
+        return align_up(wdq) + align_up(idx) + align_up(xs) + align_up(gu) + align_up(h) + align_up(y) + kAlign;
+    }
+};
+
+ScratchPlan plan_for(int64_t dim, int64_t inter, int64_t rows) {
+    const auto d = static_cast<size_t>(dim), f = static_cast<size_t>(inter), r = static_cast<size_t>(rows);
+    ScratchPlan p{};
+    p.wdq = 3 * f * d * 2;  // bf16 w1 [inter, D], w3 [inter, D], w2 [D, inter], back to back
+    p.idx = 3 * r * 4;      // int32 pair_token [R], pair_slot [R], token_pairs [n, K]
+    p.xs = r * d * 2;       // bf16 [R, D] gathered input rows, grouped by expert
+    p.gu = r * 2 * f * 4;   // fp32 [R, 2·inter] gate | up
+    p.h = r * f * 2;        // bf16 [R, inter] FP8-rounded hidden
+    p.y = r * d * 4;        // fp32 [R, D] expert outputs
+    return p;
+}
+
+// DeepSeek's 1×128 FP8 round trip of one block held 4 values per lane across a warp: the block
+// amax (clamped at 1e-4), the UE8M0 scale, E4M3 with saturation and round-to-nearest-even, back
+// times the scale. The result has a 4-bit significand, so it is exact in bf16.
+__device__ __forceinline__ void fp8_round_block(float (&v)[4]) {
+    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+    amax = dev::warp_max(amax);
+    const float s = dev::ue8m0_scale_for(fmaxf(amax, 1e-4f), 448.0f);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float q = fminf(fmaxf(__fdiv_rn(v[i], s), -448.0f), 448.0f);
+        v[i] = __fmul_rn(dev::e4m3_to_f32(dev::f32_to_e4m3(q)), s);
+    }
+}
+
+__device__ __forceinline__ void store_bf16x4(__nv_bfloat16* p, const float (&v)[4]) {
+    __nv_bfloat162 a = __floats2bfloat162_rn(v[0], v[1]), b = __floats2bfloat162_rn(v[2], v[3]);
+    uint2 raw;
+    raw.x = *reinterpret_cast<uint32_t*>(&a);
+    raw.y = *reinterpret_cast<uint32_t*>(&b);
+    *reinterpret_cast<uint2*>(p) = raw;
+}
+
+// In place, one warp per 1×128 block of x [rows, k] (row stride ld).
+__global__ void fp8_round_kernel(__nv_bfloat16* __restrict__ x, int64_t n_blocks, int64_t n_kb, int64_t ld) {
+    const int64_t blk = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
+    if (blk >= n_blocks) return;  // whole warps leave together (blockDim is a multiple of 32)
+    const int lane = threadIdx.x & 31;
+    __nv_bfloat16* p = x + (blk / n_kb) * ld + (blk % n_kb) * 128 + lane * 4;
+    const uint2 raw = *reinterpret_cast<const uint2*>(p);
+    const __nv_bfloat162 p0 = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
+    const __nv_bfloat162 p1 = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
+    float v[4] = {__low2float(p0), __high2float(p0), __low2float(p1), __high2float(p1)};
+    fp8_round_block(v);
+    store_bf16x4(p, v);
+}
+
+// One thread per 32-element scale group of expert e's three matrices, which are contiguous in the
+// checkpoint layout: group g of a matrix reads packed bytes [16g, 16g + 16) and scale byte g, and
+// writes bf16 elements [32g, 32g + 32) of the row-major [rows, cols] matrix. E2M1·2^(s−127) has a
+// 2-bit significand, so the bf16 values are exact.
+__global__ void dequant_expert_kernel(const uint8_t* __restrict__ w1, const uint8_t* __restrict__ s1,
+                                      const uint8_t* __restrict__ w3, const uint8_t* __restrict__ s3,
+                                      const uint8_t* __restrict__ w2, const uint8_t* __restrict__ s2, int64_t expert,
+                                      int64_t groups_per_matrix, __nv_bfloat16* __restrict__ out) {
+    const int64_t gid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (gid >= 3 * groups_per_matrix) return;
+    const int64_t which = gid / groups_per_matrix, g = gid % groups_per_matrix;
+    const uint8_t* w = which == 0 ? w1 : which == 1 ? w3 : w2;
+    const uint8_t* s = which == 0 ? s1 : which == 1 ? s3 : s2;
+    const int64_t group = expert * groups_per_matrix + g;  // the expert's matrices hold groups_per_matrix groups each
+    const uint4 packed = *reinterpret_cast<const uint4*>(w + group * 16);
+    const float scale = dev::ue8m0_to_float(s[group]);
+    const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
+    uint4* dst = reinterpret_cast<uint4*>(out + gid * 32);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+        uint32_t o[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const uint32_t byte = (words[c] >> (8 * j)) & 0xFFu;
+            __nv_bfloat162 pair = __floats2bfloat162_rn(dev::e2m1_to_f32(byte & 0xFu) * scale,
+                                                        dev::e2m1_to_f32(byte >> 4) * scale);
+            o[j] = *reinterpret_cast<uint32_t*>(&pair);
+        }
+        dst[c] = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+}
+
+// xs[p, :] = x[pair_token[p], :], 8 bf16 (16 bytes) per thread.
+__global__ void gather_rows_kernel(const __nv_bfloat16* __restrict__ x, const int32_t* __restrict__ pair_token,
+                                   __nv_bfloat16* __restrict__ xs, int64_t n_pairs, int64_t dim) {
+    const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    const int64_t per_row = dim / 8;
+    if (i >= n_pairs * per_row) return;
+    const int64_t p = i / per_row, c = i % per_row;
+    reinterpret_cast<uint4*>(xs + p * dim)[c] = reinterpret_cast<const uint4*>(x + pair_token[p] * dim)[c];
+}
+
+// h [rows, inter] bf16 = fp8_round(swiglu_clamped(gate, up) · row weight) from gu [rows, 2·inter] fp32
+// (gate | up), one warp per 1×128 block. Same fp32 operation order as cpu::swiglu_clamped followed by
+// layer_moe.cpp's h *= w and cpu::fp8_quant_dequant; gate and up stay fp32 so the FP8 rounding sees the
+// values the CPU sees (rounding them to bf16 first moves ~1.5% of the elements by one FP8 step).
+__global__ void swiglu_fp8_kernel(const float* __restrict__ gu, const float* __restrict__ weights,
+                                  const int32_t* __restrict__ pair_slot, __nv_bfloat16* __restrict__ h, int64_t rows,
+                                  int64_t inter, float limit) {
+    const int64_t n_kb = inter / 128;
+    const int64_t blk = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
+    if (blk >= rows * n_kb) return;
+    const int lane = threadIdx.x & 31;
+    const int64_t r = blk / n_kb, c = (blk % n_kb) * 128 + lane * 4;
+    const float4 g4 = *reinterpret_cast<const float4*>(gu + r * 2 * inter + c);
+    const float4 u4 = *reinterpret_cast<const float4*>(gu + r * 2 * inter + inter + c);
+    const float gs[4] = {g4.x, g4.y, g4.z, g4.w}, us[4] = {u4.x, u4.y, u4.z, u4.w};
+    const float w = weights ? weights[pair_slot[r]] : 1.0f;
+    float v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        float g = gs[i], u = us[i];
+        if (limit > 0.0f) {
+            g = fminf(g, limit);
+            u = fminf(fmaxf(u, -limit), limit);
+        }
+        v[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+        if (weights) v[i] = __fmul_rn(v[i], w);
+    }
+    fp8_round_block(v);
+    store_bf16x4(h + r * inter + c, v);
+}
+
+// out[t, d] = bf16(Σ_j y[token_pairs[t, j], d] · (weights ? w : 1)): the token's pairs in ascending
+// position = ascending expert id, the order layer_moe.cpp adds them in; fp32, no contraction.
+__global__ void combine_pairs_kernel(const float* __restrict__ y, const int32_t* __restrict__ token_pairs,
+                                     const int32_t* __restrict__ pair_slot, const float* __restrict__ weights,
+                                     __nv_bfloat16* __restrict__ out, int64_t n, int64_t top_k, int64_t dim) {
+    const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (i >= n * dim) return;
+    const int64_t t = i / dim, d = i % dim;
+    float acc = 0.0f;
+    for (int64_t j = 0; j < top_k; ++j) {
+        const int64_t p = token_pairs[t * top_k + j];
+        const float v = y[p * dim + d];
+        acc = __fadd_rn(acc, weights ? __fmul_rn(v, weights[pair_slot[p]]) : v);
+    }
+    out[i] = __float2bfloat16(acc);
+}
+
+unsigned grid_for(int64_t threads_total, int threads) {
+    return static_cast<unsigned>((threads_total + threads - 1) / threads);
+}
+
+}  // namespace
+
+void fp8_round_1x128(__nv_bfloat16* x, int64_t rows, int64_t k, cudaStream_t stream, int64_t ld) {
+    if (ld == 0) ld = k;
+    ONECARD_CHECK(k > 0 && k % 128 == 0 && ld >= k && ld % 4 == 0 && rows >= 0,
+                  "fp8_round_1x128: rows {} k {} ld {} (k % 128 == 0, ld >= k, ld % 4 == 0)", rows, k, ld);
+    ONECARD_CHECK(reinterpret_cast<uintptr_t>(x) % 8 == 0, "fp8_round_1x128: x is not 8-byte aligned");
+    const int64_t n_kb = k / 128, n_blocks = rows * n_kb;
+    if (n_blocks == 0) return;
+    const int threads = 256;
+    fp8_round_kernel<<<grid_for(n_blocks * 32, threads), threads, 0, stream>>>(x, n_blocks, n_kb, ld);
+    CUDA_CHECK_LAUNCH("fp8_round_kernel");
+}
+
+struct MoeExperts::Impl {
+    void* scratch = nullptr;
+    size_t scratch_bytes = 0;
+    int64_t max_rows = 0;
+    cublasHandle_t handle = nullptr;
+    int32_t* host_experts = nullptr;  // pinned [max_rows]: the routing, read back once per run
+    int32_t* host_index = nullptr;    // pinned [3·max_rows]: pair_token, pair_slot, token_pairs
+    cudaEvent_t index_uploaded = nullptr;  // host_index may be rewritten once this has completed
+};
+
+MoeExperts::MoeExperts(void* scratch, size_t scratch_bytes, int64_t max_rows) : impl_(std::make_unique<Impl>()) {
+    // Pair indices are int32 on the device.
+    ONECARD_CHECK(max_rows > 0 && max_rows < (int64_t{1} << 31), "MoeExperts: max_rows {} out of range", max_rows);
+    impl_->scratch = scratch;
+    impl_->scratch_bytes = scratch_bytes;
+    impl_->max_rows = max_rows;
+    CUBLAS_CHECK(cublasCreate(&impl_->handle));
+    // fp32 accumulation everywhere (no reduced-precision split-K reductions).
+    CUBLAS_CHECK(cublasSetMathMode(impl_->handle, static_cast<cublasMath_t>(
+                                                      CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    CUDA_CHECK(cudaMallocHost(&impl_->host_experts, static_cast<size_t>(max_rows) * sizeof(int32_t)));
+    CUDA_CHECK(cudaMallocHost(&impl_->host_index, static_cast<size_t>(3 * max_rows) * sizeof(int32_t)));
+    CUDA_CHECK(cudaEventCreateWithFlags(&impl_->index_uploaded, cudaEventDisableTiming));
+}
+
+MoeExperts::~MoeExperts() {
+    if (!impl_) return;
+    // Destructors do not throw: release what was acquired and ignore late errors.
+    if (impl_->index_uploaded) {
+        cudaEventSynchronize(impl_->index_uploaded);
+        cudaEventDestroy(impl_->index_uploaded);
+    }
+    if (impl_->host_index) cudaFreeHost(impl_->host_index);
+    if (impl_->host_experts) cudaFreeHost(impl_->host_experts);
+    if (impl_->handle) cublasDestroy(impl_->handle);
+}
+
+size_t MoeExperts::scratch_bytes_for(int64_t dim, int64_t inter, int64_t max_rows) {
+    return plan_for(dim, inter, max_rows).total();
+}
+
+void MoeExperts::run(const __nv_bfloat16* x, const int32_t* experts, const float* weights, int64_t n, int64_t top_k,
+                     const MxExpertWeights& w, bool weight_before_w2, float swiglu_limit, __nv_bfloat16* out,
+                     cudaStream_t stream) {
+    Impl& im = *impl_;
+    const int64_t D = w.dim, F = w.inter, E = w.n_experts, R = n * top_k;
+    ONECARD_CHECK(E > 0 && D > 0 && F > 0 && D % 128 == 0 && F % 128 == 0,
+                  "MoeExperts: experts {} dim {} inter {} (dim and inter must be multiples of 128)", E, D, F);
+    ONECARD_CHECK(n >= 0 && top_k > 0 && R <= im.max_rows, "MoeExperts: {} tokens × top_k {} exceed max_rows {}", n,
+                  top_k, im.max_rows);
+    for (const uint8_t* p : {w.w1, w.w3, w.w2})
+        ONECARD_CHECK(p && reinterpret_cast<uintptr_t>(p) % 16 == 0, "MoeExperts: expert weights must be 16-byte aligned");
+    ONECARD_CHECK(w.s1 && w.s3 && w.s2, "MoeExperts: missing expert scales");
+    ONECARD_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0, "MoeExperts: x must be 16-byte aligned (row gather)");
+    if (n == 0) return;
+    const ScratchPlan plan = plan_for(D, F, R);
+    ONECARD_CHECK(plan.total() <= im.scratch_bytes,
+                  "MoeExperts: scratch of {} bytes is {} bytes short for dim {} inter {} and {} rows", im.scratch_bytes,
+                  plan.total() - im.scratch_bytes, D, F, R);
+
+    // The one synchronisation: the routing decides how many rows each expert's GEMMs get.
+    CUDA_CHECK(cudaMemcpyAsync(im.host_experts, experts, static_cast<size_t>(R) * sizeof(int32_t),
+                               cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    // A previous run may have queued its index upload on another stream; wait before rewriting it.
+    CUDA_CHECK(cudaEventSynchronize(im.index_uploaded));
+
+    // Pairs (token t, pick k) grouped by expert ascending, tokens ascending inside a group: the row
+    // order of layer_moe.cpp's expert loop.
+    std::vector<int64_t> count(static_cast<size_t>(E) + 1, 0);
+    for (int64_t i = 0; i < R; ++i) {
+        const int32_t e = im.host_experts[i];
+        ONECARD_CHECK(e >= 0 && e < E, "MoeExperts: expert id {} at pair {} out of range [0, {})", e, i, E);
+        ++count[static_cast<size_t>(e) + 1];
+    }
+    std::vector<int64_t> start(count.size(), 0);  // start[e]: first pair of expert e
+    for (int64_t e = 0; e < E; ++e) start[e + 1] = start[e] + count[e + 1];
+    int32_t* pair_token = im.host_index;
+    int32_t* pair_slot = im.host_index + R;
+    int32_t* token_pairs = im.host_index + 2 * R;
+    {
+        std::vector<int64_t> fill(start.begin(), start.end() - 1);
+        for (int64_t t = 0; t < n; ++t)
+            for (int64_t k = 0; k < top_k; ++k) {
+                const int64_t p = fill[im.host_experts[t * top_k + k]]++;
+                pair_token[p] = static_cast<int32_t>(t);
+                pair_slot[p] = static_cast<int32_t>(t * top_k + k);
+            }
+        // Each token's pairs in ascending position (= ascending expert id).
+        std::vector<int32_t> seen(static_cast<size_t>(n), 0);
+        for (int64_t p = 0; p < R; ++p) {
+            const int32_t t = pair_token[p];
+            token_pairs[t * top_k + seen[t]++] = static_cast<int32_t>(p);
+        }
+    }
+
+    DeviceArena arena(im.scratch, im.scratch_bytes, "MoeExperts scratch");
+    auto* wdq = arena.alloc_n<__nv_bfloat16>(plan.wdq / 2, "dequantised expert");  // w1 | w3 | w2
+    auto* d_index = arena.alloc_n<int32_t>(plan.idx / 4, "pair index");
+    auto* xs = arena.alloc_n<__nv_bfloat16>(plan.xs / 2, "gathered rows");  // [R, D]
+    auto* gu = arena.alloc_n<float>(plan.gu / 4, "gate|up");                 // [R, 2F]
+    auto* h = arena.alloc_n<__nv_bfloat16>(plan.h / 2, "hidden");            // [R, F]
+    auto* y = arena.alloc_n<float>(plan.y / 4, "expert outputs");            // [R, D]
+    const int32_t* d_pair_token = d_index;
+    const int32_t* d_pair_slot = d_index + R;
+    const int32_t* d_token_pairs = d_index + 2 * R;
+    CUDA_CHECK(cudaMemcpyAsync(d_index, im.host_index, static_cast<size_t>(3 * R) * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaEventRecord(im.index_uploaded, stream));
+
+    const int threads = 256;
+    gather_rows_kernel<<<grid_for(R * (D / 8), threads), threads, 0, stream>>>(x, d_pair_token, xs, R, D);
+    CUDA_CHECK_LAUNCH("gather_rows_kernel");
+
+    CUBLAS_CHECK(cublasSetStream(im.handle, stream));
+    const float one = 1.0f, zero = 0.0f;
+    const int64_t groups = F * D / 32;  // scale groups per matrix
+    const __nv_bfloat16* w13 = wdq;     // [2F, D]: w1 rows then w3 rows, so one GEMM gives gate | up
+    const __nv_bfloat16* w2b = wdq + 2 * F * D;  // [D, F]
+    for (int64_t e = 0; e < E; ++e) {
+        const int64_t m = count[e + 1], off = start[e];
+        if (m == 0) continue;
+        dequant_expert_kernel<<<grid_for(3 * groups, threads), threads, 0, stream>>>(w.w1, w.s1, w.w3, w.s3, w.w2,
+                                                                                       w.s2, e, groups, wdq);
+        CUDA_CHECK_LAUNCH("dequant_expert_kernel");
+        // Row-major y[m, N] = x[m, K]·W[N, K]ᵀ is column-major yᵀ = Wᵀ·xᵀ with W read as [K, N] (op T).
+        // gu[off.., 2F] = xs[off.., D] · w13ᵀ
+        CUBLAS_CHECK(cublasGemmEx(im.handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(2 * F), static_cast<int>(m),
+                                  static_cast<int>(D), &one, w13, CUDA_R_16BF, static_cast<int>(D), xs + off * D,
+                                  CUDA_R_16BF, static_cast<int>(D), &zero, gu + off * 2 * F, CUDA_R_32F,
+                                  static_cast<int>(2 * F), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        swiglu_fp8_kernel<<<grid_for(m * (F / 128) * 32, threads), threads, 0, stream>>>(
+            gu + off * 2 * F, weight_before_w2 ? weights : nullptr, d_pair_slot + off, h + off * F, m, F,
+            swiglu_limit);
+        CUDA_CHECK_LAUNCH("swiglu_fp8_kernel");
+        // y[off.., D] = h[off.., F] · w2ᵀ
+        CUBLAS_CHECK(cublasGemmEx(im.handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(D), static_cast<int>(m),
+                                  static_cast<int>(F), &one, w2b, CUDA_R_16BF, static_cast<int>(F), h + off * F,
+                                  CUDA_R_16BF, static_cast<int>(F), &zero, y + off * D, CUDA_R_32F,
+                                  static_cast<int>(D), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+    combine_pairs_kernel<<<grid_for(n * D, threads), threads, 0, stream>>>(
+        y, d_token_pairs, d_pair_slot, weight_before_w2 ? nullptr : weights, out, n, top_k, D);
+    CUDA_CHECK_LAUNCH("combine_pairs_kernel");
+}
+
+}  // namespace onecard::cuda
