@@ -22,6 +22,7 @@
 #include "backend/cpu/rope.h"
 #include "backend/cuda/ops/compressor.cuh"
 
+#include <algorithm>
 #include <cstring>
 
 namespace onecard {
@@ -205,6 +206,31 @@ void run_case(const Shape& sh, const std::vector<SeqPlan>& plan, uint32_t seed) 
         ASSERT_EQ(n_bad, 0) << "ring state after step " << step;
     }
     EXPECT_GT(n_emitted, 0);
+}
+
+// CPU-only (runs in CI without a GPU): the ring size, and the layout argument the kernels rely on.
+// A token at `pos` that closes a window, in a step whose first token of that sequence is at
+// first_pos <= pos, reads positions [window start − ratio (overlap) or window start, pos]; those
+// before first_pos must still be in the ring, i.e. not overwritten by a later position of an earlier
+// step: p >= first_pos − n_ring, so row p mod n_ring holds p.
+TEST(CudaCompressor, RingHoldsEveryEarlierRowAWindowReads) {
+    for (const int64_t ratio : {4, 128, 16}) {
+        cuda::CompressorDims dims;
+        dims.ratio = ratio;
+        dims.head_dim = 512;
+        const bool overlap = ratio == 4;
+        const int64_t c = overlap ? 2 : 1, n_ring = overlap ? 2 * ratio : ratio;
+        EXPECT_EQ(cuda::compressor_ring_bytes(dims), n_ring * 2 * c * 512 * 4) << "ratio " << ratio;
+        for (int64_t first_pos = 0; first_pos < 4 * n_ring; ++first_pos) {
+            for (int64_t pos = first_pos; pos < first_pos + 3 * n_ring; ++pos) {
+                if ((pos + 1) % ratio != 0) continue;
+                const int64_t window = pos / ratio;
+                const int64_t p0 = overlap ? (window - 1) * ratio : window * ratio;
+                for (int64_t p = std::max<int64_t>(p0, 0); p < first_pos; ++p)
+                    ASSERT_GE(p, first_pos - n_ring) << "ratio " << ratio << " pos " << pos << " reads " << p;
+            }
+        }
+    }
 }
 
 // Ratio 4 plan: seq 0 prefills 37 tokens, decodes 1 at a time across window ends, then a chunk of 9;

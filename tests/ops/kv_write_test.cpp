@@ -18,6 +18,7 @@
 #include "kvcache/kv_format.h"
 
 #include <algorithm>
+#include <iterator>
 #include <numeric>
 
 namespace onecard {
@@ -169,11 +170,10 @@ TEST(CudaKvWrite, IndexerKeysMatchEncoderBytes) {
     check_indexer_keys(64, 13, true, 13);  // odd offsets: the fp32 scale is written unaligned
 }
 
-// In-place Hadamard + FP4 on bf16 vectors vs the CPU functions on the same values; bits compared.
-void check_hadamard_fp4(int64_t n_vec, int64_t dim, float sigma, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::vector<float> x = test::random_bf16_values(rng, static_cast<size_t>(n_vec * dim), 1.0f);
-    for (auto& v : x) v = round_bf16(v * sigma);
+// In-place Hadamard + FP4 on bf16 vectors x [n_vec, dim] vs the CPU functions on the same values;
+// bf16 bits compared.
+void check_hadamard_fp4_on(const std::vector<float>& x, int64_t dim, const char* what) {
+    const int64_t n_vec = static_cast<int64_t>(x.size()) / dim;
     std::vector<float> ref = x;
     for (int64_t v = 0; v < n_vec; ++v) {
         cpu::hadamard_transform(ref.data() + v * dim, dim);
@@ -193,9 +193,16 @@ void check_hadamard_fp4(int64_t n_vec, int64_t dim, float sigma, uint32_t seed) 
         if (got[i] == want[i]) continue;
         if (++n_bad <= 8)
             ADD_FAILURE() << "vector " << i / dim << " dim " << i % dim << ": got " << bf16_to_f32(got[i]) << " want "
-                          << ref[i] << " [dim " << dim << ", sigma " << sigma << "]";
+                          << ref[i] << " [" << what << ", dim " << dim << "]";
     }
-    EXPECT_EQ(n_bad, 0);
+    EXPECT_EQ(n_bad, 0) << what;
+}
+
+void check_hadamard_fp4(int64_t n_vec, int64_t dim, float sigma, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<float> x = test::random_bf16_values(rng, static_cast<size_t>(n_vec * dim), 1.0f);
+    for (auto& v : x) v = round_bf16(v * sigma);
+    check_hadamard_fp4_on(x, dim, "random");
 }
 
 TEST(CudaKvWrite, HadamardFp4MatchesCpuExactly) {
@@ -207,6 +214,36 @@ TEST(CudaKvWrite, HadamardFp4MatchesCpuExactly) {
     check_hadamard_fp4(3, 1024, 0.25f, 25);
     check_hadamard_fp4(4, 128, 1e30f, 26);   // large exponents
     check_hadamard_fp4(4, 128, 1e-37f, 27);  // scale at the 6·2^-126 floor: subnormal fp32 results
+}
+
+// Random data almost never lands on an E2M1 tie or on an amax that makes the scale an exact power of
+// two, so build the Hadamard OUTPUT: at dim 64 the transform is exact (1/sqrt(64) = 1/8, sums of
+// few multiples of 2^-5), and H·H = I, so x = H·y gives H·x = y bit for bit. Each block has amax 6
+// (y = amax/6 = 1: the ceil must not round the scale up) and values on every rounding midpoint.
+TEST(CudaKvWrite, HadamardFp4TiesAndPowerOfTwoScale) {
+    ONECARD_REQUIRE_GPU();
+    const int64_t dim = 64;
+    std::vector<float> y(static_cast<size_t>(dim), 0.0f);
+    const float block0[] = {6.0f, 0.25f, 2.5f, 5.0f, -0.75f, 0.5f};
+    const float block1[] = {-6.0f, 0.75f, 1.25f, 1.75f, 3.5f, -5.0f, 1.5f};
+    std::copy(std::begin(block0), std::end(block0), y.begin());
+    std::copy(std::begin(block1), std::end(block1), y.begin() + 32);
+    std::vector<float> x = y;
+    cpu::hadamard_transform(x.data(), dim);
+    for (float v : x) ASSERT_EQ(round_bf16(v), v) << "crafted input must be bf16-exact";
+    std::vector<float> back = x;
+    cpu::hadamard_transform(back.data(), dim);
+    ASSERT_EQ(back, y) << "H·H·y must give y exactly at dim 64";
+    // The reference itself: ties go to the even code (0.25 -> 0, 2.5 -> 2, 5 -> 4, 0.75 -> 1, 1.25 -> 1,
+    // 1.75 -> 2, 3.5 -> 4) at scale 1.
+    std::vector<float> ref = back;
+    cpu::fp4_quant_dequant(ref.data(), dim, 32);
+    // 0.5 and 1.5 are exact only at scale 1: a scale rounded up to 2 would turn them into 0 and 2.
+    const std::vector<float> want0 = {6.0f, 0.0f, 2.0f, 4.0f, -1.0f, 0.5f};
+    const std::vector<float> want1 = {-6.0f, 1.0f, 1.0f, 2.0f, 4.0f, -4.0f, 1.5f};
+    ASSERT_EQ(std::vector<float>(ref.begin(), ref.begin() + 6), want0);
+    ASSERT_EQ(std::vector<float>(ref.begin() + 32, ref.begin() + 39), want1);
+    check_hadamard_fp4_on(x, dim, "ties");
 }
 
 }  // namespace
