@@ -12,6 +12,22 @@ namespace onecard {
 
 const char* numerics_name(Numerics n) { return n == Numerics::Reference ? "reference" : "exact"; }
 
+std::vector<float> rope_inv_freqs_for(const ModelConfig& cfg, bool compressed) {
+    cpu::RopeParams p;
+    p.theta = cfg.rope_theta;
+    p.n_rope = cfg.qk_rope_head_dim;
+    if (compressed) {
+        p.theta = cfg.compress_rope_theta;
+        // YaRN (frequency interpolation only, no mscale) on CSA/HCA layers when the config asks for it.
+        p.yarn = cfg.rope_scaling.type == "yarn" && cfg.rope_scaling.factor > 1.0;
+        p.factor = cfg.rope_scaling.factor;
+        p.original_max_position = cfg.rope_scaling.original_max_position_embeddings;
+        p.beta_fast = cfg.rope_scaling.beta_fast;
+        p.beta_slow = cfg.rope_scaling.beta_slow;
+    }
+    return cpu::rope_inv_freqs(p);
+}
+
 namespace detail {
 
 void apply_linear(const DenseLinear& l, const float* x, int64_t n, float* y, Numerics numerics) {
@@ -81,19 +97,8 @@ DeepSeekV4::DeepSeekV4(const ModelConfig& cfg, const ModelWeights& w, Numerics n
                   cfg.num_attention_heads, cfg.o_groups);
     ONECARD_CHECK(static_cast<int64_t>(dense_.layers.size()) == cfg.num_hidden_layers,
                   "weights: {} layers bound, config has {}", dense_.layers.size(), cfg.num_hidden_layers);
-    cpu::RopeParams main;
-    main.theta = cfg.rope_theta;
-    main.n_rope = cfg.qk_rope_head_dim;
-    rope_main_ = cpu::rope_inv_freqs(main);
-    cpu::RopeParams comp = main;
-    comp.theta = cfg.compress_rope_theta;
-    // YaRN (frequency interpolation only, no mscale) on CSA/HCA layers when the config asks for it.
-    comp.yarn = cfg.rope_scaling.type == "yarn" && cfg.rope_scaling.factor > 1.0;
-    comp.factor = cfg.rope_scaling.factor;
-    comp.original_max_position = cfg.rope_scaling.original_max_position_embeddings;
-    comp.beta_fast = cfg.rope_scaling.beta_fast;
-    comp.beta_slow = cfg.rope_scaling.beta_slow;
-    rope_compress_ = cpu::rope_inv_freqs(comp);
+    rope_main_ = rope_inv_freqs_for(cfg, false);
+    rope_compress_ = rope_inv_freqs_for(cfg, true);
 }
 
 SequenceState DeepSeekV4::new_sequence() const {

@@ -33,6 +33,11 @@ enum class Numerics { Reference, Exact };
 
 const char* numerics_name(Numerics n);  // "reference", "exact"
 
+// RoPE inverse frequencies [qk_rope_head_dim/2] of a layer kind: rope_theta for SWA layers and MTP,
+// compress_rope_theta with YaRN (when the config asks for it) for CSA/HCA layers, their compressors
+// and indexers. Shared by every backend.
+std::vector<float> rope_inv_freqs_for(const ModelConfig& cfg, bool compressed);
+
 struct ForwardOutput {
     std::vector<float> logits;   // [n_tokens, vocab]
     std::vector<float> streams;  // [n_tokens, hc, D]: final residual streams before hc_head (MTP input)

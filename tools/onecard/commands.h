@@ -15,5 +15,6 @@ void add_cmd_logits(CLI::App& app);    // also adds `generate`
 void add_cmd_serve(CLI::App& app);     // OpenAI-compatible server (src/server)
 
 void add_cmd_plan(CLI::App& app);      // memory plan (engine/memory_plan.h)
+void add_cmd_bench(CLI::App& app);     // whole-model GPU benchmark (model_cuda)
 
 }  // namespace onecard::cli

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
     app.set_version_flag("--version", "onecard 0.1.0");
     // Each line below is one subcommand group; see commands.h.
     // [commands]
+    onecard::cli::add_cmd_bench(app);
     onecard::cli::add_cmd_plan(app);
     onecard::cli::add_cmd_serve(app);
     onecard::cli::add_cmd_render_chat(app);

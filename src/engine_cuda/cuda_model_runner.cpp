@@ -1,0 +1,102 @@
+#include "engine_cuda/cuda_model_runner.h"
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device.h"
+#include "core/error.h"
+#include "engine/memory_plan.h"
+
+#include <algorithm>
+
+namespace onecard {
+
+CudaModelRunner::CudaModelRunner(const ModelConfig& cfg, const ModelWeights& w, const CudaRunnerOptions& opt)
+    : cfg_(cfg), opt_(opt) {
+    const auto t0 = std::chrono::steady_clock::now();
+    check_gpu_model_shape(cfg);
+    const auto devices = cuda::list_devices();
+    ONECARD_CHECK(!devices.empty(), "cuda runner: no usable GPU ({})", cuda::no_device_reason());
+    const cuda::DeviceInfo& d = devices.front();
+    report_.device = d.name;
+    const GpuWeightBytes wb = gpu_weight_bytes(cfg);
+    uint64_t cap = opt.arena_bytes;
+    if (cap == 0) {
+        ONECARD_CHECK(d.free_bytes > opt.headroom_bytes, "cuda runner: {} has {:.2f} GiB free, less than the headroom",
+                      d.name, d.free_bytes / double(1ull << 30));
+        cap = d.free_bytes - opt.headroom_bytes;
+    }
+    // Refuse before uploading anything: the weights alone must leave room for a workspace.
+    ONECARD_CHECK(static_cast<uint64_t>(wb.total) + opt.moe_scratch_bytes < cap,
+                  "cuda runner: the weights need {:.2f} GiB on the GPU (routed experts {:.2f} GiB), the arena has "
+                  "{:.2f} GiB; use fewer resident experts or a larger device",
+                  wb.total / double(1ull << 30), wb.routed_experts / double(1ull << 30), cap / double(1ull << 30));
+    arena_ = std::make_unique<cuda::DeviceArena>(cap, "onecard");
+    weights_ = upload_weights(cfg, w, *arena_);
+    report_.arena_bytes = cap;
+    report_.weight_bytes = arena_->used();
+    report_.upload_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+CudaModelRunner::~CudaModelRunner() = default;
+
+KvModelShape CudaModelRunner::kv_model_shape() const { return kv_model_shape_from_config(cfg_); }
+
+void CudaModelRunner::bind_kv_pool(const KvCacheSpec& spec, const KvPoolSize& size) {
+    ONECARD_CHECK(pool_ == nullptr, "cuda runner: the KV pool is already bound");
+    const size_t before = arena_->used();
+    pool_ = std::make_unique<GpuKvPool>(spec, size, opt_.max_num_batched_tokens, *arena_);
+    report_.kv_pool_bytes = arena_->used() - before;
+    report_.kv_token_capacity = size.n_blocks * spec.block_size;
+    report_.kv_slots = size.n_slots;
+    GpuModelOptions mo;
+    mo.max_step_tokens = opt_.max_num_batched_tokens;
+    mo.max_seqs = opt_.max_num_seqs;
+    mo.max_model_len = opt_.max_model_len;
+    mo.moe_scratch_bytes = opt_.moe_scratch_bytes;
+    model_ = std::make_unique<GpuModel>(cfg_, weights_, *pool_, mo, *arena_);
+    report_.workspace_bytes = static_cast<uint64_t>(model_->workspace_bytes());
+    report_.free_after = arena_->remaining();
+}
+
+RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
+    ONECARD_CHECK(model_ != nullptr, "cuda runner: bind_kv_pool() was not called");
+    for (RequestId id : batch.finished_ids) n_tokens_.erase(id);
+    for (RequestId id : batch.preempted_ids) n_tokens_.erase(id);
+    RunnerOutput out;
+    out.vocab_size = cfg_.vocab_size;
+    if (batch.requests.empty()) return out;
+    std::vector<GpuStepSeq> seqs;
+    seqs.reserve(batch.requests.size());
+    for (const auto& r : batch.requests) {
+        if (r.start_pos == 0) n_tokens_[r.id] = 0;
+        auto it = n_tokens_.find(r.id);
+        ONECARD_CHECK(it != n_tokens_.end(), "cuda runner: request {} continues at position {} without state", r.id,
+                      r.start_pos);
+        ONECARD_CHECK(it->second == r.start_pos, "cuda runner: request {} scheduled at position {} but holds {} tokens",
+                      r.id, r.start_pos, it->second);
+        it->second += r.n_tokens();
+        GpuStepSeq q;
+        q.slot = r.kv.slot;
+        q.block_table = r.block_table;
+        q.start_pos = r.start_pos;
+        q.tokens = r.token_ids;
+        q.want_logits = r.sample;
+        seqs.push_back(q);
+        if (r.sample) out.row_ids.push_back(r.id);
+    }
+    const float* logits = model_->step(seqs, false, stream_.get());
+    out.logits.resize(out.row_ids.size() * static_cast<size_t>(cfg_.vocab_size));
+    if (!out.logits.empty())
+        CUDA_CHECK(cudaMemcpyAsync(out.logits.data(), logits, out.logits.size() * 4, cudaMemcpyDeviceToHost,
+                                   stream_.get()));
+    stream_.sync();
+    return out;
+}
+
+void CudaModelRunner::check_integrity() const {
+    arena_->check_integrity();
+    for (const auto& [id, n] : n_tokens_)
+        ONECARD_CHECK(n >= 0 && n <= opt_.max_model_len, "cuda runner: request {} holds {} tokens (max {})", id, n,
+                      opt_.max_model_len);
+}
+
+}  // namespace onecard

@@ -1,0 +1,68 @@
+// CudaModelRunner: executes a SchedulerOutput with GpuModel (model_cuda/gpu_model.h). The weights
+// go to HBM once at construction; bind_kv_pool() puts the engine's KV pool (slots + paged blocks,
+// kvcache's byte format) in HBM and sizes the step workspace. The scheduler's slot and block ids
+// address that pool directly, so preemption frees exactly what the manager frees; the runner keeps
+// only the token count per live request, to check the scheduler's positions.
+// Logits of the sampled rows come back to the host for the engine's sampler (penalties, logprobs).
+#pragma once
+
+#include "backend/cuda/arena.h"
+#include "backend/cuda/stream.h"
+#include "engine/model_runner.h"
+#include "model/config.h"
+#include "model/weights.h"
+#include "model_cuda/gpu_model.h"
+
+#include <chrono>
+#include <memory>
+#include <unordered_map>
+
+namespace onecard {
+
+struct CudaRunnerOptions {
+    int64_t max_model_len = 8192;
+    int64_t max_num_seqs = 64;
+    int64_t max_num_batched_tokens = 2048;  // the scheduler's per-step token budget
+    // Device memory the runner takes in one cudaMalloc; 0 = the device's free memory less headroom.
+    uint64_t arena_bytes = 0;
+    uint64_t headroom_bytes = 2ull << 30;
+    size_t moe_scratch_bytes = size_t{1} << 30;
+};
+
+// What the startup report prints (serve): where the memory went and how long loading took.
+struct CudaRunnerReport {
+    std::string device;
+    uint64_t arena_bytes = 0, weight_bytes = 0, kv_pool_bytes = 0, workspace_bytes = 0, free_after = 0;
+    int64_t kv_token_capacity = 0, kv_slots = 0;
+    double upload_seconds = 0;
+};
+
+class CudaModelRunner : public ModelRunner {
+public:
+    // Uploads the weights (throws onecard::Error when the model does not fit or the shape is unsupported).
+    CudaModelRunner(const ModelConfig& cfg, const ModelWeights& w, const CudaRunnerOptions& opt);
+    ~CudaModelRunner() override;
+
+    int64_t vocab_size() const override { return cfg_.vocab_size; }
+    int64_t max_model_len() const override { return opt_.max_model_len; }
+    KvModelShape kv_model_shape() const override;
+    void bind_kv_pool(const KvCacheSpec& spec, const KvPoolSize& size) override;
+    RunnerOutput execute(const SchedulerOutput& batch) override;
+
+    const CudaRunnerReport& report() const { return report_; }
+    // Throws unless every live request's token count is within max_model_len and the arena is sound.
+    void check_integrity() const;
+
+private:
+    ModelConfig cfg_;
+    CudaRunnerOptions opt_;
+    cuda::Stream stream_;
+    std::unique_ptr<cuda::DeviceArena> arena_;
+    GpuModelWeights weights_;
+    std::unique_ptr<GpuKvPool> pool_;
+    std::unique_ptr<GpuModel> model_;
+    std::unordered_map<RequestId, int64_t> n_tokens_;  // live requests: tokens computed so far
+    CudaRunnerReport report_;
+};
+
+}  // namespace onecard

@@ -1,0 +1,58 @@
+#include "model_cuda/gpu_kv_pool.h"
+
+#include "core/error.h"
+
+namespace onecard {
+
+GpuKvPool::GpuKvPool(const KvCacheSpec& spec, const KvPoolSize& size, int64_t max_step_tokens,
+                     cuda::DeviceArena& arena)
+    : spec_(spec), size_(size), max_step_tokens_(max_step_tokens) {
+    ONECARD_CHECK(size.n_slots > 0 && size.n_blocks > 0 && max_step_tokens > 0,
+                  "gpu kv pool: needs slots ({}), blocks ({}) and step tokens ({})", size.n_slots, size.n_blocks,
+                  max_step_tokens);
+    // Entries are read with 8-byte loads: every region must start on an 8-byte boundary.
+    ONECARD_CHECK(spec.block_bytes % 8 == 0 && spec.slot_bytes % 8 == 0 && spec.entry.entry_bytes() % 8 == 0,
+                  "gpu kv pool: block {} / slot {} / entry {} bytes are not multiples of 8", spec.block_bytes,
+                  spec.slot_bytes, spec.entry.entry_bytes());
+    slots_offset_ = size.n_blocks * spec.block_bytes;
+    step_offset_ = slots_offset_ + size.n_slots * spec.slot_bytes;
+    total_bytes_ = step_offset_ + max_step_tokens * spec.entry.entry_bytes();
+    base_ = static_cast<uint8_t*>(arena.alloc(static_cast<size_t>(total_bytes_), "kv pool"));
+    layers_.resize(spec.shape.kinds.size());
+    for (size_t il = 0; il < layers_.size(); ++il) layers_[il].ratio = spec.shape.compress_ratios[il];
+    for (const auto& f : spec.fixed) {
+        LayerAddr& l = layers_.at(static_cast<size_t>(f.layer));
+        if (f.kind == KvFixedKind::Window) l.window_region = f.offset;
+        if (f.kind == KvFixedKind::Compressor) l.compressor_region = f.offset;
+        if (f.kind == KvFixedKind::IndexerCompressor) l.index_comp_region = f.offset;
+    }
+    for (const auto& s : spec.streams) {
+        LayerAddr& l = layers_.at(static_cast<size_t>(s.layer));
+        ONECARD_CHECK(s.offset % 4 == 0, "gpu kv pool: stream of layer {} at unaligned offset {}", s.layer, s.offset);
+        if (s.kind == KvStreamKind::CompressedEntry) {
+            ONECARD_CHECK(s.offset % 8 == 0, "gpu kv pool: entry stream of layer {} at offset {} (not 8-aligned)",
+                          s.layer, s.offset);
+            l.entry_stream = s.offset;
+        } else {
+            l.key_stream = s.offset;
+        }
+    }
+}
+
+cuda::PagedStreamAddr GpuKvPool::entry_addr(int64_t il, bool keys, const int32_t* block_tables,
+                                            int64_t max_blocks) const {
+    const LayerAddr& l = layer(il);
+    cuda::PagedStreamAddr a;
+    a.block_tables = block_tables;
+    a.max_blocks = max_blocks;
+    a.block_bytes = spec_.block_bytes;
+    a.block_size = spec_.block_size;
+    a.ratio = l.ratio;
+    a.stream_offset = keys ? l.key_stream : l.entry_stream;
+    a.entry_bytes = keys ? spec_.index_key.entry_bytes() : spec_.entry.entry_bytes();
+    ONECARD_CHECK(a.ratio > 0 && a.stream_offset >= 0, "gpu kv pool: layer {} has no {} stream", il,
+                  keys ? "indexer-key" : "compressed-entry");
+    return a;
+}
+
+}  // namespace onecard

@@ -1,0 +1,64 @@
+#include "model_cuda/gpu_linear.h"
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops/fp8_gemv.cuh"
+#include "backend/cuda/ops/fp8_quant.cuh"
+#include "core/error.h"
+
+namespace onecard {
+namespace {
+constexpr size_t kCublasWorkspace = size_t{32} << 20;
+}
+
+GpuLinears::GpuLinears(cuda::DeviceArena& workspace)
+    : ws_(workspace),
+      fp8_gemm_(workspace.alloc(kCublasWorkspace, "cuBLASLt workspace (fp8)"), kCublasWorkspace),
+      bf16_gemm_(workspace.alloc(kCublasWorkspace, "cuBLAS workspace (bf16)"), kCublasWorkspace) {}
+
+void GpuLinears::fp8(const GpuFp8Linear& l, const __nv_bfloat16* x, int64_t m, __nv_bfloat16* y, cudaStream_t s,
+                     int64_t ld_y) {
+    if (m == 0) return;
+    const int64_t k = l.n_in, n = l.n_out;
+    const cuda::DeviceArena::Mark mark = ws_.mark();
+    if (m <= kGemvMaxRows && k % 512 == 0) {
+        auto* xq = ws_.alloc_n<uint8_t>(static_cast<size_t>(m * k), "fp8 linear: xq");
+        auto* xs = ws_.alloc_n<float>(static_cast<size_t>(m * k / 128), "fp8 linear: xs");
+        cuda::quantize_fp8_1x128(x, xq, xs, m, k, cuda::ActScaleLayout::RowMajor, s);
+        cuda::fp8_gemv(xq, xs, l.w, l.ws, y, m, n, k, s, ld_y);
+    } else {
+        ONECARD_CHECK(ld_y == 0 || ld_y == n, "fp8 linear: the GEMM path writes dense rows (ld {} for n {})", ld_y, n);
+        const int64_t mp = (m + cuda::kFp8GemmRowMultiple - 1) / cuda::kFp8GemmRowMultiple * cuda::kFp8GemmRowMultiple;
+        auto* xq = ws_.alloc_n<uint8_t>(static_cast<size_t>(mp * k), "fp8 linear: xq");
+        auto* xs = ws_.alloc_n<float>(static_cast<size_t>(mp * k / 128), "fp8 linear: xs");
+        auto* yp = mp == m ? y : ws_.alloc_n<__nv_bfloat16>(static_cast<size_t>(mp * n), "fp8 linear: padded y");
+        // KBlockMajor scales are [k/128, mp] with the row count as stride, so the pad rows are quantised
+        // too, from zeros (finite scales); their outputs are dropped.
+        if (mp != m) {
+            auto* xpad = ws_.alloc_n<__nv_bfloat16>(static_cast<size_t>(mp * k), "fp8 linear: padded x");
+            CUDA_CHECK(cudaMemcpyAsync(xpad, x, static_cast<size_t>(m * k) * 2, cudaMemcpyDeviceToDevice, s));
+            CUDA_CHECK(cudaMemsetAsync(xpad + m * k, 0, static_cast<size_t>((mp - m) * k) * 2, s));
+            cuda::quantize_fp8_1x128(xpad, xq, xs, mp, k, cuda::ActScaleLayout::KBlockMajor, s);
+        } else {
+            cuda::quantize_fp8_1x128(x, xq, xs, m, k, cuda::ActScaleLayout::KBlockMajor, s);
+        }
+        fp8_gemm_.run(xq, xs, l.w, l.ws, yp, mp, n, k, s);
+        if (yp != y)
+            CUDA_CHECK(cudaMemcpyAsync(y, yp, static_cast<size_t>(m * n) * 2, cudaMemcpyDeviceToDevice, s));
+    }
+    ws_.release(mark);
+}
+
+void GpuLinears::bf16(const GpuBf16Linear& l, const __nv_bfloat16* x, int64_t m, void* y, cuda::GemmOut out,
+                      cudaStream_t s, int64_t ld_x) {
+    if (m == 0) return;
+    bf16_gemm_.run(x, ld_x, l.w, y, out, 0, m, l.n_out, l.n_in, s);
+}
+
+void GpuLinears::grouped(const GpuBf16Linear& l, int64_t groups, const __nv_bfloat16* x, int64_t m, __nv_bfloat16* z,
+                         cudaStream_t s) {
+    if (m == 0) return;
+    ONECARD_CHECK(l.n_out % groups == 0, "wo_a: {} rows do not split into {} groups", l.n_out, groups);
+    bf16_gemm_.run_grouped_columns(x, l.w, z, cuda::GemmOut::Bf16, m, l.n_out / groups, l.n_in, groups, s);
+}
+
+}  // namespace onecard

@@ -1,0 +1,45 @@
+// The linears of the GPU forward pass, one entry point per weight kind, choosing the kernel by shape:
+//  * FP8 linears: x [m, k] bf16 -> FP8 1×128 quantisation (REF's act_quant) -> decode GEMV when m is
+//    small and k % 512 == 0, else the cuBLASLt block-scaled GEMM (rows padded to a multiple of 4);
+//  * bf16 linears: cuBLAS bf16 GEMM with fp32 accumulation, bf16 or fp32 out.
+// Scratch for the quantised activations comes from the caller's workspace arena (mark/release per
+// call), so nothing allocates during a step.
+#pragma once
+
+#include "backend/cuda/arena.h"
+#include "backend/cuda/ops/bf16_gemm.cuh"
+#include "backend/cuda/ops/fp8_gemm.cuh"
+#include "model_cuda/gpu_weights.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace onecard {
+
+class GpuLinears {
+public:
+    // `workspace` provides cuBLAS workspaces (taken once here) and per-call scratch.
+    explicit GpuLinears(cuda::DeviceArena& workspace);
+
+    // y [m, n_out] bf16 (row stride ld_y, 0 = n_out) = FP8-quantised x [m, n_in] · Wᵀ.
+    void fp8(const GpuFp8Linear& l, const __nv_bfloat16* x, int64_t m, __nv_bfloat16* y, cudaStream_t s,
+             int64_t ld_y = 0);
+    // y [m, n_out] = x [m, n_in] (row stride ld_x, 0 = n_in) · Wᵀ in bf16 x bf16 -> fp32 accumulation.
+    void bf16(const GpuBf16Linear& l, const __nv_bfloat16* x, int64_t m, void* y, cuda::GemmOut out, cudaStream_t s,
+              int64_t ld_x = 0);
+    // wo_a: o [m, G·k] -> z [m, G·r], group g = o[:, g·k:(g+1)·k] · W_gᵀ.
+    void grouped(const GpuBf16Linear& l, int64_t groups, const __nv_bfloat16* x, int64_t m, __nv_bfloat16* z,
+                 cudaStream_t s);
+
+    // Rows up to which the GEMV path is used (beyond it the GEMM wins).
+    static constexpr int64_t kGemvMaxRows = 16;
+
+private:
+    cuda::DeviceArena& ws_;
+    cuda::Fp8GemmLt fp8_gemm_;
+    cuda::Bf16Gemm bf16_gemm_;
+};
+
+}  // namespace onecard

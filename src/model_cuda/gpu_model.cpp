@@ -1,0 +1,356 @@
+#include "model_cuda/gpu_model.h"
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops/compressor.cuh"
+#include "backend/cuda/ops/fp8_quant.cuh"
+#include "backend/cuda/ops/hyper_connection.cuh"
+#include "backend/cuda/ops/indexer.cuh"
+#include "backend/cuda/ops/kv_write.cuh"
+#include "backend/cuda/ops/model_io.cuh"
+#include "backend/cuda/ops/moe.cuh"
+#include "backend/cuda/ops/mxfp4_gemv.cuh"
+#include "backend/cuda/ops/rmsnorm.cuh"
+#include "backend/cuda/ops/rope.cuh"
+#include "backend/cuda/ops/sparse_attention.cuh"
+#include "backend/cuda/stream.h"
+#include "core/error.h"
+#include "model/deepseek_v4.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace onecard {
+
+using bf16 = __nv_bfloat16;
+
+// Device buffers of one step at full capacity (T = max_step_tokens rows), taken once.
+struct GpuModel::Buffers {
+    int64_t T = 0, logits_rows = 0, max_keys = 0, gemv_rows = 0, index_scratch_floats = 0;
+    bf16 *X = nullptr, *x = nullptr, *a = nullptr;          // [T, 4, D], [T, D], [T, D]
+    float *pre = nullptr, *post = nullptr, *comb = nullptr;  // [T, 4], [T, 4], [T, 16]
+    bf16 *qr = nullptr, *q = nullptr, *o = nullptr, *kv = nullptr, *z = nullptr;
+    float *ckv = nullptr, *csc = nullptr;  // [T, 2·hd]
+    bf16* centries = nullptr;              // [T, hd]
+    bf16* iq = nullptr;                    // [T, nI·dI]
+    float *iw = nullptr, *ikv = nullptr, *isc = nullptr;
+    bf16* ientries = nullptr;  // [T, dI]
+    int32_t* topk = nullptr;   // [T, index_topk]
+    float* index_scratch = nullptr;
+    int64_t *step_dst = nullptr, *ring_dst = nullptr, *entry_dst = nullptr, *key_dst = nullptr;  // [T]
+    int64_t* kv_off = nullptr;                                                                  // [T, max_keys]
+    // MoE
+    float* router = nullptr;  // [T, E]
+    int32_t* experts = nullptr;
+    float* weights = nullptr;                               // [T, K]
+    bf16 *sg = nullptr, *su = nullptr, *sh = nullptr;       // shared expert [T, inter]
+    bf16 *shared = nullptr, *routed = nullptr, *xr = nullptr;  // [T, D]
+    bf16 *y1 = nullptr, *y3 = nullptr, *h = nullptr, *y2 = nullptr;  // decode pairs
+    uint8_t *xq = nullptr, *hq = nullptr;
+    float *xs = nullptr, *hs = nullptr;
+    int32_t *pair_token = nullptr, *pair_id = nullptr;  // [gemv_rows·K]: i / K and i
+    // head
+    bf16 *head_rows = nullptr, *head_y = nullptr;  // [logits_rows, 4, D], [logits_rows, D]
+    float* logits = nullptr;                       // [logits_rows, vocab]
+    int32_t* ids = nullptr;                        // [logits_rows]
+    float *rope_main = nullptr, *rope_compress = nullptr;
+};
+
+namespace {
+
+constexpr int64_t kGemvMoeMaxTokens = 64;  // decode batches; more tokens go through MoeExperts
+
+cuda::HcDims hc_dims(const ModelConfig& c) {
+    cuda::HcDims d;
+    d.dim = c.hidden_size;
+    d.sinkhorn_iters = c.hc_sinkhorn_iters;
+    d.hc_eps = static_cast<float>(c.hc_eps);
+    d.norm_eps = static_cast<float>(c.rms_norm_eps);
+    return d;
+}
+
+// Largest number of compressed entries an HCA-style (unselected) layer can show one query.
+int64_t max_unselected_entries(const ModelConfig& c, int64_t max_len) {
+    int64_t m = 0;
+    for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
+        const int64_t r = c.compress_ratio(il);
+        if (r > 0 && r != 4) m = std::max(m, max_len / r);
+    }
+    return m;
+}
+
+}  // namespace
+
+GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKvPool& pool,
+                   const GpuModelOptions& opt, cuda::DeviceArena& arena)
+    : cfg_(cfg),
+      w_(weights),
+      pool_(pool),
+      opt_(opt),
+      ws_(nullptr, 0, "gpu model workspace"),
+      meta_(opt.max_step_tokens, opt.max_seqs, pool.spec().blocks_for_tokens(opt.max_model_len) + 1, arena),
+      buf_(std::make_unique<Buffers>()) {
+    check_gpu_model_shape(cfg);
+    ONECARD_CHECK(opt.max_step_tokens <= pool.max_step_tokens(),
+                  "gpu model: {} tokens per step but the KV pool's step region holds {}", opt.max_step_tokens,
+                  pool.max_step_tokens());
+    const size_t used_before = arena.used();
+    Buffers& b = *buf_;
+    const int64_t T = opt.max_step_tokens, D = cfg.hidden_size, H = cfg.num_attention_heads, hd = cfg.head_dim;
+    const int64_t nI = cfg.index_n_heads, dI = cfg.index_head_dim, E = cfg.n_routed_experts;
+    const int64_t K = cfg.num_experts_per_tok, I = cfg.moe_intermediate_size, W = cfg.sliding_window;
+    b.T = T;
+    b.max_keys = W + std::max(cfg.index_topk, max_unselected_entries(cfg, opt.max_model_len));
+    b.gemv_rows = std::min(T, kGemvMoeMaxTokens);
+    // All-rows logits (tests) only where they stay small; serving needs one row per sequence.
+    b.logits_rows = T * cfg.vocab_size * 4 <= (int64_t{256} << 20) ? T : std::min(T, opt.max_seqs);
+    b.index_scratch_floats = std::min<int64_t>(T * std::max<int64_t>(1, opt.max_model_len / 4), int64_t{64} << 20);
+    auto A = [&](auto*& p, int64_t count, const char* tag) {
+        using Ptr = std::remove_reference_t<decltype(p)>;
+        using Elem = std::remove_pointer_t<Ptr>;
+        p = arena.alloc_n<Elem>(static_cast<size_t>(std::max<int64_t>(count, 1)), tag);
+    };
+    A(b.X, T * 4 * D, "X streams");
+    A(b.x, T * D, "x");
+    A(b.a, T * D, "sub-block out");
+    A(b.pre, T * 4, "hc pre");
+    A(b.post, T * 4, "hc post");
+    A(b.comb, T * 16, "hc comb");
+    A(b.qr, T * cfg.q_lora_rank, "qr");
+    A(b.q, T * H * hd, "q");
+    A(b.o, T * H * hd, "attention out");
+    A(b.kv, T * hd, "kv");
+    A(b.z, T * cfg.o_groups * cfg.o_lora_rank, "wo_a out");
+    A(b.ckv, T * 2 * hd, "compressor kv");
+    A(b.csc, T * 2 * hd, "compressor score");
+    A(b.centries, T * hd, "compressed entries");
+    A(b.iq, T * nI * dI, "indexer q");
+    A(b.iw, T * nI, "indexer weights");
+    A(b.ikv, T * 2 * dI, "indexer compressor kv");
+    A(b.isc, T * 2 * dI, "indexer compressor score");
+    A(b.ientries, T * dI, "indexer keys");
+    A(b.topk, T * cfg.index_topk, "indexer picks");
+    A(b.index_scratch, b.index_scratch_floats, "indexer scores");
+    A(b.step_dst, T, "step dst");
+    A(b.ring_dst, T, "ring dst");
+    A(b.entry_dst, T, "entry dst");
+    A(b.key_dst, T, "key dst");
+    A(b.kv_off, T * b.max_keys, "attention key offsets");
+    A(b.router, T * E, "router logits");
+    A(b.experts, T * K, "routed ids");
+    A(b.weights, T * K, "routed weights");
+    A(b.sg, T * I, "shared gate");
+    A(b.su, T * I, "shared up");
+    A(b.sh, T * I, "shared hidden");
+    A(b.shared, T * D, "shared out");
+    A(b.routed, T * D, "routed out");
+    A(b.xr, T * D, "fp8-rounded x");
+    const int64_t P = b.gemv_rows * K;
+    A(b.y1, P * I, "expert gate");
+    A(b.y3, P * I, "expert up");
+    A(b.h, P * I, "expert hidden");
+    A(b.y2, P * D, "expert out");
+    A(b.xq, b.gemv_rows * D, "expert xq");
+    A(b.xs, b.gemv_rows * D / 128, "expert xs");
+    A(b.hq, P * I, "expert hq");
+    A(b.hs, P * I / 128, "expert hs");
+    A(b.pair_token, P, "pair token");
+    A(b.pair_id, P, "pair id");
+    A(b.head_rows, b.logits_rows * 4 * D, "head rows");
+    A(b.head_y, b.logits_rows * D, "head y");
+    A(b.logits, b.logits_rows * cfg.vocab_size, "logits");
+    A(b.ids, b.logits_rows, "greedy ids");
+    const std::vector<float> rm = rope_inv_freqs_for(cfg, false), rc = rope_inv_freqs_for(cfg, true);
+    A(b.rope_main, static_cast<int64_t>(rm.size()), "rope main");
+    A(b.rope_compress, static_cast<int64_t>(rc.size()), "rope compress");
+    cuda::copy_to_device(b.rope_main, rm);
+    cuda::copy_to_device(b.rope_compress, rc);
+    std::vector<int32_t> pt(static_cast<size_t>(P)), pid(static_cast<size_t>(P));
+    for (int64_t i = 0; i < P; ++i) {
+        pt[static_cast<size_t>(i)] = static_cast<int32_t>(i / K);
+        pid[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    }
+    cuda::copy_to_device(b.pair_token, pt);
+    cuda::copy_to_device(b.pair_id, pid);
+
+    // Per-call scratch (quantised activations, padded GEMM rows) lives in a sub-arena.
+    const size_t scratch = static_cast<size_t>(T * std::max({D, cfg.q_lora_rank, H * hd, cfg.o_groups * cfg.o_lora_rank, I}) * 4 +
+                                               (size_t{80} << 20));
+    ws_ = cuda::DeviceArena(arena.alloc(scratch, "linear scratch"), scratch, "linear scratch");
+    lin_ = std::make_unique<GpuLinears>(ws_);
+    void* moe_scratch = arena.alloc(opt.moe_scratch_bytes, "moe scratch");
+    experts_ = std::make_unique<cuda::MoeExperts>(moe_scratch, opt.moe_scratch_bytes, T * K);
+    workspace_bytes_ = static_cast<int64_t>(arena.used() - used_before);
+}
+
+GpuModel::~GpuModel() = default;
+
+void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t s) {
+    Buffers& b = *buf_;
+    const ModelConfig& c = cfg_;
+    const int64_t n = meta_.n, il = blk.layer_id, H = c.num_attention_heads, hd = c.head_dim;
+    const int64_t W = c.sliding_window, n_rope = c.qk_rope_head_dim;
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    const GpuAttention& w = blk.attn;
+    const int64_t ratio = c.compress_ratio(il);
+    const float* rope = ratio ? b.rope_compress : b.rope_main;
+
+    // q path: wq_a -> q_norm -> wq_b -> per-head RMSNorm -> RoPE
+    lin_->fp8(w.wq_a, xn, n, b.qr, s);
+    cuda::rmsnorm_bf16(b.qr, w.q_norm, b.qr, n, c.q_lora_rank, eps, s);
+    lin_->fp8(w.wq_b, b.qr, n, b.q, s);
+    cuda::rmsnorm_bf16(b.q, nullptr, b.q, n * H, hd, eps, s);
+    cuda::rope_bf16(b.q, n, H, hd, rope, n_rope, meta_.positions, false, s);
+    // shared KV head: wkv -> kv_norm -> RoPE, stored as FP8 entries in the step region
+    lin_->fp8(w.wkv, xn, n, b.kv, s);
+    cuda::rmsnorm_bf16(b.kv, w.kv_norm, b.kv, n, hd, eps, s);
+    cuda::rope_bf16(b.kv, n, 1, hd, rope, n_rope, meta_.positions, false, s);
+    build_write_offsets(meta_, pool_, il, W, b.step_dst, b.ring_dst, b.entry_dst, b.key_dst, s);
+    const KvCacheSpec& spec = pool_.spec();
+    cuda::KvEntryDims ed;
+    ed.head_dim = hd;
+    ed.rope_dim = n_rope;
+    ed.quant_block = spec.entry.quant_block;
+    ed.entry_bytes = spec.entry.entry_bytes();
+    cuda::kv_write_entries(b.kv, 0, b.step_dst, pool_.base(), n, ed, s);
+
+    const auto& addr = pool_.layer(il);
+    cuda::CompressorTokens ct;
+    ct.positions = meta_.positions;
+    ct.seq_first = meta_.seq_first;
+    ct.ring_base = meta_.slot_off;
+    auto compress = [&](const GpuCompressor& cw, int64_t region, float* kvp, float* scp, bf16* entries) {
+        cuda::CompressorDims cd;
+        cd.ratio = cw.ratio;
+        cd.head_dim = cw.head_dim;
+        cd.rope_dim = n_rope;
+        cd.eps = eps;
+        lin_->bf16(cw.wkv, xn, n, kvp, cuda::GemmOut::F32, s);
+        lin_->bf16(cw.wgate, xn, n, scp, cuda::GemmOut::F32, s);
+        cuda::compressor_pool(kvp, scp, cw.ape, cw.norm, b.rope_compress, pool_.base() + region, ct, entries, n, cd, s);
+        cuda::compressor_store(kvp, scp, cw.ape, pool_.base() + region, ct, n, cd, s);
+    };
+    const int32_t* picks = nullptr;
+    if (w.compressor) {
+        compress(*w.compressor, addr.compressor_region, b.ckv, b.csc, b.centries);
+        cuda::kv_write_entries(b.centries, 0, b.entry_dst, pool_.base(), n, ed, s);
+    }
+    if (w.indexer) {
+        const GpuIndexer& ix = *w.indexer;
+        const int64_t nI = c.index_n_heads, dI = c.index_head_dim;
+        compress(ix.compressor, addr.index_comp_region, b.ikv, b.isc, b.ientries);
+        cuda::hadamard_fp4_sim(b.ientries, n, dI, s);
+        cuda::indexer_key_write(b.ientries, b.key_dst, pool_.base(), n, dI, s);
+        lin_->fp8(ix.wq_b, b.qr, n, b.iq, s);
+        cuda::rope_bf16(b.iq, n, nI, dI, b.rope_compress, n_rope, meta_.positions, false, s);
+        cuda::hadamard_fp4_sim(b.iq, n * nI, dI, s);
+        lin_->bf16(ix.weights_proj, xn, n, b.iw, cuda::GemmOut::F32, s);
+        cuda::scale_f32(b.iw, 1.0f / std::sqrt(static_cast<float>(nI)), n * nI, s);
+        cuda::IndexerDims id;
+        id.n_heads = nI;
+        id.head_dim = dI;
+        id.topk = c.index_topk;
+        id.softmax_scale = 1.0f / std::sqrt(static_cast<float>(dI));
+        const cuda::PagedStreamAddr ka = pool_.entry_addr(il, true, meta_.block_tables, meta_.max_blocks);
+        cuda::indexer_topk(b.iq, b.iw, meta_.positions, meta_.seq_of_token, pool_.base(), ka, b.topk, n,
+                           (meta_.max_pos + 1) / ratio, id, b.index_scratch, b.index_scratch_floats, s);
+        picks = b.topk;
+    }
+    // Key lists, then attention over the FP8 entries, inverse RoPE, grouped output projection.
+    int64_t max_keys = W;
+    if (ratio) max_keys += picks ? c.index_topk : (meta_.max_pos + 1) / ratio;
+    max_keys = std::max<int64_t>(max_keys, W);
+    ONECARD_CHECK(max_keys <= b.max_keys, "gpu model: position {} needs {} keys (max_model_len too small?)",
+                  meta_.max_pos, max_keys);
+    build_attention_offsets(meta_, pool_, il, W, picks, c.index_topk, max_keys, b.kv_off, s);
+    cuda::SparseAttnDims ad;
+    ad.n_heads = H;
+    ad.head_dim = hd;
+    ad.rope_dim = n_rope;
+    ad.quant_block = spec.entry.quant_block;
+    ad.entry_bytes = spec.entry.entry_bytes();
+    ad.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    cuda::sparse_attention_decode(b.q, pool_.base(), b.kv_off, max_keys, w.sink, b.o, n, ad, s);
+    cuda::rope_bf16(b.o, n, H, hd, rope, n_rope, meta_.positions, true, s);
+    lin_->grouped(w.wo_a, c.o_groups, b.o, n, b.z, s);
+    lin_->fp8(w.wo_b, b.z, n, out, s);
+    // Only now may the window rings take this step's rows (earlier tokens of the step read the old ones).
+    cuda::kv_write_entries(b.kv, 0, b.ring_dst, pool_.base(), n, ed, s);
+}
+
+void GpuModel::moe(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t s) {
+    Buffers& b = *buf_;
+    const ModelConfig& c = cfg_;
+    const int64_t n = meta_.n, D = c.hidden_size, I = c.moe_intermediate_size, K = c.num_experts_per_tok;
+    const float limit = static_cast<float>(c.swiglu_limit);
+    const GpuMoE& m = blk.ffn;
+    const bool hash = c.is_hash_layer(blk.layer_id);
+    lin_->bf16(m.gate, xn, n, b.router, cuda::GemmOut::F32, s);
+    cuda::moe_route(b.router, hash ? nullptr : m.bias, hash ? m.tid2eid : nullptr, meta_.tokens, n, c.n_routed_experts,
+                    K, static_cast<float>(c.routed_scaling_factor), b.experts, b.weights, s);
+    // Shared expert.
+    lin_->fp8(m.shared_w1, xn, n, b.sg, s);
+    lin_->fp8(m.shared_w3, xn, n, b.su, s);
+    cuda::swiglu_clamp(b.sg, b.su, I, nullptr, b.sh, n, I, limit, s);
+    lin_->fp8(m.shared_w2, b.sh, n, b.shared, s);
+    // Routed experts; REF scales the hidden activation by the routing weight before w2.
+    const cuda::MxExpertWeights& e = m.experts;
+    if (n <= b.gemv_rows && D % 1024 == 0 && I % 1024 == 0) {
+        const int64_t P = n * K;
+        cuda::quantize_fp8_1x128(xn, b.xq, b.xs, n, D, cuda::ActScaleLayout::RowMajor, s);
+        cuda::mxfp4_expert_gemv(b.xq, b.xs, e.w1, e.s1, b.experts, b.pair_token, b.y1, P, I, D, s);
+        cuda::mxfp4_expert_gemv(b.xq, b.xs, e.w3, e.s3, b.experts, b.pair_token, b.y3, P, I, D, s);
+        cuda::swiglu_clamp(b.y1, b.y3, I, b.weights, b.h, P, I, limit, s);
+        cuda::quantize_fp8_1x128(b.h, b.hq, b.hs, P, I, cuda::ActScaleLayout::RowMajor, s);
+        cuda::mxfp4_expert_gemv(b.hq, b.hs, e.w2, e.s2, b.experts, b.pair_id, b.y2, P, D, I, s);
+        cuda::moe_combine(b.y2, nullptr, b.shared, out, n, K, D, s);
+    } else {
+        CUDA_CHECK(cudaMemcpyAsync(b.xr, xn, static_cast<size_t>(n * D) * 2, cudaMemcpyDeviceToDevice, s));
+        cuda::fp8_round_1x128(b.xr, n, D, s);
+        experts_->run(b.xr, b.experts, b.weights, n, K, e, /*weight_before_w2=*/true, limit, b.routed, s);
+        cuda::add_bf16(b.routed, b.shared, out, n * D, s);
+    }
+}
+
+const float* GpuModel::step(std::span<const GpuStepSeq> seqs, bool all_rows, cudaStream_t s) {
+    Buffers& b = *buf_;
+    const ModelConfig& c = cfg_;
+    const int64_t D = c.hidden_size;
+    meta_.build(seqs, pool_, all_rows, s);
+    ONECARD_CHECK(meta_.n_out <= b.logits_rows, "gpu model: {} logits rows asked, room for {}", meta_.n_out,
+                  b.logits_rows);
+    for (const auto& q : seqs)
+        ONECARD_CHECK(q.start_pos + static_cast<int64_t>(q.tokens.size()) <= opt_.max_model_len,
+                      "gpu model: a sequence reaches position {} beyond max_model_len {}",
+                      q.start_pos + static_cast<int64_t>(q.tokens.size()), opt_.max_model_len);
+    const int64_t n = meta_.n;
+    const cuda::HcDims hd = hc_dims(c);
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    cuda::embed_streams(meta_.tokens, w_.embed, b.X, n, D, 4, s);
+    for (const GpuBlock& blk : w_.layers) {
+        cuda::hc_pre_bf16(b.X, blk.hc_attn.fn, blk.hc_attn.scale, blk.hc_attn.base, b.x, b.pre, b.post, b.comb, n, hd, s);
+        cuda::rmsnorm_bf16(b.x, blk.attn_norm, b.x, n, D, eps, s);
+        attention(blk, b.x, b.a, s);
+        cuda::hc_post_bf16(b.a, b.X, b.post, b.comb, b.X, n, hd, s);
+        cuda::hc_pre_bf16(b.X, blk.hc_ffn.fn, blk.hc_ffn.scale, blk.hc_ffn.base, b.x, b.pre, b.post, b.comb, n, hd, s);
+        cuda::rmsnorm_bf16(b.x, blk.ffn_norm, b.x, n, D, eps, s);
+        moe(blk, b.x, b.a, s);
+        cuda::hc_post_bf16(b.a, b.X, b.post, b.comb, b.X, n, hd, s);
+    }
+    // Head on the wanted rows only.
+    const int64_t r = meta_.n_out;
+    if (r == 0) return b.logits;
+    gather_rows_bf16(b.X, meta_.out_rows, b.head_rows, r, 4 * D, s);
+    cuda::hc_head_bf16(b.head_rows, w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, b.head_y, r, D,
+                       static_cast<float>(c.hc_eps), eps, s);
+    cuda::rmsnorm_bf16(b.head_y, w_.norm, b.head_y, r, D, eps, s);
+    lin_->bf16(w_.head, b.head_y, r, b.logits, cuda::GemmOut::F32, s);
+    return b.logits;
+}
+
+const int32_t* GpuModel::argmax_last(cudaStream_t s) {
+    cuda::argmax_rows(buf_->logits, buf_->ids, meta_.n_out, cfg_.vocab_size, s);
+    return buf_->ids;
+}
+
+}  // namespace onecard

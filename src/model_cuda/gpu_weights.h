@@ -1,0 +1,111 @@
+// DeepSeek-V4 weights in device memory, in the layouts the CUDA ops read (all carved from one
+// DeviceArena; the structs hold non-owning device pointers):
+//  * FP8 linears that REF runs as FP8 GEMMs (wq_a, wq_b, wkv, wo_b, indexer wq_b, shared expert):
+//    E4M3 bytes [n_out, n_in] + fp32 block scales in fp8_gemm_prepare_weight_scales' layout (one
+//    tensor serves the cuBLASLt GEMM and the decode GEMV);
+//  * linears REF keeps in bf16 or runs dequantised (wo_a, compressor wkv/wgate, weights_proj, router
+//    gate, head): bf16 [n_out, n_in] (an FP8 wo_a is dequantised at load: exact in bf16);
+//  * routed experts: MXFP4 as in the checkpoint, one array per matrix over all experts of a layer;
+//  * norms bf16, HC parameters, ape, sinks and router bias fp32, tid2eid int32.
+#pragma once
+
+#include "backend/cuda/arena.h"
+#include "backend/cuda/ops/moe_experts.cuh"
+#include "model/config.h"
+#include "model/weights.h"
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace onecard {
+
+struct GpuFp8Linear {
+    const uint8_t* w = nullptr;  // [n_out, n_in] E4M3
+    const float* ws = nullptr;   // fp8_gemm_weight_scale_floats(n_out, n_in) fp32
+    int64_t n_out = 0, n_in = 0;
+};
+
+struct GpuBf16Linear {
+    const __nv_bfloat16* w = nullptr;  // [n_out, n_in]
+    int64_t n_out = 0, n_in = 0;
+};
+
+struct GpuHC {
+    const float* fn = nullptr;     // [n_mix, hc·D]
+    const float* base = nullptr;   // [n_mix]
+    const float* scale = nullptr;  // [3] (head: [1])
+};
+
+struct GpuCompressor {
+    int64_t ratio = 0, head_dim = 0;  // d
+    GpuBf16Linear wkv, wgate;          // [c·d, D]
+    const float* ape = nullptr;        // [ratio, c·d]
+    const __nv_bfloat16* norm = nullptr;  // [d]
+};
+
+struct GpuIndexer {
+    GpuFp8Linear wq_b;           // [nI·dI, q_lora_rank]
+    GpuBf16Linear weights_proj;  // [nI, D]
+    GpuCompressor compressor;    // d = index_head_dim
+};
+
+struct GpuAttention {
+    GpuFp8Linear wq_a;                       // [q_lora_rank, D]
+    const __nv_bfloat16* q_norm = nullptr;   // [q_lora_rank]
+    GpuFp8Linear wq_b;                       // [H·hd, q_lora_rank]
+    GpuFp8Linear wkv;                        // [hd, D]
+    const __nv_bfloat16* kv_norm = nullptr;  // [hd]
+    GpuBf16Linear wo_a;                      // [G·r, H·hd/G]: group g's [r, H·hd/G] block at rows g·r
+    GpuFp8Linear wo_b;                       // [D, G·r]
+    const float* sink = nullptr;             // [H]
+    std::optional<GpuCompressor> compressor;
+    std::optional<GpuIndexer> indexer;
+};
+
+struct GpuMoE {
+    GpuBf16Linear gate;               // [E, D]
+    const float* bias = nullptr;      // [E]; nullptr on hash layers
+    const int32_t* tid2eid = nullptr; // [vocab, K]; nullptr on learned-routing layers
+    cuda::MxExpertWeights experts;    // MXFP4 [E, ...]
+    GpuFp8Linear shared_w1, shared_w3;  // [inter, D]
+    GpuFp8Linear shared_w2;             // [D, inter]
+};
+
+struct GpuBlock {
+    int64_t layer_id = 0;
+    const __nv_bfloat16* attn_norm = nullptr;  // [D]
+    const __nv_bfloat16* ffn_norm = nullptr;   // [D]
+    GpuHC hc_attn, hc_ffn;
+    GpuAttention attn;
+    GpuMoE ffn;
+};
+
+struct GpuModelWeights {
+    const __nv_bfloat16* embed = nullptr;  // [vocab, D]
+    GpuBf16Linear head;                    // [vocab, D]
+    const __nv_bfloat16* norm = nullptr;   // [D]
+    GpuHC hc_head;                         // fn [hc, hc·D], base [hc], scale [1]
+    std::vector<GpuBlock> layers;          // main layers only (MTP blocks are not run on the GPU yet)
+};
+
+// Bytes the device copy of `cfg`'s main-model weights takes in these layouts (what the memory plan
+// and the benchmark report), with an entry per component for the startup report.
+struct GpuWeightBytes {
+    int64_t total = 0;
+    int64_t embed_head = 0, attention = 0, routed_experts = 0, shared_experts = 0, other = 0;
+};
+GpuWeightBytes gpu_weight_bytes(const ModelConfig& cfg);
+
+// Checks that the CUDA kernels can run this config (head_dim 512 with 64 rope dims, hc 4, D and the
+// linears' widths multiples of 512, ...); throws onecard::Error naming every unsupported dimension.
+void check_gpu_model_shape(const ModelConfig& cfg);
+
+// Copies (and converts) a checkpoint's main-model weights into `arena`. Throws onecard::Error naming
+// the tensor on a dtype or shape the GPU layouts do not take.
+GpuModelWeights upload_weights(const ModelConfig& cfg, const ModelWeights& w, cuda::DeviceArena& arena);
+
+}  // namespace onecard

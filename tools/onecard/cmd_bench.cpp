@@ -1,0 +1,380 @@
+// `onecard bench`: the whole model on the GPU, timed with a fixed method. Full-dimension synthetic
+// weights are made directly in device memory (--synth flash; no disk) or a checkpoint is uploaded
+// (--model DIR). Measures, each after warm-up as the median of repeats:
+//  * decode: for each batch size B, B sequences of --context tokens (prefilled first), then steps of
+//    one token per sequence (model step + greedy pick on the GPU + ids back to the host): tok/s = B /
+//    step time; bytes of weights and KV read per step and their fraction of the copy bandwidth
+//    measured in the same run;
+//  * prefill: one --prefill-token prompt in --chunk-token steps: tok/s and the fraction of the
+//    active-parameter FLOPs of the block-scaled FP8 GEMM rate;
+//  * HBM: bytes the arena hands out (weights, KV pool, workspace) and the device's used memory.
+// Prints a table and writes the figures as JSON (--out).
+#include "commands.h"
+#include "core/error.h"
+#include "model/config.h"
+#include "model/synth.h"
+
+#ifdef ONECARD_HAVE_CUDA
+#include "backend/cuda/arena.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/stream.h"
+#include "engine/memory_plan.h"
+#include "kvcache/kv_spec.h"
+#include "loader/checkpoint.h"
+#include "model/weights.h"
+#include "model_cuda/gpu_model.h"
+#include "model_cuda/gpu_synth.h"
+#include "model_cuda/gpu_weights.h"
+#endif
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <sstream>
+
+namespace onecard::cli {
+namespace {
+
+struct BenchArgs {
+    std::string preset;
+    std::string model;
+    int64_t layers = 0;   // 0: the preset's
+    int64_t experts = 0;  // 0: as many as fit
+    std::string decode_batches = "1,8,64";
+    int64_t context = 1024;
+    int64_t prefill = 8192;
+    int64_t chunk = 2048;
+    int64_t repeats = 5;
+    int64_t warmup = 2;
+    int64_t steps = 16;
+    uint64_t seed = 1;
+    double headroom_gib = 1.5;
+    std::string out;
+};
+
+#ifdef ONECARD_HAVE_CUDA
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Device-to-device copy of 1 GiB, read + write counted (the denominator h200-ceilings.md uses).
+double measure_copy_bandwidth(cuda::DeviceArena& arena, cudaStream_t s) {
+    const size_t bytes = size_t{1} << 30;
+    const auto m = arena.mark();
+    void* a = arena.alloc(bytes, "bandwidth probe a");
+    void* b = arena.alloc(bytes, "bandwidth probe b");
+    CUDA_CHECK(cudaMemsetAsync(a, 1, bytes, s));
+    std::vector<double> t;
+    for (int i = 0; i < 12; ++i) {
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        const auto t0 = std::chrono::steady_clock::now();
+        CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        if (i >= 2) t.push_back(seconds_since(t0));
+    }
+    arena.release(m);
+    return 2.0 * bytes / median(t);
+}
+
+// Weight bytes one decode step reads with B tokens: everything but the routed experts once, plus
+// the distinct experts the batch touches per layer (expected value under uniform routing).
+double decode_weight_bytes(const ModelConfig& c, const GpuWeightBytes& wb, int64_t B) {
+    const double E = static_cast<double>(c.n_routed_experts), K = static_cast<double>(c.num_experts_per_tok);
+    const double distinct = E * (1.0 - std::pow(1.0 - K / E, static_cast<double>(B)));
+    const double per_expert = static_cast<double>(wb.routed_experts) / (E * c.num_hidden_layers);
+    // The embedding is gathered (B rows), not read whole.
+    const double dense = static_cast<double>(wb.total - wb.routed_experts) - c.vocab_size * c.hidden_size * 2.0;
+    return dense + c.num_hidden_layers * distinct * per_expert + B * c.hidden_size * 2.0;
+}
+
+// KV bytes one token reads at position `pos`: its window and, per compressed layer, the selected
+// (CSA) or all visible (HCA) entries, plus the CSA indexer keys.
+double decode_kv_bytes(const ModelConfig& c, const KvCacheSpec& spec, int64_t pos) {
+    double b = 0;
+    for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
+        const int64_t r = c.compress_ratio(il);
+        b += std::min<int64_t>(pos + 1, c.sliding_window) * spec.entry.entry_bytes();
+        if (r == 4)
+            b += std::min<int64_t>((pos + 1) / r, c.index_topk) * spec.entry.entry_bytes() +
+                 (pos + 1) / r * spec.index_key.entry_bytes();
+        else if (r > 0)
+            b += (pos + 1) / r * spec.entry.entry_bytes();
+    }
+    return b;
+}
+
+// FLOPs per prefill token of the matmuls with the active parameters (attention scores excluded).
+double active_flops_per_token(const ModelConfig& c) {
+    const double D = c.hidden_size, H = c.num_attention_heads, hd = c.head_dim, I = c.moe_intermediate_size;
+    double p = 0;
+    for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
+        p += D * c.q_lora_rank + c.q_lora_rank * H * hd + D * hd + H * hd * c.o_lora_rank + c.o_groups * c.o_lora_rank * D;
+        const int64_t r = c.compress_ratio(il);
+        if (r) p += 2.0 * D * (r == 4 ? 2 : 1) * hd;
+        if (r == 4) p += c.q_lora_rank * c.index_n_heads * c.index_head_dim + 2.0 * D * 2 * c.index_head_dim;
+        p += D * c.n_routed_experts + (c.num_experts_per_tok + 1) * 3.0 * D * I;
+    }
+    p += D * c.vocab_size / 1.0;  // LM head (one row per sequence in serving; counted per token here)
+    return 2.0 * p;
+}
+
+void run_bench(const BenchArgs& a) {
+    ONECARD_CHECK(a.preset.empty() != a.model.empty(), "bench: give exactly one of --synth flash or --model DIR");
+    const auto devices = cuda::list_devices();
+    ONECARD_CHECK(!devices.empty(), "bench: needs a CUDA GPU ({})", cuda::no_device_reason());
+    const cuda::DeviceInfo dev = devices.front();
+    std::vector<int64_t> batches;
+    {
+        std::stringstream ss(a.decode_batches);
+        std::string item;
+        while (std::getline(ss, item, ','))
+            if (!item.empty()) batches.push_back(std::stoll(item));
+    }
+    ONECARD_CHECK(!batches.empty(), "bench: --decode-batch lists no batch size");
+    const int64_t max_b = *std::max_element(batches.begin(), batches.end());
+
+    ModelConfig cfg;
+    std::unique_ptr<Checkpoint> ckpt;
+    if (!a.model.empty()) {
+        cfg = load_config(std::filesystem::path(a.model) / "config.json");
+    } else {
+        SynthOptions so;
+        so.preset = SynthPreset::Flash;
+        so.mtp = 0;
+        if (a.layers > 0) so.layers = a.layers;
+        if (a.experts > 0) so.experts = a.experts;
+        cfg = synth_config(so);
+        if (a.experts <= 0) {
+            // As many routed experts as fit beside the KV pool and workspace (the full 256 do not fit one H200).
+            const double budget = static_cast<double>(dev.free_bytes) - a.headroom_gib * (1ull << 30) - 12.0 * (1ull << 30);
+            for (int64_t e = cfg.n_routed_experts; e >= cfg.num_experts_per_tok; e -= 8) {
+                so.experts = e;
+                cfg = synth_config(so);
+                if (static_cast<double>(synth_weights_device_bytes(cfg)) <= budget) break;
+            }
+        }
+    }
+    check_gpu_model_shape(cfg);
+    const GpuWeightBytes wb = gpu_weight_bytes(cfg);
+    std::printf("bench: %s, %lld layers, %lld routed experts (top-%lld), device %s, %.1f GiB free\n",
+                a.model.empty() ? "synthetic Flash shape" : a.model.c_str(), static_cast<long long>(cfg.num_hidden_layers),
+                static_cast<long long>(cfg.n_routed_experts), static_cast<long long>(cfg.num_experts_per_tok),
+                dev.name.c_str(), dev.free_bytes / double(1ull << 30));
+
+    cuda::Stream stream;
+    const cudaStream_t s = stream.get();
+    const uint64_t cap = dev.free_bytes - static_cast<uint64_t>(a.headroom_gib * (1ull << 30));
+    cuda::DeviceArena arena(cap, "bench");
+    const auto t_load = std::chrono::steady_clock::now();
+    GpuModelWeights w;
+    if (a.model.empty()) {
+        w = synth_weights_on_device(cfg, arena, a.seed, s);
+    } else {
+        ckpt = std::make_unique<Checkpoint>(Checkpoint::open(a.model));
+        w = upload_weights(cfg, bind_weights(cfg, *ckpt), arena);
+    }
+    stream.sync();
+    const double load_s = seconds_since(t_load);
+    const uint64_t weight_bytes = arena.used();
+    const double bw = measure_copy_bandwidth(arena, s);
+
+    // KV: one slot per decode sequence plus one for the prefill prompt.
+    const KvCacheSpec spec = make_kv_cache_spec(kv_model_shape_from_config(cfg), 256);
+    const int64_t decode_len = a.context + (a.warmup + a.repeats) * a.steps + 8;
+    const int64_t max_len = std::max(decode_len, a.prefill) + 256;
+    const int64_t seq_blocks = spec.blocks_for_tokens(max_len);
+    KvPoolSize size;
+    size.n_slots = max_b + 1;
+    size.n_blocks = (max_b + 1) * seq_blocks;
+    GpuKvPool pool(spec, size, a.chunk, arena);
+    GpuModelOptions mo;
+    mo.max_step_tokens = a.chunk;
+    mo.max_seqs = max_b + 1;
+    mo.max_model_len = max_len;
+    mo.moe_scratch_bytes = size_t{2} << 30;
+    GpuModel model(cfg, w, pool, mo, arena);
+    const uint64_t arena_used = arena.used();
+
+    std::mt19937 rng(static_cast<uint32_t>(a.seed));
+    std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(cfg.vocab_size) - 1);
+    auto random_tokens = [&](int64_t n) {
+        std::vector<int32_t> v(static_cast<size_t>(n));
+        for (auto& t : v) t = tok(rng);
+        return v;
+    };
+    std::vector<std::vector<int32_t>> tables(static_cast<size_t>(max_b + 1));
+    for (int64_t q = 0; q <= max_b; ++q)
+        for (int64_t b = 0; b < seq_blocks; ++b) tables[static_cast<size_t>(q)].push_back(static_cast<int32_t>(q * seq_blocks + b));
+
+    // Prefill of one prompt in chunks; returns seconds.
+    auto prefill_once = [&](int32_t slot, const std::vector<int32_t>& prompt) {
+        stream.sync();
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int64_t p = 0; p < static_cast<int64_t>(prompt.size()); p += a.chunk) {
+            GpuStepSeq q;
+            q.slot = slot;
+            q.block_table = tables[static_cast<size_t>(slot)];
+            q.start_pos = p;
+            q.tokens = std::span<const int32_t>(prompt).subspan(
+                static_cast<size_t>(p), static_cast<size_t>(std::min<int64_t>(a.chunk, prompt.size() - p)));
+            q.want_logits = p + a.chunk >= static_cast<int64_t>(prompt.size());
+            model.step(std::span<const GpuStepSeq>(&q, 1), false, s);
+        }
+        model.argmax_last(s);
+        stream.sync();
+        return seconds_since(t0);
+    };
+
+    nlohmann::json decode_json = nlohmann::json::object();
+    std::printf("\n%-8s %12s %12s %14s %16s %10s\n", "batch", "step ms", "tok/s", "GB read/step", "frac of copy BW",
+                "ctx");
+    for (int64_t B : batches) {
+        // B sequences of `context` tokens, prefilled in steps of up to `chunk` tokens.
+        std::vector<std::vector<int32_t>> prompts;
+        for (int64_t q = 0; q < B; ++q) prompts.push_back(random_tokens(a.context));
+        for (int64_t q0 = 0; q0 < B;) {
+            std::vector<GpuStepSeq> step;
+            int64_t used = 0;
+            for (; q0 < B && used + a.context <= a.chunk; ++q0, used += a.context) {
+                GpuStepSeq q;
+                q.slot = static_cast<int32_t>(q0);
+                q.block_table = tables[static_cast<size_t>(q0)];
+                q.tokens = prompts[static_cast<size_t>(q0)];
+                step.push_back(q);
+            }
+            ONECARD_CHECK(!step.empty(), "bench: --context {} exceeds --chunk {}", a.context, a.chunk);
+            model.step(step, false, s);
+        }
+        stream.sync();
+        std::vector<int32_t> next = random_tokens(B), ids(static_cast<size_t>(B));
+        int64_t pos = a.context;
+        std::vector<double> times;
+        for (int64_t r = 0; r < a.warmup + a.repeats; ++r) {
+            for (int64_t t = 0; t < a.steps; ++t, ++pos) {
+                std::vector<GpuStepSeq> step(static_cast<size_t>(B));
+                for (int64_t q = 0; q < B; ++q) {
+                    step[static_cast<size_t>(q)].slot = static_cast<int32_t>(q);
+                    step[static_cast<size_t>(q)].block_table = tables[static_cast<size_t>(q)];
+                    step[static_cast<size_t>(q)].start_pos = pos;
+                    step[static_cast<size_t>(q)].tokens = std::span<const int32_t>(next).subspan(static_cast<size_t>(q), 1);
+                    step[static_cast<size_t>(q)].want_logits = true;
+                }
+                const auto t0 = std::chrono::steady_clock::now();
+                model.step(step, false, s);
+                const int32_t* d_ids = model.argmax_last(s);
+                CUDA_CHECK(cudaMemcpyAsync(ids.data(), d_ids, static_cast<size_t>(B) * 4, cudaMemcpyDeviceToHost, s));
+                stream.sync();
+                if (r >= a.warmup) times.push_back(seconds_since(t0));
+                next = ids;  // greedy feedback, as serving does
+            }
+        }
+        const double t = median(times);
+        const double bytes = decode_weight_bytes(cfg, wb, B) + B * decode_kv_bytes(cfg, spec, a.context + a.steps);
+        const double frac = bytes / t / bw;
+        std::printf("%-8lld %12.3f %12.1f %14.2f %16.3f %10lld\n", static_cast<long long>(B), t * 1e3, B / t,
+                    bytes / 1e9, frac, static_cast<long long>(a.context));
+        decode_json[std::to_string(B)] = {{"step_ms_median", t * 1e3},
+                                          {"tok_s", B / t},
+                                          {"bytes_read_per_step", bytes},
+                                          {"bytes_read_per_token", bytes / B},
+                                          {"fraction_of_copy_bandwidth", frac},
+                                          {"context", a.context},
+                                          {"timed_steps", times.size()}};
+    }
+
+    // Prefill: one warm-up prompt, then repeats on fresh prompts (a new sequence each time).
+    std::vector<double> pt;
+    for (int64_t r = 0; r < 1 + std::min<int64_t>(a.repeats, 3); ++r) {
+        const double t = prefill_once(static_cast<int32_t>(max_b), random_tokens(a.prefill));
+        if (r > 0) pt.push_back(t);
+    }
+    const double tp = median(pt);
+    const double fp8_gemm_rate = 1.107e15;  // block-scaled FP8 GEMM 8192³ on the H200 (h200-ceilings.md)
+    const double flops = active_flops_per_token(cfg) * a.prefill;
+    std::printf("\nprefill %lld tokens in %lld-token chunks: %.3f s median, %.0f tok/s, %.1f%% of the FP8 GEMM rate\n",
+                static_cast<long long>(a.prefill), static_cast<long long>(a.chunk), tp, a.prefill / tp,
+                100.0 * flops / tp / fp8_gemm_rate);
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    std::printf("HBM: weights %.2f GiB, KV pool %.2f GiB, workspace %.2f GiB (arena %.2f GiB used of %.2f); device "
+                "used %.2f GiB of %.2f; copy bandwidth %.2f TB/s; weights made in %.1f s\n",
+                weight_bytes / double(1ull << 30), pool.total_bytes() / double(1ull << 30),
+                model.workspace_bytes() / double(1ull << 30), arena_used / double(1ull << 30), cap / double(1ull << 30),
+                (total_b - free_b) / double(1ull << 30), total_b / double(1ull << 30), bw / 1e12, load_s);
+
+    nlohmann::json j = {
+        {"device", dev.name},
+        {"model", a.model.empty() ? "synthetic flash shape" : a.model},
+        {"layers", cfg.num_hidden_layers},
+        {"routed_experts", cfg.n_routed_experts},
+        {"experts_per_token", cfg.num_experts_per_tok},
+        {"weights_gib", weight_bytes / double(1ull << 30)},
+        {"kv_pool_gib", pool.total_bytes() / double(1ull << 30)},
+        {"workspace_gib", model.workspace_bytes() / double(1ull << 30)},
+        {"arena_used_gib", arena_used / double(1ull << 30)},
+        {"device_used_gib", (total_b - free_b) / double(1ull << 30)},
+        {"copy_bandwidth_tb_s", bw / 1e12},
+        {"decode", decode_json},
+        {"prefill", {{"tokens", a.prefill},
+                     {"chunk", a.chunk},
+                     {"seconds_median", tp},
+                     {"tok_s", a.prefill / tp},
+                     {"active_flops_per_token", active_flops_per_token(cfg)},
+                     {"fraction_of_fp8_block_gemm_rate", flops / tp / fp8_gemm_rate}}},
+        {"method", "decode: per batch, sequences prefilled to --context, then warmup x steps untimed and repeats x steps "
+                   "timed; each step = model step + GPU argmax + ids to host, wall clock; median. prefill: 1 warm-up "
+                   "prompt then up to 3 timed prompts, median. bytes: weights read per step (distinct experts expected "
+                   "under uniform routing) + KV entries read."}};
+    if (!a.out.empty()) {
+        std::ofstream f(a.out);
+        ONECARD_CHECK(f.good(), "bench: cannot write {}", a.out);
+        f << j.dump(1) << "\n";
+    }
+    std::printf("%s\n", j.dump().c_str());
+}
+
+#endif  // ONECARD_HAVE_CUDA
+
+}  // namespace
+
+void add_cmd_bench(CLI::App& app) {
+    auto a = std::make_shared<BenchArgs>();
+    CLI::App* cmd = app.add_subcommand("bench", "Benchmark the whole model on the GPU (decode and prefill throughput)");
+    cmd->add_option("--synth", a->preset, "synthetic full-dimension weights made on the GPU: flash")
+        ->check(CLI::IsMember({"flash"}));
+    cmd->add_option("--model", a->model, "checkpoint directory instead of --synth");
+    cmd->add_option("--layers", a->layers, "main layers of the synthetic shape (default 43)");
+    cmd->add_option("--experts", a->experts, "routed experts per layer (default: as many as fit)");
+    cmd->add_option("--decode-batch", a->decode_batches, "decode batch sizes, comma-separated (default 1,8,64)");
+    cmd->add_option("--context", a->context, "tokens each decode sequence holds before timing (default 1024)");
+    cmd->add_option("--prefill", a->prefill, "prompt tokens of the prefill measurement (default 8192)");
+    cmd->add_option("--chunk", a->chunk, "tokens per prefill step (default 2048)");
+    cmd->add_option("--repeats", a->repeats, "timed repeats (default 5)");
+    cmd->add_option("--warmup", a->warmup, "untimed repeats first (default 2)");
+    cmd->add_option("--steps", a->steps, "decode steps per repeat (default 16)");
+    cmd->add_option("--seed", a->seed, "synthetic weight seed");
+    cmd->add_option("--headroom-gib", a->headroom_gib, "device memory left outside the arena (default 1.5)");
+    cmd->add_option("--out", a->out, "write the figures as JSON here");
+    cmd->callback([a] {
+#ifdef ONECARD_HAVE_CUDA
+        run_bench(*a);
+#else
+        throw Error("bench: this build has no CUDA backend (configure with -DONECARD_CUDA=ON)");
+#endif
+    });
+}
+
+}  // namespace onecard::cli
