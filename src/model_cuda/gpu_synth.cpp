@@ -31,7 +31,9 @@ struct FillJob {
     float mean = 0.0f, std = 0.0f;  // normal fills
 };
 
-float inv_sqrt(int64_t fan_in) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(fan_in))); }
+float inv_sqrt(int64_t fan_in) {
+    return static_cast<float>(1.0 / std::sqrt(static_cast<double>(fan_in)));
+}
 
 // Walks the config in checkpoint order, allocating from `arena`, or (arena == nullptr) counting the
 // bytes a fresh arena would hand out.
@@ -93,8 +95,8 @@ private:
     // prefix.weight [n_out, n_in] E4M3 + prefix.scale fp32 [ceil(n_out/128), ld] (the GEMM's padded layout).
     GpuFp8Linear fp8_linear(const std::string& prefix, int64_t n_out, int64_t n_in) {
         ONECARD_CHECK(n_out > 0 && n_in > 0 && n_in % 128 == 0,
-                      "gpu synth: FP8 linear {} [{}, {}] needs an input width that is a multiple of 128", prefix,
-                      n_out, n_in);
+                      "gpu synth: FP8 linear {} [{}, {}] needs an input width that is a multiple of 128", prefix, n_out,
+                      n_in);
         GpuFp8Linear l;
         l.w = static_cast<const uint8_t*>(
             take(static_cast<size_t>(n_out * n_in), Fill::Fp8Codes, prefix + ".weight", n_out, n_in));
@@ -174,8 +176,8 @@ private:
         m.gate = bf16_linear(p + ".gate.weight", E, D);
         if (hash) {
             ONECARD_CHECK(K > 0 && K <= E && K <= cuda::kSynthMaxTopK,
-                          "gpu synth: {}.gate.tid2eid needs 1..min({}, {}) experts per token, the config has {}", p,
-                          E, cuda::kSynthMaxTopK, K);
+                          "gpu synth: {}.gate.tid2eid needs 1..min({}, {}) experts per token, the config has {}", p, E,
+                          cuda::kSynthMaxTopK, K);
             m.tid2eid = static_cast<const int32_t*>(take(static_cast<size_t>(cfg_.vocab_size * K) * 4, Fill::Tid2eid,
                                                          p + ".gate.tid2eid", cfg_.vocab_size, K));
         } else {
@@ -246,10 +248,9 @@ void launch_fill(const FillJob& j, uint64_t seed, const ModelConfig& cfg, cudaSt
                                        inv_sqrt(j.cols), fp8_base_exponent(j.cols), stream);
             return;
         case Fill::Fp8Scales:
-            cuda::synth_fill_fp8_scales(static_cast<float*>(j.ptr), (j.rows + 127) / 128, j.cols / 128,
-                                        cuda::fp8_gemm_weight_scale_ld(j.cols),
-                                        fp8_block_key(seed, weight_tag_of_scale(j.tag)), fp8_base_exponent(j.cols),
-                                        stream);
+            cuda::synth_fill_fp8_scales(
+                static_cast<float*>(j.ptr), (j.rows + 127) / 128, j.cols / 128, cuda::fp8_gemm_weight_scale_ld(j.cols),
+                fp8_block_key(seed, weight_tag_of_scale(j.tag)), fp8_base_exponent(j.cols), stream);
             return;
         case Fill::MxCodes:
             cuda::synth_fill_random_bytes(static_cast<uint8_t*>(j.ptr), n / 2, key, stream);
@@ -274,8 +275,8 @@ void launch_fill(const FillJob& j, uint64_t seed, const ModelConfig& cfg, cudaSt
         case Fill::HcBase:
         case Fill::HcHeadBase: {
             // synth.cpp's pre-mix logit log(1/(hc−1)): sigmoid of it is 1/hc, an average of the streams.
-            const float pre = cfg.hc_mult > 1 ? static_cast<float>(std::log(1.0 / static_cast<double>(cfg.hc_mult - 1)))
-                                              : 0.0f;
+            const float pre =
+                cfg.hc_mult > 1 ? static_cast<float>(std::log(1.0 / static_cast<double>(cfg.hc_mult - 1))) : 0.0f;
             cuda::synth_fill_hc_base(static_cast<float*>(j.ptr), n, cfg.hc_mult, j.kind == Fill::HcHeadBase, pre, key,
                                      stream);
             return;

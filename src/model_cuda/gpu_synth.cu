@@ -24,7 +24,9 @@ __device__ __forceinline__ uint64_t mix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-__device__ __forceinline__ uint64_t hash_at(uint64_t key, uint64_t idx) { return mix64(key + idx * kCounterStep); }
+__device__ __forceinline__ uint64_t hash_at(uint64_t key, uint64_t idx) {
+    return mix64(key + idx * kCounterStep);
+}
 
 // Uniform in [0, 1) with 24 bits (exact in fp32).
 __device__ __forceinline__ float uniform_at(uint64_t key, uint64_t idx) {
@@ -46,8 +48,12 @@ __device__ __forceinline__ int fp8_block_bump(uint64_t block_key, int64_t b) {
     return static_cast<int>(hash_at(block_key, static_cast<uint64_t>(b)) & 1u);
 }
 
-__device__ __forceinline__ int64_t first_index() { return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; }
-__device__ __forceinline__ int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+__device__ __forceinline__ int64_t first_index() {
+    return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+}
+__device__ __forceinline__ int64_t grid_stride() {
+    return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
 
 // Grid-stride loops: a capped grid covers any size with 64-bit indices.
 unsigned grid_for(int64_t n_items) {
@@ -56,8 +62,8 @@ unsigned grid_for(int64_t n_items) {
 }
 
 // Each thread writes 16 consecutive codes, which share one row and one 128×128 block (n_in % 128 == 0).
-__global__ void fp8_codes_kernel(uint8_t* __restrict__ w, int64_t n_out, int64_t n_in, uint64_t key,
-                                 uint64_t block_key, float sigma, int e0) {
+__global__ void fp8_codes_kernel(uint8_t* __restrict__ w, int64_t n_out, int64_t n_in, uint64_t key, uint64_t block_key,
+                                 float sigma, int e0) {
     const int64_t n_chunks = n_out * n_in / 16, n_cb = n_in / 128;
     for (int64_t ch = first_index(); ch < n_chunks; ch += grid_stride()) {
         const int64_t i0 = ch * 16, r = i0 / n_in, c0 = i0 % n_in;

@@ -286,7 +286,7 @@ void check_layout(const ModelConfig& cfg) {
 
 TEST(GpuSynthBytes, ArenaUsageMatchesAndLayoutFollowsTheCheckpoint) {
     check_layout(flash_cfg(4, 8));
-    check_layout(flash_cfg(2, 4));  // hash routing only, no compressors
+    check_layout(flash_cfg(2, 4));                 // hash routing only, no compressors
     check_layout(flash_cfg(7, 16, std::nullopt));  // full vocabulary, an odd layer count
 }
 
@@ -573,7 +573,8 @@ TEST(GpuSynth, ValuesHaveTheIntendedDistributions) {
     // tid2eid: K distinct experts per row, in range, every expert used about equally
     // (vocab·K/E = 768 per expert, binomial sd ≈ 14: 15% is > 8 sd).
     for (int64_t il = 0; il < cfg.num_hash_layers; ++il) {
-        const auto t = fetch<int32_t>(w.layers[static_cast<size_t>(il)].ffn.tid2eid, static_cast<size_t>(cfg.vocab_size * K));
+        const auto t =
+            fetch<int32_t>(w.layers[static_cast<size_t>(il)].ffn.tid2eid, static_cast<size_t>(cfg.vocab_size * K));
         std::vector<int64_t> count(static_cast<size_t>(E), 0);
         for (int64_t r = 0; r < cfg.vocab_size; ++r) {
             std::set<int32_t> row;
@@ -587,7 +588,8 @@ TEST(GpuSynth, ValuesHaveTheIntendedDistributions) {
             ASSERT_EQ(static_cast<int64_t>(row.size()), K) << "layer " << il << " row " << r;
         }
         const double expect = static_cast<double>(cfg.vocab_size * K) / static_cast<double>(E);
-        for (int64_t e = 0; e < E; ++e) EXPECT_NEAR(count[static_cast<size_t>(e)] / expect, 1.0, 0.15) << "expert " << e;
+        for (int64_t e = 0; e < E; ++e)
+            EXPECT_NEAR(count[static_cast<size_t>(e)] / expect, 1.0, 0.15) << "expert " << e;
     }
 }
 
