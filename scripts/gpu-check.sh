@@ -28,10 +28,11 @@ pack() {
     local build=${BUILD_DIR:-build-gpu}
     local tests
     tests=$(ls tests/ops/*_test.cpp | xargs -n1 basename | sed 's/\.cpp$//; s/^/test_ops_/')
-    BUILD_DIR=$build JOBS=${JOBS:-2} bash scripts/build.sh $tests gemv_cuda_bench
+    BUILD_DIR=$build JOBS=${JOBS:-2} bash scripts/build.sh $tests gemv_cuda_bench onecard
     rm -rf "$CARRY_DIR"
     mkdir -p "$CARRY_DIR/bin" "$CARRY_DIR/lib"
     for t in $tests; do strip --strip-unneeded -o "$CARRY_DIR/bin/$t" "$build/tests/$t"; done
+    strip --strip-unneeded -o "$CARRY_DIR/bin/onecard" "$build/onecard"
     strip --strip-unneeded -o "$CARRY_DIR/bin/gemv_cuda_bench" "$build/bench/gemv_cuda_bench"
     # Shared libraries outside glibc and the CUDA driver/toolkit (cuBLASLt comes from pip there).
     for b in "$CARRY_DIR"/bin/*; do
@@ -72,6 +73,8 @@ run() {
     for t in "$CARRY_DIR"/bin/test_*; do
         local name one
         name=$(basename "$t")
+        # ONLY=regex runs a subset (re-runs after a fix).
+        if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then continue; fi
         one="$out/$name.txt"
         echo "== $name" | tee -a "$log"
         "$t" --gtest_output="xml:$out/$name.xml" > "$one" 2>&1
@@ -106,8 +109,11 @@ run() {
         rm -f "$out/san.txt"
     fi
     echo "== gemv_cuda_bench" | tee -a "$log"
+    local brc=0
+    if [ "${SKIP_GEMV_BENCH:-0}" = 1 ]; then echo "(skipped: SKIP_GEMV_BENCH=1)" > "$out/bench.txt"; else
     "$CARRY_DIR/bin/gemv_cuda_bench" --out "$out/bench.jsonl" > "$out/bench.txt" 2>&1
-    local brc=$?
+    brc=$?
+    fi
     cat "$out/bench.txt" >> "$log"
     [ $brc -eq 0 ] || { echo "FAIL gemv_cuda_bench (exit $brc)" >> "$summary"; status=1; }
     # Keep within the device tool's 8 returned files: merge the per-test XML reports.
@@ -119,8 +125,30 @@ run() {
     return $status
 }
 
+# Whole-model benchmark (docs/results.md): `onecard bench --synth flash` with the packed binary, then
+# the transformers peer baseline. Extra arguments go to `onecard bench`.
+bench() {
+    local out=${1:-${OUT:-gpu-check-out}}
+    shift || true
+    mkdir -p "$out"
+    if [ -f "$CARRY_DIR/gpu-check.tar.xz" ]; then tar -C "$CARRY_DIR" -xJf "$CARRY_DIR/gpu-check.tar.xz"; fi
+    export LD_LIBRARY_PATH="$PWD/$CARRY_DIR/lib:$(cublas_lib_dir):${LD_LIBRARY_PATH:-}"
+    {
+        echo "== onecard bench $(date -u +%FT%TZ) built from $(cat "$CARRY_DIR/bin/COMMIT" 2>/dev/null || echo unknown)"
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || true
+    } | tee "$out/bench.log"
+    local status=0
+    "$CARRY_DIR/bin/onecard" bench --synth flash --out "$out/bench_model.json" "$@" 2>&1 | tee -a "$out/bench.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    if [ "${SKIP_PEER:-0}" != 1 ]; then
+        python3 scripts/bench/peer_transformers.py --out "$out/bench_peer.json" ${PEER_ARGS:-} 2>&1 | tail -40 | tee -a "$out/bench.log"
+    fi
+    return $status
+}
+
 case "$mode" in
     --pack) pack ;;
     --run) shift; run "$@" ;;
+    --bench) shift; bench "$@" ;;
     *) sed -n '2,21p' "$0"; exit 2 ;;
 esac

@@ -50,6 +50,9 @@ public:
     RunnerOutput execute(const SchedulerOutput& batch) override;
 
     const CudaRunnerReport& report() const { return report_; }
+    // KV budget that leaves room for the step workspace in what the weights left of the arena (the
+    // default KV size when the user sets none, as vLLM sizes its pool from what is left).
+    int64_t kv_budget_hint() const;
     // Throws unless every live request's token count is within max_model_len and the arena is sound.
     void check_integrity() const;
 

@@ -20,7 +20,7 @@ void GpuLinears::fp8(const GpuFp8Linear& l, const __nv_bfloat16* x, int64_t m, _
     if (m == 0) return;
     const int64_t k = l.n_in, n = l.n_out;
     const cuda::DeviceArena::Mark mark = ws_.mark();
-    if (m <= kGemvMaxRows && k % 512 == 0) {
+    if (gemv_ && m <= kGemvMaxRows && k % 512 == 0) {
         auto* xq = ws_.alloc_n<uint8_t>(static_cast<size_t>(m * k), "fp8 linear: xq");
         auto* xs = ws_.alloc_n<float>(static_cast<size_t>(m * k / 128), "fp8 linear: xs");
         cuda::quantize_fp8_1x128(x, xq, xs, m, k, cuda::ActScaleLayout::RowMajor, s);

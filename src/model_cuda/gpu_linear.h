@@ -35,9 +35,12 @@ public:
 
     // Rows up to which the GEMV path is used (beyond it the GEMM wins).
     static constexpr int64_t kGemvMaxRows = 16;
+    // Tests: false sends every FP8 linear through the GEMM (to check the two paths against each other).
+    void set_gemv(bool on) { gemv_ = on; }
 
 private:
     cuda::DeviceArena& ws_;
+    bool gemv_ = true;
     cuda::Fp8GemmLt fp8_gemm_;
     cuda::Bf16Gemm bf16_gemm_;
 };

@@ -87,7 +87,6 @@ GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKv
       w_(weights),
       pool_(pool),
       opt_(opt),
-      ws_(nullptr, 0, "gpu model workspace"),
       meta_(opt.max_step_tokens, opt.max_seqs, pool.spec().blocks_for_tokens(opt.max_model_len) + 1, arena),
       buf_(std::make_unique<Buffers>()) {
     check_gpu_model_shape(cfg);
@@ -176,14 +175,55 @@ GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKv
     // Per-call scratch (quantised activations, padded GEMM rows) lives in a sub-arena.
     const size_t scratch = static_cast<size_t>(T * std::max({D, cfg.q_lora_rank, H * hd, cfg.o_groups * cfg.o_lora_rank, I}) * 4 +
                                                (size_t{80} << 20));
-    ws_ = cuda::DeviceArena(arena.alloc(scratch, "linear scratch"), scratch, "linear scratch");
-    lin_ = std::make_unique<GpuLinears>(ws_);
+    ws_ = std::make_unique<cuda::DeviceArena>(arena.alloc(scratch, "linear scratch"), scratch, "linear scratch");
+    lin_ = std::make_unique<GpuLinears>(*ws_);
+    ONECARD_CHECK(opt.moe_scratch_bytes >= cuda::MoeExperts::scratch_bytes_for(D, I, T * K),
+                  "gpu model: the MoE scratch of {} MiB is too small for {} tokens per step (needs {} MiB)",
+                  opt.moe_scratch_bytes >> 20, T, cuda::MoeExperts::scratch_bytes_for(D, I, T * K) >> 20);
     void* moe_scratch = arena.alloc(opt.moe_scratch_bytes, "moe scratch");
     experts_ = std::make_unique<cuda::MoeExperts>(moe_scratch, opt.moe_scratch_bytes, T * K);
     workspace_bytes_ = static_cast<int64_t>(arena.used() - used_before);
+    moe_gemv_ = D % 1024 == 0 && I % 1024 == 0;
 }
 
-GpuModel::~GpuModel() = default;
+GpuModel::~GpuModel() { drop_graphs(); }
+
+void GpuModel::set_gemv_paths(bool moe, bool linears) {
+    const int64_t D = cfg_.hidden_size, I = cfg_.moe_intermediate_size;
+    moe_gemv_ = moe && D % 1024 == 0 && I % 1024 == 0;
+    lin_->set_gemv(linears);
+    drop_graphs();
+}
+
+void GpuModel::tick(const char* label, cudaStream_t s) {
+    if (!profiling_) return;
+    cudaEvent_t e = nullptr;
+    CUDA_CHECK(cudaEventCreate(&e));
+    CUDA_CHECK(cudaEventRecord(e, s));
+    ticks_.emplace_back(label, e);
+}
+
+std::vector<std::pair<std::string, double>> GpuModel::profile_result() {
+    std::vector<std::pair<std::string, double>> out;
+    if (ticks_.empty()) return out;
+    CUDA_CHECK(cudaEventSynchronize(ticks_.back().second));
+    std::map<std::string, double> sum;
+    for (size_t i = 1; i < ticks_.size(); ++i) {
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, ticks_[i - 1].second, ticks_[i].second));
+        sum[ticks_[i].first] += ms;
+    }
+    for (auto& [label, e] : ticks_) cudaEventDestroy(e);
+    ticks_.clear();
+    out.assign(sum.begin(), sum.end());
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    return out;
+}
+
+void GpuModel::drop_graphs() {
+    for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g);
+    graphs_.clear();
+}
 
 void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t s) {
     Buffers& b = *buf_;
@@ -201,6 +241,7 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
     lin_->fp8(w.wq_b, b.qr, n, b.q, s);
     cuda::rmsnorm_bf16(b.q, nullptr, b.q, n * H, hd, eps, s);
     cuda::rope_bf16(b.q, n, H, hd, rope, n_rope, meta_.positions, false, s);
+    tick("attn: q path (wq_a, wq_b, norms, rope)", s);
     // shared KV head: wkv -> kv_norm -> RoPE, stored as FP8 entries in the step region
     lin_->fp8(w.wkv, xn, n, b.kv, s);
     cuda::rmsnorm_bf16(b.kv, w.kv_norm, b.kv, n, hd, eps, s);
@@ -213,6 +254,7 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
     ed.quant_block = spec.entry.quant_block;
     ed.entry_bytes = spec.entry.entry_bytes();
     cuda::kv_write_entries(b.kv, 0, b.step_dst, pool_.base(), n, ed, s);
+    tick("attn: kv path + writes", s);
 
     const auto& addr = pool_.layer(il);
     cuda::CompressorTokens ct;
@@ -234,6 +276,7 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
     if (w.compressor) {
         compress(*w.compressor, addr.compressor_region, b.ckv, b.csc, b.centries);
         cuda::kv_write_entries(b.centries, 0, b.entry_dst, pool_.base(), n, ed, s);
+        tick("attn: compressor", s);
     }
     if (w.indexer) {
         const GpuIndexer& ix = *w.indexer;
@@ -241,11 +284,13 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
         compress(ix.compressor, addr.index_comp_region, b.ikv, b.isc, b.ientries);
         cuda::hadamard_fp4_sim(b.ientries, n, dI, s);
         cuda::indexer_key_write(b.ientries, b.key_dst, pool_.base(), n, dI, s);
+        tick("attn: indexer compressor", s);
         lin_->fp8(ix.wq_b, b.qr, n, b.iq, s);
         cuda::rope_bf16(b.iq, n, nI, dI, b.rope_compress, n_rope, meta_.positions, false, s);
         cuda::hadamard_fp4_sim(b.iq, n * nI, dI, s);
         lin_->bf16(ix.weights_proj, xn, n, b.iw, cuda::GemmOut::F32, s);
         cuda::scale_f32(b.iw, 1.0f / std::sqrt(static_cast<float>(nI)), n * nI, s);
+        tick("attn: indexer q + weights", s);
         cuda::IndexerDims id;
         id.n_heads = nI;
         id.head_dim = dI;
@@ -253,12 +298,13 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
         id.softmax_scale = 1.0f / std::sqrt(static_cast<float>(dI));
         const cuda::PagedStreamAddr ka = pool_.entry_addr(il, true, meta_.block_tables, meta_.max_blocks);
         cuda::indexer_topk(b.iq, b.iw, meta_.positions, meta_.seq_of_token, pool_.base(), ka, b.topk, n,
-                           (meta_.max_pos + 1) / ratio, id, b.index_scratch, b.index_scratch_floats, s);
+                           pos_bound_ / ratio, id, b.index_scratch, b.index_scratch_floats, s);
         picks = b.topk;
+        tick("attn: indexer scores + top-k", s);
     }
     // Key lists, then attention over the FP8 entries, inverse RoPE, grouped output projection.
     int64_t max_keys = W;
-    if (ratio) max_keys += picks ? c.index_topk : (meta_.max_pos + 1) / ratio;
+    if (ratio) max_keys += picks ? c.index_topk : pos_bound_ / ratio;
     max_keys = std::max<int64_t>(max_keys, W);
     ONECARD_CHECK(max_keys <= b.max_keys, "gpu model: position {} needs {} keys (max_model_len too small?)",
                   meta_.max_pos, max_keys);
@@ -270,10 +316,14 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
     ad.quant_block = spec.entry.quant_block;
     ad.entry_bytes = spec.entry.entry_bytes();
     ad.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    tick("attn: key lists", s);
     cuda::sparse_attention_decode(b.q, pool_.base(), b.kv_off, max_keys, w.sink, b.o, n, ad, s);
     cuda::rope_bf16(b.o, n, H, hd, rope, n_rope, meta_.positions, true, s);
+    tick("attn: sparse attention", s);
     lin_->grouped(w.wo_a, c.o_groups, b.o, n, b.z, s);
+    tick("attn: wo_a (bf16 grouped)", s);
     lin_->fp8(w.wo_b, b.z, n, out, s);
+    tick("attn: wo_b", s);
     // Only now may the window rings take this step's rows (earlier tokens of the step read the old ones).
     cuda::kv_write_entries(b.kv, 0, b.ring_dst, pool_.base(), n, ed, s);
 }
@@ -288,14 +338,16 @@ void GpuModel::moe(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t 
     lin_->bf16(m.gate, xn, n, b.router, cuda::GemmOut::F32, s);
     cuda::moe_route(b.router, hash ? nullptr : m.bias, hash ? m.tid2eid : nullptr, meta_.tokens, n, c.n_routed_experts,
                     K, static_cast<float>(c.routed_scaling_factor), b.experts, b.weights, s);
+    tick("moe: router", s);
     // Shared expert.
     lin_->fp8(m.shared_w1, xn, n, b.sg, s);
     lin_->fp8(m.shared_w3, xn, n, b.su, s);
     cuda::swiglu_clamp(b.sg, b.su, I, nullptr, b.sh, n, I, limit, s);
     lin_->fp8(m.shared_w2, b.sh, n, b.shared, s);
+    tick("moe: shared expert", s);
     // Routed experts; REF scales the hidden activation by the routing weight before w2.
     const cuda::MxExpertWeights& e = m.experts;
-    if (n <= b.gemv_rows && D % 1024 == 0 && I % 1024 == 0) {
+    if (n <= b.gemv_rows && moe_gemv_) {
         const int64_t P = n * K;
         cuda::quantize_fp8_1x128(xn, b.xq, b.xs, n, D, cuda::ActScaleLayout::RowMajor, s);
         cuda::mxfp4_expert_gemv(b.xq, b.xs, e.w1, e.s1, b.experts, b.pair_token, b.y1, P, I, D, s);
@@ -304,18 +356,18 @@ void GpuModel::moe(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t 
         cuda::quantize_fp8_1x128(b.h, b.hq, b.hs, P, I, cuda::ActScaleLayout::RowMajor, s);
         cuda::mxfp4_expert_gemv(b.hq, b.hs, e.w2, e.s2, b.experts, b.pair_id, b.y2, P, D, I, s);
         cuda::moe_combine(b.y2, nullptr, b.shared, out, n, K, D, s);
+        tick("moe: routed experts (gemv)", s);
     } else {
         CUDA_CHECK(cudaMemcpyAsync(b.xr, xn, static_cast<size_t>(n * D) * 2, cudaMemcpyDeviceToDevice, s));
         cuda::fp8_round_1x128(b.xr, n, D, s);
         experts_->run(b.xr, b.experts, b.weights, n, K, e, /*weight_before_w2=*/true, limit, b.routed, s);
         cuda::add_bf16(b.routed, b.shared, out, n * D, s);
+        tick("moe: routed experts (grouped)", s);
     }
 }
 
 const float* GpuModel::step(std::span<const GpuStepSeq> seqs, bool all_rows, cudaStream_t s) {
     Buffers& b = *buf_;
-    const ModelConfig& c = cfg_;
-    const int64_t D = c.hidden_size;
     meta_.build(seqs, pool_, all_rows, s);
     ONECARD_CHECK(meta_.n_out <= b.logits_rows, "gpu model: {} logits rows asked, room for {}", meta_.n_out,
                   b.logits_rows);
@@ -323,29 +375,72 @@ const float* GpuModel::step(std::span<const GpuStepSeq> seqs, bool all_rows, cud
         ONECARD_CHECK(q.start_pos + static_cast<int64_t>(q.tokens.size()) <= opt_.max_model_len,
                       "gpu model: a sequence reaches position {} beyond max_model_len {}",
                       q.start_pos + static_cast<int64_t>(q.tokens.size()), opt_.max_model_len);
+    // Key lists and indexer scores are sized for positions below a bound rounded up to 512, so a
+    // captured decode graph serves the next 512 positions.
+    pos_bound_ = std::min<int64_t>((meta_.max_pos + 1 + 511) / 512 * 512, opt_.max_model_len);
+    const bool graph = opt_.cuda_graphs && meta_.n <= kGraphMaxTokens && moe_gemv_ && !profile_;
+    if (!graph) {
+        profiling_ = profile_;
+        profile_ = false;
+        forward(s);
+        profiling_ = false;
+        return b.logits;
+    }
+    const GraphKey key{meta_.n, meta_.n_out, pos_bound_};
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+        if (graphs_.size() >= 96) drop_graphs();  // positions moved on: older bounds are not reused
+        cudaGraph_t g = nullptr;
+        CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        try {
+            forward(s);
+        } catch (...) {
+            cudaStreamEndCapture(s, &g);
+            if (g) cudaGraphDestroy(g);
+            throw;
+        }
+        CUDA_CHECK(cudaStreamEndCapture(s, &g));
+        cudaGraphExec_t exec = nullptr;
+        const cudaError_t err = cudaGraphInstantiate(&exec, g, 0);
+        cudaGraphDestroy(g);
+        CUDA_CHECK(err);
+        it = graphs_.emplace(key, exec).first;
+    }
+    CUDA_CHECK(cudaGraphLaunch(it->second, s));
+    return b.logits;
+}
+
+void GpuModel::forward(cudaStream_t s) {
+    Buffers& b = *buf_;
+    const ModelConfig& c = cfg_;
+    const int64_t D = c.hidden_size;
     const int64_t n = meta_.n;
     const cuda::HcDims hd = hc_dims(c);
     const float eps = static_cast<float>(c.rms_norm_eps);
+    tick("start", s);
     cuda::embed_streams(meta_.tokens, w_.embed, b.X, n, D, 4, s);
     for (const GpuBlock& blk : w_.layers) {
         cuda::hc_pre_bf16(b.X, blk.hc_attn.fn, blk.hc_attn.scale, blk.hc_attn.base, b.x, b.pre, b.post, b.comb, n, hd, s);
         cuda::rmsnorm_bf16(b.x, blk.attn_norm, b.x, n, D, eps, s);
+        tick("hyper-connections + norms", s);
         attention(blk, b.x, b.a, s);
         cuda::hc_post_bf16(b.a, b.X, b.post, b.comb, b.X, n, hd, s);
         cuda::hc_pre_bf16(b.X, blk.hc_ffn.fn, blk.hc_ffn.scale, blk.hc_ffn.base, b.x, b.pre, b.post, b.comb, n, hd, s);
         cuda::rmsnorm_bf16(b.x, blk.ffn_norm, b.x, n, D, eps, s);
+        tick("hyper-connections + norms", s);
         moe(blk, b.x, b.a, s);
         cuda::hc_post_bf16(b.a, b.X, b.post, b.comb, b.X, n, hd, s);
+        tick("hyper-connections + norms", s);
     }
     // Head on the wanted rows only.
     const int64_t r = meta_.n_out;
-    if (r == 0) return b.logits;
+    if (r == 0) return;
     gather_rows_bf16(b.X, meta_.out_rows, b.head_rows, r, 4 * D, s);
     cuda::hc_head_bf16(b.head_rows, w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, b.head_y, r, D,
                        static_cast<float>(c.hc_eps), eps, s);
     cuda::rmsnorm_bf16(b.head_y, w_.norm, b.head_y, r, D, eps, s);
     lin_->bf16(w_.head, b.head_y, r, b.logits, cuda::GemmOut::F32, s);
-    return b.logits;
+    tick("head", s);
 }
 
 const int32_t* GpuModel::argmax_last(cudaStream_t s) {

@@ -20,7 +20,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <tuple>
 #include <span>
 #include <vector>
 
@@ -31,6 +33,7 @@ struct GpuModelOptions {
     int64_t max_seqs = 64;            // sequences per step
     int64_t max_model_len = 65536;    // longest sequence (sizes key lists and indexer scratch)
     size_t moe_scratch_bytes = size_t{2} << 30;  // many-token expert path (dequantised experts + rows)
+    bool cuda_graphs = true;  // replay steps of <= kGraphMaxTokens tokens as CUDA graphs
 };
 
 class GpuModel {
@@ -49,11 +52,33 @@ public:
     const int32_t* argmax_last(cudaStream_t stream);
 
     const ModelConfig& config() const { return cfg_; }
+    void set_cuda_graphs(bool on) { opt_.cuda_graphs = on; }
+    // Profiling (benchmark only): the next step runs without a graph and records an event after
+    // each op group; profile_result() then gives milliseconds per group summed over the layers.
+    void profile_next_step() { profile_ = true; }
+    std::vector<std::pair<std::string, double>> profile_result();
+    // Tests: route decode-sized steps through the many-token paths (grouped MoE, GEMM linears) instead
+    // of the GEMV kernels, to check each path against the others.
+    void set_gemv_paths(bool moe, bool linears);
+    int64_t n_graphs() const { return static_cast<int64_t>(graphs_.size()); }
+    // Steps of at most this many tokens run as CUDA graphs (decode and short verify steps).
+    static constexpr int64_t kGraphMaxTokens = 64;
     // Bytes of the workspace (activations, scratch) this model took from the arena.
     int64_t workspace_bytes() const { return workspace_bytes_; }
 
 private:
     struct Buffers;
+    // Graphs are keyed by what the captured launches depend on besides the device metadata: token
+    // count, logits rows and the position bound that sizes key lists and indexer scores.
+    struct GraphKey {
+        int64_t n = 0, n_out = 0, pos_bound = 0;
+        bool operator<(const GraphKey& o) const {
+            return std::tie(n, n_out, pos_bound) < std::tie(o.n, o.n_out, o.pos_bound);
+        }
+    };
+    void forward(cudaStream_t s);  // every layer and the head, for the metadata in meta_
+    void tick(const char* label, cudaStream_t s);  // profiling: time since the last tick goes to label
+    void drop_graphs();
     void attention(const GpuBlock& b, const __nv_bfloat16* xn, __nv_bfloat16* out, cudaStream_t s);
     void moe(const GpuBlock& b, const __nv_bfloat16* xn, __nv_bfloat16* out, cudaStream_t s);
 
@@ -61,12 +86,17 @@ private:
     const GpuModelWeights& w_;
     GpuKvPool& pool_;
     GpuModelOptions opt_;
-    cuda::DeviceArena ws_;  // step scratch (a region of the caller's arena)
+    std::unique_ptr<cuda::DeviceArena> ws_;  // per-call scratch of the linears (a region of the caller's arena)
     GpuStepMeta meta_;
     std::unique_ptr<GpuLinears> lin_;
     std::unique_ptr<cuda::MoeExperts> experts_;
     std::unique_ptr<Buffers> buf_;
     int64_t workspace_bytes_ = 0;
+    int64_t pos_bound_ = 0;  // positions of this step are < pos_bound_ (rounded up: graph reuse)
+    bool moe_gemv_ = false;  // decode MoE takes the GEMV path (no host sync: capturable)
+    std::map<GraphKey, cudaGraphExec_t> graphs_;
+    bool profile_ = false, profiling_ = false;
+    std::vector<std::pair<const char*, cudaEvent_t>> ticks_;
 };
 
 }  // namespace onecard

@@ -56,6 +56,9 @@ void GpuStepMeta::build(std::span<const GpuStepSeq> seqs, const GpuKvPool& pool,
     ONECARD_CHECK(mb <= cap_blocks_, "gpu step: a block table of {} blocks (capacity {})", mb, cap_blocks_);
     n = total;
     n_seqs = static_cast<int64_t>(seqs.size());
+    // The table stride is the capacity, not this step's longest table: kernels captured in a CUDA
+    // graph keep the stride they were captured with.
+    mb = cap_blocks_;
     max_blocks = mb;
     max_pos = 0;
     int32_t* h = host_->i32;

@@ -57,6 +57,7 @@ struct BenchArgs {
     uint64_t seed = 1;
     double headroom_gib = 1.5;
     std::string out;
+    bool profile = false;
 };
 
 #ifdef ONECARD_HAVE_CUDA
@@ -68,6 +69,19 @@ double median(std::vector<double> v) {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Prints a profile (ms per op group over all layers of one step) and returns it as JSON.
+nlohmann::json print_profile(const std::string& what, const std::vector<std::pair<std::string, double>>& prof) {
+    double total = 0;
+    for (const auto& [k, v] : prof) total += v;
+    std::printf("  profile, %s (one step launched op by op, %.2f ms):\n", what.c_str(), total);
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [k, v] : prof) {
+        std::printf("    %-40s %9.3f ms %5.1f%%\n", k.c_str(), v, 100.0 * v / std::max(total, 1e-9));
+        j[k] = v;
+    }
+    return j;
 }
 
 // Device-to-device copy of 1 GiB, read + write counted (the denominator h200-ceilings.md uses).
@@ -281,6 +295,22 @@ void run_bench(const BenchArgs& a) {
                 next = ids;  // greedy feedback, as serving does
             }
         }
+        nlohmann::json prof = nlohmann::json::object();
+        if (a.profile) {
+            // One more step, launch by launch with events between op groups (no graph: slower in total).
+            std::vector<GpuStepSeq> step(static_cast<size_t>(B));
+            for (int64_t q = 0; q < B; ++q) {
+                step[static_cast<size_t>(q)].slot = static_cast<int32_t>(q);
+                step[static_cast<size_t>(q)].block_table = tables[static_cast<size_t>(q)];
+                step[static_cast<size_t>(q)].start_pos = pos;
+                step[static_cast<size_t>(q)].tokens = std::span<const int32_t>(next).subspan(static_cast<size_t>(q), 1);
+                step[static_cast<size_t>(q)].want_logits = true;
+            }
+            model.profile_next_step();
+            model.step(step, false, s);
+            ++pos;
+            prof = print_profile("decode batch " + std::to_string(B), model.profile_result());
+        }
         const double t = median(times);
         const double bytes = decode_weight_bytes(cfg, wb, B) + B * decode_kv_bytes(cfg, spec, a.context + a.steps);
         const double frac = bytes / t / bw;
@@ -292,7 +322,8 @@ void run_bench(const BenchArgs& a) {
                                           {"bytes_read_per_token", bytes / B},
                                           {"fraction_of_copy_bandwidth", frac},
                                           {"context", a.context},
-                                          {"timed_steps", times.size()}};
+                                          {"timed_steps", times.size()},
+                                          {"profile_ms", prof}};
     }
 
     // Prefill: one warm-up prompt, then repeats on fresh prompts (a new sequence each time).
@@ -302,6 +333,18 @@ void run_bench(const BenchArgs& a) {
         if (r > 0) pt.push_back(t);
     }
     const double tp = median(pt);
+    nlohmann::json prefill_prof = nlohmann::json::object();
+    if (a.profile) {
+        const std::vector<int32_t> prompt = random_tokens(a.chunk);
+        GpuStepSeq q;
+        q.slot = static_cast<int32_t>(max_b);
+        q.block_table = tables[static_cast<size_t>(max_b)];
+        q.tokens = prompt;
+        q.want_logits = true;
+        model.profile_next_step();
+        model.step(std::span<const GpuStepSeq>(&q, 1), false, s);
+        prefill_prof = print_profile("prefill chunk of " + std::to_string(a.chunk), model.profile_result());
+    }
     const double fp8_gemm_rate = 1.107e15;  // block-scaled FP8 GEMM 8192³ on the H200 (h200-ceilings.md)
     const double flops = active_flops_per_token(cfg) * a.prefill;
     std::printf("\nprefill %lld tokens in %lld-token chunks: %.3f s median, %.0f tok/s, %.1f%% of the FP8 GEMM rate\n",
@@ -333,7 +376,8 @@ void run_bench(const BenchArgs& a) {
                      {"seconds_median", tp},
                      {"tok_s", a.prefill / tp},
                      {"active_flops_per_token", active_flops_per_token(cfg)},
-                     {"fraction_of_fp8_block_gemm_rate", flops / tp / fp8_gemm_rate}}},
+                     {"fraction_of_fp8_block_gemm_rate", flops / tp / fp8_gemm_rate},
+                     {"profile_ms", prefill_prof}}},
         {"method", "decode: per batch, sequences prefilled to --context, then warmup x steps untimed and repeats x steps "
                    "timed; each step = model step + GPU argmax + ids to host, wall clock; median. prefill: 1 warm-up "
                    "prompt then up to 3 timed prompts, median. bytes: weights read per step (distinct experts expected "
@@ -368,6 +412,7 @@ void add_cmd_bench(CLI::App& app) {
     cmd->add_option("--seed", a->seed, "synthetic weight seed");
     cmd->add_option("--headroom-gib", a->headroom_gib, "device memory left outside the arena (default 1.5)");
     cmd->add_option("--out", a->out, "write the figures as JSON here");
+    cmd->add_flag("--profile", a->profile, "also time op groups in one extra step per measurement (events between launches)");
     cmd->callback([a] {
 #ifdef ONECARD_HAVE_CUDA
         run_bench(*a);

@@ -18,6 +18,12 @@
 #include "tokenizer/deepseek_v4_vocab.h"
 #include "tokenizer/tokenizer.h"
 
+#ifdef ONECARD_HAVE_CUDA
+#include "backend/cuda/device.h"
+#include "engine_cuda/cuda_model_runner.h"
+#include "model_cuda/gpu_weights.h"
+#endif
+
 #include <nlohmann/json.hpp>
 
 #include <pthread.h>
@@ -36,6 +42,7 @@ namespace fs = std::filesystem;
 
 struct ServeArgs {
     std::string model, tokenizer, served_model_name, config, numerics = "reference", test_script;
+    std::string device = "auto";  // auto | cpu | cuda
     bool demo = false;
     server::ServerOptions opts;
     std::vector<std::string> api_keys;
@@ -46,6 +53,7 @@ struct ServeArgs {
     int64_t long_prefill_token_threshold = 1024;
     int64_t kv_cache_memory_bytes = 1LL << 30;
     double shutdown_timeout = 30.0;
+    double gpu_headroom_gib = 2.0;
     bool no_access_log = false;
 };
 
@@ -121,6 +129,31 @@ void block_stop_signals(sigset_t& set) {
     std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
 }
 
+// Whether to run on the GPU: --device cuda insists (and fails with the reason), auto uses a GPU when
+// there is one and the CUDA kernels take the model's shape, cpu never. `why` says why not.
+bool use_cuda(const ServeArgs& a, const ModelConfig& cfg, std::string& why) {
+    if (a.device == "cpu") return false;
+#ifdef ONECARD_HAVE_CUDA
+    std::string reason = cuda::no_device_reason();
+    if (reason.empty()) {
+        try {
+            check_gpu_model_shape(cfg);
+        } catch (const Error& e) {
+            reason = e.what();
+        }
+    }
+    if (reason.empty() && a.numerics != "reference") reason = "the CUDA backend computes reference numerics only";
+    ONECARD_CHECK(reason.empty() || a.device != "cuda", "serve: --device cuda: {}", reason);
+    why = reason;
+    return reason.empty();
+#else
+    (void)cfg;
+    ONECARD_CHECK(a.device != "cuda", "serve: --device cuda: this build has no CUDA backend");
+    why = a.device == "auto" ? "" : "no CUDA backend in this build";
+    return false;
+#endif
+}
+
 void run_serve(CLI::App* cmd, ServeArgs& a) {
     if (!a.config.empty()) apply_config_file(cmd, a.config);
     sigset_t stop_signals;
@@ -143,6 +176,10 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     std::optional<ModelConfig> cfg;
     std::unique_ptr<DeepSeekV4> model;
     std::unique_ptr<ModelRunner> runner;
+#ifdef ONECARD_HAVE_CUDA
+    CudaModelRunner* cuda_runner = nullptr;
+#endif
+    const bool kv_bytes_given = cmd->get_option("--kv-cache-memory-bytes")->count() > 0;
     int64_t weights_bytes = 0;
     int32_t eos = 1;
     server::ModelInfo info;
@@ -155,9 +192,30 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     // The CPU path has no use for a million-token window by default; --max-model-len raises it.
     const int64_t max_len = a.max_model_len > 0 ? a.max_model_len : std::min<int64_t>(cfg_max, 8192);
     ONECARD_CHECK(max_len <= cfg_max, "serve: --max-model-len {} exceeds the model's {}", max_len, cfg_max);
+    // The startup report's device part (filled when the CUDA runner is used).
+    nlohmann::json device_report = {{"device", "cpu"}};
+    std::string device_line;
     if (test_mode) {
         runner = std::make_unique<server::ScriptedRunner>(tokenizer, a.test_script, max_len, eos);
+    } else if (std::string why; use_cuda(a, *cfg, why)) {
+#ifdef ONECARD_HAVE_CUDA
+        ONECARD_CHECK(a.numerics == "reference", "serve: the CUDA backend computes reference numerics only");
+        Checkpoint ckpt = Checkpoint::open(model_dir);
+        ModelWeights w = bind_weights(*cfg, ckpt);
+        for (const auto& f : fs::directory_iterator(model_dir))
+            if (f.path().extension() == ".safetensors") weights_bytes += static_cast<int64_t>(f.file_size());
+        CudaRunnerOptions ro;
+        ro.max_model_len = max_len;
+        ro.max_num_seqs = a.max_num_seqs;
+        ro.max_num_batched_tokens = a.max_num_batched_tokens;
+        ro.headroom_bytes = static_cast<uint64_t>(a.gpu_headroom_gib * (1ull << 30));
+        auto cr = std::make_unique<CudaModelRunner>(*cfg, w, ro);
+        if (!kv_bytes_given) a.kv_cache_memory_bytes = cr->kv_budget_hint();
+        cuda_runner = cr.get();
+        runner = std::move(cr);
+#endif
     } else {
+        if (!why.empty()) std::fprintf(stderr, "serve: running on the CPU: %s\n", why.c_str());
         Checkpoint ckpt = Checkpoint::open(model_dir);
         ModelWeights w = bind_weights(*cfg, ckpt);
         for (const auto& f : fs::directory_iterator(model_dir))
@@ -176,6 +234,27 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     ec.submit_queue_capacity = static_cast<size_t>(a.max_num_seqs + a.opts.max_queued_requests + 16);
     ec.make_text_decoder = server::make_text_decoder_factory(tokenizer);
     Engine engine(ec, std::move(runner));
+#ifdef ONECARD_HAVE_CUDA
+    if (cuda_runner) {
+        const CudaRunnerReport& r = cuda_runner->report();
+        const double gib = double(1ull << 30);
+        device_report = {{"device", "cuda"},
+                         {"gpu", r.device},
+                         {"weights_gib", r.weight_bytes / gib},
+                         {"kv_pool_gib", r.kv_pool_bytes / gib},
+                         {"kv_token_capacity", r.kv_token_capacity},
+                         {"kv_slots", r.kv_slots},
+                         {"workspace_gib", r.workspace_bytes / gib},
+                         {"arena_free_gib", r.free_after / gib},
+                         {"headroom_gib", a.gpu_headroom_gib},
+                         {"weights_upload_s", r.upload_seconds}};
+        device_line = fmt::format(
+            "onecard serve: {}: weights {:.2f} GiB, KV pool {:.2f} GiB ({} tokens, {} sequences), workspace {:.2f} "
+            "GiB, {:.2f} GiB of the arena unused, {:.1f} GiB headroom outside it; weights uploaded in {:.1f}s\n",
+            r.device, r.weight_bytes / gib, r.kv_pool_bytes / gib, r.kv_token_capacity, r.kv_slots,
+            r.workspace_bytes / gib, r.free_after / gib, a.gpu_headroom_gib, r.upload_seconds);
+    }
+#endif
 
     std::vector<std::string> keys = a.api_keys;
     if (!a.api_key_file.empty()) {
@@ -209,6 +288,7 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     const double ready_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const EngineStats st = engine.stats();
     const std::string scheme = srv.is_tls() ? "https" : "http";
+    std::fputs(device_line.c_str(), stdout);
     std::printf("onecard serve: %s on %s://%s:%d (%s), max_model_len %lld, max_num_seqs %lld, ready in %.2fs\n",
                 info.served_model_name.c_str(), scheme.c_str(), so.host.c_str(), port,
                 test_mode ? "TEST SCRIPT, no model" : numerics_name(model->numerics()), static_cast<long long>(max_len),
@@ -227,6 +307,7 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
                            {"auth", !keys.empty()},
                            {"allow_cidr", so.allow_cidrs},
                            {"time_to_ready_s", ready_s}};
+    line.update(device_report);
     std::printf("%s\nready\n", line.dump().c_str());
     std::printf(
         "try: curl %s%s://%s:%d/v1/chat/completions -H 'Content-Type: application/json'%s -d "
@@ -283,6 +364,11 @@ void add_cmd_serve(CLI::App& app) {
     cmd->add_option("--shutdown-timeout", a->shutdown_timeout,
                     "seconds SIGTERM/SIGINT waits for in-flight requests (default 30)");
     cmd->add_option("--numerics", a->numerics, "reference | exact")->check(CLI::IsMember({"reference", "exact"}));
+    cmd->add_option("--device", a->device,
+                    "auto (the GPU when there is one and it takes the model's shape) | cpu | cuda")
+        ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+    cmd->add_option("--gpu-headroom-gib", a->gpu_headroom_gib,
+                    "GPU memory left outside onecard's one allocation (default 2)");
     cmd->add_flag("--log-requests-text", o.log_requests_text, "access log includes prompt and completion text");
     cmd->add_flag("--no-access-log", a->no_access_log, "no per-request JSON log lines");
     cmd->add_option("--test-script", a->test_script,
