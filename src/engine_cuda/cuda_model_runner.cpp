@@ -25,7 +25,11 @@ CudaModelRunner::CudaModelRunner(const ModelConfig& cfg, const ModelWeights& w, 
         cap = d.free_bytes - opt.headroom_bytes;
     }
     // Refuse before uploading anything: the weights alone must leave room for a workspace.
-    ONECARD_CHECK(static_cast<uint64_t>(wb.total) + opt.moe_scratch_bytes < cap,
+    const uint64_t moe_scratch = opt.moe_scratch_bytes ? opt.moe_scratch_bytes
+                                                       : cuda::MoeExperts::scratch_bytes_for(
+                                                             cfg.hidden_size, cfg.moe_intermediate_size,
+                                                             opt.max_num_batched_tokens * cfg.num_experts_per_tok);
+    ONECARD_CHECK(static_cast<uint64_t>(wb.total) + moe_scratch < cap,
                   "cuda runner: the weights need {:.2f} GiB on the GPU (routed experts {:.2f} GiB), the arena has "
                   "{:.2f} GiB; use fewer resident experts or a larger device",
                   wb.total / double(1ull << 30), wb.routed_experts / double(1ull << 30), cap / double(1ull << 30));
@@ -100,7 +104,11 @@ int64_t CudaModelRunner::kv_budget_hint() const {
     const int64_t per_token = 8 * D + 12 * D + 6 * Hd + 16 * c.head_dim + 2 * c.index_n_heads * c.index_head_dim +
                               8 * (c.sliding_window + c.index_topk + opt_.max_model_len / 128) +
                               4 * c.n_routed_experts + 6 * c.moe_intermediate_size + 4 * 32768;
-    const int64_t fixed = static_cast<int64_t>(opt_.moe_scratch_bytes) + (int64_t{640} << 20) +
+    const int64_t moe = static_cast<int64_t>(
+        opt_.moe_scratch_bytes ? opt_.moe_scratch_bytes
+                               : cuda::MoeExperts::scratch_bytes_for(c.hidden_size, c.moe_intermediate_size,
+                                                                     T * c.num_experts_per_tok));
+    const int64_t fixed = moe + (int64_t{640} << 20) +
                           std::min<int64_t>(opt_.max_num_seqs, T) * c.vocab_size * 4;
     const int64_t workspace = per_token * T * 3 / 2 + fixed;
     return std::max<int64_t>(0, static_cast<int64_t>(arena_->remaining()) - workspace);

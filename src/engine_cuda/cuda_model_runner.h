@@ -26,7 +26,7 @@ struct CudaRunnerOptions {
     // Device memory the runner takes in one cudaMalloc; 0 = the device's free memory less headroom.
     uint64_t arena_bytes = 0;
     uint64_t headroom_bytes = 2ull << 30;
-    size_t moe_scratch_bytes = size_t{1} << 30;
+    size_t moe_scratch_bytes = 0;  // 0: what max_num_batched_tokens needs
 };
 
 // What the startup report prints (serve): where the memory went and how long loading took.

@@ -13,11 +13,14 @@ struct BlockContext {
     Numerics numerics;
     const std::vector<float>& rope_freqs;     // this layer's q/kv frequencies (main or compress)
     const std::vector<float>& rope_compress;  // compressor / indexer frequencies
+    bool bf16_linear_inputs = false;          // DeepSeekV4::set_bf16_linear_inputs
 };
 
 // y[n, n_out] = l(x[n, n_in]); in Numerics::Reference a quantised linear first rounds each row of x
 // through FP8 in 1×128 blocks (what REF's act_quant + fp8/fp4 GEMM computes).
-void apply_linear(const DenseLinear& l, const float* x, int64_t n, float* y, Numerics numerics);
+// bf16_inputs: round x to bf16 first (what REF's bf16 activation storage feeds its quantiser).
+void apply_linear(const DenseLinear& l, const float* x, int64_t n, float* y, Numerics numerics,
+                  bool bf16_inputs = false);
 
 // Attention sub-block: xn [n, D] (attn_norm output) at positions state.n_tokens.. -> out [n, D].
 // Advances `state` (compressors, token count) by n tokens and writes the new window rows, entries

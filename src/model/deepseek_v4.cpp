@@ -6,6 +6,7 @@
 #include "backend/cpu/quant_sim.h"
 #include "backend/cpu/rope.h"
 #include "core/error.h"
+#include "core/fp_formats.h"
 #include "model/block_forward.h"
 
 namespace onecard {
@@ -30,9 +31,11 @@ std::vector<float> rope_inv_freqs_for(const ModelConfig& cfg, bool compressed) {
 
 namespace detail {
 
-void apply_linear(const DenseLinear& l, const float* x, int64_t n, float* y, Numerics numerics) {
+void apply_linear(const DenseLinear& l, const float* x, int64_t n, float* y, Numerics numerics, bool bf16_inputs) {
     if (numerics == Numerics::Reference && l.quantized) {
         std::vector<float> xq(x, x + n * l.n_in);
+        if (bf16_inputs)
+            for (float& v : xq) v = round_bf16(v);
         for (int64_t i = 0; i < n; ++i) cpu::fp8_quant_dequant(xq.data() + i * l.n_in, l.n_in, 128);
         cpu::matmul_nt(xq.data(), l.w.data(), y, n, l.n_in, l.n_out);
         return;
@@ -146,7 +149,8 @@ ForwardOutput DeepSeekV4::forward_with_streams(SequenceState& state, SequenceKv&
 
     for (int64_t il = 0; il < cfg_.num_hidden_layers; ++il) {
         const bool compressed = cfg_.compress_ratio(il) != 0;
-        detail::BlockContext ctx{cfg_, numerics_, compressed ? rope_compress_ : rope_main_, rope_compress_};
+        detail::BlockContext ctx{cfg_, numerics_, compressed ? rope_compress_ : rope_main_, rope_compress_,
+                                 bf16_linear_inputs_};
         detail::block_forward(ctx, dense_.layers[il], state.layers()[il], kv, tokens.data(), X.data(), n);
     }
     state.advance(n);

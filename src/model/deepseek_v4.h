@@ -75,11 +75,17 @@ public:
 
     const ModelConfig& config() const { return cfg_; }
     Numerics numerics() const { return numerics_; }
+    // Reference numerics only: round the input of every FP8-quantised linear to bf16 first, as REF's
+    // bf16 activation storage does. Not a serving mode: it measures how far bf16 storage alone moves
+    // the output (FP8 rounding decisions flip), the yardstick for comparing the bf16 GPU backend with
+    // this fp32 oracle (tests/ops/gpu_model_test.cpp).
+    void set_bf16_linear_inputs(bool on) { bf16_linear_inputs_ = on; }
     bool has_mtp() const { return !dense_.mtp.empty(); }
 
 private:
     ModelConfig cfg_;
     Numerics numerics_;
+    bool bf16_linear_inputs_ = false;
     DenseModel dense_;
     std::vector<float> rope_main_;      // [qk_rope_head_dim/2] inverse frequencies, SWA layers and MTP
     std::vector<float> rope_compress_;  // [qk_rope_head_dim/2] compress θ with YaRN, CSA/HCA layers

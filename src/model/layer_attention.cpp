@@ -35,8 +35,8 @@ void compressor_rows(const BlockContext& ctx, const DenseCompressor& c, const fl
     kv.resize(static_cast<size_t>(n * width));
     score.resize(static_cast<size_t>(n * width));
     // REF computes the compressor projections in fp32 on fp32-upcast BF16 weights: never quantised.
-    apply_linear(c.wkv, xn, n, kv.data(), ctx.numerics);
-    apply_linear(c.wgate, xn, n, score.data(), ctx.numerics);
+    apply_linear(c.wkv, xn, n, kv.data(), ctx.numerics, ctx.bf16_linear_inputs);
+    apply_linear(c.wgate, xn, n, score.data(), ctx.numerics, ctx.bf16_linear_inputs);
     for (int64_t i = 0; i < n; ++i) {
         const float* ape = c.ape.data() + ((pos0 + i) % c.ratio) * width;
         for (int64_t j = 0; j < width; ++j) score[i * width + j] += ape[j];
@@ -70,17 +70,17 @@ void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerSt
 
     // ---- q path: wq_a -> q_norm -> wq_b -> per-head unweighted RMSNorm -> RoPE on trailing dims
     std::vector<float> qr(static_cast<size_t>(n * cfg.q_lora_rank));  // [n, q_lora_rank]
-    apply_linear(w.wq_a, xn, n, qr.data(), ctx.numerics);
+    apply_linear(w.wq_a, xn, n, qr.data(), ctx.numerics, ctx.bf16_linear_inputs);
     cpu::rmsnorm(qr.data(), w.q_norm.data(), qr.data(), n, cfg.q_lora_rank, eps);
     std::vector<float> q(static_cast<size_t>(n * H * hd));  // [n, H, hd]
-    apply_linear(w.wq_b, qr.data(), n, q.data(), ctx.numerics);
+    apply_linear(w.wq_b, qr.data(), n, q.data(), ctx.numerics, ctx.bf16_linear_inputs);
     cpu::rmsnorm(q.data(), nullptr, q.data(), n * H, hd, eps);
     for (int64_t i = 0; i < n; ++i)
         cpu::apply_rope_rows(q.data() + i * H * hd, H, hd, ctx.rope_freqs.data(), n_rope, pos0 + i);
 
     // ---- shared KV head: wkv -> kv_norm -> RoPE; reference: rounded to the cache format
     std::vector<float> kv(static_cast<size_t>(n * hd));  // [n, hd]
-    apply_linear(w.wkv, xn, n, kv.data(), ctx.numerics);
+    apply_linear(w.wkv, xn, n, kv.data(), ctx.numerics, ctx.bf16_linear_inputs);
     cpu::rmsnorm(kv.data(), w.kv_norm.data(), kv.data(), n, hd, eps);
     for (int64_t i = 0; i < n; ++i) {
         cpu::apply_rope(kv.data() + i * hd + n_nope, ctx.rope_freqs.data(), n_rope, pos0 + i);
@@ -96,7 +96,7 @@ void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerSt
     if (idx) {
         compressor_rows(ctx, idx->compressor, xn, n, pos0, ikv, iscore);
         iq.resize(static_cast<size_t>(n * nI * dI));  // [n, nI, dI]
-        apply_linear(idx->wq_b, qr.data(), n, iq.data(), ctx.numerics);
+        apply_linear(idx->wq_b, qr.data(), n, iq.data(), ctx.numerics, ctx.bf16_linear_inputs);
         for (int64_t i = 0; i < n; ++i) {
             float* qi = iq.data() + i * nI * dI;
             cpu::apply_rope_rows(qi, nI, dI, ctx.rope_compress.data(), n_rope, pos0 + i);
@@ -109,7 +109,7 @@ void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerSt
             }
         }
         iw.resize(static_cast<size_t>(n * nI));  // [n, nI]
-        apply_linear(idx->weights_proj, xn, n, iw.data(), ctx.numerics);
+        apply_linear(idx->weights_proj, xn, n, iw.data(), ctx.numerics, ctx.bf16_linear_inputs);
         const float w_scale = 1.0f / std::sqrt(static_cast<float>(nI));
         for (float& v : iw) v *= w_scale;
     }
@@ -193,7 +193,7 @@ void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerSt
         cpu::matmul_nt(o.data() + g * group_in, w.wo_a.w.data() + g * r * group_in, z.data() + g * r, n, group_in, r,
                        H * hd, G * r);
     }
-    apply_linear(w.wo_b, z.data(), n, out, ctx.numerics);
+    apply_linear(w.wo_b, z.data(), n, out, ctx.numerics, ctx.bf16_linear_inputs);
 }
 
 }  // namespace onecard::detail

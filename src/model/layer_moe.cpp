@@ -14,8 +14,8 @@ namespace {
 void expert_hidden(const BlockContext& ctx, const DenseExpert& e, const float* x, int64_t n, std::vector<float>& h) {
     const int64_t inter = e.w1.n_out;
     std::vector<float> gate(static_cast<size_t>(n * inter)), up(static_cast<size_t>(n * inter));
-    apply_linear(e.w1, x, n, gate.data(), ctx.numerics);
-    apply_linear(e.w3, x, n, up.data(), ctx.numerics);
+    apply_linear(e.w1, x, n, gate.data(), ctx.numerics, ctx.bf16_linear_inputs);
+    apply_linear(e.w3, x, n, up.data(), ctx.numerics, ctx.bf16_linear_inputs);
     h.resize(static_cast<size_t>(n * inter));
     cpu::swiglu_clamped(gate.data(), up.data(), n * inter, static_cast<float>(ctx.cfg.swiglu_limit), h.data());
 }
@@ -72,12 +72,12 @@ void moe_forward(const BlockContext& ctx, const DenseMoE& w, bool hash_layer, co
             // REF scales the hidden activation before w2, so the FP8 quantisation sees the scaled values.
             for (int64_t r = 0; r < m; ++r)
                 for (int64_t j = 0; j < inter; ++j) h[r * inter + j] *= row_w[r];
-            apply_linear(ex.w2, h.data(), m, y.data(), ctx.numerics);
+            apply_linear(ex.w2, h.data(), m, y.data(), ctx.numerics, ctx.bf16_linear_inputs);
             for (int64_t r = 0; r < m; ++r)
                 for (int64_t d = 0; d < D; ++d) routed[rows[r] * D + d] += y[r * D + d];
         } else {
             // HF scales the expert output.
-            apply_linear(ex.w2, h.data(), m, y.data(), ctx.numerics);
+            apply_linear(ex.w2, h.data(), m, y.data(), ctx.numerics, ctx.bf16_linear_inputs);
             for (int64_t r = 0; r < m; ++r)
                 for (int64_t d = 0; d < D; ++d) routed[rows[r] * D + d] += y[r * D + d] * row_w[r];
         }
@@ -85,7 +85,7 @@ void moe_forward(const BlockContext& ctx, const DenseMoE& w, bool hash_layer, co
 
     // Shared expert (clamped like the routed ones; current REF revision, HF, vLLM).
     expert_hidden(ctx, w.shared, xn, n, h);
-    apply_linear(w.shared.w2, h.data(), n, out, ctx.numerics);
+    apply_linear(w.shared.w2, h.data(), n, out, ctx.numerics, ctx.bf16_linear_inputs);
     for (int64_t i = 0; i < n * D; ++i) out[i] = routed[i] + out[i];
 }
 

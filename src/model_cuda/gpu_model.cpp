@@ -177,11 +177,12 @@ GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKv
                                                (size_t{80} << 20));
     ws_ = std::make_unique<cuda::DeviceArena>(arena.alloc(scratch, "linear scratch"), scratch, "linear scratch");
     lin_ = std::make_unique<GpuLinears>(*ws_);
-    ONECARD_CHECK(opt.moe_scratch_bytes >= cuda::MoeExperts::scratch_bytes_for(D, I, T * K),
-                  "gpu model: the MoE scratch of {} MiB is too small for {} tokens per step (needs {} MiB)",
-                  opt.moe_scratch_bytes >> 20, T, cuda::MoeExperts::scratch_bytes_for(D, I, T * K) >> 20);
-    void* moe_scratch = arena.alloc(opt.moe_scratch_bytes, "moe scratch");
-    experts_ = std::make_unique<cuda::MoeExperts>(moe_scratch, opt.moe_scratch_bytes, T * K);
+    const size_t moe_need = cuda::MoeExperts::scratch_bytes_for(D, I, T * K);
+    const size_t moe_bytes = opt.moe_scratch_bytes ? opt.moe_scratch_bytes : moe_need;
+    ONECARD_CHECK(moe_bytes >= moe_need, "gpu model: the MoE scratch of {} MiB is too small for {} tokens per step (needs {} MiB)",
+                  moe_bytes >> 20, T, moe_need >> 20);
+    void* moe_scratch = arena.alloc(moe_bytes, "moe scratch");
+    experts_ = std::make_unique<cuda::MoeExperts>(moe_scratch, moe_bytes, T * K);
     workspace_bytes_ = static_cast<int64_t>(arena.used() - used_before);
     moe_gemv_ = D % 1024 == 0 && I % 1024 == 0;
 }

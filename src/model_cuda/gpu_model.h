@@ -32,7 +32,7 @@ struct GpuModelOptions {
     int64_t max_step_tokens = 2048;   // tokens per step (the scheduler's budget)
     int64_t max_seqs = 64;            // sequences per step
     int64_t max_model_len = 65536;    // longest sequence (sizes key lists and indexer scratch)
-    size_t moe_scratch_bytes = size_t{2} << 30;  // many-token expert path (dequantised experts + rows)
+    size_t moe_scratch_bytes = 0;  // many-token expert path (dequantised experts + rows); 0 = what max_step_tokens needs
     bool cuda_graphs = true;  // replay steps of <= kGraphMaxTokens tokens as CUDA graphs
 };
 

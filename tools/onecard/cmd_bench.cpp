@@ -50,7 +50,7 @@ struct BenchArgs {
     std::string decode_batches = "1,8,64";
     int64_t context = 1024;
     int64_t prefill = 8192;
-    int64_t chunk = 2048;
+    int64_t chunk = 8192;
     int64_t repeats = 5;
     int64_t warmup = 2;
     int64_t steps = 16;
@@ -218,7 +218,6 @@ void run_bench(const BenchArgs& a) {
     mo.max_step_tokens = a.chunk;
     mo.max_seqs = max_b + 1;
     mo.max_model_len = max_len;
-    mo.moe_scratch_bytes = size_t{2} << 30;
     GpuModel model(cfg, w, pool, mo, arena);
     const uint64_t arena_used = arena.used();
 
@@ -405,7 +404,7 @@ void add_cmd_bench(CLI::App& app) {
     cmd->add_option("--decode-batch", a->decode_batches, "decode batch sizes, comma-separated (default 1,8,64)");
     cmd->add_option("--context", a->context, "tokens each decode sequence holds before timing (default 1024)");
     cmd->add_option("--prefill", a->prefill, "prompt tokens of the prefill measurement (default 8192)");
-    cmd->add_option("--chunk", a->chunk, "tokens per prefill step (default 2048)");
+    cmd->add_option("--chunk", a->chunk, "tokens per step: prefill chunk and the model's step capacity (default 8192)");
     cmd->add_option("--repeats", a->repeats, "timed repeats (default 5)");
     cmd->add_option("--warmup", a->warmup, "untimed repeats first (default 2)");
     cmd->add_option("--steps", a->steps, "decode steps per repeat (default 16)");
