@@ -16,6 +16,12 @@
 #              and writes OUT_DIR/{gpu-check.log,tests.xml...,bench.jsonl,summary.txt}.
 #              The last lines printed are the summary (pass/fail per test binary, benchmark table).
 #
+#   3. there:  scripts/gpu-check.sh --bench [OUT_DIR] [onecard bench args...]
+#              `onecard bench --synth flash` with the packed binary (OUT_DIR/bench_model.json), then the
+#              transformers peer baseline scripts/bench/peer_transformers.py (OUT_DIR/bench_peer.json;
+#              SKIP_PEER=1 skips it, PEER_ARGS passes arguments).
+#
+# ONLY=regex runs a subset of the test binaries; SKIP_GEMV_BENCH=1 skips the micro-benchmark.
 # CARRY_DIR overrides .carry/gpu-check. SANITIZE=1 adds a compute-sanitizer memcheck pass over the tests. Without a GPU, --run still runs: every test skips with the
 # reason and the benchmark reports that it needs a GPU (exit status 1).
 set -uo pipefail
@@ -150,5 +156,5 @@ case "$mode" in
     --pack) pack ;;
     --run) shift; run "$@" ;;
     --bench) shift; bench "$@" ;;
-    *) sed -n '2,21p' "$0"; exit 2 ;;
+    *) sed -n '2,29p' "$0"; exit 2 ;;
 esac
