@@ -1,0 +1,99 @@
+// Host-side logic of the GPU model that needs no GPU (runs in CI): which shapes the CUDA kernels
+// accept, the weight byte estimate the runner refuses with, and where the KV pool puts each layer's
+// regions (checked against the kvcache spec the CPU's paged store uses).
+#include <gtest/gtest.h>
+
+#ifdef ONECARD_HAVE_CUDA
+
+#include "core/error.h"
+#include "engine/memory_plan.h"
+#include "kvcache/kv_spec.h"
+#include "model/synth.h"
+#include "model_cuda/gpu_kv_pool.h"
+#include "model_cuda/gpu_synth.h"
+#include "model_cuda/gpu_weights.h"
+
+#include <string>
+#include <vector>
+
+namespace onecard {
+namespace {
+
+ModelConfig flash(int64_t layers, int64_t experts) {
+    SynthOptions o;
+    o.preset = SynthPreset::Flash;
+    o.layers = layers;
+    o.experts = experts;
+    o.mtp = 0;
+    return synth_config(o);
+}
+
+TEST(GpuLayout, FlashShapeIsAcceptedAndTinyIsRefusedWithEveryReason) {
+    EXPECT_NO_THROW(check_gpu_model_shape(flash(4, 16)));
+    SynthOptions o;
+    o.preset = SynthPreset::Tiny;
+    try {
+        check_gpu_model_shape(synth_config(o));
+        FAIL() << "the tiny preset (head_dim 128, hidden 256) cannot run on the CUDA kernels";
+    } catch (const Error& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("head_dim 128"), std::string::npos) << m;
+        EXPECT_NE(m.find("hidden_size 256"), std::string::npos) << m;
+    }
+}
+
+// The runner refuses from gpu_weight_bytes before it allocates; the synthetic weights allocate exactly
+// synth_weights_device_bytes. The estimate leaves out only the 256-byte alignment of each tensor.
+TEST(GpuLayout, WeightByteEstimateMatchesTheExactAllocation) {
+    for (int64_t experts : {8, 64, 216}) {
+        const ModelConfig cfg = flash(43, experts);
+        const GpuWeightBytes est = gpu_weight_bytes(cfg);
+        const int64_t exact = synth_weights_device_bytes(cfg);
+        EXPECT_LE(est.total, exact) << experts << " experts";
+        EXPECT_GT(static_cast<double>(est.total), 0.999 * static_cast<double>(exact)) << experts << " experts";
+        EXPECT_EQ(est.total, est.embed_head + est.attention + est.routed_experts + est.shared_experts + est.other);
+    }
+    // The full Flash shape does not fit one H200 (131 GiB free): the reason the bench sizes experts.
+    EXPECT_GT(gpu_weight_bytes(flash(43, 256)).total, int64_t{141} * 1000 * 1000 * 1000);
+}
+
+TEST(GpuLayout, KvPoolPlacesEveryLayerWhereTheSpecSays) {
+    const ModelConfig cfg = flash(6, 8);
+    const KvCacheSpec spec = make_kv_cache_spec(kv_model_shape_from_config(cfg), 256);
+    KvPoolSize size;
+    size.n_slots = 3;
+    size.n_blocks = 5;
+    const int64_t step_tokens = 64;
+    // The bookkeeping never touches the bytes, so a borrowed host buffer stands in for HBM.
+    const size_t bytes = static_cast<size_t>(size.total_bytes(spec) + step_tokens * spec.entry.entry_bytes() + 256);
+    std::vector<std::byte> host(bytes);
+    cuda::DeviceArena arena(host.data(), host.size(), "host stand-in");
+    GpuKvPool pool(spec, size, step_tokens, arena);
+    EXPECT_EQ(pool.slot_offset(0), size.n_blocks * spec.block_bytes);
+    EXPECT_EQ(pool.slot_offset(2) - pool.slot_offset(1), spec.slot_bytes);
+    EXPECT_EQ(pool.step_entries_offset(), size.n_blocks * spec.block_bytes + size.n_slots * spec.slot_bytes);
+    for (const auto& f : spec.fixed) {
+        const auto& l = pool.layer(f.layer);
+        if (f.kind == KvFixedKind::Window) EXPECT_EQ(l.window_region, f.offset);
+        if (f.kind == KvFixedKind::Compressor) EXPECT_EQ(l.compressor_region, f.offset);
+        if (f.kind == KvFixedKind::IndexerCompressor) EXPECT_EQ(l.index_comp_region, f.offset);
+    }
+    for (const auto& s : spec.streams) {
+        const cuda::PagedStreamAddr a = pool.entry_addr(s.layer, s.kind == KvStreamKind::IndexerKey, nullptr, 7);
+        EXPECT_EQ(a.stream_offset, s.offset);
+        EXPECT_EQ(a.entry_bytes, s.entry_bytes);
+        EXPECT_EQ(a.ratio, s.ratio);
+        EXPECT_EQ(a.block_bytes, spec.block_bytes);
+        EXPECT_EQ(a.max_blocks, 7);
+    }
+    // Layers 0 and 1 are sliding-window only: they have no paged stream.
+    EXPECT_THROW(pool.entry_addr(0, false, nullptr, 1), Error);
+    EXPECT_THROW(pool.entry_addr(3, true, nullptr, 1), Error);  // HCA: entries but no indexer keys
+}
+
+}  // namespace
+}  // namespace onecard
+
+#else
+TEST(GpuLayout, NeedsCuda) { GTEST_SKIP() << "built without the CUDA backend (ONECARD_CUDA=OFF)"; }
+#endif
