@@ -1,13 +1,19 @@
 // Hyper-connection parity: hc_pre (mixes + Sinkhorn + collapse) and hc_post on the GPU vs the CPU
 // functions on the same bf16-valued streams. Tolerances: pre/post/comb are fp32 results of a
 // 16384-long reduction in another order: |Δ| ≤ 1e-4 (they are O(1)); the bf16 outputs within half a
-// bf16 ulp of the fp32 reference plus 1e-3 absolute.
+// bf16 ulp of the fp32 reference plus 1e-3 absolute. Paths: the split-K path (partial mixes in a
+// scratch, then a per-token finish) at decode sizes n = 1, 7, 8, 64 and prefill sizes n = 300, 2048 at
+// the Flash width D = 4096 (tiles of 1..32 tokens, a partial last tile, 4..256 slices); the
+// scratch-less reference kernel; the fallback for a width that is not a multiple of 8 (hc_post's
+// scalar kernel too); a CUDA-graph replay of the split path. A timing test prints µs per call.
 #include "gpu_test_util.h"
 
 #ifdef ONECARD_HAVE_CUDA
 
 #include "backend/cpu/hyper_connection.h"
 #include "backend/cuda/ops/hyper_connection.cuh"
+
+#include <cstdio>
 
 namespace onecard {
 namespace {
@@ -22,7 +28,9 @@ void expect_bf16_close(const std::vector<float>& got, const std::vector<float>& 
     }
 }
 
-void check_hc(int64_t n_tok, int64_t dim, uint32_t seed) {
+enum class PrePath { kSplit, kNoScratch };
+
+void check_hc(int64_t n_tok, int64_t dim, uint32_t seed, PrePath path = PrePath::kSplit) {
     std::mt19937 rng(seed);
     const int64_t flat = kHc * dim, n_mix = (2 + kHc) * kHc;
     const auto X = test::random_bf16_values(rng, static_cast<size_t>(n_tok * flat));
@@ -45,7 +53,12 @@ void check_hc(int64_t n_tok, int64_t dim, uint32_t seed) {
         cpu::hc_collapse(X.data() + t * flat, pre.data() + t * kHc, p, x_ref.data() + t * dim);
     }
 
-    cuda::DeviceArena arena(size_t{64} << 20, "hc test");
+    cuda::HcDims hd;
+    hd.dim = dim;
+    const size_t scratch_floats = cuda::hc_pre_scratch_floats(n_tok, hd);
+    const size_t arena_bytes = static_cast<size_t>(n_tok * flat * 2 + 2 * n_tok * dim * 2 + n_mix * flat * 4) +
+                               scratch_floats * 4 + (size_t{16} << 20);
+    cuda::DeviceArena arena(arena_bytes, "hc test");
     auto* dX = test::upload(arena, test::to_bf16_bits(X), "X");
     auto* dfn = test::upload(arena, fn, "fn");
     auto* dscale = test::upload(arena, scale, "scale");
@@ -58,11 +71,16 @@ void check_hc(int64_t n_tok, int64_t dim, uint32_t seed) {
     for (auto [ptr, bytes] : {std::pair<void*, size_t>{dx, x_ref.size() * 2}, {dpre, pre.size() * 4},
                               {dpost, post.size() * 4}, {dcomb, comb.size() * 4}})
         cuda::fill_bytes(ptr, 0xFF, bytes);
+    auto* dscratch = arena.alloc_n<float>(scratch_floats, "scratch");
+    cuda::fill_bytes(dscratch, 0xFF, scratch_floats * 4);  // every partial read must have been written
     cuda::Stream s;
-    cuda::HcDims hd;
-    hd.dim = dim;
-    cuda::hc_pre_bf16(reinterpret_cast<const __nv_bfloat16*>(dX), dfn, dscale, dbase,
-                      reinterpret_cast<__nv_bfloat16*>(dx), dpre, dpost, dcomb, n_tok, hd, s.get());
+    if (path == PrePath::kSplit)
+        cuda::hc_pre_bf16(reinterpret_cast<const __nv_bfloat16*>(dX), dfn, dscale, dbase,
+                          reinterpret_cast<__nv_bfloat16*>(dx), dpre, dpost, dcomb, dscratch, scratch_floats, n_tok,
+                          hd, s.get());
+    else
+        cuda::hc_pre_bf16(reinterpret_cast<const __nv_bfloat16*>(dX), dfn, dscale, dbase,
+                          reinterpret_cast<__nv_bfloat16*>(dx), dpre, dpost, dcomb, n_tok, hd, s.get());
     s.sync();
     const auto g_pre = cuda::copy_to_host(dpre, pre.size());
     const auto g_post = cuda::copy_to_host(dpost, post.size());
@@ -96,6 +114,140 @@ TEST(CudaHyperConnection, FlashWidthMatchesCpu) {
 TEST(CudaHyperConnection, SmallWidthManyTokensMatchesCpu) {
     ONECARD_REQUIRE_GPU();
     check_hc(17, 320, 62);
+}
+
+TEST(CudaHyperConnection, FlashWidthDecodeSizesMatchCpu) {
+    ONECARD_REQUIRE_GPU();
+    for (int64_t n : {1, 7, 8, 64}) {
+        SCOPED_TRACE(n);
+        check_hc(n, 4096, static_cast<uint32_t>(70 + n));
+    }
+}
+
+TEST(CudaHyperConnection, FlashWidthPrefillSizesMatchCpu) {
+    ONECARD_REQUIRE_GPU();
+    for (int64_t n : {300, 2048}) {
+        SCOPED_TRACE(n);
+        check_hc(n, 4096, static_cast<uint32_t>(80 + n));
+    }
+}
+
+TEST(CudaHyperConnection, NoScratchReferenceKernelMatchesCpu) {
+    ONECARD_REQUIRE_GPU();
+    check_hc(5, 4096, 63, PrePath::kNoScratch);
+}
+
+TEST(CudaHyperConnection, WidthNotMultipleOf8FallsBackAndMatchesCpu) {
+    ONECARD_REQUIRE_GPU();
+    check_hc(6, 100, 64);
+}
+
+// The split path inside a CUDA graph (decode steps are captured): replay gives the direct run's bits.
+TEST(CudaHyperConnection, SplitPathReplaysInCudaGraph) {
+    ONECARD_REQUIRE_GPU();
+    const int64_t n = 8, dim = 4096, flat = kHc * dim, n_mix = (2 + kHc) * kHc;
+    std::mt19937 rng(65);
+    const auto X = test::random_bf16_values(rng, static_cast<size_t>(n * flat));
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> fn(static_cast<size_t>(n_mix * flat)), base(static_cast<size_t>(n_mix));
+    for (auto& v : fn) v = nd(rng) * 2.0f / std::sqrt(static_cast<float>(flat));
+    for (auto& v : base) v = nd(rng);
+    const std::vector<float> scale = {0.8f, 1.3f, 2.1f};
+    cuda::HcDims hd;
+    hd.dim = dim;
+    const size_t scratch_floats = cuda::hc_pre_scratch_floats(64, hd);  // a larger step's buffer serves n = 8
+    cuda::DeviceArena arena(size_t{16} << 20, "hc graph test");
+    auto* dX = reinterpret_cast<const __nv_bfloat16*>(test::upload(arena, test::to_bf16_bits(X), "X"));
+    auto* dfn = test::upload(arena, fn, "fn");
+    auto* dscale = test::upload(arena, scale, "scale");
+    auto* dbase = test::upload(arena, base, "base");
+    auto* dx = arena.alloc_n<__nv_bfloat16>(static_cast<size_t>(n * dim), "x");
+    auto* dpre = arena.alloc_n<float>(static_cast<size_t>(n * kHc), "pre");
+    auto* dpost = arena.alloc_n<float>(static_cast<size_t>(n * kHc), "post");
+    auto* dcomb = arena.alloc_n<float>(static_cast<size_t>(n * 16), "comb");
+    auto* dscratch = arena.alloc_n<float>(scratch_floats, "scratch");
+    cuda::Stream s;
+    auto run = [&] {
+        cuda::hc_pre_bf16(dX, dfn, dscale, dbase, dx, dpre, dpost, dcomb, dscratch, scratch_floats, n, hd, s.get());
+    };
+    run();
+    s.sync();
+    const auto x_direct = cuda::copy_to_host(reinterpret_cast<const uint16_t*>(dx), static_cast<size_t>(n * dim));
+    const auto comb_direct = cuda::copy_to_host(dcomb, static_cast<size_t>(n * 16));
+    cuda::fill_bytes(dx, 0xFF, static_cast<size_t>(n * dim) * 2);
+    cuda::fill_bytes(dcomb, 0xFF, static_cast<size_t>(n * 16) * 4);
+    cudaGraph_t g = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    run();
+    ASSERT_EQ(cudaStreamEndCapture(s.get(), &g), cudaSuccess);
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, s.get()), cudaSuccess);
+    s.sync();
+    EXPECT_EQ(cuda::copy_to_host(reinterpret_cast<const uint16_t*>(dx), static_cast<size_t>(n * dim)), x_direct);
+    EXPECT_EQ(cuda::copy_to_host(dcomb, static_cast<size_t>(n * 16)), comb_direct);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(g);
+}
+
+// Not a check: µs per hc_pre (split path and the reference kernel) and hc_post at the Flash width,
+// averaged over 50 back-to-back calls in one CUDA graph (fn cycles over 8 copies so it is not all L2-resident).
+TEST(CudaHyperConnection, TimingFlashWidth) {
+    ONECARD_REQUIRE_GPU();
+    const int64_t dim = 4096, flat = kHc * dim, n_mix = (2 + kHc) * kHc, n_max = 2048, n_fn = 8;
+    cuda::HcDims hd;
+    hd.dim = dim;
+    const size_t scratch_floats = cuda::hc_pre_scratch_floats(n_max, hd);
+    cuda::DeviceArena arena(size_t{256} << 20, "hc timing");
+    auto* dX = arena.alloc_n<__nv_bfloat16>(static_cast<size_t>(n_max * flat), "X");
+    auto* dfn = arena.alloc_n<float>(static_cast<size_t>(n_fn * n_mix * flat), "fn");
+    auto* dsb = arena.alloc_n<float>(32, "scale, base");
+    auto* dx = arena.alloc_n<__nv_bfloat16>(static_cast<size_t>(n_max * dim), "x");
+    auto* da = arena.alloc_n<__nv_bfloat16>(static_cast<size_t>(n_max * dim), "a");
+    auto* dpre = arena.alloc_n<float>(static_cast<size_t>(n_max * kHc), "pre");
+    auto* dpost = arena.alloc_n<float>(static_cast<size_t>(n_max * kHc), "post");
+    auto* dcomb = arena.alloc_n<float>(static_cast<size_t>(n_max * 16), "comb");
+    auto* dscratch = arena.alloc_n<float>(scratch_floats, "scratch");
+    // Small finite values everywhere (0x3C = bf16 ~0.0117 pairs, fp32 ~0.0117): timing only.
+    cuda::fill_bytes(dX, 0x3C, static_cast<size_t>(n_max * flat) * 2);
+    cuda::fill_bytes(da, 0x3C, static_cast<size_t>(n_max * dim) * 2);
+    cuda::fill_bytes(dfn, 0x3C, static_cast<size_t>(n_fn * n_mix * flat) * 4);
+    cuda::fill_bytes(dsb, 0x3C, 32 * 4);
+    cuda::Stream s;
+    cuda::Event e0, e1;
+    constexpr int kIters = 50;
+    for (int64_t n : {1, 8, 64, 2048}) {
+        float us[3];
+        for (int which = 0; which < 3; ++which) {
+            auto call = [&](int i) {
+                const float* fn_i = dfn + (i % n_fn) * n_mix * flat;
+                if (which == 0)
+                    cuda::hc_pre_bf16(dX, fn_i, dsb, dsb + 3, dx, dpre, dpost, dcomb, dscratch, scratch_floats, n, hd,
+                                      s.get());
+                else if (which == 1)
+                    cuda::hc_pre_bf16(dX, fn_i, dsb, dsb + 3, dx, dpre, dpost, dcomb, n, hd, s.get());
+                else
+                    cuda::hc_post_bf16(da, dX, dpost, dcomb, dX, n, hd, s.get());
+            };
+            // Captured as one graph (as the decode step is), so host launch cost is not measured.
+            cudaGraph_t g = nullptr;
+            ASSERT_EQ(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+            for (int i = 0; i < kIters; ++i) call(i);
+            ASSERT_EQ(cudaStreamEndCapture(s.get(), &g), cudaSuccess);
+            cudaGraphExec_t exec = nullptr;
+            ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+            ASSERT_EQ(cudaGraphLaunch(exec, s.get()), cudaSuccess);  // warm-up
+            e0.record(s.get());
+            ASSERT_EQ(cudaGraphLaunch(exec, s.get()), cudaSuccess);
+            e1.record(s.get());
+            e1.sync();
+            us[which] = e1.elapsed_ms_since(e0) * 1000.0f / kIters;
+            cudaGraphExecDestroy(exec);
+            cudaGraphDestroy(g);
+        }
+        std::printf("hc n=%5lld: hc_pre split %8.2f us, hc_pre reference %8.2f us, hc_post %7.2f us\n",
+                    static_cast<long long>(n), us[0], us[1], us[2]);
+    }
 }
 
 }  // namespace

@@ -3,12 +3,99 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops/common.cuh"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace onecard::cuda {
 namespace {
 
 constexpr int kHc = static_cast<int>(kHcStreams);
 constexpr int kMix = static_cast<int>(kHcMixes);
 constexpr int kPreThreads = 256;
+
+// Split-K mixes: 8 warps per block; lane j < 24 owns mix j (its fn row), so every lane keeps its own
+// running dot product over the warp's range of 8-element chunks and no cross-lane reduction is
+// needed (lanes 24..31 shadow row 23 and drop their result). Each fn chunk (32 B per lane, one
+// sector) is reused for a tile of up to 32 tokens whose X chunks are warp-wide broadcast loads.
+constexpr int kMixWarps = 8;
+constexpr int kMixThreads = kMixWarps * 32;
+constexpr int kMaxTile = 32;
+// Blocks the split-K grid aims for: 4 per SM on the H200's 132, so decode sizes fill the GPU.
+constexpr int64_t kTargetBlocks = 528;
+// Finishing kernel: one block per token; each of its kFinXThreads X threads keeps up to kFinCached
+// 8-wide d-chunks of all 4 streams in registers (D <= 4096), so X is read once for Σv² and the
+// collapse. One more warp runs the Sinkhorn (39 dependent normalisations, the block's longest chain)
+// while the X threads collapse.
+constexpr int kFinXThreads = 256;
+constexpr int kFinXWarps = kFinXThreads / 32;
+constexpr int kFinThreads = kFinXThreads + 32;
+constexpr int kFinCached = 2;
+
+struct PrePlan {
+    int tile = 1;        // tokens per block of the split-K kernel
+    int64_t tiles = 1;   // ceil(n_tok / tile)
+    int64_t slices = 1;  // blocks over the 4·D reduction per tile
+};
+
+PrePlan pre_plan(int64_t n_tok, int64_t dim) {
+    PrePlan pl;
+    pl.tile = n_tok <= 1 ? 1 : n_tok <= 2 ? 2 : n_tok <= 4 ? 4 : n_tok <= 8 ? 8 : n_tok <= 16 ? 16 : kMaxTile;
+    pl.tiles = (n_tok + pl.tile - 1) / pl.tile;
+    const int64_t chunks = kHc * dim / 8;
+    const int64_t max_slices = std::max<int64_t>(1, chunks / kMixWarps);  // every warp gets >= 1 chunk
+    // Also keep the partial sums (n·slices rows of 24) within half of fn's size: the scratch is written
+    // and read back, and at n = 64 an uncapped 256 slices would move as many bytes as fn itself.
+    const int64_t traffic_cap = std::max<int64_t>(1, kHc * dim / 2 / n_tok);
+    pl.slices = std::min({max_slices, traffic_cap, std::max<int64_t>(1, (kTargetBlocks + pl.tiles - 1) / pl.tiles)});
+    return pl;
+}
+
+bool aligned16(const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; }
+
+// The split path reads X, fn with 16-byte loads and writes x with them: needs D % 8 == 0 and aligned rows.
+bool split_path_ok(const void* X, const void* fn, const void* x, int64_t dim) {
+    return dim % 8 == 0 && aligned16(X) && aligned16(fn) && aligned16(x);
+}
+
+__device__ __forceinline__ float bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t u) { return __uint_as_float(u & 0xFFFF0000u); }
+
+// acc + f·v over 8 elements, in element order.
+__device__ __forceinline__ float dot8(const float4& f0, const float4& f1, const uint4& v, float acc) {
+    acc = fmaf(f0.x, bf16_lo(v.x), acc);
+    acc = fmaf(f0.y, bf16_hi(v.x), acc);
+    acc = fmaf(f0.z, bf16_lo(v.y), acc);
+    acc = fmaf(f0.w, bf16_hi(v.y), acc);
+    acc = fmaf(f1.x, bf16_lo(v.z), acc);
+    acc = fmaf(f1.y, bf16_hi(v.z), acc);
+    acc = fmaf(f1.z, bf16_lo(v.w), acc);
+    acc = fmaf(f1.w, bf16_hi(v.w), acc);
+    return acc;
+}
+
+__device__ __forceinline__ float sumsq8(const uint4& v, float acc) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        acc = fmaf(bf16_lo(w[i]), bf16_lo(w[i]), acc);
+        acc = fmaf(bf16_hi(w[i]), bf16_hi(w[i]), acc);
+    }
+    return acc;
+}
+
+__device__ __forceinline__ void unpack8(const uint4& v, float* f) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        f[2 * i] = bf16_lo(w[i]);
+        f[2 * i + 1] = bf16_hi(w[i]);
+    }
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+}
 
 __device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
@@ -39,6 +126,47 @@ __device__ void sinkhorn4(float* c, int iters, float eps) {
             for (int j = 0; j < kHc; ++j) c[j * kHc + k] /= s + eps;
         }
     }
+}
+
+// Mixes of one token (already × rsqrt) -> pre/post/comb outputs; pre also to pre_s (shared). One thread.
+__device__ void finish_mixes(const float* mix, const float* scale, const float* base, int64_t t, int iters,
+                             float hc_eps, float* pre_s, float* pre_out, float* post_out, float* comb_out) {
+    float comb[kHc * kHc];
+    for (int j = 0; j < kHc; ++j) {
+        const float pre = sigmoidf(mix[j] * scale[0] + base[j]) + hc_eps;
+        pre_s[j] = pre;
+        pre_out[t * kHc + j] = pre;
+        post_out[t * kHc + j] = 2.0f * sigmoidf(mix[kHc + j] * scale[1] + base[kHc + j]);
+    }
+    for (int e = 0; e < kHc * kHc; ++e) comb[e] = mix[2 * kHc + e] * scale[2] + base[2 * kHc + e];
+    sinkhorn4(comb, iters, hc_eps);
+    for (int e = 0; e < kHc * kHc; ++e) comb_out[t * kHc * kHc + e] = comb[e];
+}
+
+// Warp-parallel Sinkhorn (all 32 lanes call it): lane l holds c[j][k] with j·4 + k = l & 15 (lanes
+// 16..31 mirror 0..15). A row is lanes differing in bits 0-1 (xor 1, 2), a column bits 2-3 (xor 4, 8);
+// the butterfly gives every lane of a row/column the same bits (fp add commutes). The operation
+// sequence is sinkhorn4's; only the 4-term sums pair as (a+b)+(c+d) instead of the CPU's left fold.
+// One division per lane per step instead of 16 serial ones: ~40 short steps instead of ~640 divisions.
+__device__ float sinkhorn4_lanes(float c, int iters, float eps) {
+    constexpr unsigned kAll = 0xFFFFFFFFu;
+    float m = fmaxf(c, __shfl_xor_sync(kAll, c, 1));
+    m = fmaxf(m, __shfl_xor_sync(kAll, m, 2));
+    c = expf(c - m);
+    float s = c + __shfl_xor_sync(kAll, c, 1);
+    s += __shfl_xor_sync(kAll, s, 2);
+    c = c / s + eps;
+    for (int it = 0; it < iters; ++it) {
+        if (it > 0) {
+            s = c + __shfl_xor_sync(kAll, c, 1);
+            s += __shfl_xor_sync(kAll, s, 2);
+            c /= s + eps;
+        }
+        s = c + __shfl_xor_sync(kAll, c, 4);
+        s += __shfl_xor_sync(kAll, s, 8);
+        c /= s + eps;
+    }
+    return c;
 }
 
 __global__ void __launch_bounds__(kPreThreads)
@@ -75,16 +203,8 @@ hc_pre_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ fn,
             tot[j] = s;
         }
         const float r = 1.0f / sqrtf(tot[kMix] / static_cast<float>(flat) + norm_eps);
-        float comb[kHc * kHc];
-        for (int j = 0; j < kHc; ++j) {
-            const float pre = sigmoidf(r * tot[j] * scale[0] + base[j]) + hc_eps;
-            pre_s[j] = pre;
-            pre_out[t * kHc + j] = pre;
-            post_out[t * kHc + j] = 2.0f * sigmoidf(r * tot[kHc + j] * scale[1] + base[kHc + j]);
-        }
-        for (int e = 0; e < kHc * kHc; ++e) comb[e] = r * tot[2 * kHc + e] * scale[2] + base[2 * kHc + e];
-        sinkhorn4(comb, iters, hc_eps);
-        for (int e = 0; e < kHc * kHc; ++e) comb_out[t * kHc * kHc + e] = comb[e];
+        for (int j = 0; j < kMix; ++j) tot[j] *= r;
+        finish_mixes(tot, scale, base, t, iters, hc_eps, pre_s, pre_out, post_out, comb_out);
     }
     __syncthreads();
     for (int64_t d = threadIdx.x; d < dim; d += kPreThreads) {
@@ -92,6 +212,182 @@ hc_pre_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ fn,
 #pragma unroll
         for (int j = 0; j < kHc; ++j) v = fmaf(pre_s[j], __bfloat162float(Xt[j * dim + d]), v);
         x[t * dim + d] = __float2bfloat16(v);
+    }
+}
+
+// Split-K partial mixes: block (tile, slice) -> part[t, slice, 24] = Σ over the slice of fn[j, i]·v[t, i]
+// for the tile's tokens. The slice's 8-element chunks are spread evenly over its 8 warps.
+template <int TT>
+__global__ void __launch_bounds__(kMixThreads, 2)
+hc_mix_partial_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ fn, float* __restrict__ part,
+                      int64_t n_tok, int64_t flat, int64_t slices) {
+    __shared__ float red[kMixWarps][TT][kMix];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t t0 = static_cast<int64_t>(blockIdx.x) * TT, slice = blockIdx.y;
+    const int nt = static_cast<int>(min(static_cast<int64_t>(TT), n_tok - t0));
+    const int64_t chunks = flat / 8, n_warps = slices * kMixWarps, gw = slice * kMixWarps + warp;
+    const int64_t c_begin = gw * chunks / n_warps, c_end = (gw + 1) * chunks / n_warps;
+    const float* f_row = fn + static_cast<int64_t>(lane < kMix ? lane : kMix - 1) * flat;
+    const __nv_bfloat16* Xt = X + t0 * flat;
+    float acc[TT];
+#pragma unroll
+    for (int t = 0; t < TT; ++t) acc[t] = 0.0f;
+#pragma unroll 2
+    for (int64_t c = c_begin; c < c_end; ++c) {
+        const float4 f0 = __ldg(reinterpret_cast<const float4*>(f_row + c * 8));
+        const float4 f1 = __ldg(reinterpret_cast<const float4*>(f_row + c * 8 + 4));
+#pragma unroll
+        for (int t = 0; t < TT; ++t) {
+            if (t < nt) {
+                const uint4 v = __ldg(reinterpret_cast<const uint4*>(Xt + t * flat + c * 8));  // broadcast
+                acc[t] = dot8(f0, f1, v, acc[t]);
+            }
+        }
+    }
+    if (lane < kMix) {
+#pragma unroll
+        for (int t = 0; t < TT; ++t) red[warp][t][lane] = acc[t];
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < nt * kMix; e += kMixThreads) {
+        const int t = e / kMix, j = e % kMix;
+        float s = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kMixWarps; ++w) s += red[w][t][j];
+        part[((t0 + t) * slices + slice) * kMix + j] = s;
+    }
+}
+
+// One block per token: mixes = Σ_slices part, Σv² from the token's streams (kept in registers),
+// rsqrt, sigmoid (8 lanes), then the X warps collapse x = Σ_j pre_j·X_j while the last warp runs the
+// Sinkhorn (sinkhorn4_lanes) and writes comb.
+__global__ void __launch_bounds__(kFinThreads)
+hc_pre_finish_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ part,
+                     const float* __restrict__ scale, const float* __restrict__ base, __nv_bfloat16* __restrict__ x,
+                     float* __restrict__ pre_out, float* __restrict__ post_out, float* __restrict__ comb_out,
+                     int64_t dim, int64_t slices, int iters, float hc_eps, float norm_eps) {
+    __shared__ float red[kFinXWarps][kMix];
+    __shared__ float mix_s[kMix];
+    __shared__ float sum_scratch[32];
+    __shared__ float pre_s[kHc];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const bool x_warp = warp < kFinXWarps;
+    const int64_t t = blockIdx.x, flat = kHc * dim, dchunks = dim / 8;
+    const __nv_bfloat16* Xt = X + t * flat;
+    // [kFinCached][4] chunks of 8 bf16: this thread's d-chunks of every stream, loaded first so the
+    // partial sums below overlap their latency. The Sinkhorn warp holds none.
+    uint4 xc[kFinCached][kHc];
+#pragma unroll
+    for (int i = 0; i < kFinCached; ++i) {
+        const int64_t c = threadIdx.x + static_cast<int64_t>(i) * kFinXThreads;
+#pragma unroll
+        for (int j = 0; j < kHc; ++j)
+            xc[i][j] = x_warp && c < dchunks ? __ldg(reinterpret_cast<const uint4*>(Xt + j * dim + c * 8))
+                                             : make_uint4(0, 0, 0, 0);
+    }
+    // Partial mixes [slices, 24] of this token: X warp w sums slices w, w + 8, ...; lane j < 24 = mix j.
+    // Unrolled so a warp's (up to 32) loads are in flight together rather than one L2 trip each.
+    if (x_warp && lane < kMix) {
+        float s = 0.0f;
+#pragma unroll 8
+        for (int64_t sl = warp; sl < slices; sl += kFinXWarps) s += part[(t * slices + sl) * kMix + lane];
+        red[warp][lane] = s;
+    }
+    float sq = 0.0f;  // zero chunks (past D, or the Sinkhorn warp) add nothing
+#pragma unroll
+    for (int i = 0; i < kFinCached; ++i)
+#pragma unroll
+        for (int j = 0; j < kHc; ++j) sq = sumsq8(xc[i][j], sq);
+    if (x_warp) {
+        for (int64_t c = threadIdx.x + static_cast<int64_t>(kFinCached) * kFinXThreads; c < dchunks; c += kFinXThreads)
+            for (int j = 0; j < kHc; ++j) sq = sumsq8(__ldg(reinterpret_cast<const uint4*>(Xt + j * dim + c * 8)), sq);
+    }
+    sq = dev::block_sum(sq, sum_scratch);  // its barriers also publish red[][]
+    const float r = 1.0f / sqrtf(sq / static_cast<float>(flat) + norm_eps);
+    if (threadIdx.x < kMix) {
+        float s = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kFinXWarps; ++w) s += red[w][threadIdx.x];
+        mix_s[threadIdx.x] = r * s;
+    }
+    __syncthreads();
+    if (threadIdx.x < kHc) {
+        const int j = threadIdx.x;
+        const float pre = sigmoidf(mix_s[j] * scale[0] + base[j]) + hc_eps;
+        pre_s[j] = pre;
+        pre_out[t * kHc + j] = pre;
+    } else if (threadIdx.x < 2 * kHc) {
+        const int j = threadIdx.x - kHc;
+        post_out[t * kHc + j] = 2.0f * sigmoidf(mix_s[kHc + j] * scale[1] + base[kHc + j]);
+    }
+    __syncthreads();
+    if (!x_warp) {
+        const int e = lane & (kHc * kHc - 1);
+        const float c = sinkhorn4_lanes(mix_s[2 * kHc + e] * scale[2] + base[2 * kHc + e], iters, hc_eps);
+        if (lane < kHc * kHc) comb_out[t * kHc * kHc + e] = c;
+        return;
+    }
+    float pre[kHc];
+#pragma unroll
+    for (int j = 0; j < kHc; ++j) pre[j] = pre_s[j];
+    auto collapse = [&](const uint4* v, int64_t c) {  // v: the 4 streams' chunk c
+        float xs[kHc][8];
+#pragma unroll
+        for (int j = 0; j < kHc; ++j) unpack8(v[j], xs[j]);
+        float o[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            float acc = 0.0f;
+#pragma unroll
+            for (int j = 0; j < kHc; ++j) acc = fmaf(pre[j], xs[j][e], acc);
+            o[e] = acc;
+        }
+        const uint4 out = make_uint4(pack_bf16x2(o[0], o[1]), pack_bf16x2(o[2], o[3]), pack_bf16x2(o[4], o[5]),
+                                     pack_bf16x2(o[6], o[7]));
+        *reinterpret_cast<uint4*>(x + t * dim + c * 8) = out;
+    };
+#pragma unroll
+    for (int i = 0; i < kFinCached; ++i) {
+        const int64_t c = threadIdx.x + static_cast<int64_t>(i) * kFinXThreads;
+        if (c < dchunks) collapse(xc[i], c);
+    }
+    for (int64_t c = threadIdx.x + static_cast<int64_t>(kFinCached) * kFinXThreads; c < dchunks; c += kFinXThreads) {
+        uint4 v[kHc];
+        for (int j = 0; j < kHc; ++j) v[j] = __ldg(reinterpret_cast<const uint4*>(Xt + j * dim + c * 8));
+        collapse(v, c);
+    }
+}
+
+// One thread per (token, 8-element d-chunk), 16-byte loads and stores. X_out may alias X (no
+// __restrict__, no read-only loads of X): each thread reads its 4 stream chunks before writing them.
+__global__ void hc_post_vec_kernel(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* X,
+                                   const float* __restrict__ post, const float* __restrict__ comb,
+                                   __nv_bfloat16* X_out, int64_t n_tok, int64_t dim) {
+    const int64_t dchunks = dim / 8;
+    const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (idx >= n_tok * dchunks) return;
+    const int64_t t = idx / dchunks, c = idx % dchunks;
+    float xs[kHc][8], av[8];
+#pragma unroll
+    for (int j = 0; j < kHc; ++j) unpack8(*reinterpret_cast<const uint4*>(X + (t * kHc + j) * dim + c * 8), xs[j]);
+    unpack8(__ldg(reinterpret_cast<const uint4*>(a + t * dim + c * 8)), av);
+    float cm[kHc * kHc], pk[kHc];
+#pragma unroll
+    for (int e = 0; e < kHc * kHc; ++e) cm[e] = __ldg(comb + t * kHc * kHc + e);
+#pragma unroll
+    for (int k = 0; k < kHc; ++k) pk[k] = __ldg(post + t * kHc + k);
+#pragma unroll
+    for (int k = 0; k < kHc; ++k) {
+        float o[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            float v = 0.0f;
+#pragma unroll
+            for (int j = 0; j < kHc; ++j) v = fmaf(cm[j * kHc + k], xs[j][e], v);
+            o[e] = fmaf(pk[k], av[e], v);
+        }
+        *reinterpret_cast<uint4*>(X_out + (t * kHc + k) * dim + c * 8) = make_uint4(
+            pack_bf16x2(o[0], o[1]), pack_bf16x2(o[2], o[3]), pack_bf16x2(o[4], o[5]), pack_bf16x2(o[6], o[7]));
     }
 }
 
@@ -116,7 +412,50 @@ __global__ void hc_post_kernel(const __nv_bfloat16* __restrict__ a, const __nv_b
     }
 }
 
+template <int TT>
+void launch_mix_partial(const PrePlan& pl, const __nv_bfloat16* X, const float* fn, float* part, int64_t n_tok,
+                        int64_t flat, cudaStream_t stream) {
+    const dim3 grid(static_cast<unsigned>(pl.tiles), static_cast<unsigned>(pl.slices));  // slices <= 528
+    hc_mix_partial_kernel<TT><<<grid, kMixThreads, 0, stream>>>(X, fn, part, n_tok, flat, pl.slices);
+}
+
 }  // namespace
+
+size_t hc_pre_scratch_floats(int64_t max_tok, const HcDims& p) {
+    // The slice count falls as n_tok grows, so n·slices is not monotone: take the largest over n <= max_tok.
+    int64_t rows = 0;
+    for (int64_t n = 1; n <= max_tok; ++n) rows = std::max(rows, n * pre_plan(n, p.dim).slices);
+    return static_cast<size_t>(rows * kMix);
+}
+
+void hc_pre_bf16(const __nv_bfloat16* X, const float* fn, const float* scale, const float* base, __nv_bfloat16* x,
+                 float* pre, float* post, float* comb, float* scratch, size_t scratch_floats, int64_t n_tok,
+                 const HcDims& p, cudaStream_t stream) {
+    ONECARD_CHECK(p.dim > 0 && p.sinkhorn_iters >= 1, "hc_pre_bf16: dim {} iters {}", p.dim, p.sinkhorn_iters);
+    if (n_tok == 0) return;
+    if (scratch == nullptr || !split_path_ok(X, fn, x, p.dim)) {
+        hc_pre_bf16(X, fn, scale, base, x, pre, post, comb, n_tok, p, stream);
+        return;
+    }
+    const PrePlan pl = pre_plan(n_tok, p.dim);
+    const size_t need = static_cast<size_t>(n_tok * pl.slices * kMix);
+    ONECARD_CHECK(scratch_floats >= need, "hc_pre_bf16: scratch of {} floats, {} tokens need {}", scratch_floats,
+                  n_tok, need);
+    const int64_t flat = kHc * p.dim;
+    switch (pl.tile) {
+        case 1: launch_mix_partial<1>(pl, X, fn, scratch, n_tok, flat, stream); break;
+        case 2: launch_mix_partial<2>(pl, X, fn, scratch, n_tok, flat, stream); break;
+        case 4: launch_mix_partial<4>(pl, X, fn, scratch, n_tok, flat, stream); break;
+        case 8: launch_mix_partial<8>(pl, X, fn, scratch, n_tok, flat, stream); break;
+        case 16: launch_mix_partial<16>(pl, X, fn, scratch, n_tok, flat, stream); break;
+        default: launch_mix_partial<kMaxTile>(pl, X, fn, scratch, n_tok, flat, stream); break;
+    }
+    CUDA_CHECK_LAUNCH("hc_mix_partial_kernel");
+    hc_pre_finish_kernel<<<static_cast<unsigned>(n_tok), kFinThreads, 0, stream>>>(
+        X, scratch, scale, base, x, pre, post, comb, p.dim, pl.slices, static_cast<int>(p.sinkhorn_iters), p.hc_eps,
+        p.norm_eps);
+    CUDA_CHECK_LAUNCH("hc_pre_finish_kernel");
+}
 
 void hc_pre_bf16(const __nv_bfloat16* X, const float* fn, const float* scale, const float* base, __nv_bfloat16* x,
                  float* pre, float* post, float* comb, int64_t n_tok, const HcDims& p, cudaStream_t stream) {
@@ -131,6 +470,15 @@ void hc_post_bf16(const __nv_bfloat16* a, const __nv_bfloat16* X, const float* p
                   __nv_bfloat16* X_out, int64_t n_tok, const HcDims& p, cudaStream_t stream) {
     const int64_t n = n_tok * p.dim;
     if (n == 0) return;
+    if (p.dim % 8 == 0 && aligned16(a) && aligned16(X) && aligned16(X_out)) {
+        // 8 elements per thread; 128-thread blocks keep decode sizes (n·D/8 = 512 threads per token) on several SMs.
+        const int threads = 128;
+        const int64_t work = n / 8;
+        hc_post_vec_kernel<<<static_cast<unsigned>((work + threads - 1) / threads), threads, 0, stream>>>(
+            a, X, post, comb, X_out, n_tok, p.dim);
+        CUDA_CHECK_LAUNCH("hc_post_vec_kernel");
+        return;
+    }
     const int threads = 256;
     hc_post_kernel<<<static_cast<unsigned>((n + threads - 1) / threads), threads, 0, stream>>>(a, X, post, comb, X_out,
                                                                                              n_tok, p.dim);

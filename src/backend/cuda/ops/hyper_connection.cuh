@@ -1,7 +1,11 @@
 // Manifold-constrained hyper-connections on the GPU (dsv4-model.md §3), for hc = 4 streams.
 // hc_pre: per token, mixes = rsqrt(mean(v²)+eps)·(fn·v) over v = flatten(X) [hc·D], split into
-// pre/post/comb with sigmoid and the Sinkhorn projection, then x = Σ_j pre_j·X_j. One block per
-// token does all of it (the 24 dot products share one pass over X). hc_post: X'_k = post_k·a + Σ_j comb[j,k]·X_j.
+// pre/post/comb with sigmoid and the Sinkhorn projection, then x = Σ_j pre_j·X_j. Two
+// kernels: a split-K pass over (token tile, slice of the 4·D reduction) writes partial
+// mixes to a scratch (so the 1.5 MB fn is streamed by the whole GPU, and each fn element serves a tile
+// of tokens), then one block per token sums them, finishes the rsqrt/sigmoid/Sinkhorn and collapses X
+// (its Σv² comes from the same registers). Without a scratch (or for odd shapes) one block per token
+// does everything (the reference kernel). hc_post: X'_k = post_k·a + Σ_j comb[j,k]·X_j, element-wise.
 // Residual streams are bf16 between sub-blocks (REF); all mixing math is fp32.
 // Parity oracle: cpu::hc_mixes, cpu::hc_split_sinkhorn, cpu::hc_collapse, cpu::hc_post.
 #pragma once
@@ -22,8 +26,18 @@ struct HcDims {
 inline constexpr int64_t kHcStreams = 4;                              // hc_mult; the kernels are written for 4
 inline constexpr int64_t kHcMixes = (2 + kHcStreams) * kHcStreams;    // 24
 
+// Floats of device scratch hc_pre_bf16 needs for ANY n_tok <= max_tok (partial mixes [n, slices, 24];
+// the slice count depends on n_tok). Allocate once for the largest step.
+size_t hc_pre_scratch_floats(int64_t max_tok, const HcDims& p);
+
 // X [n_tok, 4, D] bf16, fn [24, 4·D] fp32, scale [3], base [24] (device) ->
 // x [n_tok, D] bf16, pre [n_tok, 4], post [n_tok, 4], comb [n_tok, 4, 4] fp32 (row j = source stream).
+// scratch: scratch_floats >= hc_pre_scratch_floats(n_tok, p) floats of device memory (overwritten).
+void hc_pre_bf16(const __nv_bfloat16* X, const float* fn, const float* scale, const float* base, __nv_bfloat16* x,
+                 float* pre, float* post, float* comb, float* scratch, size_t scratch_floats, int64_t n_tok,
+                 const HcDims& p, cudaStream_t stream);
+
+// The same without a scratch: one block per token (slow for small n_tok: each block streams all of fn).
 void hc_pre_bf16(const __nv_bfloat16* X, const float* fn, const float* scale, const float* base, __nv_bfloat16* x,
                  float* pre, float* post, float* comb, int64_t n_tok, const HcDims& p, cudaStream_t stream);
 
