@@ -215,8 +215,8 @@ hc_pre_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ fn,
     }
 }
 
-// Split-K partial mixes: block (tile, slice) -> part[t, slice, 24] = Σ over the slice of fn[j, i]·v[t, i]
-// for the tile's tokens. The slice's 8-element chunks are spread evenly over its 8 warps.
+// Split-K partial mixes: block (tile, slice) -> part[t, j, slice] = Σ over the slice of fn[j, i]·v[t, i]
+// for the tile's tokens (slice-minor, so the finish reads each mix's partials as one contiguous run). The slice's 8-element chunks are spread evenly over its 8 warps.
 template <int TT>
 __global__ void __launch_bounds__(kMixThreads, 2)
 hc_mix_partial_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ fn, float* __restrict__ part,
@@ -254,7 +254,7 @@ hc_mix_partial_kernel(const __nv_bfloat16* __restrict__ X, const float* __restri
         float s = 0.0f;
 #pragma unroll
         for (int w = 0; w < kMixWarps; ++w) s += red[w][t][j];
-        part[((t0 + t) * slices + slice) * kMix + j] = s;
+        part[((t0 + t) * kMix + j) * slices + slice] = s;
     }
 }
 
@@ -266,7 +266,8 @@ hc_pre_finish_kernel(const __nv_bfloat16* __restrict__ X, const float* __restric
                      const float* __restrict__ scale, const float* __restrict__ base, __nv_bfloat16* __restrict__ x,
                      float* __restrict__ pre_out, float* __restrict__ post_out, float* __restrict__ comb_out,
                      int64_t dim, int64_t slices, int iters, float hc_eps, float norm_eps) {
-    __shared__ float red[kFinXWarps][kMix];
+    static_assert(kMix % kFinXWarps == 0, "each X warp sums kMix / kFinXWarps mixes");
+    constexpr int kMixPerWarp = kMix / kFinXWarps;
     __shared__ float mix_s[kMix];
     __shared__ float sum_scratch[32];
     __shared__ float pre_s[kHc];
@@ -285,13 +286,23 @@ hc_pre_finish_kernel(const __nv_bfloat16* __restrict__ X, const float* __restric
             xc[i][j] = x_warp && c < dchunks ? __ldg(reinterpret_cast<const uint4*>(Xt + j * dim + c * 8))
                                              : make_uint4(0, 0, 0, 0);
     }
-    // Partial mixes [slices, 24] of this token: X warp w sums slices w, w + 8, ...; lane j < 24 = mix j.
-    // Unrolled so a warp's (up to 32) loads are in flight together rather than one L2 trip each.
-    if (x_warp && lane < kMix) {
-        float s = 0.0f;
-#pragma unroll 8
-        for (int64_t sl = warp; sl < slices; sl += kFinXWarps) s += part[(t * slices + sl) * kMix + lane];
-        red[warp][lane] = s;
+    // Partial mixes [24, slices] of this token: X warp w sums mixes w, w + 8, w + 16, its lanes striding
+    // over the slices (coalesced, several loads in flight per lane), then a warp sum.
+    if (x_warp) {
+        float s[kMixPerWarp];
+#pragma unroll
+        for (int q = 0; q < kMixPerWarp; ++q) s[q] = 0.0f;
+        const float* pt = part + t * kMix * slices;
+#pragma unroll 4
+        for (int64_t sl = lane; sl < slices; sl += 32) {
+#pragma unroll
+            for (int q = 0; q < kMixPerWarp; ++q) s[q] += pt[(warp + q * kFinXWarps) * slices + sl];
+        }
+#pragma unroll
+        for (int q = 0; q < kMixPerWarp; ++q) {
+            const float v = dev::warp_sum(s[q]);
+            if (lane == 0) mix_s[warp + q * kFinXWarps] = v;
+        }
     }
     float sq = 0.0f;  // zero chunks (past D, or the Sinkhorn warp) add nothing
 #pragma unroll
@@ -302,14 +313,9 @@ hc_pre_finish_kernel(const __nv_bfloat16* __restrict__ X, const float* __restric
         for (int64_t c = threadIdx.x + static_cast<int64_t>(kFinCached) * kFinXThreads; c < dchunks; c += kFinXThreads)
             for (int j = 0; j < kHc; ++j) sq = sumsq8(__ldg(reinterpret_cast<const uint4*>(Xt + j * dim + c * 8)), sq);
     }
-    sq = dev::block_sum(sq, sum_scratch);  // its barriers also publish red[][]
+    sq = dev::block_sum(sq, sum_scratch);  // its barriers also publish mix_s
     const float r = 1.0f / sqrtf(sq / static_cast<float>(flat) + norm_eps);
-    if (threadIdx.x < kMix) {
-        float s = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kFinXWarps; ++w) s += red[w][threadIdx.x];
-        mix_s[threadIdx.x] = r * s;
-    }
+    if (threadIdx.x < kMix) mix_s[threadIdx.x] *= r;
     __syncthreads();
     if (threadIdx.x < kHc) {
         const int j = threadIdx.x;

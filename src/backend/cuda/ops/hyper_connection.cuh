@@ -26,7 +26,7 @@ struct HcDims {
 inline constexpr int64_t kHcStreams = 4;                              // hc_mult; the kernels are written for 4
 inline constexpr int64_t kHcMixes = (2 + kHcStreams) * kHcStreams;    // 24
 
-// Floats of device scratch hc_pre_bf16 needs for ANY n_tok <= max_tok (partial mixes [n, slices, 24];
+// Floats of device scratch hc_pre_bf16 needs for ANY n_tok <= max_tok (partial mixes [n, 24, slices];
 // the slice count depends on n_tok). Allocate once for the largest step.
 size_t hc_pre_scratch_floats(int64_t max_tok, const HcDims& p);
 
