@@ -4,6 +4,13 @@
 // e = expert_ids[p]; fp32 accumulation, bf16 out. The activations are the FP8 1×128 quantised input
 // REF feeds its fp4_gemm (dsv4-model.md §7.4, §10.1).
 // Parity oracle: cpu::matmul_nt over cpu::dequant_mxfp4(W_e) and cpu::fp8_quant_dequant(x).
+//
+// Two entry points:
+//  * mxfp4_expert_gemv: every pair on its own (the expert's rows are re-read per pair); kept as the
+//    simple reference path and for the micro-benchmark.
+//  * mxfp4_group_pairs + mxfp4_grouped_gemv: the pairs are grouped by expert on the device (once per
+//    MoE layer), then every expert with pairs is streamed ONCE per matrix for all of its pairs
+//    (decode batch 64: ~384 pairs over ~200 experts).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -20,5 +27,43 @@ namespace onecard::cuda {
 void mxfp4_expert_gemv(const uint8_t* xq, const float* xs, const uint8_t* w, const uint8_t* ws,
                        const int32_t* expert_ids, const int32_t* act_rows, __nv_bfloat16* y, int64_t n_pairs, int64_t n,
                        int64_t k, cudaStream_t stream);
+
+// ---- grouped path ----
+
+// The pairs of one step grouped by expert, as the device holds them in `scratch`, plus the host-side
+// bounds that size the GEMV grid (no host synchronisation: the item count itself stays on the device).
+// Layout of scratch (int32): [0] n_items, [4, 4 + 4·max_items) items as {expert, first slot in
+// sorted, n pairs, 0}, then sorted [n_pairs]: pair ids ordered by expert, ascending pair id within
+// an expert (stable counting sort). An item is at most max_item_pairs pairs of one expert; an expert
+// with more pairs gets several consecutive items.
+struct MoePairGroups {
+    const int32_t* scratch = nullptr;
+    int64_t n_pairs = 0;
+    int64_t max_items = 0;       // upper bound on the device-side item count
+    int64_t max_item_pairs = 0;  // pairs per item, at most
+};
+
+// int32 elements of scratch that mxfp4_group_pairs needs for up to n_pairs pairs.
+int64_t mxfp4_group_scratch_ints(int64_t n_pairs);
+
+// Groups expert_ids [n_pairs] (device) by expert: one block, a counting sort (no host sync, graph
+// capturable). n_experts <= 1024, n_pairs <= 4096. max_pairs_per_expert is the caller's bound on how
+// many pairs one expert can get (the token count for top-k routing, whose picks per token are
+// distinct; n_pairs if unknown): it only sizes items and the GEMV's per-block group (a wrong bound
+// costs speed, never correctness: items are split at the bound). Pairs whose id is outside
+// [0, n_experts) are left out (their y rows are not written).
+MoePairGroups mxfp4_group_pairs(const int32_t* expert_ids, int64_t n_pairs, int64_t n_experts,
+                                int64_t max_pairs_per_expert, int32_t* scratch, int64_t scratch_ints,
+                                cudaStream_t stream);
+
+// y[p, r] as mxfp4_expert_gemv, for every pair of `groups`, reading each expert's weight rows once
+// per item (once per step for items of up to 8 pairs at k = 2048 / 4 at k = 4096 per pass; larger
+// items loop over their pairs with the rows kept in registers when k <= 4096). act_rows [n_pairs]
+// maps a pair to its activation row (nullptr: row = pair id). When w_b is not null a second matrix
+// of the same shape (w_b, ws_b -> y_b, e.g. w3 next to w1) is computed in the same pass over the
+// same activations. k multiple of 1024, k <= 16384.
+void mxfp4_grouped_gemv(const uint8_t* xq, const float* xs, const int32_t* act_rows, const MoePairGroups& groups,
+                        const uint8_t* w, const uint8_t* ws, __nv_bfloat16* y, const uint8_t* w_b, const uint8_t* ws_b,
+                        __nv_bfloat16* y_b, int64_t n, int64_t k, cudaStream_t stream);
 
 }  // namespace onecard::cuda
