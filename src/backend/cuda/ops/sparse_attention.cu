@@ -125,6 +125,7 @@ constexpr int kListCap = 1024;            // valid-key offsets held in smem per 
 constexpr int kMaxEntryBytes = 1024;
 constexpr int kTargetBlocks = 132;  // one wave on an H200 (one ~190 KB block per SM)
 constexpr int kMaxSplits = 64;
+constexpr int kMinSplitKeys = 32;  // a split of half a tile still halves its q·kᵀ and p·v work
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Shared memory layout (bytes); the raw staging tile is last because its size depends on entry_bytes.
@@ -558,11 +559,11 @@ void sparse_attention_decode(const __nv_bfloat16* q, const uint8_t* pool, const 
     ONECARD_CHECK(reinterpret_cast<uintptr_t>(q) % 16 == 0, "sparse_attention_decode: q must be 16-byte aligned");
     if (n_tok == 0) return;
     const int64_t groups = (d.n_heads + kTcHeads - 1) / kTcHeads;
-    // Splits: enough blocks for about one wave, never fewer than ~64 key slots per split.
+    // Splits: enough blocks for about one wave, never fewer than ~32 key slots per split.
     int64_t splits = 1;
     if (scratch != nullptr) {
         const int64_t per_split = d.n_heads * (kHeadDim + 2);  // floats of one (token, split)
-        splits = std::min<int64_t>({int64_t{kMaxSplits}, (max_keys + kTileKeys - 1) / kTileKeys,
+        splits = std::min<int64_t>({int64_t{kMaxSplits}, (max_keys + kMinSplitKeys - 1) / kMinSplitKeys,
                                     kTargetBlocks / (n_tok * groups), scratch_floats / (n_tok * per_split)});
         splits = std::max<int64_t>(splits, 1);
     }
