@@ -8,7 +8,8 @@
 // Tolerance for all of them: relative L2 ≤ 4e-3 and worst element ≤ 1e-2 of max|ref|. The CUDA-core
 // kernel differs from the CPU only by fp32 order and the bf16 output; the tensor-core one also rounds
 // p (≤ 1, relative to the running max) to bf16 before p·v, a relative error ≤ 2^-9 per weight that
-// averages out over hundreds of keys (expected rel L2 ~1.5e-3 including the bf16 output); keys are
+// averages out over hundreds of keys; the row sum takes the same rounded weights, so the output stays
+// a convex combination of the values. Expected rel L2 ~1.5e-3 including the bf16 output. Keys are
 // exact in bf16 and q·k accumulates in fp32, so the logits match the CPU's to fp32 rounding.
 #include "gpu_test_util.h"
 
