@@ -56,12 +56,13 @@ MoePairGroups mxfp4_group_pairs(const int32_t* expert_ids, int64_t n_pairs, int6
                                 int64_t max_pairs_per_expert, int32_t* scratch, int64_t scratch_ints,
                                 cudaStream_t stream);
 
-// y[p, r] as mxfp4_expert_gemv, for every pair of `groups`, reading each expert's weight rows once
-// per item (once per step for items of up to 8 pairs at k = 2048 / 4 at k = 4096 per pass; larger
-// items loop over their pairs with the rows kept in registers when k <= 4096). act_rows [n_pairs]
-// maps a pair to its activation row (nullptr: row = pair id). When w_b is not null a second matrix
-// of the same shape (w_b, ws_b -> y_b, e.g. w3 next to w1) is computed in the same pass over the
-// same activations. k multiple of 1024, k <= 16384.
+// y[p, r] as mxfp4_expert_gemv, for every pair of `groups`. One block streams a tile of an
+// expert's weight rows once for all the pairs of an item (<= 16 pairs), taking them G at a time
+// from shared memory (G = 8 at k <= 2048, 4 at k = 4096, 1 when every item has one pair); with
+// k <= 4096 the rows stay in registers across those passes. act_rows [n_pairs] maps a pair to its
+// activation row (nullptr: row = pair id). When w_b is not null a second matrix of the same shape
+// (w_b, ws_b -> y_b, e.g. w3 next to w1) is computed in the same pass over the same activations.
+// k multiple of 1024, k <= 16384. Graph capturable (grid from the host-side bounds of `groups`).
 void mxfp4_grouped_gemv(const uint8_t* xq, const float* xs, const int32_t* act_rows, const MoePairGroups& groups,
                         const uint8_t* w, const uint8_t* ws, __nv_bfloat16* y, const uint8_t* w_b, const uint8_t* ws_b,
                         __nv_bfloat16* y_b, int64_t n, int64_t k, cudaStream_t stream);
