@@ -576,6 +576,25 @@ TEST(ParallelPlan, RefusalsNameTheShortGpuAndAFix) {
     EXPECT_EQ(solo.gpus[0].plan.planned_bytes, single.planned_bytes + solo.gpus[0].ep_buffer_bytes);
 }
 
+TEST(ParallelPlan, CliPlanGpus) {
+    const auto bin = test::onecard_binary();
+    if (!std::filesystem::exists(bin)) GTEST_SKIP() << "onecard binary not built at " << bin;
+    // --device-gib pins the size: the result must not depend on the GPUs of the machine running it.
+    const auto ok = test::run_command(bin.string() + " plan --synth flash --gpus 2 --device-gib 131.29 2>&1");
+    EXPECT_EQ(ok.rc, 0) << ok.out;
+    EXPECT_NE(ok.out.find("GPU 1: experts [128, 256)"), std::string::npos) << ok.out;
+    const auto last = ok.out.rfind("{\"fits\"");
+    ASSERT_NE(last, std::string::npos) << ok.out;
+    const nlohmann::json j = nlohmann::json::parse(ok.out.substr(last));
+    EXPECT_TRUE(j.at("fits").get<bool>());
+    EXPECT_EQ(j.at("n_gpus").get<int>(), 2);
+    // The same model on one GPU of that size is refused; 3 GPUs do not split 256 experts.
+    EXPECT_NE(test::run_command(bin.string() + " plan --synth flash --device-gib 131.29 2>&1").rc, 0);
+    const auto three = test::run_command(bin.string() + " plan --synth flash --gpus 3 --device-gib 131.29 2>&1");
+    EXPECT_NE(three.rc, 0);
+    EXPECT_NE(three.out.find("do not split evenly"), std::string::npos) << three.out;
+}
+
 // ---- NCCL on 2 GPUs ----------------------------------------------------------------------------
 
 #ifdef ONECARD_HAVE_NCCL

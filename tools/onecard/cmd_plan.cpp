@@ -2,17 +2,20 @@
 // is loaded: weights by component and storage format, KV pool and token capacity, activations,
 // graphs, headroom. Prints the report and one JSON line; exits 1 with the refusal (how much is
 // missing, which options would fit) when the plan does not fit.
+// With --gpus N (expert parallelism, src/parallel): one plan per GPU, E/N routed experts on each.
 #include "commands.h"
 #include "core/error.h"
 #include "engine/memory_plan.h"
 #include "model/config.h"
 #include "model/synth.h"
 #include "model/weights.h"
+#include "parallel/parallel_plan.h"
 
 #ifdef ONECARD_HAVE_CUDA
 #include "backend/cuda/device.h"
 #endif
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -32,13 +35,15 @@ struct PlanArgs {
     int64_t max_sequences = 64;
     int64_t max_step_tokens = 8192;
     int64_t block_size = 256;
+    int gpus = 1;  // > 1: expert parallelism, one plan per GPU (docs/PARALLEL.md)
 };
 
 }  // namespace
 
 void add_cmd_plan(CLI::App& app) {
     auto a = std::make_shared<PlanArgs>();
-    CLI::App* cmd = app.add_subcommand("plan", "Memory plan for one GPU: what fits, and what to change when it does not");
+    CLI::App* cmd = app.add_subcommand(
+        "plan", "Memory plan for one GPU (or each of N with --gpus): what fits, and what to change when it does not");
     cmd->add_option("--model", a->model, "checkpoint directory (reads config.json)");
     cmd->add_option("--synth", a->preset, "synthetic shape instead of --model: tiny | small | flash")
         ->check(CLI::IsMember({"tiny", "small", "flash"}));
@@ -50,6 +55,9 @@ void add_cmd_plan(CLI::App& app) {
     cmd->add_option("--max-sequences", a->max_sequences, "live sequences (one fixed KV slot each)");
     cmd->add_option("--max-step-tokens", a->max_step_tokens, "largest step (prefill chunk), sizes activations");
     cmd->add_option("--block-size", a->block_size, "KV block size in tokens (multiple of 128)");
+    cmd->add_option("--gpus", a->gpus,
+                    "GPUs of this host for expert parallelism (routed experts split, the rest replicated)")
+        ->check(CLI::Range(1, 8));
     cmd->callback([a] {
         ONECARD_CHECK(a->model.empty() != a->preset.empty(), "plan: give exactly one of --model DIR or --synth PRESET");
         ModelConfig cfg;
@@ -77,7 +85,17 @@ void add_cmd_plan(CLI::App& app) {
 #ifdef ONECARD_HAVE_CUDA
             const auto devs = cuda::list_devices();
             if (!devs.empty()) opt.device_bytes = devs[0].free_bytes;
+            // Expert parallelism plans every GPU alike: against the least free of the first N.
+            for (size_t i = 1; i < devs.size() && i < static_cast<size_t>(a->gpus); ++i)
+                opt.device_bytes = std::min<uint64_t>(opt.device_bytes, devs[i].free_bytes);
 #endif
+        }
+        if (a->gpus > 1) {
+            const auto pp = parallel::make_parallel_memory_plan(cfg, tensors, a->gpus, opt);
+            std::printf("%s%s\n", parallel::parallel_memory_plan_report(pp).c_str(),
+                        parallel::parallel_memory_plan_json(pp).c_str());
+            parallel::require_parallel_plan_fits(pp);
+            return;
         }
         const MemoryPlan plan = make_memory_plan(cfg, tensors, opt);
         std::printf("%s%s\n", memory_plan_report(plan).c_str(), memory_plan_json(plan).c_str());
