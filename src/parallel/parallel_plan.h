@@ -39,9 +39,10 @@ struct ParallelMemoryPlan {
 };
 
 // Exchange buffers of one step of n_tokens on one GPU: the gathered per-pair expert outputs
-// [n_tokens·K, D] fp32 that the combine reads (each GPU writes its own pairs' rows in place, the
-// others arrive by all-gather), plus the dispatch plan on the device (pairs, combine index, counts):
-// 32 B per pair.
+// [n_tokens·K, D] that the combine reads (each GPU writes its own pairs' rows in place, the others
+// arrive by all-gather), sized as fp32 (the GPU path's per-pair rows are bf16 today: an over-estimate
+// by 2x until the expert-parallel path exists and is measured), plus the dispatch plan on the device
+// (pairs, combine index, counts): 32 B per pair.
 uint64_t ep_buffer_bytes_for_step(const ModelConfig& cfg, int64_t n_tokens);
 
 // opt is the per-GPU option set (device_bytes = one GPU's free memory). opt.n_resident_experts must
