@@ -31,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -605,6 +606,26 @@ int visible_gpus() {
         return 0;
     }
     return n;
+}
+
+// The host-only parts of the NCCL module run here, without a GPU.
+TEST(NcclHost, NvlsOffUnlessSetAndTypeSizes) {
+    const char* before = std::getenv("NCCL_NVLS_ENABLE");
+    const std::string saved = before ? before : "";
+    ::unsetenv("NCCL_NVLS_ENABLE");
+    EXPECT_EQ(disable_nvls_unless_set(), "0");
+    ::setenv("NCCL_NVLS_ENABLE", "1", 1);  // an operator's explicit choice is kept
+    EXPECT_EQ(disable_nvls_unless_set(), "1");
+    if (before)
+        ::setenv("NCCL_NVLS_ENABLE", saved.c_str(), 1);
+    else
+        ::unsetenv("NCCL_NVLS_ENABLE");
+    EXPECT_EQ(nccl_type_bytes(ncclBfloat16), 2u);
+    EXPECT_EQ(nccl_type_bytes(ncclFloat32), 4u);
+    EXPECT_EQ(nccl_type_bytes(ncclInt64), 8u);
+    EXPECT_EQ(nccl_type_bytes(ncclUint8), 1u);
+    const std::string v = nccl_version_string();
+    EXPECT_EQ(v.rfind(std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + ".", 0), 0u) << v;
 }
 
 #define CK(call) ASSERT_EQ((call), cudaSuccess) << #call
