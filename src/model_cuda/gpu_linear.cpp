@@ -20,7 +20,7 @@ void GpuLinears::fp8(const GpuFp8Linear& l, const __nv_bfloat16* x, int64_t m, _
     if (m == 0) return;
     const int64_t k = l.n_in, n = l.n_out;
     const cuda::DeviceArena::Mark mark = ws_.mark();
-    if (gemv_ && m <= kGemvMaxRows && k % 512 == 0) {
+    if (gemv_ok(l, m)) {
         auto* xq = ws_.alloc_n<uint8_t>(static_cast<size_t>(m * k), "fp8 linear: xq");
         auto* xs = ws_.alloc_n<float>(static_cast<size_t>(m * k / 128), "fp8 linear: xs");
         cuda::quantize_fp8_1x128(x, xq, xs, m, k, cuda::ActScaleLayout::RowMajor, s);
@@ -46,6 +46,12 @@ void GpuLinears::fp8(const GpuFp8Linear& l, const __nv_bfloat16* x, int64_t m, _
             CUDA_CHECK(cudaMemcpyAsync(y, yp, static_cast<size_t>(m * n) * 2, cudaMemcpyDeviceToDevice, s));
     }
     ws_.release(mark);
+}
+
+void GpuLinears::fp8_quantized(const GpuFp8Linear& l, const uint8_t* xq, const float* xs, int64_t m,
+                               __nv_bfloat16* y, cudaStream_t s, int64_t ld_y) {
+    ONECARD_CHECK(gemv_ok(l, m), "fp8 linear: a pre-quantised input needs the GEMV path ({} rows, k {})", m, l.n_in);
+    if (m > 0) cuda::fp8_gemv(xq, xs, l.w, l.ws, y, m, l.n_out, l.n_in, s, ld_y);
 }
 
 void GpuLinears::bf16(const GpuBf16Linear& l, const __nv_bfloat16* x, int64_t m, void* y, cuda::GemmOut out,

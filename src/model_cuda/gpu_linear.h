@@ -26,6 +26,12 @@ public:
     // y [m, n_out] bf16 (row stride ld_y, 0 = n_out) = FP8-quantised x [m, n_in] · Wᵀ.
     void fp8(const GpuFp8Linear& l, const __nv_bfloat16* x, int64_t m, __nv_bfloat16* y, cudaStream_t s,
              int64_t ld_y = 0);
+    // Whether fp8() takes the GEMV path for m rows (then an input quantised once with
+    // quantize_rows() can feed several linears through fp8_quantized()).
+    bool gemv_ok(const GpuFp8Linear& l, int64_t m) const { return gemv_ && m <= kGemvMaxRows && l.n_in % 512 == 0; }
+    // xq [m, n_in] E4M3 + xs [m, n_in/128] (ActScaleLayout::RowMajor) -> y; only where gemv_ok().
+    void fp8_quantized(const GpuFp8Linear& l, const uint8_t* xq, const float* xs, int64_t m, __nv_bfloat16* y,
+                       cudaStream_t s, int64_t ld_y = 0);
     // y [m, n_out] = x [m, n_in] (row stride ld_x, 0 = n_in) · Wᵀ in bf16 x bf16 -> fp32 accumulation.
     void bf16(const GpuBf16Linear& l, const __nv_bfloat16* x, int64_t m, void* y, cuda::GemmOut out, cudaStream_t s,
               int64_t ld_x = 0);

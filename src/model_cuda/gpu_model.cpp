@@ -29,7 +29,13 @@ struct GpuModel::Buffers {
     int64_t T = 0, logits_rows = 0, max_keys = 0, gemv_rows = 0, index_scratch_floats = 0;
     bf16 *X = nullptr, *x = nullptr, *a = nullptr;          // [T, 4, D], [T, D], [T, D]
     float *pre = nullptr, *post = nullptr, *comb = nullptr;  // [T, 4], [T, 4], [T, 16]
+    float* hc_scratch = nullptr;                             // hc_pre partial mixes
+    size_t hc_scratch_floats = 0;
     bf16 *qr = nullptr, *q = nullptr, *o = nullptr, *kv = nullptr, *z = nullptr;
+    bf16* qkv = nullptr;                    // [T, q_lora_rank + hd]: the fused wq_a|wkv output
+    uint8_t* qrq = nullptr;                 // [gemv rows, q_lora_rank] qr quantised once (wq_b, indexer wq_b)
+    float* qrs = nullptr;
+    bf16* s13 = nullptr;                    // [T, 2·inter]: the fused shared w1|w3 output
     float *ckv = nullptr, *csc = nullptr;  // [T, 2·hd]
     bf16* centries = nullptr;              // [T, hd]
     bf16* iq = nullptr;                    // [T, nI·dI]
@@ -39,6 +45,7 @@ struct GpuModel::Buffers {
     float* index_scratch = nullptr;
     int64_t *step_dst = nullptr, *ring_dst = nullptr, *entry_dst = nullptr, *key_dst = nullptr;  // [T]
     int64_t* kv_off = nullptr;                                                                  // [T, max_keys]
+    float* attn_scratch = nullptr;  // sparse attention split partials
     // MoE
     float* router = nullptr;  // [T, E]
     int32_t* experts = nullptr;
@@ -49,6 +56,7 @@ struct GpuModel::Buffers {
     uint8_t *xq = nullptr, *hq = nullptr;
     float *xs = nullptr, *hs = nullptr;
     int32_t *pair_token = nullptr, *pair_id = nullptr;  // [gemv_rows·K]: i / K and i
+    int32_t* pair_groups = nullptr;                     // the decode pairs grouped by expert (mxfp4_group_pairs)
     // head
     bf16 *head_rows = nullptr, *head_y = nullptr;  // [logits_rows, 4, D], [logits_rows, D]
     float* logits = nullptr;                       // [logits_rows, vocab]
@@ -115,7 +123,13 @@ GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKv
     A(b.pre, T * 4, "hc pre");
     A(b.post, T * 4, "hc post");
     A(b.comb, T * 16, "hc comb");
+    b.hc_scratch_floats = cuda::hc_pre_scratch_floats(T, hc_dims(cfg));
+    A(b.hc_scratch, static_cast<int64_t>(b.hc_scratch_floats), "hc scratch");
     A(b.qr, T * cfg.q_lora_rank, "qr");
+    A(b.qkv, T * (cfg.q_lora_rank + hd), "qr|kv");
+    A(b.qrq, GpuLinears::kGemvMaxRows * cfg.q_lora_rank, "qr fp8");
+    A(b.qrs, GpuLinears::kGemvMaxRows * cfg.q_lora_rank / 128, "qr fp8 scales");
+    A(b.s13, T * 2 * I, "shared gate|up");
     A(b.q, T * H * hd, "q");
     A(b.o, T * H * hd, "attention out");
     A(b.kv, T * hd, "kv");
@@ -135,6 +149,7 @@ GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKv
     A(b.entry_dst, T, "entry dst");
     A(b.key_dst, T, "key dst");
     A(b.kv_off, T * b.max_keys, "attention key offsets");
+    A(b.attn_scratch, cuda::sparse_attention_scratch_floats(H, hd), "attention split partials");
     A(b.router, T * E, "router logits");
     A(b.experts, T * K, "routed ids");
     A(b.weights, T * K, "routed weights");
@@ -155,6 +170,7 @@ GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKv
     A(b.hs, P * I / 128, "expert hs");
     A(b.pair_token, P, "pair token");
     A(b.pair_id, P, "pair id");
+    A(b.pair_groups, cuda::mxfp4_group_scratch_ints(P), "pair groups");
     A(b.head_rows, b.logits_rows * 4 * D, "head rows");
     A(b.head_y, b.logits_rows * D, "head y");
     A(b.logits, b.logits_rows * cfg.vocab_size, "logits");
@@ -236,17 +252,31 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
     const int64_t ratio = c.compress_ratio(il);
     const float* rope = ratio ? b.rope_compress : b.rope_main;
 
-    // q path: wq_a -> q_norm -> wq_b -> per-head RMSNorm -> RoPE
-    lin_->fp8(w.wq_a, xn, n, b.qr, s);
-    cuda::rmsnorm_bf16(b.qr, w.q_norm, b.qr, n, c.q_lora_rank, eps, s);
-    lin_->fp8(w.wq_b, b.qr, n, b.q, s);
+    // q path: wq_a -> q_norm -> wq_b -> per-head RMSNorm -> RoPE; shared KV head: wkv -> kv_norm -> RoPE.
+    // wq_a and wkv read the same xn: one quantisation and one launch for both when they are fused.
+    const int64_t ql = c.q_lora_rank;
+    if (w.wq_a_wkv.w) {
+        lin_->fp8(w.wq_a_wkv, xn, n, b.qkv, s);
+        cuda::rmsnorm_bf16(b.qkv, w.q_norm, b.qr, n, ql, eps, s, ql + hd, ql);
+        cuda::rmsnorm_bf16(b.qkv + ql, w.kv_norm, b.kv, n, hd, eps, s, ql + hd, hd);
+    } else {
+        lin_->fp8(w.wq_a, xn, n, b.qr, s);
+        cuda::rmsnorm_bf16(b.qr, w.q_norm, b.qr, n, ql, eps, s);
+        lin_->fp8(w.wkv, xn, n, b.kv, s);
+        cuda::rmsnorm_bf16(b.kv, w.kv_norm, b.kv, n, hd, eps, s);
+    }
+    // qr feeds wq_b and the indexer's wq_b: quantise it once on the GEMV path.
+    const bool qr_once = lin_->gemv_ok(w.wq_b, n) && (!w.indexer || lin_->gemv_ok(w.indexer->wq_b, n));
+    if (qr_once) {
+        cuda::quantize_fp8_1x128(b.qr, b.qrq, b.qrs, n, ql, cuda::ActScaleLayout::RowMajor, s);
+        lin_->fp8_quantized(w.wq_b, b.qrq, b.qrs, n, b.q, s);
+    } else {
+        lin_->fp8(w.wq_b, b.qr, n, b.q, s);
+    }
     cuda::rmsnorm_bf16(b.q, nullptr, b.q, n * H, hd, eps, s);
     cuda::rope_bf16(b.q, n, H, hd, rope, n_rope, meta_.positions, false, s);
-    tick("attn: q path (wq_a, wq_b, norms, rope)", s);
-    // shared KV head: wkv -> kv_norm -> RoPE, stored as FP8 entries in the step region
-    lin_->fp8(w.wkv, xn, n, b.kv, s);
-    cuda::rmsnorm_bf16(b.kv, w.kv_norm, b.kv, n, hd, eps, s);
     cuda::rope_bf16(b.kv, n, 1, hd, rope, n_rope, meta_.positions, false, s);
+    tick("attn: q/kv path (wq_a|wkv, wq_b, norms, rope)", s);
     build_write_offsets(meta_, pool_, il, W, b.step_dst, b.ring_dst, b.entry_dst, b.key_dst, s);
     const KvCacheSpec& spec = pool_.spec();
     cuda::KvEntryDims ed;
@@ -255,7 +285,7 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
     ed.quant_block = spec.entry.quant_block;
     ed.entry_bytes = spec.entry.entry_bytes();
     cuda::kv_write_entries(b.kv, 0, b.step_dst, pool_.base(), n, ed, s);
-    tick("attn: kv path + writes", s);
+    tick("attn: kv writes", s);
 
     const auto& addr = pool_.layer(il);
     cuda::CompressorTokens ct;
@@ -286,7 +316,10 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
         cuda::hadamard_fp4_sim(b.ientries, n, dI, s);
         cuda::indexer_key_write(b.ientries, b.key_dst, pool_.base(), n, dI, s);
         tick("attn: indexer compressor", s);
-        lin_->fp8(ix.wq_b, b.qr, n, b.iq, s);
+        if (qr_once)
+            lin_->fp8_quantized(ix.wq_b, b.qrq, b.qrs, n, b.iq, s);
+        else
+            lin_->fp8(ix.wq_b, b.qr, n, b.iq, s);
         cuda::rope_bf16(b.iq, n, nI, dI, b.rope_compress, n_rope, meta_.positions, false, s);
         cuda::hadamard_fp4_sim(b.iq, n * nI, dI, s);
         lin_->bf16(ix.weights_proj, xn, n, b.iw, cuda::GemmOut::F32, s);
@@ -318,7 +351,8 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
     ad.entry_bytes = spec.entry.entry_bytes();
     ad.scale = 1.0f / std::sqrt(static_cast<float>(hd));
     tick("attn: key lists", s);
-    cuda::sparse_attention_decode(b.q, pool_.base(), b.kv_off, max_keys, w.sink, b.o, n, ad, s);
+    cuda::sparse_attention_decode(b.q, pool_.base(), b.kv_off, max_keys, w.sink, b.o, n, ad, s, b.attn_scratch,
+                                  cuda::sparse_attention_scratch_floats(H, hd));
     cuda::rope_bf16(b.o, n, H, hd, rope, n_rope, meta_.positions, true, s);
     tick("attn: sparse attention", s);
     lin_->grouped(w.wo_a, c.o_groups, b.o, n, b.z, s);
@@ -340,22 +374,35 @@ void GpuModel::moe(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t 
     cuda::moe_route(b.router, hash ? nullptr : m.bias, hash ? m.tid2eid : nullptr, meta_.tokens, n, c.n_routed_experts,
                     K, static_cast<float>(c.routed_scaling_factor), b.experts, b.weights, s);
     tick("moe: router", s);
-    // Shared expert.
-    lin_->fp8(m.shared_w1, xn, n, b.sg, s);
-    lin_->fp8(m.shared_w3, xn, n, b.su, s);
-    cuda::swiglu_clamp(b.sg, b.su, I, nullptr, b.sh, n, I, limit, s);
+    // Shared expert: w1 and w3 as one linear when fused; on the GEMV path xn is quantised once for
+    // the shared and the routed experts.
+    const cuda::MxExpertWeights& e = m.experts;
+    const bool routed_gemv = n <= b.gemv_rows && moe_gemv_;
+    const bool x_once = routed_gemv && m.shared_w13.w && lin_->gemv_ok(m.shared_w13, n);
+    if (x_once) {
+        cuda::quantize_fp8_1x128(xn, b.xq, b.xs, n, D, cuda::ActScaleLayout::RowMajor, s);
+        lin_->fp8_quantized(m.shared_w13, b.xq, b.xs, n, b.s13, s);
+        cuda::swiglu_clamp(b.s13, b.s13 + I, 2 * I, nullptr, b.sh, n, I, limit, s);
+    } else if (m.shared_w13.w) {
+        lin_->fp8(m.shared_w13, xn, n, b.s13, s);
+        cuda::swiglu_clamp(b.s13, b.s13 + I, 2 * I, nullptr, b.sh, n, I, limit, s);
+    } else {
+        lin_->fp8(m.shared_w1, xn, n, b.sg, s);
+        lin_->fp8(m.shared_w3, xn, n, b.su, s);
+        cuda::swiglu_clamp(b.sg, b.su, I, nullptr, b.sh, n, I, limit, s);
+    }
     lin_->fp8(m.shared_w2, b.sh, n, b.shared, s);
     tick("moe: shared expert", s);
     // Routed experts; REF scales the hidden activation by the routing weight before w2.
-    const cuda::MxExpertWeights& e = m.experts;
-    if (n <= b.gemv_rows && moe_gemv_) {
+    if (routed_gemv) {
         const int64_t P = n * K;
-        cuda::quantize_fp8_1x128(xn, b.xq, b.xs, n, D, cuda::ActScaleLayout::RowMajor, s);
-        cuda::mxfp4_expert_gemv(b.xq, b.xs, e.w1, e.s1, b.experts, b.pair_token, b.y1, P, I, D, s);
-        cuda::mxfp4_expert_gemv(b.xq, b.xs, e.w3, e.s3, b.experts, b.pair_token, b.y3, P, I, D, s);
+        if (!x_once) cuda::quantize_fp8_1x128(xn, b.xq, b.xs, n, D, cuda::ActScaleLayout::RowMajor, s);
+        const cuda::MoePairGroups groups = cuda::mxfp4_group_pairs(
+            b.experts, P, c.n_routed_experts, n, b.pair_groups, cuda::mxfp4_group_scratch_ints(b.gemv_rows * K), s);
+        cuda::mxfp4_grouped_gemv(b.xq, b.xs, b.pair_token, groups, e.w1, e.s1, b.y1, e.w3, e.s3, b.y3, I, D, s);
         cuda::swiglu_clamp(b.y1, b.y3, I, b.weights, b.h, P, I, limit, s);
         cuda::quantize_fp8_1x128(b.h, b.hq, b.hs, P, I, cuda::ActScaleLayout::RowMajor, s);
-        cuda::mxfp4_expert_gemv(b.hq, b.hs, e.w2, e.s2, b.experts, b.pair_id, b.y2, P, D, I, s);
+        cuda::mxfp4_grouped_gemv(b.hq, b.hs, nullptr, groups, e.w2, e.s2, b.y2, nullptr, nullptr, nullptr, D, I, s);
         cuda::moe_combine(b.y2, nullptr, b.shared, out, n, K, D, s);
         tick("moe: routed experts (gemv)", s);
     } else {
@@ -421,12 +468,14 @@ void GpuModel::forward(cudaStream_t s) {
     tick("start", s);
     cuda::embed_streams(meta_.tokens, w_.embed, b.X, n, D, 4, s);
     for (const GpuBlock& blk : w_.layers) {
-        cuda::hc_pre_bf16(b.X, blk.hc_attn.fn, blk.hc_attn.scale, blk.hc_attn.base, b.x, b.pre, b.post, b.comb, n, hd, s);
+        cuda::hc_pre_bf16(b.X, blk.hc_attn.fn, blk.hc_attn.scale, blk.hc_attn.base, b.x, b.pre, b.post, b.comb,
+                          b.hc_scratch, b.hc_scratch_floats, n, hd, s);
         cuda::rmsnorm_bf16(b.x, blk.attn_norm, b.x, n, D, eps, s);
         tick("hyper-connections + norms", s);
         attention(blk, b.x, b.a, s);
         cuda::hc_post_bf16(b.a, b.X, b.post, b.comb, b.X, n, hd, s);
-        cuda::hc_pre_bf16(b.X, blk.hc_ffn.fn, blk.hc_ffn.scale, blk.hc_ffn.base, b.x, b.pre, b.post, b.comb, n, hd, s);
+        cuda::hc_pre_bf16(b.X, blk.hc_ffn.fn, blk.hc_ffn.scale, blk.hc_ffn.base, b.x, b.pre, b.post, b.comb,
+                          b.hc_scratch, b.hc_scratch_floats, n, hd, s);
         cuda::rmsnorm_bf16(b.x, blk.ffn_norm, b.x, n, D, eps, s);
         tick("hyper-connections + norms", s);
         moe(blk, b.x, b.a, s);

@@ -107,6 +107,23 @@ private:
         return l;
     }
 
+    // Two linears with the same input, allocated a.w, b.w, a.ws, b.ws so fuse_rows() can join them
+    // (the fill jobs depend only on the tags, so the order does not change any value).
+    void fp8_linear_pair(const std::string& pa, int64_t na, const std::string& pb, int64_t nb, int64_t n_in,
+                         GpuFp8Linear& a, GpuFp8Linear& b) {
+        ONECARD_CHECK(na > 0 && nb > 0 && n_in > 0 && n_in % 128 == 0,
+                      "gpu synth: FP8 linears {}/{} need an input width that is a multiple of 128", pa, pb);
+        a.w = static_cast<const uint8_t*>(take(static_cast<size_t>(na * n_in), Fill::Fp8Codes, pa + ".weight", na, n_in));
+        b.w = static_cast<const uint8_t*>(take(static_cast<size_t>(nb * n_in), Fill::Fp8Codes, pb + ".weight", nb, n_in));
+        a.ws = static_cast<const float*>(take(static_cast<size_t>(cuda::fp8_gemm_weight_scale_floats(na, n_in)) * 4,
+                                              Fill::Fp8Scales, pa + ".scale", na, n_in));
+        b.ws = static_cast<const float*>(take(static_cast<size_t>(cuda::fp8_gemm_weight_scale_floats(nb, n_in)) * 4,
+                                              Fill::Fp8Scales, pb + ".scale", nb, n_in));
+        a.n_out = na;
+        b.n_out = nb;
+        a.n_in = b.n_in = n_in;
+    }
+
     // All experts' copies of one matrix: codes [E·n_out, n_in/2], scales [E·n_out, n_in/32].
     void mx_matrix(const std::string& prefix, int64_t n_out, int64_t n_in, const uint8_t*& w, const uint8_t*& s) {
         const int64_t E = cfg_.n_routed_experts;
@@ -149,10 +166,10 @@ private:
         ONECARD_CHECK(G > 0 && (H * hd) % G == 0, "gpu synth: {} heads × {} dims do not split into {} groups", H, hd,
                       G);
         GpuAttention a;
-        a.wq_a = fp8_linear(p + ".wq_a", q, D);
+        fp8_linear_pair(p + ".wq_a", q, p + ".wkv", hd, D, a.wq_a, a.wkv);
+        if (arena_) a.wq_a_wkv = fuse_rows(a.wq_a, a.wkv);
         a.q_norm = norm(p + ".q_norm.weight", q);
         a.wq_b = fp8_linear(p + ".wq_b", H * hd, q);
-        a.wkv = fp8_linear(p + ".wkv", hd, D);
         a.kv_norm = norm(p + ".kv_norm.weight", hd);
         a.wo_a = bf16_linear(p + ".wo_a.weight", G * r, H * hd / G);
         a.wo_b = fp8_linear(p + ".wo_b", D, G * r);
@@ -191,9 +208,9 @@ private:
         mx_matrix(p + ".experts.w2", D, I, x.w2, x.s2);
         mx_matrix(p + ".experts.w3", I, D, x.w3, x.s3);
         // The checkpoint's shared expert is one expert of moe_intermediate_size rows (n_shared_experts = 1).
-        m.shared_w1 = fp8_linear(p + ".shared_experts.w1", I, D);
+        fp8_linear_pair(p + ".shared_experts.w1", I, p + ".shared_experts.w3", I, D, m.shared_w1, m.shared_w3);
+        if (arena_) m.shared_w13 = fuse_rows(m.shared_w1, m.shared_w3);
         m.shared_w2 = fp8_linear(p + ".shared_experts.w2", D, I);
-        m.shared_w3 = fp8_linear(p + ".shared_experts.w3", I, D);
         return m;
     }
 

@@ -57,26 +57,54 @@ GpuBf16Linear dequant_bf16_linear(cuda::DeviceArena& arena, const QuantLinear& q
     return {w, q.out_features(), q.in_features()};
 }
 
-GpuFp8Linear fp8_linear(cuda::DeviceArena& arena, const QuantLinear& q) {
+void check_fp8(const QuantLinear& q) {
     ONECARD_CHECK(q.weight.dtype == DType::F8_E4M3, "tensor {}: the GPU runs it as an FP8 linear, but it is {}",
                   q.weight.name, dtype_name(q.weight.dtype));
     const int64_t n = q.out_features(), k = q.in_features();
     ONECARD_CHECK(n % 128 == 0 && k % 128 == 0, "tensor {}: FP8 linear {}x{} is not made of whole 128x128 blocks",
                   q.weight.name, n, k);
     expect(q.scale, DType::F8_E8M0, {n / 128, k / 128});
-    GpuFp8Linear l;
-    l.n_out = n;
-    l.n_in = k;
-    l.w = upload_bytes<uint8_t>(arena, q.weight.data, q.weight.nbytes, q.weight.name);
-    auto* ws = arena.alloc_n<float>(static_cast<size_t>(cuda::fp8_gemm_weight_scale_floats(n, k)), q.scale.name);
-    // The UE8M0 bytes pass through scratch above the arena's top, released at once.
+}
+
+// The block scales of q into `ws` (the GEMM's fp32 layout); the UE8M0 bytes pass through scratch
+// above the arena's top, released at once.
+void upload_fp8_scales(cuda::DeviceArena& arena, const QuantLinear& q, float* ws) {
     const cuda::DeviceArena::Mark m = arena.mark();
     auto* raw = upload_bytes<uint8_t>(arena, q.scale.data, q.scale.nbytes, q.scale.name + " (ue8m0 staging)");
-    cuda::fp8_gemm_prepare_weight_scales(raw, ws, n, k, nullptr);
+    cuda::fp8_gemm_prepare_weight_scales(raw, ws, q.out_features(), q.in_features(), nullptr);
     cuda::device_sync();
     arena.release(m);
+}
+
+GpuFp8Linear fp8_linear(cuda::DeviceArena& arena, const QuantLinear& q) {
+    check_fp8(q);
+    GpuFp8Linear l;
+    l.n_out = q.out_features();
+    l.n_in = q.in_features();
+    l.w = upload_bytes<uint8_t>(arena, q.weight.data, q.weight.nbytes, q.weight.name);
+    auto* ws = arena.alloc_n<float>(static_cast<size_t>(cuda::fp8_gemm_weight_scale_floats(l.n_out, l.n_in)), q.scale.name);
+    upload_fp8_scales(arena, q, ws);
     l.ws = ws;
     return l;
+}
+
+// Two linears with the same input, laid out so fuse_rows() can join them: a.w, b.w, a.ws, b.ws.
+void fp8_linear_pair(cuda::DeviceArena& arena, const QuantLinear& qa, const QuantLinear& qb, GpuFp8Linear& a,
+                     GpuFp8Linear& b) {
+    check_fp8(qa);
+    check_fp8(qb);
+    a.n_out = qa.out_features();
+    a.n_in = qa.in_features();
+    b.n_out = qb.out_features();
+    b.n_in = qb.in_features();
+    a.w = upload_bytes<uint8_t>(arena, qa.weight.data, qa.weight.nbytes, qa.weight.name);
+    b.w = upload_bytes<uint8_t>(arena, qb.weight.data, qb.weight.nbytes, qb.weight.name);
+    auto* wsa = arena.alloc_n<float>(static_cast<size_t>(cuda::fp8_gemm_weight_scale_floats(a.n_out, a.n_in)), qa.scale.name);
+    auto* wsb = arena.alloc_n<float>(static_cast<size_t>(cuda::fp8_gemm_weight_scale_floats(b.n_out, b.n_in)), qb.scale.name);
+    upload_fp8_scales(arena, qa, wsa);
+    upload_fp8_scales(arena, qb, wsb);
+    a.ws = wsa;
+    b.ws = wsb;
 }
 
 GpuHC hc(cuda::DeviceArena& arena, const HCWeights& h) {
@@ -146,10 +174,10 @@ GpuBlock block(cuda::DeviceArena& arena, const ModelConfig& cfg, const BlockWeig
     g.hc_attn = hc(arena, b.hc_attn);
     g.hc_ffn = hc(arena, b.hc_ffn);
     const AttentionWeights& a = b.attn;
-    g.attn.wq_a = fp8_linear(arena, a.wq_a);
+    fp8_linear_pair(arena, a.wq_a, a.wkv, g.attn.wq_a, g.attn.wkv);
+    g.attn.wq_a_wkv = fuse_rows(g.attn.wq_a, g.attn.wkv);
     g.attn.q_norm = upload_bf16(arena, a.q_norm);
     g.attn.wq_b = fp8_linear(arena, a.wq_b);
-    g.attn.wkv = fp8_linear(arena, a.wkv);
     g.attn.kv_norm = upload_bf16(arena, a.kv_norm);
     g.attn.wo_a = dequant_bf16_linear(arena, a.wo_a);
     g.attn.wo_b = fp8_linear(arena, a.wo_b);
@@ -168,13 +196,26 @@ GpuBlock block(cuda::DeviceArena& arena, const ModelConfig& cfg, const BlockWeig
     if (m.gate_bias) g.ffn.bias = upload_f32(arena, *m.gate_bias);
     if (m.tid2eid) g.ffn.tid2eid = tid2eid(arena, *m.tid2eid);
     g.ffn.experts = routed_experts(arena, cfg, m, il);
-    g.ffn.shared_w1 = fp8_linear(arena, m.shared.w1);
-    g.ffn.shared_w3 = fp8_linear(arena, m.shared.w3);
+    fp8_linear_pair(arena, m.shared.w1, m.shared.w3, g.ffn.shared_w1, g.ffn.shared_w3);
+    g.ffn.shared_w13 = fuse_rows(g.ffn.shared_w1, g.ffn.shared_w3);
     g.ffn.shared_w2 = fp8_linear(arena, m.shared.w2);
     return g;
 }
 
 }  // namespace
+
+GpuFp8Linear fuse_rows(const GpuFp8Linear& a, const GpuFp8Linear& b) {
+    GpuFp8Linear f;
+    if (!a.w || !b.w || a.n_in != b.n_in) return f;
+    // Scale rows are whole 128-row blocks, so the joined scale matrix is a's rows then b's.
+    if (a.n_out % 128 != 0) return f;
+    if (b.w != a.w + a.n_out * a.n_in || b.ws != a.ws + cuda::fp8_gemm_weight_scale_floats(a.n_out, a.n_in)) return f;
+    f.w = a.w;
+    f.ws = a.ws;
+    f.n_out = a.n_out + b.n_out;
+    f.n_in = a.n_in;
+    return f;
+}
 
 GpuWeightBytes gpu_weight_bytes(const ModelConfig& c) {
     GpuWeightBytes b;

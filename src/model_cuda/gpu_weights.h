@@ -58,6 +58,9 @@ struct GpuAttention {
     const __nv_bfloat16* q_norm = nullptr;   // [q_lora_rank]
     GpuFp8Linear wq_b;                       // [H·hd, q_lora_rank]
     GpuFp8Linear wkv;                        // [hd, D]
+    // wq_a and wkv as one [q_lora_rank + hd, D] linear when they lie back to back in memory (both read
+    // xn: one quantisation, one launch); w == nullptr otherwise (fuse_rows).
+    GpuFp8Linear wq_a_wkv;
     const __nv_bfloat16* kv_norm = nullptr;  // [hd]
     GpuBf16Linear wo_a;                      // [G·r, H·hd/G]: group g's [r, H·hd/G] block at rows g·r
     GpuFp8Linear wo_b;                       // [D, G·r]
@@ -72,6 +75,7 @@ struct GpuMoE {
     const int32_t* tid2eid = nullptr; // [vocab, K]; nullptr on learned-routing layers
     cuda::MxExpertWeights experts;    // MXFP4 [E, ...]
     GpuFp8Linear shared_w1, shared_w3;  // [inter, D]
+    GpuFp8Linear shared_w13;            // w1 and w3 as one [2·inter, D] linear (fuse_rows), or w == nullptr
     GpuFp8Linear shared_w2;             // [D, inter]
 };
 
@@ -91,6 +95,11 @@ struct GpuModelWeights {
     GpuHC hc_head;                         // fn [hc, hc·D], base [hc], scale [1]
     std::vector<GpuBlock> layers;          // main layers only (MTP blocks are not run on the GPU yet)
 };
+
+// a and b as one linear [a.n_out + b.n_out, n_in] when b's weight rows and block scales follow a's
+// directly in memory (allocate a.w, b.w, a.ws, b.ws in that order with 256-byte-multiple sizes);
+// otherwise an empty linear (w == nullptr), and callers use the two separately.
+GpuFp8Linear fuse_rows(const GpuFp8Linear& a, const GpuFp8Linear& b);
 
 // Bytes the device copy of `cfg`'s main-model weights takes in these layouts (what the memory plan
 // and the benchmark report), with an entry per component for the startup report.

@@ -16,7 +16,8 @@
 // bf16 storage does): median rel. L2 ~8e-2, argmax ~91% on a 96-token prompt of this checkpoint. So
 // the GPU is held to that yardstick, measured in the same run: its median and worst rel. L2 at most
 // 1.5x the CPU's own bf16 sensitivity (and never tighter than the 2e-2 asked), and
-// argmax agreement at least the sensitivity's minus 5 points (capped at 98%). A real fault (a wrong
+// argmax agreement at least the sensitivity's minus 5 points (capped at 98%; less two binomial
+// standard deviations on small row counts). A real fault (a wrong
 // row, position or path) gives rel. L2 ~1.4 and fails at once; the op tests hold each kernel to tight
 // per-op tolerances.
 #include "gpu_test_util.h"
@@ -152,7 +153,12 @@ void expect_bars(const Agreement& a, const char* path) {
     }
     EXPECT_LE(a.median, max_median) << path;
     EXPECT_LE(a.worst, max_worst) << path;
-    EXPECT_GE(static_cast<double>(a.argmax_same), min_argmax * static_cast<double>(a.n)) << path;
+    // Argmax agreement is a count over few rows on some paths (10 decode rows): allow two binomial
+    // standard deviations below the expected count, as a 10-row sample at p = 0.8 misses by 1–2 rows
+    // a third of the time.
+    const double expect_n = min_argmax * static_cast<double>(a.n);
+    const double sd = std::sqrt(static_cast<double>(a.n) * min_argmax * (1.0 - min_argmax));
+    EXPECT_GE(static_cast<double>(a.argmax_same), expect_n - 2.0 * sd) << path;
 }
 
 std::vector<int32_t> blocks_for(int32_t first) { return {first, first + 1}; }  // 512 tokens of blocks
