@@ -28,7 +28,12 @@ public:
              int64_t ld_y = 0);
     // Whether fp8() takes the GEMV path for m rows (then an input quantised once with
     // quantize_rows() can feed several linears through fp8_quantized()).
-    bool gemv_ok(const GpuFp8Linear& l, int64_t m) const { return gemv_ && m <= kGemvMaxRows && l.n_in % 512 == 0; }
+    // Measured on the H200 (docs/results.md): the GEMV streams the weights well at m <= 2, but its
+    // register path is ALU-bound at m = 8 (~0.3 TB/s on 32 MB matrices), where cuBLASLt's GEMM reads
+    // ~1 TB/s; on small matrices the GEMM's fixed cost dominates instead.
+    bool gemv_ok(const GpuFp8Linear& l, int64_t m) const {
+        return gemv_ && m <= kGemvMaxRows && l.n_in % 512 == 0 && (m <= 2 || l.n_out * l.n_in < (int64_t{16} << 20));
+    }
     // xq [m, n_in] E4M3 + xs [m, n_in/128] (ActScaleLayout::RowMajor) -> y; only where gemv_ok().
     void fp8_quantized(const GpuFp8Linear& l, const uint8_t* xq, const float* xs, int64_t m, __nv_bfloat16* y,
                        cudaStream_t s, int64_t ld_y = 0);
