@@ -21,6 +21,9 @@
 #              transformers peer baseline scripts/bench/peer_transformers.py (OUT_DIR/bench_peer.json;
 #              SKIP_PEER=1 skips it, PEER_ARGS passes arguments).
 #
+#   4. there:  scripts/gpu-check.sh --serve-smoke [OUT_DIR] (carry demo/small/tokenizer.json too): `onecard
+#              serve --device cuda` on a 4-layer synthetic checkpoint, its startup report, curl requests.
+#
 # ONLY=regex runs a subset of the test binaries; SKIP_GEMV_BENCH=1 skips the micro-benchmark.
 # CARRY_DIR overrides .carry/gpu-check. SANITIZE=1 adds a compute-sanitizer memcheck pass over the tests. Without a GPU, --run still runs: every test skips with the
 # reason and the benchmark reports that it needs a GPU (exit status 1).
@@ -79,7 +82,10 @@ run() {
     for t in "$CARRY_DIR"/bin/test_*; do
         local name one
         name=$(basename "$t")
-        # ONLY=regex runs a subset (re-runs after a fix).
+        #   4. there:  scripts/gpu-check.sh --serve-smoke [OUT_DIR] (carry demo/small/tokenizer.json too): `onecard
+#              serve --device cuda` on a 4-layer synthetic checkpoint, its startup report, curl requests.
+#
+# ONLY=regex runs a subset (re-runs after a fix).
         if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then continue; fi
         one="$out/$name.txt"
         echo "== $name" | tee -a "$log"
@@ -152,8 +158,44 @@ bench() {
     return $status
 }
 
+# Serving smoke test on the GPU: a 4-layer real-dimension synthetic checkpoint (real vocabulary),
+# `onecard serve --device cuda` until `ready` (its startup report), one chat completion and one
+# streamed completion through curl. Needs the demo tokenizer (carry demo/small/tokenizer.json, made
+# by scripts/demo.sh or `onecard synth --preset small`).
+serve_smoke() {
+    local out=${1:-${OUT:-gpu-check-out}}
+    mkdir -p "$out"
+    if [ -f "$CARRY_DIR/gpu-check.tar.xz" ]; then tar -C "$CARRY_DIR" -xJf "$CARRY_DIR/gpu-check.tar.xz"; fi
+    export LD_LIBRARY_PATH="$PWD/$CARRY_DIR/lib:$(cublas_lib_dir):${LD_LIBRARY_PATH:-}"
+    local bin="$CARRY_DIR/bin/onecard" dir=/tmp/onecard-smoke port=8011 status=0
+    rm -rf "$dir"
+    "$bin" synth --preset flash --layers 4 --experts 8 --mtp 0 --seed 3 --out "$dir" --quiet || return 1
+    cp demo/small/tokenizer.json "$dir/" || return 1
+    local launch=""
+    command -v gdb > /dev/null && launch="gdb -q -batch -ex run -ex bt --args"
+    $launch "$bin" serve --model "$dir" --device cuda --port $port --max-model-len 4096 ${SMOKE_ARGS:-} > "$out/serve.log" 2>&1 &
+    local pid=$!
+    for _ in $(seq 1 ${SMOKE_WAIT:-120}); do
+        grep -q '^ready$' "$out/serve.log" && break
+        kill -0 $pid 2> /dev/null || break
+        sleep 1
+    done
+    grep -q '^ready$' "$out/serve.log" || status=1
+    curl -s --max-time 60 "http://127.0.0.1:$port/v1/chat/completions" -H 'Content-Type: application/json' \
+        -d '{"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16}' > "$out/chat.json" || status=1
+    curl -sN --max-time 60 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+        -d '{"prompt": "The capital of France is", "max_tokens": 8, "stream": true}' > "$out/stream.txt" || status=1
+    kill -INT $pid; wait $pid
+    tail -40 "$out/serve.log"
+    head -c 600 "$out/chat.json"; echo
+    grep -c '^data:' "$out/stream.txt"
+    grep -q '"finish_reason"' "$out/chat.json" || status=1
+    return $status
+}
+
 case "$mode" in
     --pack) pack ;;
+    --serve-smoke) shift; serve_smoke "$@" ;;
     --run) shift; run "$@" ;;
     --bench) shift; bench "$@" ;;
     *) sed -n '2,29p' "$0"; exit 2 ;;

@@ -200,6 +200,7 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     } else if (std::string why; use_cuda(a, *cfg, why)) {
 #ifdef ONECARD_HAVE_CUDA
         ONECARD_CHECK(a.numerics == "reference", "serve: the CUDA backend computes reference numerics only");
+        std::fprintf(stderr, "serve: loading %s onto the GPU\n", model_dir.c_str());
         Checkpoint ckpt = Checkpoint::open(model_dir);
         ModelWeights w = bind_weights(*cfg, ckpt);
         for (const auto& f : fs::directory_iterator(model_dir))
@@ -211,6 +212,9 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         ro.headroom_bytes = static_cast<uint64_t>(a.gpu_headroom_gib * (1ull << 30));
         auto cr = std::make_unique<CudaModelRunner>(*cfg, w, ro);
         if (!kv_bytes_given) a.kv_cache_memory_bytes = cr->kv_budget_hint();
+        std::fprintf(stderr, "serve: weights on the GPU (%.2f GiB in %.1fs); KV pool budget %.2f GiB\n",
+                     cr->report().weight_bytes / double(1ull << 30), cr->report().upload_seconds,
+                     a.kv_cache_memory_bytes / double(1ull << 30));
         cuda_runner = cr.get();
         runner = std::move(cr);
 #endif
@@ -234,6 +238,8 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     ec.submit_queue_capacity = static_cast<size_t>(a.max_num_seqs + a.opts.max_queued_requests + 16);
     ec.make_text_decoder = server::make_text_decoder_factory(tokenizer);
     Engine engine(ec, std::move(runner));
+    std::fprintf(stderr, "serve: engine up (%lld KV blocks); warming up\n",
+                 static_cast<long long>(engine.stats().n_total_kv_blocks));
 #ifdef ONECARD_HAVE_CUDA
     if (cuda_runner) {
         const CudaRunnerReport& r = cuda_runner->report();
@@ -291,7 +297,7 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     std::fputs(device_line.c_str(), stdout);
     std::printf("onecard serve: %s on %s://%s:%d (%s), max_model_len %lld, max_num_seqs %lld, ready in %.2fs\n",
                 info.served_model_name.c_str(), scheme.c_str(), so.host.c_str(), port,
-                test_mode ? "TEST SCRIPT, no model" : numerics_name(model->numerics()), static_cast<long long>(max_len),
+                test_mode ? "TEST SCRIPT, no model" : (a.numerics + (model ? " numerics, CPU" : " numerics, CUDA")).c_str(), static_cast<long long>(max_len),
                 static_cast<long long>(a.max_num_seqs), ready_s);
     nlohmann::json line = {{"event", "ready"},
                            {"model", info.served_model_name},
