@@ -116,6 +116,8 @@ int64_t CudaModelRunner::kv_budget_hint() const {
 
 void CudaModelRunner::check_integrity() const {
     arena_->check_integrity();
+    if (pool_) pool_->check_integrity();
+    if (model_) model_->check_integrity();
     for (const auto& [id, n] : n_tokens_)
         ONECARD_CHECK(n >= 0 && n <= opt_.max_model_len, "cuda runner: request {} holds {} tokens (max {})", id, n,
                       opt_.max_model_len);

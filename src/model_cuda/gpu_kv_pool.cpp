@@ -39,6 +39,23 @@ GpuKvPool::GpuKvPool(const KvCacheSpec& spec, const KvPoolSize& size, int64_t ma
     }
 }
 
+void GpuKvPool::check_integrity() const {
+    ONECARD_CHECK(base_ != nullptr && slots_offset_ == size_.n_blocks * spec_.block_bytes &&
+                      step_offset_ == slots_offset_ + size_.n_slots * spec_.slot_bytes &&
+                      total_bytes_ == step_offset_ + max_step_tokens_ * spec_.entry.entry_bytes(),
+                  "gpu kv pool: regions out of order");
+    ONECARD_CHECK(slots_offset_ % 8 == 0 && step_offset_ % 8 == 0, "gpu kv pool: regions not 8-byte aligned");
+    for (size_t il = 0; il < layers_.size(); ++il) {
+        const LayerAddr& l = layers_[il];
+        ONECARD_CHECK(l.window_region >= 0 && l.window_region + spec_.shape.sliding_window * spec_.entry.entry_bytes() <=
+                                                  spec_.slot_bytes,
+                      "gpu kv pool: layer {}'s window ring lies outside its slot", il);
+        ONECARD_CHECK((l.ratio == 0) == (l.entry_stream < 0) && l.entry_stream < spec_.block_bytes &&
+                          l.key_stream < spec_.block_bytes,
+                      "gpu kv pool: layer {}'s paged streams disagree with its ratio {}", il, l.ratio);
+    }
+}
+
 cuda::PagedStreamAddr GpuKvPool::entry_addr(int64_t il, bool keys, const int32_t* block_tables,
                                             int64_t max_blocks) const {
     const LayerAddr& l = layer(il);

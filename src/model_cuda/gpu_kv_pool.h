@@ -43,6 +43,9 @@ public:
     const KvCacheSpec& spec() const { return spec_; }
     const KvPoolSize& size() const { return size_; }
     int64_t max_step_tokens() const { return max_step_tokens_; }
+    // Throws onecard::Error unless the regions are ordered, 8-byte aligned and inside the allocation,
+    // and every layer's addresses lie inside a slot or a block.
+    void check_integrity() const;
 
 private:
     KvCacheSpec spec_;

@@ -55,7 +55,7 @@ struct GpuModel::Buffers {
     bf16 *y1 = nullptr, *y3 = nullptr, *h = nullptr, *y2 = nullptr;  // decode pairs
     uint8_t *xq = nullptr, *hq = nullptr;
     float *xs = nullptr, *hs = nullptr;
-    int32_t *pair_token = nullptr, *pair_id = nullptr;  // [gemv_rows·K]: i / K and i
+    int32_t* pair_token = nullptr;  // [gemv_rows·K]: pair i belongs to token i / K
     int32_t* pair_groups = nullptr;                     // the decode pairs grouped by expert (mxfp4_group_pairs)
     // head
     bf16 *head_rows = nullptr, *head_y = nullptr;  // [logits_rows, 4, D], [logits_rows, D]
@@ -169,7 +169,6 @@ GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKv
     A(b.hq, P * I, "expert hq");
     A(b.hs, P * I / 128, "expert hs");
     A(b.pair_token, P, "pair token");
-    A(b.pair_id, P, "pair id");
     A(b.pair_groups, cuda::mxfp4_group_scratch_ints(P), "pair groups");
     A(b.head_rows, b.logits_rows * 4 * D, "head rows");
     A(b.head_y, b.logits_rows * D, "head y");
@@ -180,13 +179,9 @@ GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKv
     A(b.rope_compress, static_cast<int64_t>(rc.size()), "rope compress");
     cuda::copy_to_device(b.rope_main, rm);
     cuda::copy_to_device(b.rope_compress, rc);
-    std::vector<int32_t> pt(static_cast<size_t>(P)), pid(static_cast<size_t>(P));
-    for (int64_t i = 0; i < P; ++i) {
-        pt[static_cast<size_t>(i)] = static_cast<int32_t>(i / K);
-        pid[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-    }
+    std::vector<int32_t> pt(static_cast<size_t>(P));
+    for (int64_t i = 0; i < P; ++i) pt[static_cast<size_t>(i)] = static_cast<int32_t>(i / K);
     cuda::copy_to_device(b.pair_token, pt);
-    cuda::copy_to_device(b.pair_id, pid);
 
     // Per-call scratch (quantised activations, padded GEMM rows) lives in a sub-arena.
     const size_t scratch = static_cast<size_t>(T * std::max({D, cfg.q_lora_rank, H * hd, cfg.o_groups * cfg.o_lora_rank, I}) * 4 +
@@ -235,6 +230,18 @@ std::vector<std::pair<std::string, double>> GpuModel::profile_result() {
     out.assign(sum.begin(), sum.end());
     std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
     return out;
+}
+
+void GpuModel::check_integrity() const {
+    ws_->check_integrity();
+    // Every per-call scratch allocation is released when its linear returns.
+    ONECARD_CHECK(ws_->allocations().size() == 2, "gpu model: {} scratch allocations outstanding between steps",
+                  ws_->allocations().size() - 2);
+    for (const auto& [key, exec] : graphs_)
+        ONECARD_CHECK(exec != nullptr && key.n >= 1 && key.n <= kGraphMaxTokens && key.pos_bound <= opt_.max_model_len,
+                      "gpu model: a captured graph for {} tokens / bound {} is out of range", key.n, key.pos_bound);
+    ONECARD_CHECK(meta_.n <= opt_.max_step_tokens && meta_.n_out <= meta_.n,
+                  "gpu model: the last step's metadata ({} tokens, {} rows) exceeds the capacity", meta_.n, meta_.n_out);
 }
 
 void GpuModel::drop_graphs() {

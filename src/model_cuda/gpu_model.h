@@ -52,6 +52,9 @@ public:
     const int32_t* argmax_last(cudaStream_t stream);
 
     const ModelConfig& config() const { return cfg_; }
+    // Throws onecard::Error if the scratch arena holds allocations between steps, a captured graph is
+    // out of range, or the last step's metadata exceeds the capacity.
+    void check_integrity() const;
     void set_cuda_graphs(bool on) { opt_.cuda_graphs = on; }
     // Profiling (benchmark only): the next step runs without a graph and records an event after
     // each op group; profile_result() then gives milliseconds per group summed over the layers.

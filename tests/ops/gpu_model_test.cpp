@@ -237,6 +237,8 @@ TEST(GpuModel, DecodeThroughEveryKernelPathMatchesCpuReference) {
         expect_bars(compare(std::vector<float>(d.begin() + 176 * V, d.end()), 176, 16), path.c_str());
     }
     f.model->set_gemv_paths(true, true);
+    f.model->check_integrity();
+    f.pool->check_integrity();
 }
 
 TEST(GpuModel, TwoSequencesInOneStepMatchCpuReference) {

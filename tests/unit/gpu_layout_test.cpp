@@ -69,6 +69,7 @@ TEST(GpuLayout, KvPoolPlacesEveryLayerWhereTheSpecSays) {
     std::vector<std::byte> host(bytes);
     cuda::DeviceArena arena(host.data(), host.size(), "host stand-in");
     GpuKvPool pool(spec, size, step_tokens, arena);
+    pool.check_integrity();
     EXPECT_EQ(pool.slot_offset(0), size.n_blocks * spec.block_bytes);
     EXPECT_EQ(pool.slot_offset(2) - pool.slot_offset(1), spec.slot_bytes);
     EXPECT_EQ(pool.step_entries_offset(), size.n_blocks * spec.block_bytes + size.n_slots * spec.slot_bytes);
