@@ -75,9 +75,10 @@ TEST(GpuLayout, KvPoolPlacesEveryLayerWhereTheSpecSays) {
     EXPECT_EQ(pool.step_entries_offset(), size.n_blocks * spec.block_bytes + size.n_slots * spec.slot_bytes);
     for (const auto& f : spec.fixed) {
         const auto& l = pool.layer(f.layer);
-        if (f.kind == KvFixedKind::Window) EXPECT_EQ(l.window_region, f.offset);
-        if (f.kind == KvFixedKind::Compressor) EXPECT_EQ(l.compressor_region, f.offset);
-        if (f.kind == KvFixedKind::IndexerCompressor) EXPECT_EQ(l.index_comp_region, f.offset);
+        const int64_t got = f.kind == KvFixedKind::Window       ? l.window_region
+                            : f.kind == KvFixedKind::Compressor ? l.compressor_region
+                                                                : l.index_comp_region;
+        EXPECT_EQ(got, f.offset) << "layer " << f.layer;
     }
     for (const auto& s : spec.streams) {
         const cuda::PagedStreamAddr a = pool.entry_addr(s.layer, s.kind == KvStreamKind::IndexerKey, nullptr, 7);
