@@ -109,7 +109,7 @@ int run(int argc, char** argv) {
     const Shape fp8_shapes[] = {{"wq_a", 1024, 4096},  {"wq_b", 32768, 1024}, {"wkv", 512, 4096},
                                 {"wo_a", 8192, 4096},  {"wo_b", 4096, 8192},  {"shared_w1", 2048, 4096},
                                 {"shared_w2", 4096, 2048}};
-    for (const int64_t m : {int64_t{1}, int64_t{8}}) {
+    for (const int64_t m : {int64_t{1}, int64_t{8}, int64_t{32}}) {
         for (const auto& sh : fp8_shapes) {
             const auto mark = arena.mark();
             const uint64_t w_bytes = static_cast<uint64_t>(sh.n * sh.k);
@@ -136,44 +136,63 @@ int run(int argc, char** argv) {
         }
     }
 
-    // ---- MXFP4 routed experts: 6 per token (batch 1), 64 experts resident, rotating picks ----
+    // ---- MXFP4 routed experts (tensor-core grouped GEMV): batch 1 and 64, top-6 of 216 resident
+    // experts, rotating picks; bytes = the distinct experts' codes + scales, averaged over the lists ----
     {
-        const int64_t n_exp = 64, top_k = 6;
+        const int64_t n_exp = 216, top_k = 6;
         struct EShape { const char* name; int64_t n, k; };
-        for (const EShape sh : {EShape{"experts_w1", 2048, 4096}, EShape{"experts_w2", 4096, 2048}}) {
-            const auto mark = arena.mark();
-            const uint64_t w_bytes = static_cast<uint64_t>(sh.n * sh.k / 2), s_bytes = static_cast<uint64_t>(sh.n * sh.k / 32);
-            auto* w = arena.alloc_n<uint8_t>(w_bytes * n_exp, "experts");
-            auto* ws = arena.alloc_n<uint8_t>(s_bytes * n_exp, "expert scales");
-            auto* x = arena.alloc_n<uint8_t>(static_cast<size_t>(sh.k), "xq");
-            auto* xs = arena.alloc_n<float>(static_cast<size_t>(sh.k / 128), "xs");
-            auto* y = arena.alloc_n<__nv_bfloat16>(static_cast<size_t>(top_k * sh.n), "y");
-            const int n_lists = 32;
-            auto* ids = arena.alloc_n<int32_t>(static_cast<size_t>(n_lists * top_k), "ids");
-            auto* rows = arena.alloc_n<int32_t>(static_cast<size_t>(top_k), "rows");
-            fill_random(w, w_bytes * n_exp, 5, false);
-            fill_scales(ws, s_bytes * n_exp, 6);
-            fill_random(x, static_cast<size_t>(sh.k), 7, true);
-            std::vector<float> xsh(static_cast<size_t>(sh.k / 128), 0.015625f);
-            cuda::copy_to_device(xs, xsh);
-            std::vector<int32_t> hid(static_cast<size_t>(n_lists * top_k)), hrow(static_cast<size_t>(top_k), 0);
-            std::mt19937 rng(8);
-            for (int l = 0; l < n_lists; ++l) {
-                std::vector<int32_t> perm(static_cast<size_t>(n_exp));
-                for (int e = 0; e < n_exp; ++e) perm[e] = e;
-                std::shuffle(perm.begin(), perm.end(), rng);
-                for (int j = 0; j < top_k; ++j) hid[l * top_k + j] = perm[j];
+        for (const int64_t batch : {int64_t{1}, int64_t{64}}) {
+            for (const EShape sh : {EShape{"experts_w1", 2048, 4096}, EShape{"experts_w2", 4096, 2048}}) {
+                const auto mark = arena.mark();
+                const int64_t n_pairs = batch * top_k;
+                const uint64_t w_bytes = static_cast<uint64_t>(sh.n * sh.k / 2),
+                               s_bytes = static_cast<uint64_t>(sh.n * sh.k / 32);
+                auto* w = arena.alloc_n<uint8_t>(w_bytes * n_exp, "experts");
+                auto* ws = arena.alloc_n<uint8_t>(s_bytes * n_exp, "expert scales");
+                auto* x = arena.alloc_n<uint8_t>(static_cast<size_t>(batch * sh.k), "xq");
+                auto* xs = arena.alloc_n<float>(static_cast<size_t>(batch * sh.k / 128), "xs");
+                auto* y = arena.alloc_n<__nv_bfloat16>(static_cast<size_t>(n_pairs * sh.n), "y");
+                const int n_lists = 32;
+                auto* ids = arena.alloc_n<int32_t>(static_cast<size_t>(n_lists * n_pairs), "ids");
+                auto* rows = arena.alloc_n<int32_t>(static_cast<size_t>(n_pairs), "rows");
+                const int64_t ints = cuda::mxfp4_group_scratch_ints(n_pairs);
+                auto* scratch = arena.alloc_n<int32_t>(static_cast<size_t>(ints), "group scratch");
+                fill_random(w, w_bytes * n_exp, 5, false);
+                fill_scales(ws, s_bytes * n_exp, 6);
+                fill_random(x, static_cast<size_t>(batch * sh.k), 7, true);
+                std::vector<float> xsh(static_cast<size_t>(batch * sh.k / 128), 0.015625f);
+                cuda::copy_to_device(xs, xsh);
+                std::vector<int32_t> hid(static_cast<size_t>(n_lists * n_pairs)), hrow(static_cast<size_t>(n_pairs));
+                for (int64_t p = 0; p < n_pairs; ++p) hrow[static_cast<size_t>(p)] = static_cast<int32_t>(p / top_k);
+                std::mt19937 rng(8);
+                double distinct = 0;
+                for (int l = 0; l < n_lists; ++l) {
+                    std::vector<bool> used(static_cast<size_t>(n_exp), false);
+                    for (int64_t t = 0; t < batch; ++t) {
+                        std::vector<int32_t> perm(static_cast<size_t>(n_exp));
+                        for (int e = 0; e < n_exp; ++e) perm[static_cast<size_t>(e)] = e;
+                        std::shuffle(perm.begin(), perm.end(), rng);
+                        for (int j = 0; j < top_k; ++j) {
+                            hid[static_cast<size_t>(l * n_pairs + t * top_k + j)] = perm[static_cast<size_t>(j)];
+                            used[static_cast<size_t>(perm[static_cast<size_t>(j)])] = true;
+                        }
+                    }
+                    distinct += static_cast<double>(std::count(used.begin(), used.end(), true)) / n_lists;
+                }
+                cuda::copy_to_device(ids, hid);
+                cuda::copy_to_device(rows, hrow);
+                const double us = median_us(
+                    [&](int r) {
+                        const auto g = cuda::mxfp4_group_pairs(ids + (r % n_lists) * n_pairs, n_pairs, n_exp, batch,
+                                                               scratch, ints, s);
+                        cuda::mxfp4_grouped_gemv(x, xs, rows, g, w, ws, y, nullptr, nullptr, nullptr, sh.n, sh.k, s);
+                    },
+                    s, warmup, repeats);
+                results.push_back({fmt::format("mxfp4_grouped_b{}", batch), fmt::format("{} [{}x{}]", sh.name, sh.n, sh.k),
+                                   us, distinct * static_cast<double>(w_bytes + s_bytes),
+                                   2.0 * static_cast<double>(n_pairs * sh.n * sh.k)});
+                arena.release(mark);
             }
-            cuda::copy_to_device(ids, hid);
-            cuda::copy_to_device(rows, hrow);
-            const double us = median_us(
-                [&](int r) {
-                    cuda::mxfp4_expert_gemv(x, xs, w, ws, ids + (r % n_lists) * top_k, rows, y, top_k, sh.n, sh.k, s);
-                },
-                s, warmup, repeats);
-            results.push_back({"mxfp4_expert_gemv_top6", fmt::format("{} [{}x{}]", sh.name, sh.n, sh.k), us,
-                               static_cast<double>(top_k * (w_bytes + s_bytes)), 2.0 * top_k * sh.n * sh.k});
-            arena.release(mark);
         }
     }
 

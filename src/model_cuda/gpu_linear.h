@@ -1,6 +1,6 @@
 // The linears of the GPU forward pass, one entry point per weight kind, choosing the kernel by shape:
-//  * FP8 linears: x [m, k] bf16 -> FP8 1×128 quantisation (REF's act_quant) -> decode GEMV when m is
-//    small and k % 512 == 0, else the cuBLASLt block-scaled GEMM (rows padded to a multiple of 4);
+//  * FP8 linears: x [m, k] bf16 -> FP8 1×128 quantisation (REF's act_quant) -> decode GEMV when
+//    m <= 32, else the cuBLASLt block-scaled GEMM (rows padded to a multiple of 4);
 //  * bf16 linears: cuBLAS bf16 GEMM with fp32 accumulation, bf16 or fp32 out.
 // Scratch for the quantised activations comes from the caller's workspace arena (mark/release per
 // call), so nothing allocates during a step.
@@ -28,12 +28,8 @@ public:
              int64_t ld_y = 0);
     // Whether fp8() takes the GEMV path for m rows (then an input quantised once with
     // quantize_rows() can feed several linears through fp8_quantized()).
-    // Measured on the H200 (docs/results.md): the GEMV streams the weights well at m <= 2, but its
-    // register path is ALU-bound at m = 8 (~0.3 TB/s on 32 MB matrices), where cuBLASLt's GEMM reads
-    // ~1 TB/s; on small matrices the GEMM's fixed cost dominates instead.
-    bool gemv_ok(const GpuFp8Linear& l, int64_t m) const {
-        return gemv_ && m <= kGemvMaxRows && l.n_in % 512 == 0 && (m <= 2 || l.n_out * l.n_in < (int64_t{16} << 20));
-    }
+    // The tensor-core GEMV reads each weight once for up to 32 rows; beyond that cuBLASLt's GEMM.
+    bool gemv_ok(const GpuFp8Linear& l, int64_t m) const { return gemv_ && m <= kGemvMaxRows && l.n_in % 128 == 0; }
     // xq [m, n_in] E4M3 + xs [m, n_in/128] (ActScaleLayout::RowMajor) -> y; only where gemv_ok().
     void fp8_quantized(const GpuFp8Linear& l, const uint8_t* xq, const float* xs, int64_t m, __nv_bfloat16* y,
                        cudaStream_t s, int64_t ld_y = 0);
@@ -45,7 +41,7 @@ public:
                  cudaStream_t s);
 
     // Rows up to which the GEMV path is used (beyond it the GEMM wins).
-    static constexpr int64_t kGemvMaxRows = 16;
+    static constexpr int64_t kGemvMaxRows = 32;
     // Tests: false sends every FP8 linear through the GEMM (to check the two paths against each other).
     void set_gemv(bool on) { gemv_ = on; }
 

@@ -2,6 +2,7 @@
 
 #include "backend/cpu/linear.h"
 #include "backend/cuda/ops/fp8_gemm.cuh"
+#include "backend/cuda/ops/mxfp4_layout.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 #include "core/fp_formats.h"
@@ -125,8 +126,8 @@ GpuCompressor compressor(cuda::DeviceArena& arena, const CompressorWeights& c, i
     return g;
 }
 
-// All routed experts of a layer into one array per matrix (the layout mxfp4_expert_gemv and
-// MoeExperts index by expert id).
+// All routed experts of a layer into one array per matrix, each expert's matrix in the tiled layout
+// (mxfp4_layout.cuh) that mxfp4_grouped_gemv and MoeExperts read, indexed by expert id.
 cuda::MxExpertWeights routed_experts(cuda::DeviceArena& arena, const ModelConfig& cfg, const MoEWeights& m,
                                      int64_t il) {
     cuda::MxExpertWeights x;
@@ -138,15 +139,26 @@ cuda::MxExpertWeights routed_experts(cuda::DeviceArena& arena, const ModelConfig
         const size_t wb = static_cast<size_t>(n * k / 2), sb = static_cast<size_t>(n * k / 32);
         auto* dw = static_cast<uint8_t*>(arena.alloc(wb * static_cast<size_t>(x.n_experts), prefix + "." + name));
         auto* ds = static_cast<uint8_t*>(arena.alloc(sb * static_cast<size_t>(x.n_experts), prefix + "." + name + ".scale"));
+        // Each matrix goes through a staging buffer at the arena's top and is written tiled into its
+        // place by a kernel (a host-side permutation of ~120 GB would cost minutes at load); the
+        // staging buffer is reused once the kernel is done.
+        const auto mark = arena.mark();
+        cuda::Stream stream;
+        auto* tw = static_cast<uint8_t*>(arena.alloc(wb, prefix + ".staging"));
+        auto* ts = static_cast<uint8_t*>(arena.alloc(sb, prefix + ".staging.scale"));
         for (int64_t e = 0; e < x.n_experts; ++e) {
             const QuantLinear& q = pick(m.experts[static_cast<size_t>(e)]);
             ONECARD_CHECK(q.is_mxfp4(), "tensor {}: the GPU runs routed experts as MXFP4, but it is {}", q.weight.name,
                           dtype_name(q.weight.dtype));
             expect(q.weight, q.weight.dtype, {n, k / 2});
             expect(q.scale, DType::F8_E8M0, {n, k / 32});
-            cuda::copy_to_device(dw + wb * static_cast<size_t>(e), q.weight.data, wb);
-            cuda::copy_to_device(ds + sb * static_cast<size_t>(e), q.scale.data, sb);
+            cuda::copy_to_device(tw, q.weight.data, wb);
+            cuda::copy_to_device(ts, q.scale.data, sb);
+            cuda::mxfp4_tile_device(tw, ts, n, k, dw + wb * static_cast<size_t>(e), ds + sb * static_cast<size_t>(e),
+                                    stream.get());
+            stream.sync();
         }
+        arena.release(mark);
         *w = dw;
         *s = ds;
     };
@@ -259,8 +271,9 @@ void check_gpu_model_shape(const ModelConfig& c) {
     need(c.q_lora_rank % 128 == 0, fmt::format("q_lora_rank {} (a multiple of 128)", c.q_lora_rank));
     need(c.o_groups > 0 && (c.o_groups * c.o_lora_rank) % 128 == 0 && c.num_attention_heads % c.o_groups == 0,
          fmt::format("o_groups {} x o_lora_rank {} (a multiple of 128, dividing the heads)", c.o_groups, c.o_lora_rank));
-    need(c.moe_intermediate_size % 128 == 0,
-         fmt::format("moe_intermediate_size {} (a multiple of 128)", c.moe_intermediate_size));
+    need(c.moe_intermediate_size % 256 == 0,
+         fmt::format("moe_intermediate_size {} (a multiple of 256: the tiled MXFP4 expert layout)",
+                     c.moe_intermediate_size));
     const int64_t dI = c.index_head_dim;
     need(dI >= 32 && dI <= 1024 && (dI & (dI - 1)) == 0,
          fmt::format("index_head_dim {} (a power of two in [32, 1024] for the Hadamard transform)", dI));

@@ -36,15 +36,20 @@ void check_gemv(int64_t m, int64_t n, int64_t k, uint32_t seed) {
 
 TEST(CudaFp8Gemv, SingleTokenMatchesCpu) {
     ONECARD_REQUIRE_GPU();
-    check_gemv(1, 1024, 4096, 31);  // wq_a shape
-    check_gemv(1, 520, 2048, 32);   // n not a multiple of 128 or of the 8 rows per block
+    check_gemv(1, 1024, 4096, 31);   // wq_a shape (16 warps split k)
+    check_gemv(1, 520, 2048, 32);    // n not a multiple of 128 or of the 16-row tile
+    check_gemv(1, 32768, 1024, 36);  // wq_b shape (4 warps per tile)
+    check_gemv(1, 4096, 8192, 37);   // wo_b shape (8 warps per tile)
+    check_gemv(2, 520, 384, 38);     // k = 3 blocks: fewer blocks than warps
 }
 
 TEST(CudaFp8Gemv, SmallBatchesMatchCpu) {
     ONECARD_REQUIRE_GPU();
     check_gemv(3, 512, 1024, 33);
     check_gemv(8, 384, 4096, 34);
-    check_gemv(11, 256, 1536, 35);  // two passes: 8 + 3 rows
+    check_gemv(11, 256, 1536, 35);  // two column tiles of 8
+    check_gemv(20, 4096, 2048, 39);  // four column tiles
+    check_gemv(40, 256, 1536, 40);   // two passes: 32 + 8 rows
 }
 
 }  // namespace

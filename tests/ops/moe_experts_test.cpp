@@ -194,6 +194,7 @@ TEST(MoeExpertOracle, RestatedLoopEqualsMoeForwardReference) {
 #ifdef ONECARD_HAVE_CUDA
 
 #include "backend/cuda/ops/moe_experts.cuh"
+#include "backend/cuda/ops/mxfp4_layout.cuh"
 #include "core/error.h"
 
 namespace onecard {
@@ -238,6 +239,29 @@ struct ExpertsCase {
     uint32_t seed = 0;
 };
 
+// E experts' [n, k] matrices (checkpoint layout, back to back) uploaded in the tiled GPU layout.
+const uint8_t* upload_tiled(cuda::DeviceArena& arena, const std::vector<uint8_t>& codes, const std::vector<uint8_t>& scales,
+                            int64_t E, int64_t n, int64_t k, const uint8_t** scales_out) {
+    std::vector<uint8_t> tc(codes.size()), ts(scales.size());
+    const size_t cb = static_cast<size_t>(n * k / 2), sb = static_cast<size_t>(n * k / 32);
+    for (int64_t e = 0; e < E; ++e)
+        cuda::mxfp4_tile_host(codes.data() + static_cast<size_t>(e) * cb, scales.data() + static_cast<size_t>(e) * sb,
+                              n, k, tc.data() + static_cast<size_t>(e) * cb, ts.data() + static_cast<size_t>(e) * sb);
+    *scales_out = test::upload(arena, ts, "scales");
+    return test::upload(arena, tc, "codes");
+}
+
+cuda::MxExpertWeights upload_experts(cuda::DeviceArena& arena, const MxExperts& mx, int64_t E, int64_t D, int64_t F) {
+    cuda::MxExpertWeights w;
+    w.n_experts = E;
+    w.dim = D;
+    w.inter = F;
+    w.w1 = upload_tiled(arena, mx.w1, mx.s1, E, F, D, &w.s1);
+    w.w3 = upload_tiled(arena, mx.w3, mx.s3, E, F, D, &w.s3);
+    w.w2 = upload_tiled(arena, mx.w2, mx.s2, E, D, F, &w.s2);
+    return w;
+}
+
 void check_moe_experts(const ExpertsCase& c) {
     std::mt19937 rng(c.seed);
     const int64_t D = c.dim, F = c.inter, E = c.n_experts, K = c.top_k;
@@ -249,16 +273,7 @@ void check_moe_experts(const ExpertsCase& c) {
     const size_t weight_bytes = mx.w1.size() * 3 + mx.s1.size() * 3;
     cuda::DeviceArena arena(scratch_bytes + weight_bytes + static_cast<size_t>(max_n * D) * 8 + (size_t{16} << 20),
                             "moe experts test");
-    cuda::MxExpertWeights w;
-    w.n_experts = E;
-    w.dim = D;
-    w.inter = F;
-    w.w1 = test::upload(arena, mx.w1, "w1");
-    w.s1 = test::upload(arena, mx.s1, "s1");
-    w.w3 = test::upload(arena, mx.w3, "w3");
-    w.s3 = test::upload(arena, mx.s3, "s3");
-    w.w2 = test::upload(arena, mx.w2, "w2");
-    w.s2 = test::upload(arena, mx.s2, "s2");
+    const cuda::MxExpertWeights w = upload_experts(arena, mx, E, D, F);
     void* scratch = arena.alloc(scratch_bytes, "scratch");
     cuda::MoeExperts experts(scratch, scratch_bytes, max_n * K);
     cuda::Stream s;
@@ -305,9 +320,7 @@ TEST(CudaMoeExperts, RefusesTooLittleScratchOrTooManyRows) {
     std::mt19937 rng(63);
     const MxExperts mx = random_experts(rng, E, D, F);
     cuda::DeviceArena arena(size_t{32} << 20, "moe experts refusal test");
-    cuda::MxExpertWeights w{E, D, F, test::upload(arena, mx.w1, "w1"), test::upload(arena, mx.s1, "s1"),
-                            test::upload(arena, mx.w3, "w3"), test::upload(arena, mx.s3, "s3"),
-                            test::upload(arena, mx.w2, "w2"), test::upload(arena, mx.s2, "s2")};
+    const cuda::MxExpertWeights w = upload_experts(arena, mx, E, D, F);
     const Routing r = random_routing(rng, n, E, K);
     auto* de = test::upload(arena, r.experts, "experts");
     auto* dw = test::upload(arena, r.weights, "weights");

@@ -1,8 +1,9 @@
 // MXFP4 expert GEMV parity: GPU (token, expert) pairs vs the CPU product of the FP8-quantised
 // activation and cpu::dequant_mxfp4 of the picked expert. Tolerance: relative L2 ≤ 4e-3, worst
-// element ≤ 1e-2 of max|ref| (fp32 accumulation order + bf16 output), for both the per-pair kernel
-// and the grouped path (mxfp4_group_pairs + mxfp4_grouped_gemv). The grouping itself is checked
-// exactly against a CPU stable counting sort (items, their order and the sorted pair list).
+// element ≤ 1e-2 of max|ref| (fp32 accumulation order + bf16 output) for the grouped tensor-core path
+// (mxfp4_group_pairs + mxfp4_grouped_gemv over the tiled layout). The grouping itself is checked
+// exactly against a CPU stable counting sort (items, their order and the sorted pair list), and the
+// tiled layout against its host definition.
 #include "gpu_test_util.h"
 
 #ifdef ONECARD_HAVE_CUDA
@@ -11,6 +12,8 @@
 #include "backend/cpu/quant_sim.h"
 #include "backend/cuda/ops/fp8_quant.cuh"
 #include "backend/cuda/ops/mxfp4_gemv.cuh"
+#include "backend/cuda/ops/mxfp4_layout.cuh"
+#include "core/error.h"
 
 #include <algorithm>
 #include <array>
@@ -21,55 +24,33 @@
 namespace onecard {
 namespace {
 
-void check_experts(int64_t n_experts, int64_t n, int64_t k, const std::vector<int32_t>& experts,
-                   const std::vector<int32_t>& rows, int64_t n_act_rows, uint32_t seed) {
-    std::mt19937 rng(seed);
-    const auto x = test::random_bf16_values(rng, static_cast<size_t>(n_act_rows * k));
-    std::uniform_int_distribution<int> byte(0, 255), sc(118, 130);
-    std::vector<uint8_t> w(static_cast<size_t>(n_experts * n * k / 2)), ws(static_cast<size_t>(n_experts * n * k / 32));
-    for (auto& b : w) b = static_cast<uint8_t>(byte(rng));
-    for (auto& b : ws) b = static_cast<uint8_t>(sc(rng));
-    const int64_t n_pairs = static_cast<int64_t>(experts.size());
-
-    std::vector<float> xd = x;
-    for (int64_t r = 0; r < n_act_rows; ++r) cpu::fp8_quant_dequant(xd.data() + r * k, k, 128);
-    std::vector<float> ref(static_cast<size_t>(n_pairs * n));
-    for (int64_t p = 0; p < n_pairs; ++p) {
-        const int64_t e = experts[p];
-        const auto wd = cpu::dequant_mxfp4(w.data() + e * n * k / 2, ws.data() + e * n * k / 32, n, k);
-        cpu::matmul_nt(xd.data() + rows[p] * k, wd.data(), ref.data() + p * n, 1, k, n);
+// The tiled layout (mxfp4_layout.cuh): the host permutation is a bijection (untile inverts it, every
+// byte lands somewhere distinct) and the device kernel writes the same bytes.
+TEST(CudaMxfp4Layout, DeviceTilingMatchesHostAndInverts) {
+    ONECARD_REQUIRE_GPU();
+    std::mt19937 rng(50);
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{16, 256}, {48, 768}, {2048, 4096}}) {
+        std::vector<uint8_t> w(static_cast<size_t>(n * k / 2)), ws(static_cast<size_t>(n * k / 32));
+        for (auto& b : w) b = static_cast<uint8_t>(rng());
+        for (auto& b : ws) b = static_cast<uint8_t>(rng());
+        std::vector<uint8_t> tw(w.size()), tws(ws.size()), bw(w.size()), bws(ws.size());
+        cuda::mxfp4_tile_host(w.data(), ws.data(), n, k, tw.data(), tws.data());
+        cuda::mxfp4_untile_host(tw.data(), tws.data(), n, k, bw.data(), bws.data());
+        EXPECT_EQ(bw, w) << n << "x" << k;
+        EXPECT_EQ(bws, ws) << n << "x" << k;
+        cuda::DeviceArena arena(size_t{64} << 20, "tile test");
+        auto* dw = test::upload(arena, w, "w");
+        auto* dws = test::upload(arena, ws, "ws");
+        auto* dtw = arena.alloc_n<uint8_t>(w.size(), "tw");
+        auto* dtws = arena.alloc_n<uint8_t>(ws.size(), "tws");
+        cuda::Stream s;
+        cuda::mxfp4_tile_device(dw, dws, n, k, dtw, dtws, s.get());
+        s.sync();
+        EXPECT_EQ(cuda::copy_to_host(dtw, w.size()), tw) << n << "x" << k;
+        EXPECT_EQ(cuda::copy_to_host(dtws, ws.size()), tws) << n << "x" << k;
     }
-
-    cuda::DeviceArena arena(size_t{256} << 20, "mxfp4 test");
-    auto* dx = test::upload(arena, test::to_bf16_bits(x), "x");
-    auto* dw = test::upload(arena, w, "w");
-    auto* dws = test::upload(arena, ws, "ws");
-    auto* de = test::upload(arena, experts, "experts");
-    auto* dr = test::upload(arena, rows, "rows");
-    auto* dxq = arena.alloc_n<uint8_t>(x.size(), "xq");
-    auto* dxs = arena.alloc_n<float>(static_cast<size_t>(n_act_rows * k / 128), "xs");
-    auto* dy = arena.alloc_n<uint16_t>(ref.size(), "y");
-    cuda::fill_bytes(dy, 0xFF, ref.size() * 2);
-    cuda::Stream s;
-    cuda::quantize_fp8_1x128(reinterpret_cast<const __nv_bfloat16*>(dx), dxq, dxs, n_act_rows, k,
-                             cuda::ActScaleLayout::RowMajor, s.get());
-    cuda::mxfp4_expert_gemv(dxq, dxs, dw, dws, de, dr, reinterpret_cast<__nv_bfloat16*>(dy), n_pairs, n, k, s.get());
-    s.sync();
-    const auto y = test::from_bf16_bits(cuda::copy_to_host(dy, ref.size()));
-    EXPECT_LE(test::rel_l2(y, ref), 4e-3) << "n " << n << " k " << k;
-    EXPECT_LE(test::max_err_rel_to_max(y, ref), 1e-2) << "n " << n << " k " << k;
-}
-
-TEST(CudaMxfp4Gemv, GateUpShapeMatchesCpu) {
-    ONECARD_REQUIRE_GPU();
-    // w1/w3-like: [n, 4096] with 5 (token, expert) pairs over 2 tokens, an expert used twice.
-    check_experts(3, 384, 4096, {2, 0, 1, 2, 0}, {0, 0, 1, 1, 1}, 2, 51);
-}
-
-TEST(CudaMxfp4Gemv, DownShapeMatchesCpu) {
-    ONECARD_REQUIRE_GPU();
-    // w2-like: k = 2048 (one 16-byte load pass less than the unroll), n not a multiple of 8.
-    check_experts(4, 1036, 2048, {3, 1, 0}, {2, 0, 1}, 3, 52);
+    EXPECT_THROW(cuda::mxfp4_tile_host(nullptr, nullptr, 1036, 2048, nullptr, nullptr), Error);
+    EXPECT_THROW(cuda::mxfp4_tile_host(nullptr, nullptr, 1024, 1000, nullptr, nullptr), Error);
 }
 
 // ---- grouped path ----
@@ -167,14 +148,14 @@ struct ExpertMatrix {
 };
 
 ExpertMatrix make_matrix(cuda::DeviceArena& arena, std::mt19937& rng, const std::set<int32_t>& used, int64_t n_experts,
-                         int64_t n, int64_t k) {
+                         int64_t n, int64_t k, int scale_lo, int scale_hi) {
     ExpertMatrix m;
     const size_t wb = static_cast<size_t>(n * k / 2), sb = static_cast<size_t>(n * k / 32);
     m.w = arena.alloc_n<uint8_t>(wb * static_cast<size_t>(n_experts), "w");
     m.ws = arena.alloc_n<uint8_t>(sb * static_cast<size_t>(n_experts), "ws");
     cuda::fill_bytes(m.w, 0, wb * static_cast<size_t>(n_experts));
     cuda::fill_bytes(m.ws, 0, sb * static_cast<size_t>(n_experts));
-    std::uniform_int_distribution<int> sc(118, 130);
+    std::uniform_int_distribution<int> sc(scale_lo, scale_hi);
     for (const int32_t e : used) {
         std::vector<uint8_t> w(wb), ws(sb);
         for (size_t i = 0; i < wb; i += 4) {
@@ -182,8 +163,10 @@ ExpertMatrix make_matrix(cuda::DeviceArena& arena, std::mt19937& rng, const std:
             std::memcpy(w.data() + i, &r, 4);
         }
         for (auto& b : ws) b = static_cast<uint8_t>(sc(rng));
-        cuda::copy_to_device(m.w + static_cast<size_t>(e) * wb, w.data(), wb);
-        cuda::copy_to_device(m.ws + static_cast<size_t>(e) * sb, ws.data(), sb);
+        std::vector<uint8_t> tw(wb), tws(sb);  // the device holds the tiled layout
+        cuda::mxfp4_tile_host(w.data(), ws.data(), n, k, tw.data(), tws.data());
+        cuda::copy_to_device(m.w + static_cast<size_t>(e) * wb, tw.data(), wb);
+        cuda::copy_to_device(m.ws + static_cast<size_t>(e) * sb, tws.data(), sb);
         m.host.emplace(e, std::make_pair(std::move(w), std::move(ws)));
     }
     return m;
@@ -212,7 +195,7 @@ std::vector<float> cpu_pairs(const ExpertMatrix& m, const std::vector<float>& xd
 // Grouped GEMV vs the CPU. rows_per_pair > 0: act row = pair / rows_per_pair (w1/w3: pair / K),
 // else act_rows = nullptr (w2: row = pair id). dual: a second matrix in the same call.
 void check_grouped(int64_t n_experts, int64_t n, int64_t k, const std::vector<int32_t>& experts, int64_t rows_per_pair,
-                   int64_t max_pairs_per_expert, bool dual, uint32_t seed) {
+                   int64_t max_pairs_per_expert, bool dual, uint32_t seed, int scale_lo = 118, int scale_hi = 130) {
     std::mt19937 rng(seed);
     const auto n_pairs = static_cast<int64_t>(experts.size());
     std::vector<int32_t> rows(static_cast<size_t>(n_pairs));
@@ -225,8 +208,8 @@ void check_grouped(int64_t n_experts, int64_t n, int64_t k, const std::vector<in
     cuda::DeviceArena arena(
         (dual ? 2 : 1) * mat_bytes + static_cast<size_t>(n_act_rows * k * 8 + n_pairs * n * 4) + (size_t{64} << 20),
         "mxfp4 grouped test");
-    const ExpertMatrix a = make_matrix(arena, rng, used, n_experts, n, k);
-    const ExpertMatrix b = dual ? make_matrix(arena, rng, used, n_experts, n, k) : ExpertMatrix{};
+    const ExpertMatrix a = make_matrix(arena, rng, used, n_experts, n, k, scale_lo, scale_hi);
+    const ExpertMatrix b = dual ? make_matrix(arena, rng, used, n_experts, n, k, scale_lo, scale_hi) : ExpertMatrix{};
     const auto x = test::random_bf16_values(rng, static_cast<size_t>(n_act_rows * k));
     std::vector<float> xd = x;
     for (int64_t r = 0; r < n_act_rows; ++r) cpu::fp8_quant_dequant(xd.data() + r * k, k, 128);
@@ -283,7 +266,7 @@ TEST(CudaMxfp4GroupedGemv, FlashBatch1RepeatedExpert) {
 TEST(CudaMxfp4GroupedGemv, FlashBatch8Skewed) {
     ONECARD_REQUIRE_GPU();
     std::mt19937 rng(75);
-    const auto ids = skewed_routing(rng, 8, 6, 256, 12, 77);  // expert 77 x8 (one G = 4 pass too few at k = 4096)
+    const auto ids = skewed_routing(rng, 8, 6, 256, 12, 77);  // expert 77 x8: one full item of 8 pairs
     check_grouped(256, 2048, 4096, ids, 6, 8, true, 76);
     check_grouped(256, 4096, 2048, ids, 0, 8, false, 77);
 }
@@ -291,7 +274,7 @@ TEST(CudaMxfp4GroupedGemv, FlashBatch8Skewed) {
 TEST(CudaMxfp4GroupedGemv, FlashBatch64Skewed) {
     ONECARD_REQUIRE_GPU();
     std::mt19937 rng(78);
-    // Expert 3 picked by all 64 tokens: 4 items of 16 pairs, each 4 (k = 4096) or 2 (k = 2048) passes.
+    // Expert 3 picked by all 64 tokens: 8 items of 8 pairs (the weights are streamed once per item).
     const auto ids = skewed_routing(rng, 64, 6, 256, 24, 3);
     check_grouped(256, 2048, 4096, ids, 6, 64, true, 79);
     check_grouped(256, 4096, 2048, ids, 0, 64, false, 80);
@@ -301,9 +284,29 @@ TEST(CudaMxfp4GroupedGemv, OddShapesAndLongK) {
     ONECARD_REQUIRE_GPU();
     std::mt19937 rng(81);
     const auto ids = skewed_routing(rng, 5, 4, 16, 6, 2);
-    check_grouped(16, 1036, 2048, ids, 4, 5, false, 82);  // n not a multiple of the 16-row tile
-    check_grouped(16, 1036, 1024, ids, 4, 5, true, 83);   // k = 1024 (one slice), dual tile of 8 rows
-    check_grouped(16, 200, 8192, ids, 4, 5, true, 84);    // k > 4096: weights re-read per chunk and pass
+    check_grouped(16, 1040, 2048, ids, 4, 5, false, 82);  // 65 row tiles: the last block half used
+    check_grouped(16, 1040, 256, ids, 4, 5, true, 83);    // k = 256 (one chunk of 8 groups), two matrices
+    check_grouped(16, 208, 8192, ids, 4, 5, true, 84);    // the longest k (66 KB of staged activations)
+}
+
+TEST(CudaMxfp4GroupedGemv, WideScalesAndEveryCode) {
+    ONECARD_REQUIRE_GPU();
+    // Scale bytes over [100, 160] (2^-27 .. 2^33) and all 16 E2M1 codes (random bytes): the E4M3
+    // subnormal that carries the code 0.5 and the fp32 scale products must stay exact.
+    std::mt19937 rng(87);
+    const auto ids = skewed_routing(rng, 3, 6, 32, 10, 5);
+    check_grouped(32, 512, 1024, ids, 6, 3, true, 88, 100, 160);
+}
+
+TEST(CudaMxfp4GroupedGemv, RefusesUntileableShapes) {
+    ONECARD_REQUIRE_GPU();
+    cuda::MoePairGroups g;  // empty: the shape check comes first
+    EXPECT_THROW(cuda::mxfp4_grouped_gemv(nullptr, nullptr, nullptr, g, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                          nullptr, 1036, 2048, nullptr),
+                 Error);
+    EXPECT_THROW(cuda::mxfp4_grouped_gemv(nullptr, nullptr, nullptr, g, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                          nullptr, 2048, 16384, nullptr),
+                 Error);
 }
 
 TEST(CudaMxfp4GroupedGemv, PrefillSizedPairList) {

@@ -12,7 +12,10 @@
 #include "model_cuda/gpu_kv_pool.h"
 #include "model_cuda/gpu_synth.h"
 #include "model_cuda/gpu_weights.h"
+#include "backend/cuda/ops/mxfp4_layout.cuh"
 
+#include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -26,6 +29,55 @@ ModelConfig flash(int64_t layers, int64_t experts) {
     o.experts = experts;
     o.mtp = 0;
     return synth_config(o);
+}
+
+// The tiled MXFP4 layout is a permutation (every code word and scale byte has one place), the
+// lane that the tensor-core GEMV reads holds the words its mma fragments need, and untiling inverts it.
+TEST(GpuLayout, Mxfp4TilingIsAPermutationInLaneOrder) {
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{16, 256}, {48, 1024}, {32, 4096}}) {
+        std::vector<int> word_hits(static_cast<size_t>(n * k / 8), 0), scale_hits(static_cast<size_t>(n * k / 32), 0);
+        for (int64_t r = 0; r < n; ++r) {
+            for (int64_t G = 0; G < k / 32; ++G) {
+                for (int64_t t = 0; t < 4; ++t) {
+                    const int64_t off = cuda::mxfp4_tiled_word_offset(r, G, t, k);
+                    ASSERT_EQ(off % 4, 0);
+                    ASSERT_GE(off, 0);
+                    ASSERT_LT(off, n * k / 2);
+                    ++word_hits[static_cast<size_t>(off / 4)];
+                    // Lane 4g + t of row tile r/16, group pair G/2: its 16 bytes hold rows g and g + 8.
+                    const int64_t lane = (off % 512) / 16;
+                    EXPECT_EQ(lane, 4 * (r % 8) + t);
+                    EXPECT_EQ((off % 16) / 4, 2 * (G % 2) + (r % 16) / 8);
+                    EXPECT_EQ(off / 512, (r / 16) * (k / 64) + G / 2);
+                }
+                const int64_t so = cuda::mxfp4_tiled_scale_offset(r, G, k);
+                ASSERT_GE(so, 0);
+                ASSERT_LT(so, n * k / 32);
+                ++scale_hits[static_cast<size_t>(so)];
+            }
+        }
+        for (const int h : word_hits) ASSERT_EQ(h, 1) << n << "x" << k;
+        for (const int h : scale_hits) ASSERT_EQ(h, 1) << n << "x" << k;
+
+        std::mt19937 rng(static_cast<uint32_t>(n + k));
+        std::vector<uint8_t> w(static_cast<size_t>(n * k / 2)), s(static_cast<size_t>(n * k / 32));
+        for (auto& b : w) b = static_cast<uint8_t>(rng());
+        for (auto& b : s) b = static_cast<uint8_t>(rng());
+        std::vector<uint8_t> tw(w.size()), ts(s.size()), bw(w.size()), bs(s.size());
+        cuda::mxfp4_tile_host(w.data(), s.data(), n, k, tw.data(), ts.data());
+        // Spot check against the definition: row 9, group 5, word 2.
+        uint32_t a = 0, b = 0;
+        std::memcpy(&a, w.data() + 9 * (k / 2) + 16 * 5 + 4 * 2, 4);
+        std::memcpy(&b, tw.data() + cuda::mxfp4_tiled_word_offset(9, 5, 2, k), 4);
+        EXPECT_EQ(a, b);
+        cuda::mxfp4_untile_host(tw.data(), ts.data(), n, k, bw.data(), bs.data());
+        EXPECT_EQ(bw, w);
+        EXPECT_EQ(bs, s);
+    }
+    EXPECT_FALSE(cuda::mxfp4_tileable(1036, 2048));
+    EXPECT_FALSE(cuda::mxfp4_tileable(1024, 1000));
+    EXPECT_TRUE(cuda::mxfp4_tileable(2048, 4096));
+    EXPECT_THROW(cuda::mxfp4_tile_host(nullptr, nullptr, 8, 256, nullptr, nullptr), Error);
 }
 
 TEST(GpuLayout, FlashShapeIsAcceptedAndTinyIsRefusedWithEveryReason) {

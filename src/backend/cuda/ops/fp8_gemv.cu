@@ -2,200 +2,156 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops/common.cuh"
-
-#include <cuda_fp16.h>
+#include "backend/cuda/ops/pdl.cuh"
 
 #include <algorithm>
 
 namespace onecard::cuda {
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
-constexpr int kUnroll = 4;  // 16-byte loads in flight per lane before the first FMA
-
-// Dot of 16 E4M3 weights (one uint4) with 16 E4M3 activations, in fp32.
-__device__ __forceinline__ float dot16_e4m3(const uint4& w, const uint4& x) {
-    const uint32_t wv[4] = {w.x, w.y, w.z, w.w};
-    const uint32_t xv[4] = {x.x, x.y, x.z, x.w};
-    float acc = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-#pragma unroll
-        for (int b = 0; b < 4; ++b) {
-            acc = fmaf(dev::e4m3_to_f32(static_cast<uint8_t>(wv[i] >> (8 * b))),
-                       dev::e4m3_to_f32(static_cast<uint8_t>(xv[i] >> (8 * b))), acc);
-        }
-    }
-    return acc;
+// D += A·B: A 16 rows × 32 k, B 32 k × 8 columns, E4M3 in, fp32 accumulate.
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// One warp per output row n; lane l covers bytes [it·512 + 16l, +16) of the row, which lie inside
-// one 128-wide scale block (8 lanes share a block).
-template <int M>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-fp8_gemv_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ xs, const uint8_t* __restrict__ w,
-                const float* __restrict__ ws, __nv_bfloat16* __restrict__ y, int m_valid, int64_t n, int64_t k,
-                int64_t ld_y) {
-    const int lane = threadIdx.x & 31;
-    const int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + (threadIdx.x >> 5);
-    if (row >= n) return;
-    const int64_t n_kb = k / 128;
-    const uint8_t* wr = w + row * k;
-    const float* wsr = ws + (row / 128) * ((n_kb + 3) / 4 * 4);  // rows padded as fp8_gemm_weight_scale_ld
-    float acc[M];
-#pragma unroll
-    for (int mi = 0; mi < M; ++mi) acc[mi] = 0.0f;
-    const int64_t n_iter = k / 512;
-    for (int64_t it0 = 0; it0 < n_iter; it0 += kUnroll) {
-        uint4 wv[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-            const int64_t off = (it0 + u) * 512 + lane * 16;
-            // Streamed once per step: keep it out of L1 (ld.global.nc.L1::no_allocate).
-            wv[u] = (it0 + u < n_iter) ? __ldcs(reinterpret_cast<const uint4*>(wr + off)) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-            if (it0 + u >= n_iter) break;
-            const int64_t off = (it0 + u) * 512 + lane * 16;
-            const int64_t kb = off / 128;
-            const float wscale = wsr[kb];
-#pragma unroll
-            for (int mi = 0; mi < M; ++mi) {
-                const int mr = mi < m_valid ? mi : 0;  // padded rows recompute row 0; never stored
-                const uint4 xv = *reinterpret_cast<const uint4*>(xq + mr * k + off);
-                acc[mi] = fmaf(dot16_e4m3(wv[u], xv), wscale * xs[mr * n_kb + kb], acc[mi]);
-            }
-        }
-    }
-#pragma unroll
-    for (int mi = 0; mi < M; ++mi) {
-        const float v = dev::warp_sum(acc[mi]);
-        if (lane == 0 && mi < m_valid) y[mi * ld_y + row] = __float2bfloat16(v);
-    }
-}
+// grid (ceil(n/16)), S warps per block. A block owns a tile of 16 weight rows (inside one 128-row
+// scale block, since 128 % 16 == 0); its warps split the 128-wide k blocks round-robin and add their
+// partial sums in shared memory at the end. Per k block a lane (g = lane/4, t = lane%4) loads 16 bytes
+// of rows g and g + 8 at byte offsets 16t and 64 + 16t: every load instruction of the warp reads whole
+// 64-byte row segments. Those words are the A fragments of four mma.m16n8k32 as they are (within a
+// 128-wide block the weight scale is one number, so any k order that A and B share is exact: lane t's
+// bytes [16t, 16t + 8) are the mma's k {4t..4t+3, 4t+16..4t+19}); B is the same 16 bytes of the
+// activation row of column g, read straight from the (L1-resident) quantised input. After the four
+// mmas of a block, acc += D · ws[tile, kb] · xs[col, kb]. The next block's weights are in flight while
+// the current one is multiplied. NT tiles of 8 activation rows (m <= 8·NT).
+template <int S, int NT>
+__global__ void __launch_bounds__(S * 32)
+    fp8_gemv_mma_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ xs, const uint8_t* __restrict__ w,
+                        const float* __restrict__ ws, __nv_bfloat16* __restrict__ y, int m, int n, int k,
+                        int64_t ld_y) {
+    __shared__ float4 red[S][NT][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int n_kb = k / 128, ws_ld = (n_kb + 3) / 4 * 4;  // scale rows padded as fp8_gemm_weight_scale_ld
+    const int r0 = static_cast<int>(blockIdx.x) * 16 + g, r1 = r0 + 8;
+    // Rows past n re-read the last row (never stored), so no lane idles inside the mma.
+    const uint8_t* wa = w + static_cast<int64_t>(min(r0, n - 1)) * k + 16 * t;
+    const uint8_t* wb = w + static_cast<int64_t>(min(r1, n - 1)) * k + 16 * t;
+    const float* wsr = ws + static_cast<int64_t>(blockIdx.x * 16 / 128) * ws_ld;
 
-// Batch-1 path (and small m·k): the activations are dequantised ONCE per block into shared memory as
-// fp32 (x·scale folded in), so the inner loop converts only weights (two per cvt instruction).
-// The first H200 run showed the register path limited by E4M3 conversions (two per weight byte at
-// quarter rate), not by bandwidth. Shared layout [M][k/512][4][32][4]: word c of lane l's 16-byte
-// weight load meets floats [c][l][0..3], so every LDS.128 of a warp is 512 contiguous bytes.
-// Each warp takes two rows (more loads in flight, half the staging cost per row).
-constexpr int kSmemRowsPerWarp = 2;
-constexpr int64_t kSmemMaxBytes = 48 * 1024;
-
-__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two) {
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xFFFFu), __NV_E4M3);
-    return __half22float2(__half2(h));
-}
-
-template <int M>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-fp8_gemv_smem_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ xs, const uint8_t* __restrict__ w,
-                     const float* __restrict__ ws, __nv_bfloat16* __restrict__ y, int m_valid, int64_t n, int64_t k,
-                     int64_t ld_y) {
-    extern __shared__ float xsm[];
-    const int lane = threadIdx.x & 31;
-    const int ki = static_cast<int>(k), n_kb = ki / 128, n_iter = ki / 512;
-    const int ws_ld = (n_kb + 3) / 4 * 4;  // rows padded as fp8_gemm_weight_scale_ld
-    const int64_t row0 = (blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + (threadIdx.x >> 5)) * kSmemRowsPerWarp;
-    const int n_rows = row0 >= n ? 0 : (n - row0 < kSmemRowsPerWarp ? static_cast<int>(n - row0) : kSmemRowsPerWarp);
-    // Software pipeline: the weight loads of the next two passes are in flight while the current two are
-    // multiplied; the first ones are issued before the activations are staged, so the two memory
-    // latencies overlap instead of adding up.
-    uint4 nxt[2][kSmemRowsPerWarp];
-    auto load = [&](int it0) {
+    float acc[NT][4];
 #pragma unroll
-        for (int u = 0; u < 2; ++u)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-            for (int r = 0; r < kSmemRowsPerWarp; ++r)
-                nxt[u][r] = (it0 + u < n_iter && r < n_rows)
-                                ? __ldcs(reinterpret_cast<const uint4*>(w + (row0 + r) * k + (it0 + u) * 512 + lane * 16))
-                                : make_uint4(0, 0, 0, 0);
+        for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
+
+    auto load = [&](int kb, uint4(&v)[4]) {
+        const int off = kb * 128;
+        // Streamed once per step: keep it out of L1 (ld.global.cs).
+        v[0] = __ldcs(reinterpret_cast<const uint4*>(wa + off));
+        v[1] = __ldcs(reinterpret_cast<const uint4*>(wa + off + 64));
+        v[2] = __ldcs(reinterpret_cast<const uint4*>(wb + off));
+        v[3] = __ldcs(reinterpret_cast<const uint4*>(wb + off + 64));
     };
-    load(0);
-    for (int mi = 0; mi < M; ++mi) {
-        for (int kk = threadIdx.x; kk < ki; kk += blockDim.x) {
-            const float v = mi < m_valid ? dev::e4m3_to_f32(xq[mi * k + kk]) * xs[mi * n_kb + kk / 128] : 0.0f;
-            const int it = kk / 512, within = kk % 512;
-            xsm[((mi * n_iter + it) * 4 + (within % 16) / 4) * 128 + (within / 16) * 4 + within % 4] = v;
+    auto compute = [&](int kb, const uint4(&v)[4]) {
+        const float wsc = wsr[kb];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const int col = nt * 8 + g;
+            uint4 x0 = make_uint4(0u, 0u, 0u, 0u), x1 = x0;
+            if (col < m) {
+                const uint8_t* xr = xq + static_cast<int64_t>(col) * k + kb * 128 + 16 * t;
+                x0 = __ldg(reinterpret_cast<const uint4*>(xr));
+                x1 = __ldg(reinterpret_cast<const uint4*>(xr + 64));
+            }
+            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            mma_e4m3(d, v[0].x, v[2].x, v[0].y, v[2].y, x0.x, x0.y);
+            mma_e4m3(d, v[0].z, v[2].z, v[0].w, v[2].w, x0.z, x0.w);
+            mma_e4m3(d, v[1].x, v[3].x, v[1].y, v[3].y, x1.x, x1.y);
+            mma_e4m3(d, v[1].z, v[3].z, v[1].w, v[3].w, x1.z, x1.w);
+            const int c0 = nt * 8 + 2 * t, c1 = c0 + 1;
+            const float s0 = c0 < m ? xs[static_cast<int64_t>(c0) * n_kb + kb] * wsc : 0.0f;
+            const float s1 = c1 < m ? xs[static_cast<int64_t>(c1) * n_kb + kb] * wsc : 0.0f;
+            acc[nt][0] = fmaf(d[0], s0, acc[nt][0]);
+            acc[nt][1] = fmaf(d[1], s1, acc[nt][1]);
+            acc[nt][2] = fmaf(d[2], s0, acc[nt][2]);
+            acc[nt][3] = fmaf(d[3], s1, acc[nt][3]);
+        }
+    };
+    uint4 cur[4], nxt[4];
+    int kb = warp;
+    // The first weights are requested before waiting for the previous kernel (pdl.cuh): nothing in a
+    // step writes them, and their DRAM latency then overlaps that kernel's tail.
+    if (kb < n_kb) load(kb, cur);
+    dev::pdl_wait();
+    dev::pdl_trigger();
+    for (; kb < n_kb; kb += S) {
+        const bool more = kb + S < n_kb;
+        if (more) load(kb + S, nxt);
+        compute(kb, cur);
+        if (more) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) cur[i] = nxt[i];
         }
     }
-    __syncthreads();
-    if (n_rows == 0) return;
-    float acc[kSmemRowsPerWarp][M];
+    if (S > 1) {
 #pragma unroll
-    for (int r = 0; r < kSmemRowsPerWarp; ++r)
+        for (int nt = 0; nt < NT; ++nt)
+            red[warp][nt][lane] = make_float4(acc[nt][0], acc[nt][1], acc[nt][2], acc[nt][3]);
+        __syncthreads();
+        if (warp != 0) return;
 #pragma unroll
-        for (int mi = 0; mi < M; ++mi) acc[r][mi] = 0.0f;
-    for (int it0 = 0; it0 < n_iter; it0 += 2) {
-        uint4 wv[2][kSmemRowsPerWarp];
-#pragma unroll
-        for (int u = 0; u < 2; ++u)
-#pragma unroll
-            for (int r = 0; r < kSmemRowsPerWarp; ++r) wv[u][r] = nxt[u][r];
-        if (it0 + 2 < n_iter) load(it0 + 2);
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-            const int it = it0 + u;
-            if (it >= n_iter) break;
-            const int kb = (it * 512 + lane * 16) / 128;
-#pragma unroll
-            for (int r = 0; r < kSmemRowsPerWarp; ++r) {
-                const uint32_t words[4] = {wv[u][r].x, wv[u][r].y, wv[u][r].z, wv[u][r].w};
-                float d[M];
-#pragma unroll
-                for (int mi = 0; mi < M; ++mi) d[mi] = 0.0f;
-#pragma unroll
-                for (int c = 0; c < 4; ++c) {
-                    const float2 a01 = e4m3x2_to_float2(words[c]);
-                    const float2 a23 = e4m3x2_to_float2(words[c] >> 16);
-#pragma unroll
-                    for (int mi = 0; mi < M; ++mi) {
-                        const float4 xv = *reinterpret_cast<const float4*>(xsm + ((mi * n_iter + it) * 4 + c) * 128 + lane * 4);
-                        d[mi] = fmaf(a01.x, xv.x, fmaf(a01.y, xv.y, fmaf(a23.x, xv.z, fmaf(a23.y, xv.w, d[mi]))));
-                    }
-                }
-                const float wscale = r < n_rows ? ws[((row0 + r) / 128) * ws_ld + kb] : 0.0f;
-#pragma unroll
-                for (int mi = 0; mi < M; ++mi) acc[r][mi] = fmaf(d[mi], wscale, acc[r][mi]);
+        for (int nt = 0; nt < NT; ++nt) {
+            for (int wi = 1; wi < S; ++wi) {  // fixed order: deterministic sums
+                const float4 p = red[wi][nt][lane];
+                acc[nt][0] += p.x;
+                acc[nt][1] += p.y;
+                acc[nt][2] += p.z;
+                acc[nt][3] += p.w;
             }
         }
     }
 #pragma unroll
-    for (int r = 0; r < kSmemRowsPerWarp; ++r) {
-#pragma unroll
-        for (int mi = 0; mi < M; ++mi) {
-            const float v = dev::warp_sum(acc[r][mi]);
-            if (lane == 0 && r < n_rows && mi < m_valid) y[mi * ld_y + row0 + r] = __float2bfloat16(v);
+    for (int nt = 0; nt < NT; ++nt) {
+        const int c0 = nt * 8 + 2 * t, c1 = c0 + 1;
+        if (r0 < n) {
+            if (c0 < m) y[c0 * ld_y + r0] = __float2bfloat16(acc[nt][0]);
+            if (c1 < m) y[c1 * ld_y + r0] = __float2bfloat16(acc[nt][1]);
+        }
+        if (r1 < n) {
+            if (c0 < m) y[c0 * ld_y + r1] = __float2bfloat16(acc[nt][2]);
+            if (c1 < m) y[c1 * ld_y + r1] = __float2bfloat16(acc[nt][3]);
         }
     }
 }
 
-template <int M>
-void launch(const uint8_t* xq, const float* xs, const uint8_t* w, const float* ws, __nv_bfloat16* y, int m_valid,
-            int64_t n, int64_t k, int64_t ld_y, cudaStream_t stream) {
-    const int64_t smem = static_cast<int64_t>(M) * k * 4;
-    if (smem <= kSmemMaxBytes) {
-        const int64_t rows_per_block = kWarpsPerBlock * kSmemRowsPerWarp;
-        const int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
-        fp8_gemv_smem_kernel<M><<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, static_cast<size_t>(smem), stream>>>(
-            xq, xs, w, ws, y, m_valid, n, k, ld_y);
-        CUDA_CHECK_LAUNCH("fp8_gemv_smem_kernel");
-        return;
+template <int NT>
+void launch(const uint8_t* xq, const float* xs, const uint8_t* w, const float* ws, __nv_bfloat16* y, int m, int64_t n,
+            int64_t k, int64_t ld_y, cudaStream_t stream) {
+    const int64_t tiles = (n + 15) / 16;
+    const auto grid = static_cast<unsigned>(tiles);
+    const int ni = static_cast<int>(n), ki = static_cast<int>(k);
+    // Enough warps in flight on small matrices (wq_a|wkv: 96 tiles) without splitting big ones thin.
+    if (tiles >= 1024) {
+        launch_pdl(fp8_gemv_mma_kernel<4, NT>, grid, 4 * 32, 0, stream, xq, xs, w, ws, y, m, ni, ki, ld_y);
+    } else if (tiles >= 256) {
+        launch_pdl(fp8_gemv_mma_kernel<8, NT>, grid, 8 * 32, 0, stream, xq, xs, w, ws, y, m, ni, ki, ld_y);
+    } else {
+        launch_pdl(fp8_gemv_mma_kernel<16, NT>, grid, 16 * 32, 0, stream, xq, xs, w, ws, y, m, ni, ki, ld_y);
     }
-    const int64_t blocks = (n + kWarpsPerBlock - 1) / kWarpsPerBlock;
-    fp8_gemv_kernel<M><<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(xq, xs, w, ws, y, m_valid, n,
-                                                                                        k, ld_y);
-    CUDA_CHECK_LAUNCH("fp8_gemv_kernel");
+    CUDA_CHECK_LAUNCH("fp8_gemv_mma_kernel");
 }
 
 }  // namespace
 
 void fp8_gemv(const uint8_t* xq, const float* xs, const uint8_t* w, const float* ws, __nv_bfloat16* y, int64_t m,
               int64_t n, int64_t k, cudaStream_t stream, int64_t ld_y) {
-    ONECARD_CHECK(k > 0 && k % 512 == 0, "fp8_gemv: k {} is not a multiple of 512", k);
-    ONECARD_CHECK(n > 0 && m >= 0, "fp8_gemv: bad shape m {} n {}", m, n);
+    ONECARD_CHECK(k > 0 && k % 128 == 0 && k < (int64_t{1} << 30), "fp8_gemv: k {} is not a multiple of 128", k);
+    ONECARD_CHECK(n > 0 && n < (int64_t{1} << 30) && m >= 0, "fp8_gemv: bad shape m {} n {}", m, n);
     if (ld_y == 0) ld_y = n;
     const int64_t n_kb = k / 128;
     for (int64_t m0 = 0; m0 < m; m0 += kFp8GemvMaxM) {
@@ -203,10 +159,12 @@ void fp8_gemv(const uint8_t* xq, const float* xs, const uint8_t* w, const float*
         const uint8_t* xq0 = xq + m0 * k;
         const float* xs0 = xs + m0 * n_kb;
         __nv_bfloat16* y0 = y + m0 * ld_y;
-        if (mm == 1) launch<1>(xq0, xs0, w, ws, y0, mm, n, k, ld_y, stream);
-        else if (mm == 2) launch<2>(xq0, xs0, w, ws, y0, mm, n, k, ld_y, stream);
-        else if (mm <= 4) launch<4>(xq0, xs0, w, ws, y0, mm, n, k, ld_y, stream);
-        else launch<8>(xq0, xs0, w, ws, y0, mm, n, k, ld_y, stream);
+        if (mm <= 8)
+            launch<1>(xq0, xs0, w, ws, y0, mm, n, k, ld_y, stream);
+        else if (mm <= 16)
+            launch<2>(xq0, xs0, w, ws, y0, mm, n, k, ld_y, stream);
+        else
+            launch<4>(xq0, xs0, w, ws, y0, mm, n, k, ld_y, stream);
     }
 }
 

@@ -3,6 +3,8 @@
 #include "backend/cuda/arena.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops/common.cuh"
+#include "backend/cuda/ops/mxfp4_layout.cuh"
+#include "backend/cuda/ops/pdl.cuh"
 
 #include <cublas_v2.h>
 
@@ -68,6 +70,8 @@ __device__ __forceinline__ void store_bf16x4(__nv_bfloat16* p, const float (&v)[
 
 // In place, one warp per 1×128 block of x [rows, k] (row stride ld).
 __global__ void fp8_round_kernel(__nv_bfloat16* __restrict__ x, int64_t n_blocks, int64_t n_kb, int64_t ld) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     const int64_t blk = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
     if (blk >= n_blocks) return;  // whole warps leave together (blockDim is a multiple of 32)
     const int lane = threadIdx.x & 31;
@@ -80,30 +84,35 @@ __global__ void fp8_round_kernel(__nv_bfloat16* __restrict__ x, int64_t n_blocks
     store_bf16x4(p, v);
 }
 
-// One thread per 32-element scale group of expert e's three matrices, which are contiguous in the
-// checkpoint layout: group g of a matrix reads packed bytes [16g, 16g + 16) and scale byte g, and
-// writes bf16 elements [32g, 32g + 32) of the row-major [rows, cols] matrix. E2M1·2^(s−127) has a
-// 2-bit significand, so the bf16 values are exact.
+// One thread per 32-element scale group of expert e's three matrices (tiled layout,
+// mxfp4_layout.cuh): group G of row r of a [rows, cols] matrix reads its 4 code words and its scale
+// byte from the tiled offsets and writes bf16 elements [32G, 32G + 32) of row r of the row-major
+// matrix; w1, w3, w2 follow each other in `out`. E2M1·2^(s−127) has a 2-bit significand, so the bf16
+// values are exact.
 __global__ void dequant_expert_kernel(const uint8_t* __restrict__ w1, const uint8_t* __restrict__ s1,
                                       const uint8_t* __restrict__ w3, const uint8_t* __restrict__ s3,
                                       const uint8_t* __restrict__ w2, const uint8_t* __restrict__ s2, int64_t expert,
-                                      int64_t groups_per_matrix, __nv_bfloat16* __restrict__ out) {
+                                      int64_t dim, int64_t inter, __nv_bfloat16* __restrict__ out) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
+    const int64_t groups_per_matrix = dim * inter / 32;
     const int64_t gid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (gid >= 3 * groups_per_matrix) return;
     const int64_t which = gid / groups_per_matrix, g = gid % groups_per_matrix;
     const uint8_t* w = which == 0 ? w1 : which == 1 ? w3 : w2;
     const uint8_t* s = which == 0 ? s1 : which == 1 ? s3 : s2;
-    const int64_t group = expert * groups_per_matrix + g;  // the expert's matrices hold groups_per_matrix groups each
-    const uint4 packed = *reinterpret_cast<const uint4*>(w + group * 16);
-    const float scale = dev::ue8m0_to_float(s[group]);
-    const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
+    const int64_t cols = which == 2 ? inter : dim, row = g / (cols / 32), G = g % (cols / 32);
+    w += expert * groups_per_matrix * 16;  // the expert's tiled matrix
+    s += expert * groups_per_matrix;
+    const float scale = dev::ue8m0_to_float(s[mxfp4_tiled_scale_offset(row, G, cols)]);
     uint4* dst = reinterpret_cast<uint4*>(out + gid * 32);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
+        const uint32_t word = *reinterpret_cast<const uint32_t*>(w + mxfp4_tiled_word_offset(row, G, c, cols));
         uint32_t o[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            const uint32_t byte = (words[c] >> (8 * j)) & 0xFFu;
+            const uint32_t byte = (word >> (8 * j)) & 0xFFu;
             __nv_bfloat162 pair = __floats2bfloat162_rn(dev::e2m1_to_f32(byte & 0xFu) * scale,
                                                         dev::e2m1_to_f32(byte >> 4) * scale);
             o[j] = *reinterpret_cast<uint32_t*>(&pair);
@@ -115,6 +124,8 @@ __global__ void dequant_expert_kernel(const uint8_t* __restrict__ w1, const uint
 // xs[p, :] = x[pair_token[p], :], 8 bf16 (16 bytes) per thread.
 __global__ void gather_rows_kernel(const __nv_bfloat16* __restrict__ x, const int32_t* __restrict__ pair_token,
                                    __nv_bfloat16* __restrict__ xs, int64_t n_pairs, int64_t dim) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     const int64_t per_row = dim / 8;
     if (i >= n_pairs * per_row) return;
@@ -129,6 +140,8 @@ __global__ void gather_rows_kernel(const __nv_bfloat16* __restrict__ x, const in
 __global__ void swiglu_fp8_kernel(const float* __restrict__ gu, const float* __restrict__ weights,
                                   const int32_t* __restrict__ pair_slot, __nv_bfloat16* __restrict__ h, int64_t rows,
                                   int64_t inter, float limit) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     const int64_t n_kb = inter / 128;
     const int64_t blk = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
     if (blk >= rows * n_kb) return;
@@ -158,6 +171,8 @@ __global__ void swiglu_fp8_kernel(const float* __restrict__ gu, const float* __r
 __global__ void combine_pairs_kernel(const float* __restrict__ y, const int32_t* __restrict__ token_pairs,
                                      const int32_t* __restrict__ pair_slot, const float* __restrict__ weights,
                                      __nv_bfloat16* __restrict__ out, int64_t n, int64_t top_k, int64_t dim) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= n * dim) return;
     const int64_t t = i / dim, d = i % dim;
@@ -184,7 +199,7 @@ void fp8_round_1x128(__nv_bfloat16* x, int64_t rows, int64_t k, cudaStream_t str
     const int64_t n_kb = k / 128, n_blocks = rows * n_kb;
     if (n_blocks == 0) return;
     const int threads = 256;
-    fp8_round_kernel<<<grid_for(n_blocks * 32, threads), threads, 0, stream>>>(x, n_blocks, n_kb, ld);
+    launch_pdl(fp8_round_kernel, grid_for(n_blocks * 32, threads), threads, 0, stream, x, n_blocks, n_kb, ld);
     CUDA_CHECK_LAUNCH("fp8_round_kernel");
 }
 
@@ -234,8 +249,8 @@ void MoeExperts::run(const __nv_bfloat16* x, const int32_t* experts, const float
                      cudaStream_t stream) {
     Impl& im = *impl_;
     const int64_t D = w.dim, F = w.inter, E = w.n_experts, R = n * top_k;
-    ONECARD_CHECK(E > 0 && D > 0 && F > 0 && D % 128 == 0 && F % 128 == 0,
-                  "MoeExperts: experts {} dim {} inter {} (dim and inter must be multiples of 128)", E, D, F);
+    ONECARD_CHECK(E > 0 && mxfp4_tileable(F, D) && mxfp4_tileable(D, F),
+                  "MoeExperts: experts {} dim {} inter {} (dim and inter must be multiples of 256)", E, D, F);
     ONECARD_CHECK(n >= 0 && top_k > 0 && R <= im.max_rows, "MoeExperts: {} tokens × top_k {} exceed max_rows {}", n,
                   top_k, im.max_rows);
     for (const uint8_t* p : {w.w1, w.w3, w.w2})
@@ -299,7 +314,7 @@ void MoeExperts::run(const __nv_bfloat16* x, const int32_t* experts, const float
     CUDA_CHECK(cudaEventRecord(im.index_uploaded, stream));
 
     const int threads = 256;
-    gather_rows_kernel<<<grid_for(R * (D / 8), threads), threads, 0, stream>>>(x, d_pair_token, xs, R, D);
+    launch_pdl(gather_rows_kernel, grid_for(R * (D / 8), threads), threads, 0, stream, x, d_pair_token, xs, R, D);
     CUDA_CHECK_LAUNCH("gather_rows_kernel");
 
     CUBLAS_CHECK(cublasSetStream(im.handle, stream));
@@ -310,8 +325,8 @@ void MoeExperts::run(const __nv_bfloat16* x, const int32_t* experts, const float
     for (int64_t e = 0; e < E; ++e) {
         const int64_t m = count[e + 1], off = start[e];
         if (m == 0) continue;
-        dequant_expert_kernel<<<grid_for(3 * groups, threads), threads, 0, stream>>>(w.w1, w.s1, w.w3, w.s3, w.w2,
-                                                                                       w.s2, e, groups, wdq);
+        launch_pdl(dequant_expert_kernel, grid_for(3 * groups, threads), threads, 0, stream, w.w1, w.s1, w.w3, w.s3,
+                   w.w2, w.s2, e, D, F, wdq);
         CUDA_CHECK_LAUNCH("dequant_expert_kernel");
         // Row-major y[m, N] = x[m, K]·W[N, K]ᵀ is column-major yᵀ = Wᵀ·xᵀ with W read as [K, N] (op T).
         // gu[off.., 2F] = xs[off.., D] · w13ᵀ
@@ -319,9 +334,8 @@ void MoeExperts::run(const __nv_bfloat16* x, const int32_t* experts, const float
                                   static_cast<int>(D), &one, w13, CUDA_R_16BF, static_cast<int>(D), xs + off * D,
                                   CUDA_R_16BF, static_cast<int>(D), &zero, gu + off * 2 * F, CUDA_R_32F,
                                   static_cast<int>(2 * F), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        swiglu_fp8_kernel<<<grid_for(m * (F / 128) * 32, threads), threads, 0, stream>>>(
-            gu + off * 2 * F, weight_before_w2 ? weights : nullptr, d_pair_slot + off, h + off * F, m, F,
-            swiglu_limit);
+        launch_pdl(swiglu_fp8_kernel, grid_for(m * (F / 128) * 32, threads), threads, 0, stream, gu + off * 2 * F,
+                   weight_before_w2 ? weights : nullptr, d_pair_slot + off, h + off * F, m, F, swiglu_limit);
         CUDA_CHECK_LAUNCH("swiglu_fp8_kernel");
         // y[off.., D] = h[off.., F] · w2ᵀ
         CUBLAS_CHECK(cublasGemmEx(im.handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(D), static_cast<int>(m),
@@ -329,8 +343,8 @@ void MoeExperts::run(const __nv_bfloat16* x, const int32_t* experts, const float
                                   CUDA_R_16BF, static_cast<int>(F), &zero, y + off * D, CUDA_R_32F,
                                   static_cast<int>(D), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
-    combine_pairs_kernel<<<grid_for(n * D, threads), threads, 0, stream>>>(
-        y, d_token_pairs, d_pair_slot, weight_before_w2 ? nullptr : weights, out, n, top_k, D);
+    launch_pdl(combine_pairs_kernel, grid_for(n * D, threads), threads, 0, stream, y, d_token_pairs, d_pair_slot,
+               weight_before_w2 ? nullptr : weights, out, n, top_k, D);
     CUDA_CHECK_LAUNCH("combine_pairs_kernel");
 }
 

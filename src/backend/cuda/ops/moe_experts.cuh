@@ -15,13 +15,14 @@
 
 namespace onecard::cuda {
 
-// All routed experts of one layer, MXFP4 as in the checkpoint, one contiguous array per matrix
-// (expert e's matrix at e·n·k/2 bytes, its scales at e·n·k/32 bytes).
+// All routed experts of one layer, MXFP4, one contiguous array per matrix (expert e's matrix at
+// e·n·k/2 bytes, its scales at e·n·k/32 bytes).
 struct MxExpertWeights {
     int64_t n_experts = 0;
     int64_t dim = 0;    // D (w1/w3 input, w2 output)
     int64_t inter = 0;  // moe_intermediate_size
-    const uint8_t* w1 = nullptr;  // [E, inter, D/2] packed E2M1 (low nibble = even element)
+    // Each expert's matrices in the tiled MXFP4 layout (mxfp4_layout.cuh), experts back to back.
+    const uint8_t* w1 = nullptr;  // [E, inter, D/2] packed E2M1 (low nibble = even element), tiled
     const uint8_t* s1 = nullptr;  // [E, inter, D/32] UE8M0
     const uint8_t* w3 = nullptr;  // [E, inter, D/2]
     const uint8_t* s3 = nullptr;  // [E, inter, D/32]

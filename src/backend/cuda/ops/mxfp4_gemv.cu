@@ -2,98 +2,19 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops/common.cuh"
-
-#include <cuda_fp16.h>
+#include "backend/cuda/ops/mxfp4_layout.cuh"
+#include "backend/cuda/ops/pdl.cuh"
 
 #include <algorithm>
-#include <cstring>
 
 namespace onecard::cuda {
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
-constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane (k = 4096 has 4 passes)
-
-// grid (ceil(n / 8), n_pairs); one warp per output row. Lane l reads weight bytes
-// [it·512 + 16l, +16) = elements [it·1024 + 32l, +32): exactly one UE8M0 scale group of 32.
-// The pair's activation row is dequantised once per block into shared memory (x·scale folded in),
-// laid out [k/1024][4][2][32][4] so that the 8 elements of word c of lane l are the floats
-// [c][0..1][l][0..3]: each LDS.128 of a warp reads 512 contiguous bytes. The E2M1 codes are decoded
-// with integer ops (no conversion instructions); the first H200 run showed the per-element E4M3
-// activation conversions of the register version as the limit.
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    mxfp4_expert_gemv_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ xs,
-                             const uint8_t* __restrict__ w, const uint8_t* __restrict__ ws,
-                             const int32_t* __restrict__ expert_ids, const int32_t* __restrict__ act_rows,
-                             __nv_bfloat16* __restrict__ y, int64_t n, int64_t k) {
-    extern __shared__ float xsm[];
-    const int64_t pair = blockIdx.y;
-    const int64_t arow = act_rows[pair];
-    const int ki = static_cast<int>(k), half_k = ki / 2, n_groups = ki / 32, n_kb = ki / 128;
-    const int lane = threadIdx.x & 31;
-    const int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + (threadIdx.x >> 5);
-    const bool active = row < n;
-    const int64_t expert = expert_ids[pair];
-    const uint8_t* wr = w + (expert * n + (active ? row : 0)) * half_k;
-    const uint8_t* wsr = ws + (expert * n + (active ? row : 0)) * n_groups;
-    const int n_iter = half_k / 512;
-    // The first weight loads go out before the activation row is staged, so the two memory
-    // latencies overlap (the first H200 run showed this kernel latency-bound at ~13% of copy).
-    uint4 wv[kUnroll];
-    auto load = [&](int it0) {
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-            const int off = (it0 + u) * 512 + lane * 16;
-            wv[u] = (active && it0 + u < n_iter) ? __ldcs(reinterpret_cast<const uint4*>(wr + off))
-                                                 : make_uint4(0, 0, 0, 0);
-        }
-    };
-    load(0);
-    const uint8_t* xr = xq + arow * k;
-    const float* xsr = xs + arow * n_kb;
-    for (int kk = threadIdx.x; kk < ki; kk += blockDim.x) {
-        const int it = kk / 1024, within = kk % 1024;
-        const int l = within / 32, e8 = within % 32, c = e8 / 8, h = (e8 % 8) / 4, j = e8 % 4;
-        xsm[(((it * 4 + c) * 2 + h) * 32 + l) * 4 + j] = dev::e4m3_to_f32(xr[kk]) * xsr[kk / 128];
-    }
-    __syncthreads();
-    if (!active) return;
-    float acc = 0.0f;
-    for (int it0 = 0; it0 < n_iter; it0 += kUnroll) {
-        if (it0 > 0) load(it0);
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-            const int it = it0 + u;
-            if (it >= n_iter) break;
-            const uint32_t words[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
-            float d = 0.0f;
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                const float4 x0 = *reinterpret_cast<const float4*>(xsm + (((it * 4 + c) * 2 + 0) * 32 + lane) * 4);
-                const float4 x1 = *reinterpret_cast<const float4*>(xsm + (((it * 4 + c) * 2 + 1) * 32 + lane) * 4);
-                const uint32_t wd = words[c];
-                d = fmaf(dev::e2m1_to_f32(wd & 0xFu), x0.x, d);
-                d = fmaf(dev::e2m1_to_f32((wd >> 4) & 0xFu), x0.y, d);
-                d = fmaf(dev::e2m1_to_f32((wd >> 8) & 0xFu), x0.z, d);
-                d = fmaf(dev::e2m1_to_f32((wd >> 12) & 0xFu), x0.w, d);
-                d = fmaf(dev::e2m1_to_f32((wd >> 16) & 0xFu), x1.x, d);
-                d = fmaf(dev::e2m1_to_f32((wd >> 20) & 0xFu), x1.y, d);
-                d = fmaf(dev::e2m1_to_f32((wd >> 24) & 0xFu), x1.z, d);
-                d = fmaf(dev::e2m1_to_f32(wd >> 28), x1.w, d);
-            }
-            acc = fmaf(d, dev::ue8m0_to_float(wsr[it * 32 + lane]), acc);
-        }
-    }
-    acc = dev::warp_sum(acc);
-    if (lane == 0) y[pair * n + row] = __float2bfloat16(acc);
-}
-
-// ---- grouped path ----
-
+constexpr int64_t kMaxGemvK = 8192;  // staged activations of 8 pairs: <= 66 KB of shared memory
 constexpr int kGroupThreads = 1024;  // one expert per thread in the scans (n_experts <= 1024)
 constexpr int kMaxGroupExperts = 1024;
 constexpr int kMaxGroupPairs = 4096;
-constexpr int64_t kItemCap = 16;  // pairs of one item at most: bounds the work of one GEMV block
+constexpr int64_t kItemCap = 8;  // pairs of one item at most: the N of the GEMV's mma
 
 // One block. Counts the pairs per expert, scans the counts into expert starts and item starts,
 // writes the items, then places the pairs. The placement is done by ONE warp walking the pairs in
@@ -104,6 +25,8 @@ constexpr int64_t kItemCap = 16;  // pairs of one item at most: bounds the work 
 __global__ void __launch_bounds__(kGroupThreads)
     group_pairs_kernel(const int32_t* __restrict__ expert_ids, int n_pairs, int n_experts, int cap, int max_items,
                        int32_t* __restrict__ scratch) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     __shared__ int cnt[kMaxGroupExperts];
     __shared__ int cursor[kMaxGroupExperts];
     __shared__ int ids[kMaxGroupPairs];
@@ -176,10 +99,9 @@ __global__ void __launch_bounds__(kGroupThreads)
     }
 }
 
-constexpr int kGemvWarps = 8;
-constexpr int kGemvThreads = kGemvWarps * 32;
-constexpr int kChunkIters = 4;               // 16-byte weight loads per row slot and lane held at once (k <= 4096)
-constexpr int64_t kGemvSmemMax = 64 * 1024;  // staged fp32 activations of one pass: G·k·4 bytes
+constexpr int kMmaWarps = 4;  // row tiles of 16 rows per block
+constexpr int kMmaThreads = kMmaWarps * 32;
+constexpr int kStagePad = 32;  // bytes after each staged activation row (bank spread)
 
 struct GemvMat {
     const uint8_t* w;
@@ -187,230 +109,154 @@ struct GemvMat {
     __nv_bfloat16* y;
 };
 
-__device__ __forceinline__ float2 half2_bits_to_float2(uint32_t u) {
-    __half2 h;
-    memcpy(&h, &u, 4);
-    return __half22float2(h);
+// D = A·B for one scale group: A 16 rows × 32 k (E4M3), B 32 k × 8 pairs (E4M3), fp32 out; no
+// accumulator input (each group is scaled on its own).
+__device__ __forceinline__ void mma_e4m3_16x8x32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                 uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%10, %10, %10, %10};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
 }
 
-// The 8 E2M1 codes of one 32-bit word (element 2j = low nibble of byte j) as fp32 values times
-// 2^-14, exact: the code s|e1 e0 m placed as the fp16 bit pattern s00000 e1 e0 m 000000000 is
-// 2^(e-15)(1+m/2) for e > 0 and the subnormal m·2^-15 for e = 0, i.e. e2m1·2^-14 in both cases (no
-// compare/select for the subnormal). Byte-parallel: the high bytes of the 4 fp16 values of the low
-// (high) nibbles are built in one word with shifts and masks, then PRMT spreads two of them into a
-// half2; 11 integer ops + 8 half->float conversions per 8 codes.
-__device__ __forceinline__ void decode_e2m1x8(uint32_t wd, float (&f)[8]) {
-    const uint32_t lo = ((wd << 4) & 0x80808080u) | ((wd << 1) & 0x0E0E0E0Eu);  // elements 0, 2, 4, 6
-    const uint32_t hi = (wd & 0x80808080u) | ((wd >> 3) & 0x0E0E0E0Eu);         // elements 1, 3, 5, 7
-    const float2 a = half2_bits_to_float2(__byte_perm(lo, 0u, 0x1404));         // {0, lo.b0, 0, lo.b1}: e0, e2
-    const float2 b = half2_bits_to_float2(__byte_perm(lo, 0u, 0x3424));         // e4, e6
-    const float2 c = half2_bits_to_float2(__byte_perm(hi, 0u, 0x1404));         // e1, e3
-    const float2 d = half2_bits_to_float2(__byte_perm(hi, 0u, 0x3424));         // e5, e7
-    f[0] = a.x;
-    f[1] = c.x;
-    f[2] = a.y;
-    f[3] = c.y;
-    f[4] = b.x;
-    f[5] = d.x;
-    f[6] = b.y;
-    f[7] = d.y;
+// The 8 E2M1 codes of one word (element 2j = low nibble of byte j) as E4M3 bytes worth e2m1·2^-6,
+// exactly: code s|e1 e0|m becomes s|0 0 e1 e0|m 0 0, i.e. 2^(e-7)(1 + m/2) for e > 0 and the E4M3
+// subnormal m·2^-7 for e = 0 (the code 0.5). `even` gets elements 0, 2, 4, 6 (byte j = element 2j),
+// `odd` elements 1, 3, 5, 7. Four integer ops each, no conversions.
+__device__ __forceinline__ void e2m1x8_to_e4m3(uint32_t w, uint32_t& even, uint32_t& odd) {
+    even = ((w & 0x08080808u) << 4) | ((w & 0x07070707u) << 2);
+    odd = (w & 0x80808080u) | ((w >> 2) & 0x1C1C1C1Cu);
 }
 
-__device__ __forceinline__ float4 e4m3x4_to_float4(uint32_t v, float scale) {
-    const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v & 0xFFFFu), __NV_E4M3);
-    const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v >> 16), __NV_E4M3);
-    const float2 a = __half22float2(__half2(lo)), b = __half22float2(__half2(hi));
-    return make_float4(a.x * scale, a.y * scale, b.x * scale, b.y * scale);
-}
+// grid (ceil(tiles / kMmaWarps), item slots), tiles = n/16 row tiles of matrix A then of B (when B
+// is given). A block takes an item (<= 8 pairs of one expert) and stages the pairs' E4M3 activation
+// rows in shared memory, each 8-byte unit (elements 32G + 8t .. + 7) split into its even and odd
+// elements to match the A fragments; each warp then streams one row tile of the expert's tiled
+// codes (mxfp4_layout.cuh) once, with one mma.m16n8k32 per 32-element scale group:
+//   lane (g, t) holds codes word t of group G for rows g and g + 8 (A), the pair g's activations
+//   [32G + 8t, +8) (B), and gets D[row g | g + 8][pair 2t | 2t + 1];
+//   acc += D · 2^(scale(row, G) - 127) · xs[pair, G/4]   (fp32; the 2^6 of the decode is undone at the end).
+// Weights are double-buffered a chunk of 8 groups (2 KB per warp) ahead.
+__global__ void __launch_bounds__(kMmaThreads)
+    mxfp4_mma_gemv_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ xs,
+                          const int32_t* __restrict__ act_rows, const int32_t* __restrict__ scratch, int max_items,
+                          GemvMat ma, GemvMat mb, int n, int k) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
+    extern __shared__ uint4 stage4[];
+    uint8_t* stage = reinterpret_cast<uint8_t*>(stage4);
+    const int stride = k + kStagePad;
+    const int n_kb = k / 128, units = k / 8;
+    float* xsm = reinterpret_cast<float*>(stage + kItemCap * stride);  // [kItemCap][n_kb]
+    int* pid = reinterpret_cast<int*>(xsm + kItemCap * n_kb);          // [kItemCap]
 
-// grid (row tiles, item slots). Block = one item (<= kItemCap pairs of one expert) × a tile of rows:
-// 16 rows of one matrix (two per warp) or, with a second matrix, 8 rows of each (row r of A and row
-// r of B per warp, e.g. w1 and w3 sharing the staged activations). Item slots past the device-side
-// count exit at once. Each lane holds its 16-byte slices of both row slots for a k-chunk of 4096
-// (8 loads in flight, issued before the activations are staged so the two latencies overlap); the
-// item's pairs are processed G at a time from shared memory (fp32, x·scale folded in, the
-// conflict-free [k/1024][4][2][32][4] layout of mxfp4_expert_gemv_kernel) while the decoded weight
-// word serves all G pairs. With k <= 4096 the weights stay in registers across the passes, so an
-// expert's rows are read from memory once per item.
-template <int G>
-__global__ void __launch_bounds__(kGemvThreads, G == 1 ? 3 : 2)
-    mxfp4_grouped_gemv_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ xs,
-                              const int32_t* __restrict__ act_rows, const int32_t* __restrict__ scratch, int max_items,
-                              GemvMat ma, GemvMat mb, int64_t n, int64_t k) {
-    extern __shared__ float4 xsm4[];
-    float* xsm = reinterpret_cast<float*>(xsm4);
     const int n_items = scratch[0];
-    int64_t expert = 0;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int ki = static_cast<int>(k), half_k = ki / 2, n_groups = ki / 32, n_kb = ki / 128;
-    const int n_iter = ki / 1024, n_chunks = (n_iter + kChunkIters - 1) / kChunkIters;
-    const bool dual = mb.w != nullptr;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int tiles_a = n / 16, tiles = mb.w != nullptr ? 2 * tiles_a : tiles_a;
+    const int tile = static_cast<int>(blockIdx.x) * kMmaWarps + warp;
+    const bool in_b = tile >= tiles_a;
+    // Values, not a reference into the parameter space (a selected reference costs a local copy).
+    const uint8_t* const mat_w = in_b ? mb.w : ma.w;
+    const uint8_t* const mat_ws = in_b ? mb.ws : ma.ws;
+    __nv_bfloat16* const mat_y = in_b ? mb.y : ma.y;
+    const int rtile = in_b ? tile - tiles_a : tile;
+    const int n_chunks = k / 256;
 
-    // Row slot s of this warp; the pointers are rebuilt from the kernel parameters where used
-    // (registers go to the weights in flight).
-    int row[2];
-    bool valid[2];
-#pragma unroll
-    for (int s = 0; s < 2; ++s) {
-        row[s] = dual ? static_cast<int>(blockIdx.x) * kGemvWarps + warp
-                      : (static_cast<int>(blockIdx.x) * kGemvWarps + warp) * 2 + s;
-        valid[s] = row[s] < n;
-    }
-
-    uint4 wv[2][kChunkIters];
-    uint32_t sb[2];  // the UE8M0 bytes of the lane's group in each 16-byte slice, byte u = slice u
-    auto load = [&](int chunk) {
-#pragma unroll
-        for (int s = 0; s < 2; ++s) {
-            const GemvMat& mat = (dual && s == 1) ? mb : ma;
-            const int64_t r = expert * n + (valid[s] ? row[s] : 0);
-            const uint8_t* wr = mat.w + r * half_k;
-            const uint8_t* sr = mat.ws + r * n_groups;
-            sb[s] = 0;
-#pragma unroll
-            for (int u = 0; u < kChunkIters; ++u) {
-                const int it = chunk * kChunkIters + u;
-                const bool ok = valid[s] && it < n_iter;
-                // Streamed once per step: keep it out of L1 (ld.global.cs).
-                wv[s][u] =
-                    ok ? __ldcs(reinterpret_cast<const uint4*>(wr + it * 512 + lane * 16)) : make_uint4(0, 0, 0, 0);
-                sb[s] |= (ok ? static_cast<uint32_t>(__ldg(sr + it * 32 + lane)) : 0u) << (8 * u);
-            }
-        }
-    };
-    // Item slots are strided by gridDim.y (the host launches fewer slots than the item bound when
-    // that bound is loose, so few blocks are launched only to find nothing to do).
     for (int slot = blockIdx.y; slot < n_items; slot += gridDim.y) {
-        if (slot != static_cast<int>(blockIdx.y)) __syncthreads();  // the previous item still reads the staged rows
+        if (slot != static_cast<int>(blockIdx.y)) __syncthreads();  // the previous item still reads the stage
         const int4 item = reinterpret_cast<const int4*>(scratch + 4)[slot];
         const int32_t* sorted = scratch + 4 + 4 * static_cast<int64_t>(max_items) + item.y;
-        expert = item.x;
+        const int64_t expert = item.x;
         const int count = item.z;
-        load(0);
+        for (int u = threadIdx.x; u < count * units; u += blockDim.x) {
+            const int mi = u / units, c = u % units;
+            const int p = sorted[mi];
+            const int64_t arow = act_rows != nullptr ? act_rows[p] : p;
+            const uint2 v = __ldg(reinterpret_cast<const uint2*>(xq + arow * k) + c);
+            *reinterpret_cast<uint2*>(stage + mi * stride + c * 8) =
+                make_uint2(__byte_perm(v.x, v.y, 0x6420), __byte_perm(v.x, v.y, 0x7531));
+        }
+        for (int u = threadIdx.x; u < count * n_kb; u += blockDim.x) {
+            const int mi = u / n_kb;
+            const int p = sorted[mi];
+            const int64_t arow = act_rows != nullptr ? act_rows[p] : p;
+            xsm[u] = xs[arow * n_kb + u % n_kb];
+        }
+        if (threadIdx.x < kItemCap) pid[threadIdx.x] = static_cast<int>(threadIdx.x) < count ? sorted[threadIdx.x] : -1;
+        __syncthreads();
+        if (tile >= tiles) continue;  // warp-uniform; the warp still joins the next item's barrier
 
-        for (int g0 = 0; g0 < count; g0 += G) {
-            const int m = min(G, count - g0);
-            if (g0 > 0) __syncthreads();  // the previous pass still reads the staged rows
-            // Stage: unit t of pair slot mi is 32 activations (two 16-byte loads, one 1x128 scale);
-            // its word i (elements 4i..4i+3) is float4 (c = i/2, h = i%2) of lane l = t % 32.
-            const int units = k / 32;
-            for (int u = threadIdx.x; u < m * units; u += blockDim.x) {
-                const int mi = u / units, t = u % units;
-                const int p = sorted[g0 + mi];
-                const int64_t arow = act_rows != nullptr ? act_rows[p] : p;
-                const uint8_t* src = xq + arow * k + t * 32;
-                const uint4 q0 = __ldg(reinterpret_cast<const uint4*>(src));
-                const uint4 q1 = __ldg(reinterpret_cast<const uint4*>(src + 16));
-                const float scale = xs[arow * n_kb + t / 4];
-                float* dst = xsm + static_cast<int64_t>(mi) * k + (t / 32) * 1024 + (t % 32) * 4;
-                const uint32_t words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+        const uint8_t* wt = mat_w + expert * n * (k / 2) + static_cast<int64_t>(rtile) * 8 * k + lane * 16;
+        const uint8_t* st = mat_ws + expert * n * (k / 32) + static_cast<int64_t>(rtile) * (k / 2) + g * 16;
+        const bool has_b = g < count;
+        const uint8_t* brow = stage + g * stride + t * 8;
+        const bool c0_ok = 2 * t < count, c1_ok = 2 * t + 1 < count;
+        const float* xs0 = xsm + (c0_ok ? 2 * t : 0) * n_kb;
+        const float* xs1 = xsm + (c1_ok ? 2 * t + 1 : 0) * n_kb;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+
+        auto load = [&](int c, uint4(&w)[4], uint4& s) {
 #pragma unroll
-                for (int i = 0; i < 8; ++i)
-                    *reinterpret_cast<float4*>(dst + i * 128) = e4m3x4_to_float4(words[i], scale);
-            }
-            __syncthreads();
-            int pid[G];
+            for (int i = 0; i < 4; ++i) w[i] = __ldcs(reinterpret_cast<const uint4*>(wt + (c * 4 + i) * 512));
+            s = __ldg(reinterpret_cast<const uint4*>(st + c * 128));
+        };
+        auto compute = [&](int c, const uint4(&w)[4], const uint4& s) {
+            const uint32_t sw[4] = {s.x, s.y, s.z, s.w};
 #pragma unroll
-            for (int mi = 0; mi < G; ++mi) pid[mi] = mi < m ? sorted[g0 + mi] : 0;
-            float acc[2][G];
+            for (int i = 0; i < 4; ++i) {
+                const int kb = c * 2 + i / 2;  // the 1x128 activation block of groups 8c + 2i, 8c + 2i + 1
+                const float x0 = c0_ok ? xs0[kb] : 0.0f, x1 = c1_ok ? xs1[kb] : 0.0f;
 #pragma unroll
-            for (int s = 0; s < 2; ++s)
-#pragma unroll
-                for (int mi = 0; mi < G; ++mi) acc[s][mi] = 0.0f;
-            for (int chunk = 0; chunk < n_chunks; ++chunk) {
-                if (n_chunks > 1 && (chunk > 0 || g0 > 0)) load(chunk);  // k > 4096: re-read (L2) per pass
-#pragma unroll
-                for (int u = 0; u < kChunkIters; ++u) {
-                    const int it = chunk * kChunkIters + u;
-                    if (it >= n_iter) break;
-#pragma unroll
-                    for (int s = 0; s < 2; ++s) {
-                        if (!valid[s]) continue;  // warp-uniform
-                        const uint32_t words[4] = {wv[s][u].x, wv[s][u].y, wv[s][u].z, wv[s][u].w};
-                        float d[G];
-#pragma unroll
-                        for (int mi = 0; mi < G; ++mi) d[mi] = 0.0f;
-#pragma unroll
-                        for (int c = 0; c < 4; ++c) {
-                            float f[8];
-                            decode_e2m1x8(words[c], f);
-                            const float* xb = xsm + ((it * 8 + c * 2) * 32 + lane) * 4;
-#pragma unroll
-                            for (int mi = 0; mi < G; ++mi) {
-                                if (mi >= m) break;
-                                const float4 x0 = *reinterpret_cast<const float4*>(xb + static_cast<int64_t>(mi) * k);
-                                const float4 x1 =
-                                    *reinterpret_cast<const float4*>(xb + static_cast<int64_t>(mi) * k + 128);
-                                float t = d[mi];
-                                t = fmaf(f[0], x0.x, t);
-                                t = fmaf(f[1], x0.y, t);
-                                t = fmaf(f[2], x0.z, t);
-                                t = fmaf(f[3], x0.w, t);
-                                t = fmaf(f[4], x1.x, t);
-                                t = fmaf(f[5], x1.y, t);
-                                t = fmaf(f[6], x1.z, t);
-                                t = fmaf(f[7], x1.w, t);
-                                d[mi] = t;
-                            }
-                        }
-                        // 2^14 undoes the decode's 2^-14 (exact); the UE8M0 group scale is per 32 = per lane.
-                        const float wscale = dev::ue8m0_to_float(static_cast<uint8_t>(sb[s] >> (8 * u)));
-#pragma unroll
-                        for (int mi = 0; mi < G; ++mi) acc[s][mi] = fmaf(d[mi] * 16384.0f, wscale, acc[s][mi]);
-                    }
+                for (int q = 0; q < 2; ++q) {
+                    const int j = 2 * i + q, G = c * 8 + j;
+                    const uint32_t wg = q == 0 ? w[i].x : w[i].z, wg8 = q == 0 ? w[i].y : w[i].w;
+                    uint32_t a0, a1, a2, a3;
+                    e2m1x8_to_e4m3(wg, a0, a2);
+                    e2m1x8_to_e4m3(wg8, a1, a3);
+                    uint2 b = make_uint2(0u, 0u);
+                    if (has_b) b = *reinterpret_cast<const uint2*>(brow + G * 32);
+                    float d[4];
+                    mma_e4m3_16x8x32(d, a0, a1, a2, a3, b.x, b.y);
+                    // Scale bytes 2j (row g) and 2j + 1 (row g + 8) of the 16 the lane loaded.
+                    const uint32_t word = sw[j / 2];
+                    const float s_g = dev::ue8m0_to_float(static_cast<uint8_t>(word >> (16 * (j % 2))));
+                    const float s_g8 = dev::ue8m0_to_float(static_cast<uint8_t>(word >> (16 * (j % 2) + 8)));
+                    acc[0] = fmaf(d[0], s_g * x0, acc[0]);
+                    acc[1] = fmaf(d[1], s_g * x1, acc[1]);
+                    acc[2] = fmaf(d[2], s_g8 * x0, acc[2]);
+                    acc[3] = fmaf(d[3], s_g8 * x1, acc[3]);
                 }
             }
-#pragma unroll
-            for (int s = 0; s < 2; ++s) {
-                if (!valid[s]) continue;
-#pragma unroll
-                for (int mi = 0; mi < G; ++mi) {
-                    if (mi >= m) break;
-                    const float v = dev::warp_sum(acc[s][mi]);
-                    __nv_bfloat16* y = (dual && s == 1) ? mb.y : ma.y;
-                    if (lane == 0) y[static_cast<int64_t>(pid[mi]) * n + row[s]] = __float2bfloat16(v);
-                }
+        };
+        uint4 wa[4], wb[4], sa, sb;
+        load(0, wa, sa);
+        for (int c = 0; c < n_chunks; c += 2) {
+            if (c + 1 < n_chunks) load(c + 1, wb, sb);
+            compute(c, wa, sa);
+            if (c + 1 < n_chunks) {
+                if (c + 2 < n_chunks) load(c + 2, wa, sa);
+                compute(c + 1, wb, sb);
             }
+        }
+        // 64 undoes the decode's 2^-6 (exact).
+        const int row = rtile * 16 + g;
+        if (c0_ok) {
+            mat_y[static_cast<int64_t>(pid[2 * t]) * n + row] = __float2bfloat16(acc[0] * 64.0f);
+            mat_y[static_cast<int64_t>(pid[2 * t]) * n + row + 8] = __float2bfloat16(acc[2] * 64.0f);
+        }
+        if (c1_ok) {
+            mat_y[static_cast<int64_t>(pid[2 * t + 1]) * n + row] = __float2bfloat16(acc[1] * 64.0f);
+            mat_y[static_cast<int64_t>(pid[2 * t + 1]) * n + row + 8] = __float2bfloat16(acc[3] * 64.0f);
         }
     }
 }
 
-template <int G>
-void launch_grouped(const uint8_t* xq, const float* xs, const int32_t* act_rows, const MoePairGroups& g, GemvMat a,
-                    GemvMat b, int64_t n, int64_t k, cudaStream_t stream) {
-    const int64_t rows_per_block = b.w != nullptr ? kGemvWarps : 2 * kGemvWarps;
-    // Item slots: the bound when it is small (batch <= 8: nearly tight); else 3/4 of it (batch 64:
-    // bound 280, ~200 items for uniform routing), blocks past the count taking a second item.
-    const int64_t slots = g.max_items <= 64 ? g.max_items : (g.max_items * 3 + 3) / 4;
-    const dim3 grid(static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block), static_cast<unsigned>(slots));
-    const size_t smem = static_cast<size_t>(G) * static_cast<size_t>(k) * 4;
-    if (smem > 48 * 1024) {
-        CUDA_CHECK(cudaFuncSetAttribute(mxfp4_grouped_gemv_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(smem)));
-    }
-    mxfp4_grouped_gemv_kernel<G>
-        <<<grid, kGemvThreads, smem, stream>>>(xq, xs, act_rows, g.scratch, static_cast<int>(g.max_items), a, b, n, k);
-    CUDA_CHECK_LAUNCH("mxfp4_grouped_gemv_kernel");
+size_t mma_smem_bytes(int64_t k) {
+    return static_cast<size_t>(kItemCap * (k + kStagePad) + kItemCap * (k / 128) * 4 + kItemCap * 4);
 }
 
 }  // namespace
-
-void mxfp4_expert_gemv(const uint8_t* xq, const float* xs, const uint8_t* w, const uint8_t* ws,
-                       const int32_t* expert_ids, const int32_t* act_rows, __nv_bfloat16* y, int64_t n_pairs, int64_t n,
-                       int64_t k, cudaStream_t stream) {
-    ONECARD_CHECK(k > 0 && k % 1024 == 0, "mxfp4_expert_gemv: k {} is not a multiple of 1024", k);
-    ONECARD_CHECK(n > 0 && n_pairs >= 0 && n_pairs < 65536, "mxfp4_expert_gemv: bad shape pairs {} n {}", n_pairs, n);
-    if (n_pairs == 0) return;
-    const dim3 grid(static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock), static_cast<unsigned>(n_pairs));
-    const size_t smem = static_cast<size_t>(k) * 4;  // k <= 12288 stays under the 48 KB default
-    ONECARD_CHECK(k <= 12288, "mxfp4_expert_gemv: k {} exceeds the shared-memory activation row", k);
-    mxfp4_expert_gemv_kernel<<<grid, kWarpsPerBlock * 32, smem, stream>>>(xq, xs, w, ws, expert_ids, act_rows, y, n, k);
-    CUDA_CHECK_LAUNCH("mxfp4_expert_gemv_kernel");
-}
-
-}  // namespace onecard::cuda
-
-namespace onecard::cuda {
 
 int64_t mxfp4_group_scratch_ints(int64_t n_pairs) {
     return 4 + 5 * std::max<int64_t>(n_pairs, 0);
@@ -433,9 +279,8 @@ MoePairGroups mxfp4_group_pairs(const int32_t* expert_ids, int64_t n_pairs, int6
     // Items = Σ_e ceil(c_e / cap) <= (experts with pairs) + n_pairs / cap, and each has a pair.
     g.max_items = std::min(n_pairs, std::min(n_experts, n_pairs) + n_pairs / g.max_item_pairs);
     if (n_pairs == 0) return g;
-    group_pairs_kernel<<<1, kGroupThreads, 0, stream>>>(expert_ids, static_cast<int>(n_pairs),
-                                                        static_cast<int>(n_experts), static_cast<int>(g.max_item_pairs),
-                                                        static_cast<int>(g.max_items), scratch);
+    launch_pdl(group_pairs_kernel, 1, kGroupThreads, 0, stream, expert_ids, static_cast<int>(n_pairs),
+               static_cast<int>(n_experts), static_cast<int>(g.max_item_pairs), static_cast<int>(g.max_items), scratch);
     CUDA_CHECK_LAUNCH("group_pairs_kernel");
     return g;
 }
@@ -443,26 +288,28 @@ MoePairGroups mxfp4_group_pairs(const int32_t* expert_ids, int64_t n_pairs, int6
 void mxfp4_grouped_gemv(const uint8_t* xq, const float* xs, const int32_t* act_rows, const MoePairGroups& groups,
                         const uint8_t* w, const uint8_t* ws, __nv_bfloat16* y, const uint8_t* w_b, const uint8_t* ws_b,
                         __nv_bfloat16* y_b, int64_t n, int64_t k, cudaStream_t stream) {
-    ONECARD_CHECK(k > 0 && k % 1024 == 0 && k <= 16384, "mxfp4_grouped_gemv: k {} is not a multiple of 1024 <= 16384",
-                  k);
-    ONECARD_CHECK(n > 0 && n <= (int64_t{1} << 31), "mxfp4_grouped_gemv: bad n {}", n);
+    ONECARD_CHECK(mxfp4_tileable(n, k) && k <= kMaxGemvK,
+                  "mxfp4_grouped_gemv: [{}, {}] needs rows % 16 == 0 and k % 256 == 0, k <= {}", n, k, kMaxGemvK);
+    ONECARD_CHECK(n <= (int64_t{1} << 24), "mxfp4_grouped_gemv: bad n {}", n);
     ONECARD_CHECK(w_b == nullptr || (ws_b != nullptr && y_b != nullptr),
                   "mxfp4_grouped_gemv: second matrix incomplete");
     if (groups.n_pairs == 0 || groups.max_items == 0) return;
-    ONECARD_CHECK(groups.scratch != nullptr && groups.max_item_pairs >= 1, "mxfp4_grouped_gemv: groups not built");
-    // Pairs per pass: as many as the item can have, at most 8 and what 64 KB of staged fp32 rows hold
-    // (k = 4096: 4, k = 2048: 8). Batch 1 (one pair per expert) gets G = 1: 16 KB, more blocks per SM.
-    const int64_t cap = std::min<int64_t>({8, kGemvSmemMax / (4 * k), groups.max_item_pairs});
-    const GemvMat a{w, ws, y}, b{w_b, ws_b, y_b};
-    if (cap >= 8) {
-        launch_grouped<8>(xq, xs, act_rows, groups, a, b, n, k, stream);
-    } else if (cap >= 4) {
-        launch_grouped<4>(xq, xs, act_rows, groups, a, b, n, k, stream);
-    } else if (cap >= 2) {
-        launch_grouped<2>(xq, xs, act_rows, groups, a, b, n, k, stream);
-    } else {
-        launch_grouped<1>(xq, xs, act_rows, groups, a, b, n, k, stream);
+    ONECARD_CHECK(groups.scratch != nullptr && groups.max_item_pairs >= 1 && groups.max_item_pairs <= kItemCap,
+                  "mxfp4_grouped_gemv: groups not built");
+    const int64_t tiles = (w_b != nullptr ? 2 : 1) * (n / 16);
+    // Item slots: the bound when it is small (batch <= 8: nearly tight); else 3/4 of it (batch 64:
+    // bound ~260, ~180 items for uniform routing), blocks past the count taking a second item.
+    const int64_t slots = groups.max_items <= 64 ? groups.max_items : (groups.max_items * 3 + 3) / 4;
+    const dim3 grid(static_cast<unsigned>((tiles + kMmaWarps - 1) / kMmaWarps), static_cast<unsigned>(slots));
+    const size_t smem = mma_smem_bytes(k);
+    if (smem > 48 * 1024) {
+        CUDA_CHECK(cudaFuncSetAttribute(mxfp4_mma_gemv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(smem)));
     }
+    const GemvMat a{w, ws, y}, b{w_b, ws_b, y_b};
+    launch_pdl(mxfp4_mma_gemv_kernel, grid, kMmaThreads, smem, stream, xq, xs, act_rows, groups.scratch,
+               static_cast<int>(groups.max_items), a, b, static_cast<int>(n), static_cast<int>(k));
+    CUDA_CHECK_LAUNCH("mxfp4_mma_gemv_kernel");
 }
 
 }  // namespace onecard::cuda

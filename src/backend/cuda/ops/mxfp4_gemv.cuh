@@ -1,16 +1,15 @@
-// MXFP4 routed-expert GEMV for decode (Hopper has no FP4 tensor cores, so the E2M1 codes are
-// dequantised in the kernel): for each (token, expert) pair p,
+// MXFP4 routed-expert GEMV for decode on tensor cores (Hopper has no FP4 MMA, so the E2M1 codes are
+// turned into E4M3 in registers, exactly, and multiplied with the E4M3 activations by
+// mma.m16n8k32): for each (token, expert) pair p,
 //   y[p, r] = Σ_k (xq[act_row[p], k]·xs[act_row[p], k/128]) · e2m1(W_e[r, k])·2^(ws_e[r, k/32]−127),
-// e = expert_ids[p]; fp32 accumulation, bf16 out. The activations are the FP8 1×128 quantised input
-// REF feeds its fp4_gemm (dsv4-model.md §7.4, §10.1).
+// e = expert_ids[p]; fp32 accumulation per 32-element group, bf16 out. The activations are the FP8
+// 1×128 quantised input REF feeds its fp4_gemm (dsv4-model.md §7.4, §10.1). The weights are in the
+// tiled layout of mxfp4_layout.cuh (the checkpoint's bytes, permuted at upload).
 // Parity oracle: cpu::matmul_nt over cpu::dequant_mxfp4(W_e) and cpu::fp8_quant_dequant(x).
 //
-// Two entry points:
-//  * mxfp4_expert_gemv: every pair on its own (the expert's rows are re-read per pair); kept as the
-//    simple reference path and for the micro-benchmark.
-//  * mxfp4_group_pairs + mxfp4_grouped_gemv: the pairs are grouped by expert on the device (once per
-//    MoE layer), then every expert with pairs is streamed ONCE per matrix for all of its pairs
-//    (decode batch 64: ~384 pairs over ~200 experts).
+// The pairs are grouped by expert on the device (mxfp4_group_pairs, once per MoE layer); then every
+// expert with pairs is streamed ONCE per matrix for up to 8 of its pairs (decode batch 64: ~384 pairs
+// over ~180 experts).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -20,21 +19,11 @@
 
 namespace onecard::cuda {
 
-// xq [n_act_rows, k] E4M3, xs [n_act_rows, k/128] fp32 (ActScaleLayout::RowMajor);
-// w [n_experts, n, k/2] packed E2M1 (element 2j = low nibble), ws [n_experts, n, k/32] raw UE8M0
-// bytes as stored in the checkpoint; expert_ids, act_rows [n_pairs] on the device; y [n_pairs, n].
-// Offsets are 64-bit (all 256 experts of a layer span ~3.4 GB). k must be a multiple of 1024.
-void mxfp4_expert_gemv(const uint8_t* xq, const float* xs, const uint8_t* w, const uint8_t* ws,
-                       const int32_t* expert_ids, const int32_t* act_rows, __nv_bfloat16* y, int64_t n_pairs, int64_t n,
-                       int64_t k, cudaStream_t stream);
-
-// ---- grouped path ----
-
 // The pairs of one step grouped by expert, as the device holds them in `scratch`, plus the host-side
 // bounds that size the GEMV grid (no host synchronisation: the item count itself stays on the device).
 // Layout of scratch (int32): [0] n_items, [4, 4 + 4·max_items) items as {expert, first slot in
 // sorted, n pairs, 0}, then sorted [n_pairs]: pair ids ordered by expert, ascending pair id within
-// an expert (stable counting sort). An item is at most max_item_pairs pairs of one expert; an expert
+// an expert (stable counting sort). An item is at most max_item_pairs (<= 8) pairs of one expert; an expert
 // with more pairs gets several consecutive items.
 struct MoePairGroups {
     const int32_t* scratch = nullptr;
@@ -56,13 +45,14 @@ MoePairGroups mxfp4_group_pairs(const int32_t* expert_ids, int64_t n_pairs, int6
                                 int64_t max_pairs_per_expert, int32_t* scratch, int64_t scratch_ints,
                                 cudaStream_t stream);
 
-// y[p, r] as mxfp4_expert_gemv, for every pair of `groups`. One block streams a tile of an
-// expert's weight rows once for all the pairs of an item (<= 16 pairs), taking them G at a time
-// from shared memory (G = 8 at k <= 2048, 4 at k = 4096, 1 when every item has one pair); with
-// k <= 4096 the rows stay in registers across those passes. act_rows [n_pairs] maps a pair to its
-// activation row (nullptr: row = pair id). When w_b is not null a second matrix of the same shape
-// (w_b, ws_b -> y_b, e.g. w3 next to w1) is computed in the same pass over the same activations.
-// k multiple of 1024, k <= 16384. Graph capturable (grid from the host-side bounds of `groups`).
+// y[p, r] for every pair of `groups`: xq [n_act_rows, k] E4M3, xs [n_act_rows, k/128] fp32
+// (ActScaleLayout::RowMajor); w [n_experts] tiled codes of [n, k], ws the tiled UE8M0 scales
+// (mxfp4_layout.cuh); y [n_pairs, n] bf16. act_rows [n_pairs] maps a pair to its activation row
+// (nullptr: row = pair id). When w_b is not null a second matrix of the same shape (w_b, ws_b -> y_b,
+// e.g. w3 next to w1) is computed in the same launch over the same staged activations. One warp
+// streams 16 rows of one expert once for all the pairs of an item (<= 8). n % 16 == 0, k % 256 == 0,
+// k <= 8192; offsets are 64-bit (all 256 experts of a layer span ~3.4 GB). Graph capturable (grid
+// from the host-side bounds of `groups`).
 void mxfp4_grouped_gemv(const uint8_t* xq, const float* xs, const int32_t* act_rows, const MoePairGroups& groups,
                         const uint8_t* w, const uint8_t* ws, __nv_bfloat16* y, const uint8_t* w_b, const uint8_t* ws_b,
                         __nv_bfloat16* y_b, int64_t n, int64_t k, cudaStream_t stream);
