@@ -1,4 +1,5 @@
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops/pdl.cuh"
 #include "model_cuda/gpu_step_kernels.cuh"
 
 namespace onecard {
@@ -14,6 +15,8 @@ __device__ __forceinline__ int64_t paged_offset(const StepAddr& a, int64_t seq, 
 __global__ void write_offsets_kernel(StepAddr a, const int32_t* __restrict__ last, int64_t key_bytes,
                                      int64_t key_stream, int64_t* step_dst, int64_t* ring_dst, int64_t* entry_dst,
                                      int64_t* key_dst) {
+    cuda::dev::pdl_wait();
+    cuda::dev::pdl_trigger();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= a.n) return;
     const int64_t p = a.positions[i];
@@ -34,6 +37,8 @@ __global__ void write_offsets_kernel(StepAddr a, const int32_t* __restrict__ las
 __global__ void attention_offsets_kernel(StepAddr a, const int32_t* __restrict__ first,
                                          const int32_t* __restrict__ topk, int64_t k, int64_t max_keys,
                                          int64_t* __restrict__ kv_off) {
+    cuda::dev::pdl_wait();
+    cuda::dev::pdl_trigger();
     const int64_t i = blockIdx.x;
     const int64_t p = a.positions[i];
     const int64_t f = first[i];
@@ -62,6 +67,8 @@ __global__ void attention_offsets_kernel(StepAddr a, const int32_t* __restrict__
 
 __global__ void gather_rows_kernel(const uint4* __restrict__ src, const int32_t* __restrict__ rows,
                                    uint4* __restrict__ dst, int64_t row_vecs) {
+    cuda::dev::pdl_wait();
+    cuda::dev::pdl_trigger();
     const int64_t r = blockIdx.x;
     const uint4* s = src + int64_t(rows[r]) * row_vecs;
     for (int64_t j = threadIdx.x; j < row_vecs; j += blockDim.x) dst[r * row_vecs + j] = s[j];
@@ -73,23 +80,24 @@ void launch_write_offsets(const StepAddr& a, const int32_t* seq_last, int64_t ke
                           int64_t* step_dst, int64_t* ring_dst, int64_t* entry_dst, int64_t* key_dst, cudaStream_t s) {
     if (a.n == 0) return;
     const int threads = 128;
-    write_offsets_kernel<<<static_cast<unsigned>((a.n + threads - 1) / threads), threads, 0, s>>>(
-        a, seq_last, key_bytes, key_stream, step_dst, ring_dst, entry_dst, key_dst);
+    cuda::launch_pdl(write_offsets_kernel, static_cast<unsigned>((a.n + threads - 1) / threads), threads, 0, s, a,
+                     seq_last, key_bytes, key_stream, step_dst, ring_dst, entry_dst, key_dst);
     CUDA_CHECK_LAUNCH("write_offsets_kernel");
 }
 
 void launch_attention_offsets(const StepAddr& a, const int32_t* seq_first, const int32_t* topk, int64_t k,
                               int64_t max_keys, int64_t* kv_off, cudaStream_t s) {
     if (a.n == 0) return;
-    attention_offsets_kernel<<<static_cast<unsigned>(a.n), 128, 0, s>>>(a, seq_first, topk, k, max_keys, kv_off);
+    cuda::launch_pdl(attention_offsets_kernel, static_cast<unsigned>(a.n), 128, 0, s, a, seq_first, topk, k, max_keys,
+                     kv_off);
     CUDA_CHECK_LAUNCH("attention_offsets_kernel");
 }
 
 void launch_gather_rows(const void* src, const int32_t* rows, void* dst, int64_t n_rows, int64_t row_vecs16,
                         cudaStream_t s) {
     if (n_rows == 0) return;
-    gather_rows_kernel<<<static_cast<unsigned>(n_rows), 256, 0, s>>>(static_cast<const uint4*>(src), rows,
-                                                                     static_cast<uint4*>(dst), row_vecs16);
+    cuda::launch_pdl(gather_rows_kernel, static_cast<unsigned>(n_rows), 256, 0, s, static_cast<const uint4*>(src), rows,
+                     static_cast<uint4*>(dst), row_vecs16);
     CUDA_CHECK_LAUNCH("gather_rows_kernel");
 }
 

@@ -2,6 +2,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops/common.cuh"
+#include "backend/cuda/ops/pdl.cuh"
 
 namespace onecard::cuda {
 namespace {
@@ -34,6 +35,8 @@ __global__ void compressor_pool_kernel(const float* __restrict__ kv, const float
                                        const int32_t* __restrict__ positions, const int32_t* __restrict__ seq_first,
                                        const int64_t* __restrict__ ring_base, __nv_bfloat16* __restrict__ entries,
                                        RingGeom g, int rope_dim, float eps) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     extern __shared__ float row[];  // [d]
     __shared__ float scratch[32];
     const int64_t i = blockIdx.x;
@@ -109,6 +112,8 @@ __global__ void compressor_store_kernel(const float* __restrict__ kv, const floa
                                         const int32_t* __restrict__ positions,
                                         const int32_t* __restrict__ seq_first, const int64_t* __restrict__ ring_base,
                                         int64_t n, RingGeom g) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     const int64_t i = blockIdx.x;
     const int64_t later = i + g.n_ring;
     if (later < n && seq_first[later] == seq_first[i]) return;
@@ -142,9 +147,8 @@ void compressor_pool(const float* kv, const float* score, const float* ape, cons
     const RingGeom g = ring_geom(d);
     const int threads = d.head_dim >= 256 ? 256 : 128;
     const size_t smem = static_cast<size_t>(d.head_dim) * sizeof(float);
-    compressor_pool_kernel<<<static_cast<unsigned>(n), threads, smem, stream>>>(
-        kv, score, ape, norm, inv_freq, state, tok.positions, tok.seq_first, tok.ring_base, entries, g,
-        static_cast<int>(d.rope_dim), d.eps);
+    launch_pdl(compressor_pool_kernel, static_cast<unsigned>(n), threads, smem, stream, kv, score, ape, norm, inv_freq,
+               state, tok.positions, tok.seq_first, tok.ring_base, entries, g, static_cast<int>(d.rope_dim), d.eps);
     CUDA_CHECK_LAUNCH("compressor_pool_kernel");
 }
 
@@ -153,8 +157,8 @@ void compressor_store(const float* kv, const float* score, const float* ape, uin
     check_dims(d, n, "compressor_store");
     if (n == 0) return;
     const RingGeom g = ring_geom(d);
-    compressor_store_kernel<<<static_cast<unsigned>(n), 256, 0, stream>>>(kv, score, ape, state, tok.positions,
-                                                                         tok.seq_first, tok.ring_base, n, g);
+    launch_pdl(compressor_store_kernel, static_cast<unsigned>(n), 256, 0, stream, kv, score, ape, state, tok.positions,
+               tok.seq_first, tok.ring_base, n, g);
     CUDA_CHECK_LAUNCH("compressor_store_kernel");
 }
 

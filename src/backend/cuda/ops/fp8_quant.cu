@@ -2,6 +2,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops/common.cuh"
+#include "backend/cuda/ops/pdl.cuh"
 
 namespace onecard::cuda {
 namespace {
@@ -10,6 +11,8 @@ namespace {
 __global__ void quantize_fp8_kernel(const __nv_bfloat16* __restrict__ x, uint8_t* __restrict__ q,
                                     float* __restrict__ scales, int64_t n_blocks_total, int64_t n_kb, int64_t n_rows,
                                     bool kblock_major) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     const int64_t blk = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
     if (blk >= n_blocks_total) return;
@@ -36,6 +39,8 @@ __global__ void quantize_fp8_kernel(const __nv_bfloat16* __restrict__ x, uint8_t
 
 __global__ void ue8m0_to_f32_kernel(const uint8_t* __restrict__ in, float* __restrict__ out, int64_t rows, int64_t cols,
                                     bool transpose, int64_t ld_out) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= rows * cols) return;
     const int64_t r = i / cols, c = i % cols;
@@ -51,8 +56,8 @@ void quantize_fp8_1x128(const __nv_bfloat16* x, uint8_t* q, float* scales, int64
     if (n_blocks == 0) return;
     const int threads = 256;  // 8 blocks of 128 per CUDA block
     const int64_t grid = (n_blocks * 32 + threads - 1) / threads;
-    quantize_fp8_kernel<<<static_cast<unsigned>(grid), threads, 0, stream>>>(x, q, scales, n_blocks, n_kb, n_rows,
-                                                                           layout == ActScaleLayout::KBlockMajor);
+    launch_pdl(quantize_fp8_kernel, static_cast<unsigned>(grid), threads, 0, stream, x, q, scales, n_blocks, n_kb,
+               n_rows, layout == ActScaleLayout::KBlockMajor);
     CUDA_CHECK_LAUNCH("quantize_fp8_kernel");
 }
 
@@ -62,8 +67,8 @@ void ue8m0_to_f32(const uint8_t* in, float* out, int64_t rows, int64_t cols, boo
     if (n == 0) return;
     if (ld_out == 0) ld_out = transpose ? rows : cols;
     const int threads = 256;
-    ue8m0_to_f32_kernel<<<static_cast<unsigned>((n + threads - 1) / threads), threads, 0, stream>>>(in, out, rows, cols,
-                                                                                                  transpose, ld_out);
+    launch_pdl(ue8m0_to_f32_kernel, static_cast<unsigned>((n + threads - 1) / threads), threads, 0, stream, in, out,
+               rows, cols, transpose, ld_out);
     CUDA_CHECK_LAUNCH("ue8m0_to_f32_kernel");
 }
 

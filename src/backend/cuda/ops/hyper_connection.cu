@@ -2,6 +2,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops/common.cuh"
+#include "backend/cuda/ops/pdl.cuh"
 
 #include <algorithm>
 #include <cstdint>
@@ -174,6 +175,8 @@ hc_pre_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ fn,
               const float* __restrict__ base, __nv_bfloat16* __restrict__ x, float* __restrict__ pre_out,
               float* __restrict__ post_out, float* __restrict__ comb_out, int64_t dim, int iters, float hc_eps,
               float norm_eps) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     __shared__ float red[kMix + 1][kPreThreads / 32];
     __shared__ float pre_s[kHc];
     const int64_t t = blockIdx.x;
@@ -221,6 +224,8 @@ template <int TT>
 __global__ void __launch_bounds__(kMixThreads, 2)
 hc_mix_partial_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ fn, float* __restrict__ part,
                       int64_t n_tok, int64_t flat, int64_t slices) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     __shared__ float red[kMixWarps][TT][kMix];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t t0 = static_cast<int64_t>(blockIdx.x) * TT, slice = blockIdx.y;
@@ -266,6 +271,8 @@ hc_pre_finish_kernel(const __nv_bfloat16* __restrict__ X, const float* __restric
                      const float* __restrict__ scale, const float* __restrict__ base, __nv_bfloat16* __restrict__ x,
                      float* __restrict__ pre_out, float* __restrict__ post_out, float* __restrict__ comb_out,
                      int64_t dim, int64_t slices, int iters, float hc_eps, float norm_eps) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     static_assert(kMix % kFinXWarps == 0, "each X warp sums kMix / kFinXWarps mixes");
     constexpr int kMixPerWarp = kMix / kFinXWarps;
     __shared__ float mix_s[kMix];
@@ -369,6 +376,8 @@ hc_pre_finish_kernel(const __nv_bfloat16* __restrict__ X, const float* __restric
 __global__ void hc_post_vec_kernel(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* X,
                                    const float* __restrict__ post, const float* __restrict__ comb,
                                    __nv_bfloat16* X_out, int64_t n_tok, int64_t dim) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     const int64_t dchunks = dim / 8;
     const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (idx >= n_tok * dchunks) return;
@@ -401,6 +410,8 @@ __global__ void hc_post_vec_kernel(const __nv_bfloat16* __restrict__ a, const __
 __global__ void hc_post_kernel(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* X,
                                const float* __restrict__ post, const float* __restrict__ comb, __nv_bfloat16* X_out,
                                int64_t n_tok, int64_t dim) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (idx >= n_tok * dim) return;
     const int64_t t = idx / dim, d = idx % dim;
@@ -422,7 +433,7 @@ template <int TT>
 void launch_mix_partial(const PrePlan& pl, const __nv_bfloat16* X, const float* fn, float* part, int64_t n_tok,
                         int64_t flat, cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>(pl.tiles), static_cast<unsigned>(pl.slices));  // slices <= 528
-    hc_mix_partial_kernel<TT><<<grid, kMixThreads, 0, stream>>>(X, fn, part, n_tok, flat, pl.slices);
+    launch_pdl(hc_mix_partial_kernel<TT>, grid, kMixThreads, 0, stream, X, fn, part, n_tok, flat, pl.slices);
 }
 
 }  // namespace
@@ -457,9 +468,8 @@ void hc_pre_bf16(const __nv_bfloat16* X, const float* fn, const float* scale, co
         default: launch_mix_partial<kMaxTile>(pl, X, fn, scratch, n_tok, flat, stream); break;
     }
     CUDA_CHECK_LAUNCH("hc_mix_partial_kernel");
-    hc_pre_finish_kernel<<<static_cast<unsigned>(n_tok), kFinThreads, 0, stream>>>(
-        X, scratch, scale, base, x, pre, post, comb, p.dim, pl.slices, static_cast<int>(p.sinkhorn_iters), p.hc_eps,
-        p.norm_eps);
+    launch_pdl(hc_pre_finish_kernel, static_cast<unsigned>(n_tok), kFinThreads, 0, stream, X, scratch, scale, base, x,
+               pre, post, comb, p.dim, pl.slices, static_cast<int>(p.sinkhorn_iters), p.hc_eps, p.norm_eps);
     CUDA_CHECK_LAUNCH("hc_pre_finish_kernel");
 }
 
@@ -467,8 +477,8 @@ void hc_pre_bf16(const __nv_bfloat16* X, const float* fn, const float* scale, co
                  float* pre, float* post, float* comb, int64_t n_tok, const HcDims& p, cudaStream_t stream) {
     ONECARD_CHECK(p.dim > 0 && p.sinkhorn_iters >= 1, "hc_pre_bf16: dim {} iters {}", p.dim, p.sinkhorn_iters);
     if (n_tok == 0) return;
-    hc_pre_kernel<<<static_cast<unsigned>(n_tok), kPreThreads, 0, stream>>>(
-        X, fn, scale, base, x, pre, post, comb, p.dim, static_cast<int>(p.sinkhorn_iters), p.hc_eps, p.norm_eps);
+    launch_pdl(hc_pre_kernel, static_cast<unsigned>(n_tok), kPreThreads, 0, stream, X, fn, scale, base, x, pre, post,
+               comb, p.dim, static_cast<int>(p.sinkhorn_iters), p.hc_eps, p.norm_eps);
     CUDA_CHECK_LAUNCH("hc_pre_kernel");
 }
 
@@ -480,14 +490,14 @@ void hc_post_bf16(const __nv_bfloat16* a, const __nv_bfloat16* X, const float* p
         // 8 elements per thread; 128-thread blocks keep decode sizes (n·D/8 = 512 threads per token) on several SMs.
         const int threads = 128;
         const int64_t work = n / 8;
-        hc_post_vec_kernel<<<static_cast<unsigned>((work + threads - 1) / threads), threads, 0, stream>>>(
-            a, X, post, comb, X_out, n_tok, p.dim);
+        launch_pdl(hc_post_vec_kernel, static_cast<unsigned>((work + threads - 1) / threads), threads, 0, stream, a, X,
+                   post, comb, X_out, n_tok, p.dim);
         CUDA_CHECK_LAUNCH("hc_post_vec_kernel");
         return;
     }
     const int threads = 256;
-    hc_post_kernel<<<static_cast<unsigned>((n + threads - 1) / threads), threads, 0, stream>>>(a, X, post, comb, X_out,
-                                                                                             n_tok, p.dim);
+    launch_pdl(hc_post_kernel, static_cast<unsigned>((n + threads - 1) / threads), threads, 0, stream, a, X, post, comb,
+               X_out, n_tok, p.dim);
     CUDA_CHECK_LAUNCH("hc_post_kernel");
 }
 

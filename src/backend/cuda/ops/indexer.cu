@@ -2,6 +2,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops/common.cuh"
+#include "backend/cuda/ops/pdl.cuh"
 
 #include <algorithm>
 
@@ -37,6 +38,8 @@ indexer_scores_kernel(const __nv_bfloat16* __restrict__ q, const float* __restri
                       const int32_t* __restrict__ positions, const int32_t* __restrict__ seq_of_token,
                       const uint8_t* __restrict__ pool, PagedStreamAddr addr, int64_t head_dim, float softmax_scale,
                       int64_t max_visible, int64_t t0, float* __restrict__ scores, int64_t ld) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     extern __shared__ float4 smem4[];
     float4* q_s = smem4;                                                   // [kHeads, head_dim / 4]
     float* w_s = reinterpret_cast<float*>(smem4 + kHeads * head_dim / 4);  // [kHeads]
@@ -122,6 +125,8 @@ __device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t v, uint32_t* w
 __global__ void __launch_bounds__(kSelThreads)
 indexer_select_kernel(const float* __restrict__ scores, int64_t ld, const int32_t* __restrict__ positions,
                       int64_t ratio, int64_t max_visible, int64_t t0, int64_t topk, int32_t* __restrict__ out) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     __shared__ uint32_t hist[kSelWarps][256];  // per-warp histograms: scores cluster in few bins
     __shared__ uint32_t warp_tot[kSelWarps];
     __shared__ uint32_t sel_digit, sel_remaining;
@@ -234,8 +239,8 @@ void launch_scores(const __nv_bfloat16* q, const float* w, const int32_t* positi
     const dim3 grid(static_cast<unsigned>((n_tiles + kTilesPerBlock - 1) / kTilesPerBlock),
                     static_cast<unsigned>(n_chunk));
     const size_t smem = static_cast<size_t>(kHeads * d.head_dim + kHeads) * sizeof(float);
-    indexer_scores_kernel<kHeads><<<grid, kScoreThreads, smem, stream>>>(
-        q, w, positions, seq_of_token, pool, addr, d.head_dim, d.softmax_scale, max_visible, t0, scratch, max_visible);
+    launch_pdl(indexer_scores_kernel<kHeads>, grid, kScoreThreads, smem, stream, q, w, positions, seq_of_token, pool,
+               addr, d.head_dim, d.softmax_scale, max_visible, t0, scratch, max_visible);
     CUDA_CHECK_LAUNCH("indexer_scores_kernel");
 }
 
@@ -283,8 +288,8 @@ void indexer_topk(const __nv_bfloat16* q, const float* w, const int32_t* positio
         const int64_t n_chunk = std::min(chunk, n - t0);
         if (max_visible > 0)
             launch(q, w, positions, seq_of_token, pool, addr, d, max_visible, t0, n_chunk, scratch, stream);
-        indexer_select_kernel<<<static_cast<unsigned>(n_chunk), kSelThreads, 0, stream>>>(
-            scratch, max_visible, positions, addr.ratio, max_visible, t0, d.topk, out);
+        launch_pdl(indexer_select_kernel, static_cast<unsigned>(n_chunk), kSelThreads, 0, stream, scratch, max_visible,
+                   positions, addr.ratio, max_visible, t0, d.topk, out);
         CUDA_CHECK_LAUNCH("indexer_select_kernel");
     }
 }

@@ -2,6 +2,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops/common.cuh"
+#include "backend/cuda/ops/pdl.cuh"
 
 #include <cmath>
 
@@ -48,6 +49,8 @@ __global__ void __launch_bounds__(kRowThreads)
 kv_write_kernel(const __nv_bfloat16* __restrict__ rows, int64_t ld_rows, const int64_t* __restrict__ dst,
                 uint8_t* __restrict__ pool, int n_nope, int rope_dim, int quant_block, int n_blocks,
                 int entry_bytes) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     extern __shared__ uint32_t amax_bits[];  // [n_blocks]: |x| as fp32 bits (non-negative: integer order = float order)
     const int64_t off = dst[blockIdx.x];
     if (off < 0) return;  // whole block leaves together, before any barrier
@@ -84,6 +87,8 @@ kv_write_kernel(const __nv_bfloat16* __restrict__ rows, int64_t ld_rows, const i
 __global__ void __launch_bounds__(kRowThreads)
 indexer_key_kernel(const __nv_bfloat16* __restrict__ keys, const int64_t* __restrict__ dst,
                    uint8_t* __restrict__ pool, int dim) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     __shared__ float scratch[32];
     const int64_t off = dst[blockIdx.x];
     if (off < 0) return;
@@ -118,6 +123,8 @@ __device__ __forceinline__ float e2m1_round_magnitude(float a) {
 // so the transform is bit-identical to cpu::hadamard_transform. A warp = one FP4 block of 32.
 __global__ void __launch_bounds__(1024)
 hadamard_fp4_kernel(__nv_bfloat16* x, int dim, float scale) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     __shared__ float buf[1024];
     const int t = threadIdx.x;
     __nv_bfloat16* v = x + static_cast<int64_t>(blockIdx.x) * dim;
@@ -160,9 +167,9 @@ void kv_write_entries(const __nv_bfloat16* rows, int64_t ld_rows, const int64_t*
     ONECARD_CHECK(n >= 0 && n < (int64_t{1} << 31), "kv_write_entries: {} rows exceed the grid", n);
     if (n == 0) return;
     const size_t smem = static_cast<size_t>(n_blocks) * sizeof(uint32_t);
-    kv_write_kernel<<<static_cast<unsigned>(n), kRowThreads, smem, stream>>>(
-        rows, ld_rows, dst, pool, static_cast<int>(n_nope), static_cast<int>(d.rope_dim),
-        static_cast<int>(d.quant_block), static_cast<int>(n_blocks), static_cast<int>(d.entry_bytes));
+    launch_pdl(kv_write_kernel, static_cast<unsigned>(n), kRowThreads, smem, stream, rows, ld_rows, dst, pool,
+               static_cast<int>(n_nope), static_cast<int>(d.rope_dim), static_cast<int>(d.quant_block),
+               static_cast<int>(n_blocks), static_cast<int>(d.entry_bytes));
     CUDA_CHECK_LAUNCH("kv_write_kernel");
 }
 
@@ -172,8 +179,8 @@ void indexer_key_write(const __nv_bfloat16* keys, const int64_t* dst, uint8_t* p
                   "indexer_key_write: bad index_head_dim {}", index_head_dim);
     ONECARD_CHECK(n >= 0 && n < (int64_t{1} << 31), "indexer_key_write: {} keys exceed the grid", n);
     if (n == 0) return;
-    indexer_key_kernel<<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(keys, dst, pool,
-                                                                             static_cast<int>(index_head_dim));
+    launch_pdl(indexer_key_kernel, static_cast<unsigned>(n), kRowThreads, 0, stream, keys, dst, pool,
+               static_cast<int>(index_head_dim));
     CUDA_CHECK_LAUNCH("indexer_key_kernel");
 }
 
@@ -184,8 +191,8 @@ void hadamard_fp4_sim(__nv_bfloat16* x, int64_t n_vec, int64_t dim, cudaStream_t
     if (n_vec == 0) return;
     // The same fp32 scale the CPU computes (1/sqrt(float(n)), both correctly rounded).
     const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-    hadamard_fp4_kernel<<<static_cast<unsigned>(n_vec), static_cast<unsigned>(dim), 0, stream>>>(
-        x, static_cast<int>(dim), scale);
+    launch_pdl(hadamard_fp4_kernel, static_cast<unsigned>(n_vec), static_cast<unsigned>(dim), 0, stream, x,
+               static_cast<int>(dim), scale);
     CUDA_CHECK_LAUNCH("hadamard_fp4_kernel");
 }
 

@@ -2,6 +2,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops/common.cuh"
+#include "backend/cuda/ops/pdl.cuh"
 
 #include <cfloat>
 
@@ -23,6 +24,8 @@ unsigned grid_for(int64_t n, int threads) {
 
 __global__ void embed_streams_kernel(const int32_t* __restrict__ tokens, const __nv_bfloat16* __restrict__ embed,
                                      __nv_bfloat16* __restrict__ X, int64_t n, int64_t dim, int64_t hc) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     const int64_t total = n * dim;
     for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
          idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -34,24 +37,32 @@ __global__ void embed_streams_kernel(const int32_t* __restrict__ tokens, const _
 
 __global__ void add_bf16_kernel(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b,
                                 __nv_bfloat16* y, int64_t n) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x)
         y[i] = __float2bfloat16(__bfloat162float(a[i]) + __bfloat162float(b[i]));
 }
 
 __global__ void bf16_to_f32_kernel(const __nv_bfloat16* __restrict__ x, float* __restrict__ y, int64_t n) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x)
         y[i] = __bfloat162float(x[i]);
 }
 
 __global__ void f32_to_bf16_kernel(const float* __restrict__ x, __nv_bfloat16* __restrict__ y, int64_t n) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x)
         y[i] = __float2bfloat16(x[i]);
 }
 
 __global__ void scale_f32_kernel(float* y, float s, int64_t n) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x)
         y[i] *= s;
@@ -68,6 +79,8 @@ __global__ void __launch_bounds__(kHeadThreads)
 hc_head_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ fn, const float* __restrict__ base,
                const float* __restrict__ scale, __nv_bfloat16* __restrict__ y, int64_t dim, float hc_eps,
                float norm_eps) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     __shared__ float red[kHc + 1][kHeadThreads / 32];
     __shared__ float pre_s[kHc];
     const int64_t t = blockIdx.x;
@@ -175,6 +188,8 @@ __device__ int32_t block_argmax(const float* row, int64_t vocab, ArgBest* scratc
 
 __global__ void __launch_bounds__(kRowThreads) argmax_kernel(const float* __restrict__ logits, int32_t* ids,
                                                              int64_t vocab) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     __shared__ ArgBest scratch[32];
     const int32_t id = block_argmax(logits + blockIdx.x * vocab, vocab, scratch);
     if (threadIdx.x == 0) ids[blockIdx.x] = id;
@@ -322,6 +337,8 @@ __device__ __forceinline__ double sampler_uniform_dev(uint64_t seed, uint64_t co
 __global__ void __launch_bounds__(kRowThreads)
 sample_kernel(const float* __restrict__ logits, const SampleParams* __restrict__ params, int32_t* ids, int64_t vocab,
               double* __restrict__ scratch) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     __shared__ ArgBest arg_scratch[32];
     __shared__ float fscratch[32];
     __shared__ double dscratch[32];
@@ -389,7 +406,8 @@ void embed_streams(const int32_t* tokens, const __nv_bfloat16* embed, __nv_bfloa
                    int64_t hc, cudaStream_t stream) {
     ONECARD_CHECK(n >= 0 && dim > 0 && hc > 0, "embed_streams: n {} dim {} hc {}", n, dim, hc);
     if (n == 0) return;
-    embed_streams_kernel<<<grid_for(n * dim, kEltThreads), kEltThreads, 0, stream>>>(tokens, embed, X, n, dim, hc);
+    launch_pdl(embed_streams_kernel, grid_for(n * dim, kEltThreads), kEltThreads, 0, stream, tokens, embed, X, n, dim,
+               hc);
     CUDA_CHECK_LAUNCH("embed_streams_kernel");
 }
 
@@ -397,7 +415,8 @@ void hc_head_bf16(const __nv_bfloat16* X, const float* fn, const float* base, co
                   int64_t n, int64_t dim, float hc_eps, float norm_eps, cudaStream_t stream) {
     ONECARD_CHECK(n >= 0 && n < (int64_t{1} << 31) && dim > 0, "hc_head_bf16: n {} dim {}", n, dim);
     if (n == 0) return;
-    hc_head_kernel<<<static_cast<unsigned>(n), kHeadThreads, 0, stream>>>(X, fn, base, scale, y, dim, hc_eps, norm_eps);
+    launch_pdl(hc_head_kernel, static_cast<unsigned>(n), kHeadThreads, 0, stream, X, fn, base, scale, y, dim, hc_eps,
+               norm_eps);
     CUDA_CHECK_LAUNCH("hc_head_kernel");
 }
 
@@ -405,7 +424,7 @@ void argmax_rows(const float* logits, int32_t* ids, int64_t n, int64_t vocab, cu
     ONECARD_CHECK(n >= 0 && n < (int64_t{1} << 31) && vocab > 0 && vocab <= INT32_MAX, "argmax_rows: n {} vocab {}", n,
                   vocab);
     if (n == 0) return;
-    argmax_kernel<<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(logits, ids, vocab);
+    launch_pdl(argmax_kernel, static_cast<unsigned>(n), kRowThreads, 0, stream, logits, ids, vocab);
     CUDA_CHECK_LAUNCH("argmax_kernel");
 }
 
@@ -419,32 +438,32 @@ void sample_rows(const float* logits, const SampleParams* params, int32_t* ids, 
     ONECARD_CHECK(n >= 0 && n < (int64_t{1} << 31) && vocab > 0 && vocab <= INT32_MAX, "sample_rows: n {} vocab {}", n,
                   vocab);
     if (n == 0) return;
-    sample_kernel<<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(logits, params, ids, vocab,
-                                                                       static_cast<double*>(scratch));
+    launch_pdl(sample_kernel, static_cast<unsigned>(n), kRowThreads, 0, stream, logits, params, ids, vocab,
+               static_cast<double*>(scratch));
     CUDA_CHECK_LAUNCH("sample_kernel");
 }
 
 void add_bf16(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* y, int64_t n, cudaStream_t stream) {
     if (n <= 0) return;
-    add_bf16_kernel<<<grid_for(n, kEltThreads), kEltThreads, 0, stream>>>(a, b, y, n);
+    launch_pdl(add_bf16_kernel, grid_for(n, kEltThreads), kEltThreads, 0, stream, a, b, y, n);
     CUDA_CHECK_LAUNCH("add_bf16_kernel");
 }
 
 void bf16_to_f32(const __nv_bfloat16* x, float* y, int64_t n, cudaStream_t stream) {
     if (n <= 0) return;
-    bf16_to_f32_kernel<<<grid_for(n, kEltThreads), kEltThreads, 0, stream>>>(x, y, n);
+    launch_pdl(bf16_to_f32_kernel, grid_for(n, kEltThreads), kEltThreads, 0, stream, x, y, n);
     CUDA_CHECK_LAUNCH("bf16_to_f32_kernel");
 }
 
 void f32_to_bf16(const float* x, __nv_bfloat16* y, int64_t n, cudaStream_t stream) {
     if (n <= 0) return;
-    f32_to_bf16_kernel<<<grid_for(n, kEltThreads), kEltThreads, 0, stream>>>(x, y, n);
+    launch_pdl(f32_to_bf16_kernel, grid_for(n, kEltThreads), kEltThreads, 0, stream, x, y, n);
     CUDA_CHECK_LAUNCH("f32_to_bf16_kernel");
 }
 
 void scale_f32(float* y, float s, int64_t n, cudaStream_t stream) {
     if (n <= 0) return;
-    scale_f32_kernel<<<grid_for(n, kEltThreads), kEltThreads, 0, stream>>>(y, s, n);
+    launch_pdl(scale_f32_kernel, grid_for(n, kEltThreads), kEltThreads, 0, stream, y, s, n);
     CUDA_CHECK_LAUNCH("scale_f32_kernel");
 }
 

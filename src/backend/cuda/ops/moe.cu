@@ -2,6 +2,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops/common.cuh"
+#include "backend/cuda/ops/pdl.cuh"
 
 namespace onecard::cuda {
 namespace {
@@ -18,6 +19,8 @@ __global__ void __launch_bounds__(kRouteThreads)
 moe_route_kernel(const float* __restrict__ logits, const float* __restrict__ bias, const int32_t* __restrict__ tid2eid,
                  const int32_t* __restrict__ tokens, int n_experts, int top_k, float route_scale,
                  int32_t* __restrict__ experts, float* __restrict__ weights) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     __shared__ float score[kMaxExperts];   // [E] sqrt(softplus(logit))
     __shared__ float biased[kMaxExperts];  // [E] score + bias (selection only)
     __shared__ unsigned char picked[kMaxExperts];
@@ -101,6 +104,8 @@ moe_route_kernel(const float* __restrict__ logits, const float* __restrict__ bia
 __global__ void swiglu_clamp_kernel(const __nv_bfloat16* __restrict__ gate, const __nv_bfloat16* __restrict__ up,
                                     int64_t ld_in, const float* __restrict__ row_scale, __nv_bfloat16* __restrict__ h,
                                     int64_t rows, int64_t inter, float limit) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= rows * inter) return;
     const int64_t r = i / inter, c = i % inter;
@@ -119,6 +124,8 @@ __global__ void swiglu_clamp_kernel(const __nv_bfloat16* __restrict__ gate, cons
 __global__ void moe_combine_kernel(const __nv_bfloat16* __restrict__ routed, const float* __restrict__ weights,
                                    const __nv_bfloat16* __restrict__ shared, __nv_bfloat16* __restrict__ out, int64_t n,
                                    int64_t top_k, int64_t dim) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= n * dim) return;
     const int64_t t = i / dim, d = i % dim;
@@ -142,9 +149,8 @@ void moe_route(const float* logits, const float* bias, const int32_t* tid2eid, c
     ONECARD_CHECK(!tid2eid || tokens, "moe_route: hash routing needs the token ids");
     ONECARD_CHECK(n >= 0 && n < (int64_t{1} << 31), "moe_route: {} tokens", n);
     if (n == 0) return;
-    moe_route_kernel<<<static_cast<unsigned>(n), kRouteThreads, 0, stream>>>(
-        logits, bias, tid2eid, tokens, static_cast<int>(n_experts), static_cast<int>(top_k), route_scale, experts,
-        weights);
+    launch_pdl(moe_route_kernel, static_cast<unsigned>(n), kRouteThreads, 0, stream, logits, bias, tid2eid, tokens,
+               static_cast<int>(n_experts), static_cast<int>(top_k), route_scale, experts, weights);
     CUDA_CHECK_LAUNCH("moe_route_kernel");
 }
 
@@ -155,8 +161,8 @@ void swiglu_clamp(const __nv_bfloat16* gate, const __nv_bfloat16* up, int64_t ld
     const int64_t total = rows * inter;
     if (total == 0) return;
     const int threads = 256;
-    swiglu_clamp_kernel<<<static_cast<unsigned>((total + threads - 1) / threads), threads, 0, stream>>>(
-        gate, up, ld_in, row_scale, h, rows, inter, limit);
+    launch_pdl(swiglu_clamp_kernel, static_cast<unsigned>((total + threads - 1) / threads), threads, 0, stream, gate,
+               up, ld_in, row_scale, h, rows, inter, limit);
     CUDA_CHECK_LAUNCH("swiglu_clamp_kernel");
 }
 
@@ -166,8 +172,8 @@ void moe_combine(const __nv_bfloat16* routed, const float* weights, const __nv_b
     const int64_t total = n * dim;
     if (total == 0) return;
     const int threads = 256;
-    moe_combine_kernel<<<static_cast<unsigned>((total + threads - 1) / threads), threads, 0, stream>>>(
-        routed, weights, shared, out, n, top_k, dim);
+    launch_pdl(moe_combine_kernel, static_cast<unsigned>((total + threads - 1) / threads), threads, 0, stream, routed,
+               weights, shared, out, n, top_k, dim);
     CUDA_CHECK_LAUNCH("moe_combine_kernel");
 }
 

@@ -2,6 +2,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops/common.cuh"
+#include "backend/cuda/ops/pdl.cuh"
 
 namespace onecard::cuda {
 namespace {
@@ -10,6 +11,8 @@ namespace {
 // and one for the scaled write (the second read hits L1/L2).
 __global__ void rmsnorm_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                                __nv_bfloat16* y, int64_t dim, float eps, int64_t ld_x, int64_t ld_y) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     __shared__ float scratch[32];
     const __nv_bfloat16* xr = x + blockIdx.x * ld_x;
     __nv_bfloat16* yr = y + blockIdx.x * ld_y;
@@ -34,8 +37,8 @@ void rmsnorm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* weight, __nv_bflo
     ONECARD_CHECK(n_rows < (int64_t{1} << 31), "rmsnorm_bf16: {} rows exceed the grid", n_rows);
     if (n_rows == 0) return;
     const int threads = dim >= 2048 ? 256 : 128;
-    rmsnorm_kernel<<<static_cast<unsigned>(n_rows), threads, 0, stream>>>(x, weight, y, dim, eps, ld_x ? ld_x : dim,
-                                                                         ld_y ? ld_y : dim);
+    launch_pdl(rmsnorm_kernel, static_cast<unsigned>(n_rows), threads, 0, stream, x, weight, y, dim, eps,
+               ld_x ? ld_x : dim, ld_y ? ld_y : dim);
     CUDA_CHECK_LAUNCH("rmsnorm_kernel");
 }
 

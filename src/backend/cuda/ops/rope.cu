@@ -2,6 +2,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops/common.cuh"
+#include "backend/cuda/ops/pdl.cuh"
 
 namespace onecard::cuda {
 namespace {
@@ -11,6 +12,8 @@ namespace {
 __global__ void rope_kernel(__nv_bfloat16* x, int64_t n_total_pairs, int64_t n_vec, int64_t dim,
                             const float* __restrict__ inv_freq, int n_pairs, const int32_t* __restrict__ positions,
                             float sign) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (idx >= n_total_pairs) return;
     const int i = static_cast<int>(idx % n_pairs);
@@ -36,9 +39,8 @@ void rope_bf16(__nv_bfloat16* x, int64_t n_tok, int64_t n_vec, int64_t dim, cons
     if (n_total == 0) return;
     const int threads = 256;
     const int64_t blocks = (n_total + threads - 1) / threads;
-    rope_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(x, n_total, n_vec, dim, inv_freq,
-                                                                     static_cast<int>(n_rope / 2), positions,
-                                                                     inverse ? -1.0f : 1.0f);
+    launch_pdl(rope_kernel, static_cast<unsigned>(blocks), threads, 0, stream, x, n_total, n_vec, dim, inv_freq,
+               static_cast<int>(n_rope / 2), positions, inverse ? -1.0f : 1.0f);
     CUDA_CHECK_LAUNCH("rope_kernel");
 }
 

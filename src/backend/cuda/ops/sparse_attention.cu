@@ -2,6 +2,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops/common.cuh"
+#include "backend/cuda/ops/pdl.cuh"
 
 #include <algorithm>
 #include <cstdint>
@@ -47,6 +48,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     sparse_attn_kernel(const __nv_bfloat16* __restrict__ q, const uint8_t* __restrict__ pool,
                        const int64_t* __restrict__ kv_off, int64_t max_keys, const float* __restrict__ sink,
                        __nv_bfloat16* __restrict__ out, int64_t n_heads, float scale) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     __shared__ float acc_s[kWarps][kHeadDim];
     __shared__ float m_s[kWarps], l_s[kWarps];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -277,6 +280,8 @@ __global__ void __launch_bounds__(kTcThreads, 1)
                           const int64_t* __restrict__ kv_off, int64_t max_keys, const float* __restrict__ sink,
                           __nv_bfloat16* __restrict__ out, float* __restrict__ part_acc, float* __restrict__ part_ml,
                           int n_heads, int n_splits, int eb, float scale_log2) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     extern __shared__ __align__(16) uint8_t smem[];
     auto* Qs = reinterpret_cast<__nv_bfloat16*>(smem + kOffQ);
     auto* Ks = reinterpret_cast<__nv_bfloat16*>(smem + kOffK);
@@ -499,6 +504,8 @@ __global__ void __launch_bounds__(128)
     sparse_attn_combine_kernel(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
                                const float* __restrict__ sink, __nv_bfloat16* __restrict__ out, int n_heads,
                                int n_splits) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
     const int64_t head = blockIdx.x, t = blockIdx.y;
     const int64_t base = t * n_splits * n_heads + head;  // partial index of split s: base + s·n_heads
     const float s2 = sink[head] * kLog2e;
@@ -543,7 +550,8 @@ void sparse_attention_decode_reference(const __nv_bfloat16* q, const uint8_t* po
     check_dims(d, n_tok, max_keys);
     if (n_tok == 0) return;
     const dim3 grid(static_cast<unsigned>(d.n_heads), static_cast<unsigned>(n_tok));
-    sparse_attn_kernel<<<grid, kWarps * 32, 0, stream>>>(q, pool, kv_off, max_keys, sink, out, d.n_heads, d.scale);
+    launch_pdl(sparse_attn_kernel, grid, kWarps * 32, 0, stream, q, pool, kv_off, max_keys, sink, out, d.n_heads,
+               d.scale);
     CUDA_CHECK_LAUNCH("sparse_attn_kernel");
 }
 
@@ -574,14 +582,14 @@ void sparse_attention_decode(const __nv_bfloat16* q, const uint8_t* pool, const 
                                     static_cast<int>(smem)));
     const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(n_tok), static_cast<unsigned>(groups));
     const float scale_log2 = d.scale * kLog2e;
-    sparse_attn_tc_kernel<<<grid, kTcThreads, smem, stream>>>(q, pool, kv_off, max_keys, sink, out, part_acc, part_ml,
-                                                              static_cast<int>(d.n_heads), static_cast<int>(splits),
-                                                              static_cast<int>(d.entry_bytes), scale_log2);
+    launch_pdl(sparse_attn_tc_kernel, grid, kTcThreads, smem, stream, q, pool, kv_off, max_keys, sink, out, part_acc,
+               part_ml, static_cast<int>(d.n_heads), static_cast<int>(splits), static_cast<int>(d.entry_bytes),
+               scale_log2);
     CUDA_CHECK_LAUNCH("sparse_attn_tc_kernel");
     if (splits > 1) {
         const dim3 cgrid(static_cast<unsigned>(d.n_heads), static_cast<unsigned>(n_tok));
-        sparse_attn_combine_kernel<<<cgrid, kHeadDim / 4, 0, stream>>>(
-            part_acc, part_ml, sink, out, static_cast<int>(d.n_heads), static_cast<int>(splits));
+        launch_pdl(sparse_attn_combine_kernel, cgrid, kHeadDim / 4, 0, stream, part_acc, part_ml, sink, out,
+                   static_cast<int>(d.n_heads), static_cast<int>(splits));
         CUDA_CHECK_LAUNCH("sparse_attn_combine_kernel");
     }
 }
