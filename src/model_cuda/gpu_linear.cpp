@@ -1,6 +1,7 @@
 #include "model_cuda/gpu_linear.h"
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops/bf16_gemv.cuh"
 #include "backend/cuda/ops/fp8_gemv.cuh"
 #include "backend/cuda/ops/fp8_quant.cuh"
 #include "core/error.h"
@@ -57,6 +58,10 @@ void GpuLinears::fp8_quantized(const GpuFp8Linear& l, const uint8_t* xq, const f
 void GpuLinears::bf16(const GpuBf16Linear& l, const __nv_bfloat16* x, int64_t m, void* y, cuda::GemmOut out,
                       cudaStream_t s, int64_t ld_x) {
     if (m == 0) return;
+    if (gemv_ && m <= kGemvMaxRows && cuda::bf16_gemv_ok(x, ld_x ? ld_x : l.n_in, l.w, l.n_in)) {
+        cuda::bf16_gemv(x, ld_x, l.w, y, out, 0, m, l.n_out, l.n_in, s);
+        return;
+    }
     bf16_gemm_.run(x, ld_x, l.w, y, out, 0, m, l.n_out, l.n_in, s);
 }
 
@@ -64,7 +69,12 @@ void GpuLinears::grouped(const GpuBf16Linear& l, int64_t groups, const __nv_bflo
                          cudaStream_t s) {
     if (m == 0) return;
     ONECARD_CHECK(l.n_out % groups == 0, "wo_a: {} rows do not split into {} groups", l.n_out, groups);
-    bf16_gemm_.run_grouped_columns(x, l.w, z, cuda::GemmOut::Bf16, m, l.n_out / groups, l.n_in, groups, s);
+    const int64_t rows = l.n_out / groups;
+    if (gemv_ && m <= kGemvMaxRows && rows % 16 == 0 && cuda::bf16_gemv_ok(x, groups * l.n_in, l.w, l.n_in)) {
+        cuda::bf16_gemv(x, 0, l.w, z, cuda::GemmOut::Bf16, 0, m, l.n_out, l.n_in, s, rows);
+        return;
+    }
+    bf16_gemm_.run_grouped_columns(x, l.w, z, cuda::GemmOut::Bf16, m, rows, l.n_in, groups, s);
 }
 
 }  // namespace onecard

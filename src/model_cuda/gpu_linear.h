@@ -1,7 +1,8 @@
 // The linears of the GPU forward pass, one entry point per weight kind, choosing the kernel by shape:
 //  * FP8 linears: x [m, k] bf16 -> FP8 1×128 quantisation (REF's act_quant) -> decode GEMV when
 //    m <= 32, else the cuBLASLt block-scaled GEMM (rows padded to a multiple of 4);
-//  * bf16 linears: cuBLAS bf16 GEMM with fp32 accumulation, bf16 or fp32 out.
+//  * bf16 linears: the tensor-core bf16 GEMV when m <= 32, else cuBLAS's bf16 GEMM (fp32 accumulation
+//    both), bf16 or fp32 out.
 // Scratch for the quantised activations comes from the caller's workspace arena (mark/release per
 // call), so nothing allocates during a step.
 #pragma once
@@ -42,7 +43,7 @@ public:
 
     // Rows up to which the GEMV path is used (beyond it the GEMM wins).
     static constexpr int64_t kGemvMaxRows = 32;
-    // Tests: false sends every FP8 linear through the GEMM (to check the two paths against each other).
+    // Tests: false sends every linear through the GEMMs (to check the two paths against each other).
     void set_gemv(bool on) { gemv_ = on; }
 
 private:

@@ -1,0 +1,32 @@
+// Small-M bf16 GEMV for decode, for the linears DeepSeek's reference keeps unquantised (wo_a, the
+// compressors' wkv/wgate, the indexer's weights_proj, the router gate, the LM head):
+// y[m, n] = x[m, k] · W[n, k]ᵀ, bf16 in, fp32 accumulation, bf16 or fp32 out, up to 32 rows per
+// weight pass. Same design as fp8_gemv (tensor cores, mma.m16n8k16 bf16, the weight bytes as stored
+// are the A fragments, weights prefetched before the programmatic-launch wait), so at batch 1 these
+// linears stream at bandwidth and take part in the step's launch overlap, which cuBLAS kernels do not.
+// Grouped form (wo_a): row r of W belongs to group r / rows_per_group and multiplies columns
+// [g·k, (g+1)·k) of x.
+// Parity oracle: cpu::matmul_nt on the same bf16-valued inputs (and bf16_gemm, cuBLAS).
+#pragma once
+
+#include "backend/cuda/ops/bf16_gemm.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace onecard::cuda {
+
+inline constexpr int64_t kBf16GemvMaxM = 32;
+
+// Whether bf16_gemv takes this shape: k % 64 == 0, x and its row stride 16-byte aligned.
+bool bf16_gemv_ok(const __nv_bfloat16* x, int64_t ld_x, const __nv_bfloat16* w, int64_t k);
+
+// x [m, ld_x] bf16 (row stride ld_x, 0 = k·groups); W [n, k] dense bf16; y [m, n] of type `out` (row
+// stride ld_y, 0 = n). rows_per_group = 0: one group (x columns [0, k)); else n % rows_per_group == 0
+// and row r reads x columns [(r / rows_per_group)·k, +k). Any m (passes of 32 rows).
+void bf16_gemv(const __nv_bfloat16* x, int64_t ld_x, const __nv_bfloat16* w, void* y, GemmOut out, int64_t ld_y,
+               int64_t m, int64_t n, int64_t k, cudaStream_t stream, int64_t rows_per_group = 0);
+
+}  // namespace onecard::cuda
