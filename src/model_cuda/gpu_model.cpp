@@ -475,15 +475,14 @@ void GpuModel::forward(cudaStream_t s) {
     tick("start", s);
     cuda::embed_streams(meta_.tokens, w_.embed, b.X, n, D, 4, s);
     for (const GpuBlock& blk : w_.layers) {
+        // x = attn_norm(collapse of the streams); the norm is fused into hc_pre's finishing kernel.
         cuda::hc_pre_bf16(b.X, blk.hc_attn.fn, blk.hc_attn.scale, blk.hc_attn.base, b.x, b.pre, b.post, b.comb,
-                          b.hc_scratch, b.hc_scratch_floats, n, hd, s);
-        cuda::rmsnorm_bf16(b.x, blk.attn_norm, b.x, n, D, eps, s);
+                          b.hc_scratch, b.hc_scratch_floats, n, hd, s, blk.attn_norm, eps);
         tick("hyper-connections + norms", s);
         attention(blk, b.x, b.a, s);
         cuda::hc_post_bf16(b.a, b.X, b.post, b.comb, b.X, n, hd, s);
         cuda::hc_pre_bf16(b.X, blk.hc_ffn.fn, blk.hc_ffn.scale, blk.hc_ffn.base, b.x, b.pre, b.post, b.comb,
-                          b.hc_scratch, b.hc_scratch_floats, n, hd, s);
-        cuda::rmsnorm_bf16(b.x, blk.ffn_norm, b.x, n, D, eps, s);
+                          b.hc_scratch, b.hc_scratch_floats, n, hd, s, blk.ffn_norm, eps);
         tick("hyper-connections + norms", s);
         moe(blk, b.x, b.a, s);
         cuda::hc_post_bf16(b.a, b.X, b.post, b.comb, b.X, n, hd, s);

@@ -11,6 +11,7 @@
 #ifdef ONECARD_HAVE_CUDA
 
 #include "backend/cpu/hyper_connection.h"
+#include "backend/cpu/norm.h"
 #include "backend/cuda/ops/hyper_connection.cuh"
 
 #include <cstdio>
@@ -91,6 +92,34 @@ void check_hc(int64_t n_tok, int64_t dim, uint32_t seed, PrePath path = PrePath:
     }
     for (size_t i = 0; i < comb.size(); ++i) EXPECT_NEAR(g_comb[i], comb[i], 1e-4) << "comb " << i;
     expect_bf16_close(test::from_bf16_bits(cuda::copy_to_host(dx, x_ref.size())), x_ref, "collapsed x");
+
+    // The same with the sub-block's RMSNorm fused (gpu_model passes attn_norm / ffn_norm): the CPU norm
+    // of the bf16 collapse, times a random weight.
+    {
+        const auto w = test::random_bf16_values(rng, static_cast<size_t>(dim));
+        auto* dw = test::upload(arena, test::to_bf16_bits(w), "norm w");
+        std::vector<float> xb = x_ref, nref(x_ref.size());
+        for (auto& v : xb) v = test::from_bf16_bits(test::to_bf16_bits(std::vector<float>{v}))[0];
+        cpu::rmsnorm(xb.data(), w.data(), nref.data(), n_tok, dim, 1e-6f);
+        cuda::fill_bytes(dx, 0xFF, x_ref.size() * 2);
+        if (path == PrePath::kSplit)
+            cuda::hc_pre_bf16(reinterpret_cast<const __nv_bfloat16*>(dX), dfn, dscale, dbase,
+                              reinterpret_cast<__nv_bfloat16*>(dx), dpre, dpost, dcomb, dscratch, scratch_floats, n_tok,
+                              hd, s.get(), reinterpret_cast<const __nv_bfloat16*>(dw), 1e-6f);
+        else
+            cuda::hc_pre_bf16(reinterpret_cast<const __nv_bfloat16*>(dX), dfn, dscale, dbase,
+                              reinterpret_cast<__nv_bfloat16*>(dx), dpre, dpost, dcomb, nullptr, 0, n_tok, hd, s.get(),
+                              reinterpret_cast<const __nv_bfloat16*>(dw), 1e-6f);
+        s.sync();
+        // A one-ulp difference in the bf16 collapse (fp32 sums in another order) moves the normalised
+        // value by up to two ulps after its own rounding: 2^-6 relative.
+        const auto got = test::from_bf16_bits(cuda::copy_to_host(dx, x_ref.size()));
+        for (size_t i = 0; i < got.size(); ++i) {
+            ASSERT_TRUE(std::isfinite(got[i])) << "normalised x: unwritten element " << i;
+            ASSERT_LE(std::fabs(got[i] - nref[i]), std::ldexp(std::fabs(nref[i]), -6) + 2e-3f)
+                << "normalised x " << i;
+        }
+    }
 
     // hc_post in place on the GPU streams, with the CPU's post/comb uploaded so the check isolates the op.
     const auto a = test::random_bf16_values(rng, static_cast<size_t>(n_tok * dim));

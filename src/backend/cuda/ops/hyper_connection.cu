@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops/common.cuh"
 #include "backend/cuda/ops/pdl.cuh"
+#include "backend/cuda/ops/rmsnorm.cuh"
 
 #include <algorithm>
 #include <cstdint>
@@ -270,7 +271,8 @@ __global__ void __launch_bounds__(kFinThreads)
 hc_pre_finish_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ part,
                      const float* __restrict__ scale, const float* __restrict__ base, __nv_bfloat16* __restrict__ x,
                      float* __restrict__ pre_out, float* __restrict__ post_out, float* __restrict__ comb_out,
-                     int64_t dim, int64_t slices, int iters, float hc_eps, float norm_eps) {
+                     int64_t dim, int64_t slices, int iters, float hc_eps, float norm_eps,
+                     const __nv_bfloat16* __restrict__ rms_w, float rms_eps) {
     dev::pdl_wait();
     dev::pdl_trigger();
     static_assert(kMix % kFinXWarps == 0, "each X warp sums kMix / kFinXWarps mixes");
@@ -338,6 +340,49 @@ hc_pre_finish_kernel(const __nv_bfloat16* __restrict__ X, const float* __restric
         const int e = lane & (kHc * kHc - 1);
         const float c = sinkhorn4_lanes(mix_s[2 * kHc + e] * scale[2] + base[2 * kHc + e], iters, hc_eps);
         if (lane < kHc * kHc) comb_out[t * kHc * kHc + e] = c;
+        if (rms_w == nullptr) return;
+        // The fused RMSNorm's block sum needs every warp; this one adds nothing.
+        const float ss = dev::block_sum(0.0f, sum_scratch);
+        (void)ss;
+        return;
+    }
+    if (rms_w != nullptr) {
+        // x = RMSNorm(Σ_j pre_j·X_j) · w, as rmsnorm_kernel computes it from the bf16 collapse (the
+        // caller guarantees every chunk is cached: D <= kFinCached·kFinXThreads·8).
+        float pre[kHc];
+#pragma unroll
+        for (int j = 0; j < kHc; ++j) pre[j] = pre_s[j];
+        float o[kFinCached][8];
+        float ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kFinCached; ++i) {
+            float xs[kHc][8];
+#pragma unroll
+            for (int j = 0; j < kHc; ++j) unpack8(xc[i][j], xs[j]);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                float acc = 0.0f;
+#pragma unroll
+                for (int j = 0; j < kHc; ++j) acc = fmaf(pre[j], xs[j][e], acc);
+                o[i][e] = __bfloat162float(__float2bfloat16(acc));  // the collapse is bf16 (REF)
+                ss += o[i][e] * o[i][e];
+            }
+        }
+        ss = dev::block_sum(ss, sum_scratch);
+        const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + rms_eps);
+#pragma unroll
+        for (int i = 0; i < kFinCached; ++i) {
+            const int64_t c = threadIdx.x + static_cast<int64_t>(i) * kFinXThreads;
+            if (c >= dchunks) continue;
+            const uint4 wv = __ldg(reinterpret_cast<const uint4*>(rms_w + c * 8));
+            float wf[8];
+            unpack8(wv, wf);
+            float y[8];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) y[e] = wf[e] * (o[i][e] * inv);
+            *reinterpret_cast<uint4*>(x + t * dim + c * 8) = make_uint4(
+                pack_bf16x2(y[0], y[1]), pack_bf16x2(y[2], y[3]), pack_bf16x2(y[4], y[5]), pack_bf16x2(y[6], y[7]));
+        }
         return;
     }
     float pre[kHc];
@@ -447,11 +492,14 @@ size_t hc_pre_scratch_floats(int64_t max_tok, const HcDims& p) {
 
 void hc_pre_bf16(const __nv_bfloat16* X, const float* fn, const float* scale, const float* base, __nv_bfloat16* x,
                  float* pre, float* post, float* comb, float* scratch, size_t scratch_floats, int64_t n_tok,
-                 const HcDims& p, cudaStream_t stream) {
+                 const HcDims& p, cudaStream_t stream, const __nv_bfloat16* rms_weight, float rms_eps) {
     ONECARD_CHECK(p.dim > 0 && p.sinkhorn_iters >= 1, "hc_pre_bf16: dim {} iters {}", p.dim, p.sinkhorn_iters);
     if (n_tok == 0) return;
-    if (scratch == nullptr || !split_path_ok(X, fn, x, p.dim)) {
+    const bool fuse_norm = rms_weight != nullptr && p.dim <= kFinCached * kFinXThreads * 8 &&
+                           reinterpret_cast<uintptr_t>(rms_weight) % 16 == 0;
+    if (scratch == nullptr || !split_path_ok(X, fn, x, p.dim) || (rms_weight != nullptr && !fuse_norm)) {
         hc_pre_bf16(X, fn, scale, base, x, pre, post, comb, n_tok, p, stream);
+        if (rms_weight != nullptr) rmsnorm_bf16(x, rms_weight, x, n_tok, p.dim, rms_eps, stream);
         return;
     }
     const PrePlan pl = pre_plan(n_tok, p.dim);
@@ -469,7 +517,8 @@ void hc_pre_bf16(const __nv_bfloat16* X, const float* fn, const float* scale, co
     }
     CUDA_CHECK_LAUNCH("hc_mix_partial_kernel");
     launch_pdl(hc_pre_finish_kernel, static_cast<unsigned>(n_tok), kFinThreads, 0, stream, X, scratch, scale, base, x,
-               pre, post, comb, p.dim, pl.slices, static_cast<int>(p.sinkhorn_iters), p.hc_eps, p.norm_eps);
+               pre, post, comb, p.dim, pl.slices, static_cast<int>(p.sinkhorn_iters), p.hc_eps, p.norm_eps,
+               fuse_norm ? rms_weight : nullptr, rms_eps);
     CUDA_CHECK_LAUNCH("hc_pre_finish_kernel");
 }
 

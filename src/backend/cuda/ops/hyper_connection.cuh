@@ -33,9 +33,12 @@ size_t hc_pre_scratch_floats(int64_t max_tok, const HcDims& p);
 // X [n_tok, 4, D] bf16, fn [24, 4·D] fp32, scale [3], base [24] (device) ->
 // x [n_tok, D] bf16, pre [n_tok, 4], post [n_tok, 4], comb [n_tok, 4, 4] fp32 (row j = source stream).
 // scratch: scratch_floats >= hc_pre_scratch_floats(n_tok, p) floats of device memory (overwritten).
+// rms_weight [D] bf16 (optional): x comes out RMS-normalised, x = rmsnorm_bf16(collapse, rms_weight,
+// rms_eps) (the sub-block's attn_norm / ffn_norm), fused into the finishing kernel when D <= 4096.
 void hc_pre_bf16(const __nv_bfloat16* X, const float* fn, const float* scale, const float* base, __nv_bfloat16* x,
                  float* pre, float* post, float* comb, float* scratch, size_t scratch_floats, int64_t n_tok,
-                 const HcDims& p, cudaStream_t stream);
+                 const HcDims& p, cudaStream_t stream, const __nv_bfloat16* rms_weight = nullptr,
+                 float rms_eps = 0.0f);
 
 // The same without a scratch: one block per token (slow for small n_tok: each block streams all of fn).
 void hc_pre_bf16(const __nv_bfloat16* X, const float* fn, const float* scale, const float* base, __nv_bfloat16* x,

@@ -137,7 +137,11 @@ __device__ __forceinline__ void e2m1x8_to_e4m3(uint32_t w, uint32_t& even, uint3
 //   lane (g, t) holds codes word t of group G for rows g and g + 8 (A), the pair g's activations
 //   [32G + 8t, +8) (B), and gets D[row g | g + 8][pair 2t | 2t + 1];
 //   acc += D · 2^(scale(row, G) - 127) · xs[pair, G/4]   (fp32; the 2^6 of the decode is undone at the end).
-// Weights are double-buffered a chunk of 8 groups (2 KB per warp) ahead.
+// Weights are double-buffered a chunk of 8 groups (2 KB per warp) ahead. S = 1: each warp owns a row
+// tile; S = kMmaWarps (few items, e.g. batch 1): the block's warps share one row tile and take its
+// chunks round-robin, adding their sums in shared memory, so each warp waits on a quarter of the
+// round trips.
+template <int S>
 __global__ void __launch_bounds__(kMmaThreads)
     mxfp4_mma_gemv_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ xs,
                           const int32_t* __restrict__ act_rows, const int32_t* __restrict__ scratch, int max_items,
@@ -154,7 +158,9 @@ __global__ void __launch_bounds__(kMmaThreads)
     const int n_items = scratch[0];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int tiles_a = n / 16, tiles = mb.w != nullptr ? 2 * tiles_a : tiles_a;
-    const int tile = static_cast<int>(blockIdx.x) * kMmaWarps + warp;
+    static_assert(S == 1 || S == kMmaWarps, "the reduction barrier needs the whole block on one tile");
+    __shared__ float4 red[kMmaWarps][32];
+    const int tile = static_cast<int>(blockIdx.x) * (kMmaWarps / S) + warp / S, part = warp % S;
     const bool in_b = tile >= tiles_a;
     // Values, not a reference into the parameter space (a selected reference costs a local copy).
     const uint8_t* const mat_w = in_b ? mb.w : ma.w;
@@ -185,7 +191,7 @@ __global__ void __launch_bounds__(kMmaThreads)
         }
         if (threadIdx.x < kItemCap) pid[threadIdx.x] = static_cast<int>(threadIdx.x) < count ? sorted[threadIdx.x] : -1;
         __syncthreads();
-        if (tile >= tiles) continue;  // warp-uniform; the warp still joins the next item's barrier
+        if (tile >= tiles) continue;  // warp-uniform (block-uniform when S > 1); joins the next item's barrier
 
         const uint8_t* wt = mat_w + expert * n * (k / 2) + static_cast<int64_t>(rtile) * 8 * k + lane * 16;
         const uint8_t* st = mat_ws + expert * n * (k / 32) + static_cast<int64_t>(rtile) * (k / 2) + g * 16;
@@ -230,13 +236,25 @@ __global__ void __launch_bounds__(kMmaThreads)
             }
         };
         uint4 wa[4], wb[4], sa, sb;
-        load(0, wa, sa);
-        for (int c = 0; c < n_chunks; c += 2) {
-            if (c + 1 < n_chunks) load(c + 1, wb, sb);
+        if (part < n_chunks) load(part, wa, sa);
+        for (int c = part; c < n_chunks; c += 2 * S) {
+            if (c + S < n_chunks) load(c + S, wb, sb);
             compute(c, wa, sa);
-            if (c + 1 < n_chunks) {
-                if (c + 2 < n_chunks) load(c + 2, wa, sa);
-                compute(c + 1, wb, sb);
+            if (c + S < n_chunks) {
+                if (c + 2 * S < n_chunks) load(c + 2 * S, wa, sa);
+                compute(c + S, wb, sb);
+            }
+        }
+        if (S > 1) {
+            red[warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+            __syncthreads();
+            if (part != 0) continue;
+            for (int w = 1; w < S; ++w) {  // fixed order: deterministic sums
+                const float4 p = red[warp + w][lane];
+                acc[0] += p.x;
+                acc[1] += p.y;
+                acc[2] += p.z;
+                acc[3] += p.w;
             }
         }
         // 64 undoes the decode's 2^-6 (exact).
@@ -300,15 +318,24 @@ void mxfp4_grouped_gemv(const uint8_t* xq, const float* xs, const int32_t* act_r
     // Item slots: the bound when it is small (batch <= 8: nearly tight); else 3/4 of it (batch 64:
     // bound ~260, ~180 items for uniform routing), blocks past the count taking a second item.
     const int64_t slots = groups.max_items <= 64 ? groups.max_items : (groups.max_items * 3 + 3) / 4;
-    const dim3 grid(static_cast<unsigned>((tiles + kMmaWarps - 1) / kMmaWarps), static_cast<unsigned>(slots));
     const size_t smem = mma_smem_bytes(k);
-    if (smem > 48 * 1024) {
-        CUDA_CHECK(cudaFuncSetAttribute(mxfp4_mma_gemv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(smem)));
-    }
     const GemvMat a{w, ws, y}, b{w_b, ws_b, y_b};
-    launch_pdl(mxfp4_mma_gemv_kernel, grid, kMmaThreads, smem, stream, xq, xs, act_rows, groups.scratch,
-               static_cast<int>(groups.max_items), a, b, static_cast<int>(n), static_cast<int>(k));
+    auto go = [&](auto kernel, int64_t tiles_per_block) {
+        if (smem > 48 * 1024) {
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        }
+        const dim3 grid(static_cast<unsigned>((tiles + tiles_per_block - 1) / tiles_per_block),
+                        static_cast<unsigned>(slots));
+        launch_pdl(kernel, grid, kMmaThreads, smem, stream, xq, xs, act_rows, groups.scratch,
+                   static_cast<int>(groups.max_items), a, b, static_cast<int>(n), static_cast<int>(k));
+    };
+    // Few (item, tile) pairs (batch 1: 6 items x 256 tiles) leave each warp a long chain of round
+    // trips: split the chunks of a tile over the block's warps instead.
+    if (groups.max_items * tiles < 8192) {
+        go(mxfp4_mma_gemv_kernel<kMmaWarps>, 1);
+    } else {
+        go(mxfp4_mma_gemv_kernel<1>, kMmaWarps);
+    }
     CUDA_CHECK_LAUNCH("mxfp4_mma_gemv_kernel");
 }
 
