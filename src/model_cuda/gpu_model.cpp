@@ -52,7 +52,7 @@ struct GpuModel::Buffers {
     float* weights = nullptr;                               // [T, K]
     bf16 *sg = nullptr, *su = nullptr, *sh = nullptr;       // shared expert [T, inter]
     bf16 *shared = nullptr, *routed = nullptr, *xr = nullptr;  // [T, D]
-    bf16 *y1 = nullptr, *y3 = nullptr, *h = nullptr, *y2 = nullptr;  // decode pairs
+    bf16 *y1 = nullptr, *y3 = nullptr, *y2 = nullptr;          // decode pairs
     uint8_t *xq = nullptr, *hq = nullptr;
     float *xs = nullptr, *hs = nullptr;
     int32_t* pair_token = nullptr;  // [gemv_rows·K]: pair i belongs to token i / K
@@ -162,7 +162,6 @@ GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKv
     const int64_t P = b.gemv_rows * K;
     A(b.y1, P * I, "expert gate");
     A(b.y3, P * I, "expert up");
-    A(b.h, P * I, "expert hidden");
     A(b.y2, P * D, "expert out");
     A(b.xq, b.gemv_rows * D, "expert xq");
     A(b.xs, b.gemv_rows * D / 128, "expert xs");
@@ -264,8 +263,8 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
     const int64_t ql = c.q_lora_rank;
     if (w.wq_a_wkv.w) {
         lin_->fp8(w.wq_a_wkv, xn, n, b.qkv, s);
-        cuda::rmsnorm_bf16(b.qkv, w.q_norm, b.qr, n, ql, eps, s, ql + hd, ql);
-        cuda::rmsnorm_bf16(b.qkv + ql, w.kv_norm, b.kv, n, hd, eps, s, ql + hd, hd);
+        cuda::rmsnorm_bf16_pair(b.qkv, w.q_norm, b.qr, ql, ql + hd, ql, b.qkv + ql, w.kv_norm, b.kv, hd, ql + hd, hd, n,
+                                eps, s);
     } else {
         lin_->fp8(w.wq_a, xn, n, b.qr, s);
         cuda::rmsnorm_bf16(b.qr, w.q_norm, b.qr, n, ql, eps, s);
@@ -389,7 +388,8 @@ void GpuModel::moe(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t 
     if (x_once) {
         cuda::quantize_fp8_1x128(xn, b.xq, b.xs, n, D, cuda::ActScaleLayout::RowMajor, s);
         lin_->fp8_quantized(m.shared_w13, b.xq, b.xs, n, b.s13, s);
-        cuda::swiglu_clamp(b.s13, b.s13 + I, 2 * I, nullptr, b.sh, n, I, limit, s);
+        // SwiGLU and w2's input quantisation in one kernel (hq is free until the routed experts).
+        cuda::swiglu_clamp_quant(b.s13, b.s13 + I, 2 * I, nullptr, b.hq, b.hs, n, I, limit, s);
     } else if (m.shared_w13.w) {
         lin_->fp8(m.shared_w13, xn, n, b.s13, s);
         cuda::swiglu_clamp(b.s13, b.s13 + I, 2 * I, nullptr, b.sh, n, I, limit, s);
@@ -398,7 +398,12 @@ void GpuModel::moe(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t 
         lin_->fp8(m.shared_w3, xn, n, b.su, s);
         cuda::swiglu_clamp(b.sg, b.su, I, nullptr, b.sh, n, I, limit, s);
     }
-    lin_->fp8(m.shared_w2, b.sh, n, b.shared, s);
+    if (x_once && lin_->gemv_ok(m.shared_w2, n)) {
+        lin_->fp8_quantized(m.shared_w2, b.hq, b.hs, n, b.shared, s);
+    } else {
+        if (x_once) cuda::swiglu_clamp(b.s13, b.s13 + I, 2 * I, nullptr, b.sh, n, I, limit, s);
+        lin_->fp8(m.shared_w2, b.sh, n, b.shared, s);
+    }
     tick("moe: shared expert", s);
     // Routed experts; REF scales the hidden activation by the routing weight before w2.
     if (routed_gemv) {
@@ -407,8 +412,7 @@ void GpuModel::moe(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t 
         const cuda::MoePairGroups groups = cuda::mxfp4_group_pairs(
             b.experts, P, c.n_routed_experts, n, b.pair_groups, cuda::mxfp4_group_scratch_ints(b.gemv_rows * K), s);
         cuda::mxfp4_grouped_gemv(b.xq, b.xs, b.pair_token, groups, e.w1, e.s1, b.y1, e.w3, e.s3, b.y3, I, D, s);
-        cuda::swiglu_clamp(b.y1, b.y3, I, b.weights, b.h, P, I, limit, s);
-        cuda::quantize_fp8_1x128(b.h, b.hq, b.hs, P, I, cuda::ActScaleLayout::RowMajor, s);
+        cuda::swiglu_clamp_quant(b.y1, b.y3, I, b.weights, b.hq, b.hs, P, I, limit, s);
         cuda::mxfp4_grouped_gemv(b.hq, b.hs, nullptr, groups, e.w2, e.s2, b.y2, nullptr, nullptr, nullptr, D, I, s);
         cuda::moe_combine(b.y2, nullptr, b.shared, out, n, K, D, s);
         tick("moe: routed experts (gemv)", s);

@@ -10,6 +10,7 @@
 #ifdef ONECARD_HAVE_CUDA
 
 #include "backend/cpu/moe.h"
+#include "backend/cuda/ops/fp8_quant.cuh"
 #include "backend/cuda/ops/moe.cuh"
 
 #include <algorithm>
@@ -176,6 +177,24 @@ void check_swiglu(int64_t rows, int64_t inter, float limit, bool scaled, uint32_
     cuda::swiglu_clamp(g, g + inter, ld, ds, reinterpret_cast<__nv_bfloat16*>(dh), rows, inter, limit, s.get());
     s.sync();
     expect_bf16_close(test::from_bf16_bits(cuda::copy_to_host(dh, ref.size())), ref, "swiglu_clamp");
+
+    // The fused SwiGLU + FP8 quantisation gives exactly the bytes of the two kernels back to back.
+    if (inter % 128 == 0) {
+        const size_t nq = ref.size(), ns = static_cast<size_t>(rows * inter / 128);
+        auto* q1 = arena.alloc_n<uint8_t>(nq, "q unfused");
+        auto* q2 = arena.alloc_n<uint8_t>(nq, "q fused");
+        auto* s1 = arena.alloc_n<float>(ns, "scales unfused");
+        auto* s2 = arena.alloc_n<float>(ns, "scales fused");
+        cuda::fill_bytes(q2, 0xAB, nq);
+        cuda::fill_bytes(s2, 0xFF, ns * 4);
+        cuda::quantize_fp8_1x128(reinterpret_cast<const __nv_bfloat16*>(dh), q1, s1, rows, inter,
+                                 cuda::ActScaleLayout::RowMajor, s.get());
+        cuda::swiglu_clamp_quant(g, g + inter, ld, ds, q2, s2, rows, inter, limit, s.get());
+        s.sync();
+        EXPECT_EQ(cuda::copy_to_host(q2, nq), cuda::copy_to_host(q1, nq)) << "fused E4M3 bytes";
+        const auto a = cuda::copy_to_host(s1, ns), b = cuda::copy_to_host(s2, ns);
+        for (size_t i = 0; i < ns; ++i) ASSERT_EQ(a[i], b[i]) << "fused scale " << i;
+    }
 }
 
 TEST(CudaSwiglu, ClampedMatchesCpu) {

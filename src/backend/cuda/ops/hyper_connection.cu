@@ -223,10 +223,8 @@ hc_pre_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ fn,
 // for the tile's tokens (slice-minor, so the finish reads each mix's partials as one contiguous run). The slice's 8-element chunks are spread evenly over its 8 warps.
 template <int TT>
 __global__ void __launch_bounds__(kMixThreads, 2)
-hc_mix_partial_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ fn, float* __restrict__ part,
-                      int64_t n_tok, int64_t flat, int64_t slices) {
-    dev::pdl_wait();
-    dev::pdl_trigger();
+    hc_mix_partial_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ fn, float* __restrict__ part,
+                          int64_t n_tok, int64_t flat, int64_t slices) {
     __shared__ float red[kMixWarps][TT][kMix];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t t0 = static_cast<int64_t>(blockIdx.x) * TT, slice = blockIdx.y;
@@ -238,10 +236,22 @@ hc_mix_partial_kernel(const __nv_bfloat16* __restrict__ X, const float* __restri
     float acc[TT];
 #pragma unroll
     for (int t = 0; t < TT; ++t) acc[t] = 0.0f;
-#pragma unroll 2
+    // fn is a weight (nothing in the step writes it): the first chunk is requested before waiting for
+    // the previous kernel (pdl.cuh), then each chunk's fn one iteration ahead. At decode sizes a warp
+    // has about one chunk, so this hides the whole fn read behind that kernel's tail.
+    float4 f0n = make_float4(0.f, 0.f, 0.f, 0.f), f1n = f0n;
+    if (c_begin < c_end) {
+        f0n = __ldg(reinterpret_cast<const float4*>(f_row + c_begin * 8));
+        f1n = __ldg(reinterpret_cast<const float4*>(f_row + c_begin * 8 + 4));
+    }
+    dev::pdl_wait();
+    dev::pdl_trigger();
     for (int64_t c = c_begin; c < c_end; ++c) {
-        const float4 f0 = __ldg(reinterpret_cast<const float4*>(f_row + c * 8));
-        const float4 f1 = __ldg(reinterpret_cast<const float4*>(f_row + c * 8 + 4));
+        const float4 f0 = f0n, f1 = f1n;
+        if (c + 1 < c_end) {
+            f0n = __ldg(reinterpret_cast<const float4*>(f_row + (c + 1) * 8));
+            f1n = __ldg(reinterpret_cast<const float4*>(f_row + (c + 1) * 8 + 4));
+        }
 #pragma unroll
         for (int t = 0; t < TT; ++t) {
             if (t < nt) {

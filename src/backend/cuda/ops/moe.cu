@@ -120,6 +120,45 @@ __global__ void swiglu_clamp_kernel(const __nv_bfloat16* __restrict__ gate, cons
     h[i] = __float2bfloat16(v);
 }
 
+// swiglu_clamp_kernel's value, rounded to bf16, then quantize_fp8_kernel's 1x128 E4M3 rounding of
+// it (RowMajor scales): one warp per 128-wide block, 4 elements per lane, the same fp32 operations
+// in the same order as the two kernels back to back, so the bytes are identical.
+__global__ void swiglu_quant_kernel(const __nv_bfloat16* __restrict__ gate, const __nv_bfloat16* __restrict__ up,
+                                    int64_t ld_in, const float* __restrict__ row_scale, uint8_t* __restrict__ q,
+                                    float* __restrict__ scales, int64_t rows, int64_t inter, float limit) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
+    const int64_t n_kb = inter / 128;
+    const int64_t blk = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
+    if (blk >= rows * n_kb) return;  // whole warps leave together
+    const int lane = threadIdx.x & 31;
+    const int64_t r = blk / n_kb, c0 = (blk % n_kb) * 128 + lane * 4;
+    float v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        float g = __bfloat162float(gate[r * ld_in + c0 + i]);
+        float u = __bfloat162float(up[r * ld_in + c0 + i]);
+        if (limit > 0.0f) {
+            g = fminf(g, limit);
+            u = fminf(fmaxf(u, -limit), limit);
+        }
+        float h = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+        if (row_scale) h = __fmul_rn(h, row_scale[r]);
+        v[i] = __bfloat162float(__float2bfloat16(h));
+    }
+    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+    amax = dev::warp_max(amax);
+    const float sc = dev::ue8m0_scale_for(fmaxf(amax, 1e-4f), 448.0f);
+    uint32_t packed = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float qv = fminf(fmaxf(v[i] / sc, -448.0f), 448.0f);
+        packed |= static_cast<uint32_t>(dev::f32_to_e4m3(qv)) << (8 * i);
+    }
+    *reinterpret_cast<uint32_t*>(q + r * inter + c0) = packed;
+    if (lane == 0) scales[blk] = sc;
+}
+
 // One thread per (token, column): shared + Σ_k routed·w in k order, fp32; out in bf16.
 __global__ void moe_combine_kernel(const __nv_bfloat16* __restrict__ routed, const float* __restrict__ weights,
                                    const __nv_bfloat16* __restrict__ shared, __nv_bfloat16* __restrict__ out, int64_t n,
@@ -175,6 +214,18 @@ void moe_combine(const __nv_bfloat16* routed, const float* weights, const __nv_b
     launch_pdl(moe_combine_kernel, static_cast<unsigned>((total + threads - 1) / threads), threads, 0, stream, routed,
                weights, shared, out, n, top_k, dim);
     CUDA_CHECK_LAUNCH("moe_combine_kernel");
+}
+
+void swiglu_clamp_quant(const __nv_bfloat16* gate, const __nv_bfloat16* up, int64_t ld_in, const float* row_scale,
+                        uint8_t* q, float* scales, int64_t rows, int64_t inter, float limit, cudaStream_t stream) {
+    ONECARD_CHECK(rows >= 0 && inter > 0 && inter % 128 == 0 && ld_in >= inter,
+                  "swiglu_clamp_quant: rows {} inter {} (a multiple of 128) ld_in {}", rows, inter, ld_in);
+    const int64_t warps = rows * (inter / 128);
+    if (warps == 0) return;
+    const int threads = 256;
+    launch_pdl(swiglu_quant_kernel, static_cast<unsigned>((warps * 32 + threads - 1) / threads), threads, 0, stream,
+               gate, up, ld_in, row_scale, q, scales, rows, inter, limit);
+    CUDA_CHECK_LAUNCH("swiglu_quant_kernel");
 }
 
 }  // namespace onecard::cuda

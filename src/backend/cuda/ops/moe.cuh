@@ -26,6 +26,11 @@ void moe_route(const float* logits, const float* bias, const int32_t* tid2eid, c
 void swiglu_clamp(const __nv_bfloat16* gate, const __nv_bfloat16* up, int64_t ld_in, const float* row_scale,
                   __nv_bfloat16* h, int64_t rows, int64_t inter, float limit, cudaStream_t stream);
 
+// swiglu_clamp followed by quantize_fp8_1x128 (RowMajor) of its bf16 result, in one kernel with
+// identical bytes: q [rows, inter] E4M3, scales [rows, inter/128] fp32. inter % 128 == 0.
+void swiglu_clamp_quant(const __nv_bfloat16* gate, const __nv_bfloat16* up, int64_t ld_in, const float* row_scale,
+                        uint8_t* q, float* scales, int64_t rows, int64_t inter, float limit, cudaStream_t stream);
+
 // out [n, D] bf16 = shared [n, D] + Σ_k routed[i·K + k, :] · (weights ? weights[i·K + k] : 1), fp32 sum
 // in k order. routed [n·K, D] bf16 (one row per (token, pick)).
 void moe_combine(const __nv_bfloat16* routed, const float* weights, const __nv_bfloat16* shared, __nv_bfloat16* out,

@@ -4,6 +4,8 @@
 #include "backend/cuda/ops/common.cuh"
 #include "backend/cuda/ops/pdl.cuh"
 
+#include <algorithm>
+
 namespace onecard::cuda {
 namespace {
 
@@ -29,6 +31,37 @@ __global__ void rmsnorm_kernel(const __nv_bfloat16* __restrict__ x, const __nv_b
     }
 }
 
+// Two row sets in one launch (blockIdx.y picks the set), each row exactly as rmsnorm_kernel.
+struct NormRows {
+    const __nv_bfloat16* x;
+    const __nv_bfloat16* w;
+    __nv_bfloat16* y;
+    int64_t dim, ld_x, ld_y;
+};
+
+__global__ void rmsnorm_pair_kernel(NormRows a, NormRows b, float eps) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
+    __shared__ float scratch[32];
+    // Fields, not a reference into the parameter space (a selected reference costs a local copy).
+    const bool second = blockIdx.y != 0;
+    const __nv_bfloat16* xr = (second ? b.x : a.x) + blockIdx.x * (second ? b.ld_x : a.ld_x);
+    const __nv_bfloat16* w = second ? b.w : a.w;
+    __nv_bfloat16* yr = (second ? b.y : a.y) + blockIdx.x * (second ? b.ld_y : a.ld_y);
+    const int64_t dim = second ? b.dim : a.dim;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+        const float v = __bfloat162float(xr[i]);
+        ss += v * v;
+    }
+    ss = dev::block_sum(ss, scratch);
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+        const float v = __bfloat162float(xr[i]) * inv;
+        yr[i] = __float2bfloat16(w ? __bfloat162float(w[i]) * v : v);
+    }
+}
+
 }  // namespace
 
 void rmsnorm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* weight, __nv_bfloat16* y, int64_t n_rows, int64_t dim,
@@ -40,6 +73,21 @@ void rmsnorm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* weight, __nv_bflo
     launch_pdl(rmsnorm_kernel, static_cast<unsigned>(n_rows), threads, 0, stream, x, weight, y, dim, eps,
                ld_x ? ld_x : dim, ld_y ? ld_y : dim);
     CUDA_CHECK_LAUNCH("rmsnorm_kernel");
+}
+
+void rmsnorm_bf16_pair(const __nv_bfloat16* x1, const __nv_bfloat16* w1, __nv_bfloat16* y1, int64_t dim1, int64_t ld_x1,
+                       int64_t ld_y1, const __nv_bfloat16* x2, const __nv_bfloat16* w2, __nv_bfloat16* y2, int64_t dim2,
+                       int64_t ld_x2, int64_t ld_y2, int64_t n_rows, float eps, cudaStream_t stream) {
+    ONECARD_CHECK(n_rows >= 0 && n_rows < (int64_t{1} << 31) && dim1 > 0 && dim2 > 0,
+                  "rmsnorm_bf16_pair: bad shape {} rows, dims {} and {}", n_rows, dim1, dim2);
+    if (n_rows == 0) return;
+    // The thread count rmsnorm_bf16 picks for the wider set; the other gets the same (the block
+    // size does not change a row's result beyond the fp32 summation order, which tests bound).
+    const int threads = std::max(dim1, dim2) >= 2048 ? 256 : 128;
+    const NormRows a{x1, w1, y1, dim1, ld_x1 ? ld_x1 : dim1, ld_y1 ? ld_y1 : dim1};
+    const NormRows b{x2, w2, y2, dim2, ld_x2 ? ld_x2 : dim2, ld_y2 ? ld_y2 : dim2};
+    launch_pdl(rmsnorm_pair_kernel, dim3(static_cast<unsigned>(n_rows), 2), threads, 0, stream, a, b, eps);
+    CUDA_CHECK_LAUNCH("rmsnorm_pair_kernel");
 }
 
 }  // namespace onecard::cuda
