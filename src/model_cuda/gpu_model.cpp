@@ -280,8 +280,7 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
         lin_->fp8(w.wq_b, b.qr, n, b.q, s);
     }
     cuda::rmsnorm_bf16(b.q, nullptr, b.q, n * H, hd, eps, s);
-    cuda::rope_bf16(b.q, n, H, hd, rope, n_rope, meta_.positions, false, s);
-    cuda::rope_bf16(b.kv, n, 1, hd, rope, n_rope, meta_.positions, false, s);
+    cuda::rope_bf16_pair(b.q, H, b.kv, 1, n, hd, rope, n_rope, meta_.positions, false, s);
     tick("attn: q/kv path (wq_a|wkv, wq_b, norms, rope)", s);
     build_write_offsets(meta_, pool_, il, W, b.step_dst, b.ring_dst, b.entry_dst, b.key_dst, s);
     const KvCacheSpec& spec = pool_.spec();

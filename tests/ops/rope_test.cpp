@@ -56,6 +56,37 @@ TEST(CudaRope, YarnMatchesCpu) {
     check_rope(true, true, 14);
 }
 
+// The pair launch (q with 8 heads and the single KV head, as gpu_model uses it) gives exactly the
+// bytes of two rope_bf16 calls.
+TEST(CudaRope, PairLaunchEqualsTwoCalls) {
+    ONECARD_REQUIRE_GPU();
+    std::mt19937 rng(15);
+    const int64_t n_tok = 6, dim = 512, n_rope = 64;
+    cpu::RopeParams rp;
+    rp.yarn = true;
+    rp.theta = 160000.0;
+    const std::vector<float> inv = cpu::rope_inv_freqs(rp);
+    const std::vector<int32_t> pos = {0, 1, 127, 4097, 65535 + 77, 1048575};
+    const auto q = test::to_bf16_bits(test::random_bf16_values(rng, static_cast<size_t>(n_tok * 8 * dim)));
+    const auto kv = test::to_bf16_bits(test::random_bf16_values(rng, static_cast<size_t>(n_tok * dim)));
+    cuda::DeviceArena arena(size_t{16} << 20, "rope pair test");
+    auto* q1 = test::upload(arena, q, "q1");
+    auto* q2 = test::upload(arena, q, "q2");
+    auto* k1 = test::upload(arena, kv, "kv1");
+    auto* k2 = test::upload(arena, kv, "kv2");
+    auto* dinv = test::upload(arena, inv, "inv_freq");
+    auto* dpos = test::upload(arena, pos, "positions");
+    auto bf = [](uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); };
+    cuda::Stream s;
+    cuda::rope_bf16(bf(q1), n_tok, 8, dim, dinv, n_rope, dpos, false, s.get());
+    cuda::rope_bf16(bf(k1), n_tok, 1, dim, dinv, n_rope, dpos, false, s.get());
+    cuda::rope_bf16_pair(bf(q2), 8, bf(k2), 1, n_tok, dim, dinv, n_rope, dpos, false, s.get());
+    s.sync();
+    EXPECT_EQ(cuda::copy_to_host(q2, q.size()), cuda::copy_to_host(q1, q.size()));
+    EXPECT_EQ(cuda::copy_to_host(k2, kv.size()), cuda::copy_to_host(k1, kv.size()));
+    EXPECT_NE(cuda::copy_to_host(q2, q.size()), q);  // it did rotate
+}
+
 }  // namespace
 }  // namespace onecard
 

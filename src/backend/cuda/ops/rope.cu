@@ -29,7 +29,47 @@ __global__ void rope_kernel(__nv_bfloat16* x, int64_t n_total_pairs, int64_t n_v
     p[1] = __float2bfloat16(b * c + a * s);
 }
 
+// rope_kernel over two tensors in one launch: threads [0, n_a) take x_a, the rest x_b; each pair is
+// computed exactly as rope_kernel does.
+__global__ void rope_pair_kernel(__nv_bfloat16* xa, int64_t n_a, int64_t n_vec_a, __nv_bfloat16* xb, int64_t n_total,
+                                 int64_t n_vec_b, int64_t dim, const float* __restrict__ inv_freq, int n_pairs,
+                                 const int32_t* __restrict__ positions, float sign) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
+    int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (idx >= n_total) return;
+    const bool second = idx >= n_a;
+    if (second) idx -= n_a;
+    __nv_bfloat16* x = second ? xb : xa;
+    const int64_t n_vec = second ? n_vec_b : n_vec_a;
+    const int i = static_cast<int>(idx % n_pairs);
+    const int64_t vec = idx / n_pairs;
+    const int64_t tok = vec / n_vec;
+    const float angle = inv_freq[i] * static_cast<float>(positions[tok]);
+    float s, c;
+    sincosf(angle, &s, &c);
+    s *= sign;
+    __nv_bfloat16* p = x + vec * dim + (dim - 2 * n_pairs) + 2 * i;
+    const float a = __bfloat162float(p[0]), b = __bfloat162float(p[1]);
+    p[0] = __float2bfloat16(a * c - b * s);
+    p[1] = __float2bfloat16(b * c + a * s);
+}
+
 }  // namespace
+
+void rope_bf16_pair(__nv_bfloat16* x_a, int64_t n_vec_a, __nv_bfloat16* x_b, int64_t n_vec_b, int64_t n_tok,
+                    int64_t dim, const float* inv_freq, int64_t n_rope, const int32_t* positions, bool inverse,
+                    cudaStream_t stream) {
+    ONECARD_CHECK(n_rope > 0 && n_rope % 2 == 0 && n_rope <= dim,
+                  "rope_bf16_pair: n_rope {} must be even and <= dim {}", n_rope, dim);
+    const int64_t n_a = n_tok * n_vec_a * (n_rope / 2), n_total = n_a + n_tok * n_vec_b * (n_rope / 2);
+    if (n_total == 0) return;
+    const int threads = 256;
+    launch_pdl(rope_pair_kernel, static_cast<unsigned>((n_total + threads - 1) / threads), threads, 0, stream, x_a, n_a,
+               n_vec_a, x_b, n_total, n_vec_b, dim, inv_freq, static_cast<int>(n_rope / 2), positions,
+               inverse ? -1.0f : 1.0f);
+    CUDA_CHECK_LAUNCH("rope_pair_kernel");
+}
 
 void rope_bf16(__nv_bfloat16* x, int64_t n_tok, int64_t n_vec, int64_t dim, const float* inv_freq, int64_t n_rope,
                const int32_t* positions, bool inverse, cudaStream_t stream) {
