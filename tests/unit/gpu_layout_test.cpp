@@ -12,6 +12,8 @@
 #include "model_cuda/gpu_kv_pool.h"
 #include "model_cuda/gpu_synth.h"
 #include "model_cuda/gpu_weights.h"
+#include "engine_cuda/gpu_plan.h"
+#include "model/weights.h"
 #include "backend/cuda/ops/mxfp4_layout.cuh"
 
 #include <cstring>
@@ -107,6 +109,39 @@ TEST(GpuLayout, WeightByteEstimateMatchesTheExactAllocation) {
     }
     // The full Flash shape does not fit one H200 (131 GiB free): the reason the bench sizes experts.
     EXPECT_GT(gpu_weight_bytes(flash(43, 256)).total, int64_t{141} * 1000 * 1000 * 1000);
+}
+
+// `onecard plan` on a CUDA build sizes the weights as the GPU holds them: the planner's tensor list
+// (main model) adds up to gpu_weight_bytes, the runner's refusal estimate, and the planner then
+// refuses the full Flash shape on the H200's free memory by the GPU layout's larger need.
+TEST(GpuLayout, PlannerTensorsUseTheGpuLayout) {
+    for (const auto& [layers, experts] : {std::pair<int64_t, int64_t>{4, 16}, {43, 256}}) {
+        const ModelConfig cfg = flash(layers, experts);
+        const auto specs = checkpoint_layout(cfg);
+        const auto planned = gpu_planned_tensors(specs);
+        uint64_t stored = 0, gpu = 0;
+        for (const auto& t : specs)
+            if (t.name.rfind("mtp.", 0) != 0) stored += t.nbytes();
+        for (const auto& t : planned) {
+            if (t.name.rfind("mtp.", 0) != 0) gpu += t.nbytes;
+            EXPECT_EQ(t.name.find(".wo_a.scale"), std::string::npos) << "wo_a's scale is folded into bf16";
+            if (t.name.find(".wo_a.weight") != std::string::npos) {
+                EXPECT_EQ(t.dtype, DType::BF16);
+            }
+            if (t.name.find("tid2eid") != std::string::npos) {
+                EXPECT_EQ(t.dtype, DType::I32);
+            }
+        }
+        EXPECT_EQ(static_cast<int64_t>(gpu), gpu_weight_bytes(cfg).total) << layers << " layers";
+        EXPECT_GT(gpu, stored);  // wo_a doubles, the FP8 scales grow four-fold
+    }
+    MemoryPlanOptions opt;
+    opt.include_mtp = false;
+    opt.device_bytes = static_cast<uint64_t>(131.29 * 1073741824.0);
+    const ModelConfig full = flash(43, 256);
+    const MemoryPlan plan = make_memory_plan(full, gpu_planned_tensors(checkpoint_layout(full)), opt);
+    EXPECT_FALSE(plan.fits);
+    EXPECT_EQ(plan.weight_bytes, static_cast<uint64_t>(gpu_weight_bytes(full).total));
 }
 
 TEST(GpuLayout, KvPoolPlacesEveryLayerWhereTheSpecSays) {

@@ -13,6 +13,7 @@
 
 #ifdef ONECARD_HAVE_CUDA
 #include "backend/cuda/device.h"
+#include "engine_cuda/gpu_plan.h"
 #endif
 
 #include <algorithm>
@@ -69,7 +70,13 @@ void add_cmd_plan(CLI::App& app) {
             cfg = synth_config(so);
         }
         std::vector<PlannedTensor> tensors;
+#ifdef ONECARD_HAVE_CUDA
+        // Sized as the CUDA backend holds them (wo_a in bf16, FP8 scales as fp32): the plan the runner
+        // will check against.
+        tensors = gpu_planned_tensors(checkpoint_layout(cfg));
+#else
         for (const auto& t : checkpoint_layout(cfg)) tensors.push_back({t.name, t.dtype, t.nbytes()});
+#endif
 
         MemoryPlanOptions opt;
         opt.headroom_bytes = static_cast<uint64_t>(a->headroom_gib * 1073741824.0);
