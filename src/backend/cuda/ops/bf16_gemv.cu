@@ -1,22 +1,13 @@
 #include "backend/cuda/ops/bf16_gemv.cuh"
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops/mma.cuh"
 #include "backend/cuda/ops/pdl.cuh"
 
 #include <algorithm>
 
 namespace onecard::cuda {
 namespace {
-
-// D += A·B: A 16 rows × 16 k, B 16 k × 8 columns, bf16 in, fp32 accumulate.
-__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // grid (ceil(n/16)), S warps per block splitting the 64-element k blocks round-robin (partial sums
 // added in shared memory). Per k block a lane (g = lane/4, t = lane%4) loads 16 bytes (8 elements) of
@@ -61,10 +52,10 @@ __global__ void __launch_bounds__(S * 32)
                 x0 = __ldg(reinterpret_cast<const uint4*>(xr));
                 x1 = __ldg(reinterpret_cast<const uint4*>(xr + 32));
             }
-            mma_bf16(acc[nt], v[0].x, v[2].x, v[0].y, v[2].y, x0.x, x0.y);
-            mma_bf16(acc[nt], v[0].z, v[2].z, v[0].w, v[2].w, x0.z, x0.w);
-            mma_bf16(acc[nt], v[1].x, v[3].x, v[1].y, v[3].y, x1.x, x1.y);
-            mma_bf16(acc[nt], v[1].z, v[3].z, v[1].w, v[3].w, x1.z, x1.w);
+            dev::mma_m16n8k16_bf16(acc[nt], v[0].x, v[2].x, v[0].y, v[2].y, x0.x, x0.y);
+            dev::mma_m16n8k16_bf16(acc[nt], v[0].z, v[2].z, v[0].w, v[2].w, x0.z, x0.w);
+            dev::mma_m16n8k16_bf16(acc[nt], v[1].x, v[3].x, v[1].y, v[3].y, x1.x, x1.y);
+            dev::mma_m16n8k16_bf16(acc[nt], v[1].z, v[3].z, v[1].w, v[3].w, x1.z, x1.w);
         }
     };
     uint4 cur[4], nxt[4];
@@ -123,15 +114,18 @@ void launch(const __nv_bfloat16* x, int64_t ld_x, const __nv_bfloat16* w, void* 
     const int64_t tiles = (n + 15) / 16;
     const auto grid = static_cast<unsigned>(tiles);
     const int ni = static_cast<int>(n), ki = static_cast<int>(k);
-    if (tiles >= 1024) {
-        launch_pdl(bf16_gemv_kernel<4, NT, F32>, grid, 4 * 32, 0, stream, x, ld_x, w, y, ld_y, m, ni, ki,
-                   rows_per_group);
-    } else if (tiles >= 256) {
-        launch_pdl(bf16_gemv_kernel<8, NT, F32>, grid, 8 * 32, 0, stream, x, ld_x, w, y, ld_y, m, ni, ki,
-                   rows_per_group);
-    } else {
-        launch_pdl(bf16_gemv_kernel<16, NT, F32>, grid, 16 * 32, 0, stream, x, ld_x, w, y, ld_y, m, ni, ki,
-                   rows_per_group);
+    switch (gemv_split_warps(tiles)) {
+        case 4:
+            launch_pdl(bf16_gemv_kernel<4, NT, F32>, grid, 4 * 32, 0, stream, x, ld_x, w, y, ld_y, m, ni, ki,
+                       rows_per_group);
+            break;
+        case 8:
+            launch_pdl(bf16_gemv_kernel<8, NT, F32>, grid, 8 * 32, 0, stream, x, ld_x, w, y, ld_y, m, ni, ki,
+                       rows_per_group);
+            break;
+        default:
+            launch_pdl(bf16_gemv_kernel<16, NT, F32>, grid, 16 * 32, 0, stream, x, ld_x, w, y, ld_y, m, ni, ki,
+                       rows_per_group);
     }
     CUDA_CHECK_LAUNCH("bf16_gemv_kernel");
 }

@@ -2,22 +2,13 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops/common.cuh"
+#include "backend/cuda/ops/mma.cuh"
 #include "backend/cuda/ops/pdl.cuh"
 
 #include <algorithm>
 
 namespace onecard::cuda {
 namespace {
-
-// D += A·B: A 16 rows × 32 k, B 32 k × 8 columns, E4M3 in, fp32 accumulate.
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // grid (ceil(n/16)), S warps per block. A block owns a tile of 16 weight rows (inside one 128-row
 // scale block, since 128 % 16 == 0); its warps split the 128-wide k blocks round-robin and add their
@@ -69,10 +60,10 @@ __global__ void __launch_bounds__(S * 32)
                 x1 = __ldg(reinterpret_cast<const uint4*>(xr + 64));
             }
             float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            mma_e4m3(d, v[0].x, v[2].x, v[0].y, v[2].y, x0.x, x0.y);
-            mma_e4m3(d, v[0].z, v[2].z, v[0].w, v[2].w, x0.z, x0.w);
-            mma_e4m3(d, v[1].x, v[3].x, v[1].y, v[3].y, x1.x, x1.y);
-            mma_e4m3(d, v[1].z, v[3].z, v[1].w, v[3].w, x1.z, x1.w);
+            dev::mma_m16n8k32_e4m3(d, v[0].x, v[2].x, v[0].y, v[2].y, x0.x, x0.y);
+            dev::mma_m16n8k32_e4m3(d, v[0].z, v[2].z, v[0].w, v[2].w, x0.z, x0.w);
+            dev::mma_m16n8k32_e4m3(d, v[1].x, v[3].x, v[1].y, v[3].y, x1.x, x1.y);
+            dev::mma_m16n8k32_e4m3(d, v[1].z, v[3].z, v[1].w, v[3].w, x1.z, x1.w);
             const int c0 = nt * 8 + 2 * t, c1 = c0 + 1;
             const float s0 = c0 < m ? xs[static_cast<int64_t>(c0) * n_kb + kb] * wsc : 0.0f;
             const float s1 = c1 < m ? xs[static_cast<int64_t>(c1) * n_kb + kb] * wsc : 0.0f;
@@ -135,13 +126,15 @@ void launch(const uint8_t* xq, const float* xs, const uint8_t* w, const float* w
     const int64_t tiles = (n + 15) / 16;
     const auto grid = static_cast<unsigned>(tiles);
     const int ni = static_cast<int>(n), ki = static_cast<int>(k);
-    // Enough warps in flight on small matrices (wq_a|wkv: 96 tiles) without splitting big ones thin.
-    if (tiles >= 1024) {
-        launch_pdl(fp8_gemv_mma_kernel<4, NT>, grid, 4 * 32, 0, stream, xq, xs, w, ws, y, m, ni, ki, ld_y);
-    } else if (tiles >= 256) {
-        launch_pdl(fp8_gemv_mma_kernel<8, NT>, grid, 8 * 32, 0, stream, xq, xs, w, ws, y, m, ni, ki, ld_y);
-    } else {
-        launch_pdl(fp8_gemv_mma_kernel<16, NT>, grid, 16 * 32, 0, stream, xq, xs, w, ws, y, m, ni, ki, ld_y);
+    switch (gemv_split_warps(tiles)) {
+        case 4:
+            launch_pdl(fp8_gemv_mma_kernel<4, NT>, grid, 4 * 32, 0, stream, xq, xs, w, ws, y, m, ni, ki, ld_y);
+            break;
+        case 8:
+            launch_pdl(fp8_gemv_mma_kernel<8, NT>, grid, 8 * 32, 0, stream, xq, xs, w, ws, y, m, ni, ki, ld_y);
+            break;
+        default:
+            launch_pdl(fp8_gemv_mma_kernel<16, NT>, grid, 16 * 32, 0, stream, xq, xs, w, ws, y, m, ni, ki, ld_y);
     }
     CUDA_CHECK_LAUNCH("fp8_gemv_mma_kernel");
 }

@@ -2,6 +2,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops/common.cuh"
+#include "backend/cuda/ops/mma.cuh"
 #include "backend/cuda/ops/mxfp4_layout.cuh"
 #include "backend/cuda/ops/pdl.cuh"
 
@@ -109,17 +110,6 @@ struct GemvMat {
     __nv_bfloat16* y;
 };
 
-// D = A·B for one scale group: A 16 rows × 32 k (E4M3), B 32 k × 8 pairs (E4M3), fp32 out; no
-// accumulator input (each group is scaled on its own).
-__device__ __forceinline__ void mma_e4m3_16x8x32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                                 uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%10, %10, %10, %10};\n"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
-}
-
 // The 8 E2M1 codes of one word (element 2j = low nibble of byte j) as E4M3 bytes worth e2m1·2^-6,
 // exactly: code s|e1 e0|m becomes s|0 0 e1 e0|m 0 0, i.e. 2^(e-7)(1 + m/2) for e > 0 and the E4M3
 // subnormal m·2^-7 for e = 0 (the code 0.5). `even` gets elements 0, 2, 4, 6 (byte j = element 2j),
@@ -222,8 +212,8 @@ __global__ void __launch_bounds__(kMmaThreads)
                     e2m1x8_to_e4m3(wg8, a1, a3);
                     uint2 b = make_uint2(0u, 0u);
                     if (has_b) b = *reinterpret_cast<const uint2*>(brow + G * 32);
-                    float d[4];
-                    mma_e4m3_16x8x32(d, a0, a1, a2, a3, b.x, b.y);
+                    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // one scale group per mma: no running sum inside
+                    dev::mma_m16n8k32_e4m3(d, a0, a1, a2, a3, b.x, b.y);
                     // Scale bytes 2j (row g) and 2j + 1 (row g + 8) of the 16 the lane loaded.
                     const uint32_t word = sw[j / 2];
                     const float s_g = dev::ue8m0_to_float(static_cast<uint8_t>(word >> (16 * (j % 2))));

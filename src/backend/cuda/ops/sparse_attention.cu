@@ -2,6 +2,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops/common.cuh"
+#include "backend/cuda/ops/mma.cuh"
 #include "backend/cuda/ops/pdl.cuh"
 
 #include <algorithm>
@@ -175,14 +176,6 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(smem_u32(p))
                  : "memory");
-}
-// c[16×8] += a[16×16] · b[16×8], bf16 in, fp32 accumulate.
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // Two E4M3 bytes (low byte = lower dim) times a power-of-two scale -> two bf16 (exact).
@@ -362,8 +355,8 @@ __global__ void __launch_bounds__(kTcThreads, 1)
                     uint32_t a[4], b[4];
                     ldsm_x4(a, qa + ks * 16);
                     ldsm_x4(b, kb + ks * 16);
-                    mma_bf16(sacc[0], a, b[0], b[1]);
-                    mma_bf16(sacc[1], a, b[2], b[3]);
+                    dev::mma_m16n8k16_bf16(sacc[0], a[0], a[1], a[2], a[3], b[0], b[1]);
+                    dev::mma_m16n8k16_bf16(sacc[1], a[0], a[1], a[2], a[3], b[2], b[3]);
                 }
             }
             float tmax[2] = {-INFINITY, -INFINITY};
@@ -441,10 +434,10 @@ __global__ void __launch_bounds__(kTcThreads, 1)
                 for (int m2 = 0; m2 < 4; ++m2) {
                     uint32_t a[4];
                     ldsm_x4(a, pa + m2 * 16 * kPStride + ks * 16);
-                    mma_bf16(oacc[m2][0], a, b[0][0], b[0][1]);
-                    mma_bf16(oacc[m2][1], a, b[0][2], b[0][3]);
-                    mma_bf16(oacc[m2][2], a, b[1][0], b[1][1]);
-                    mma_bf16(oacc[m2][3], a, b[1][2], b[1][3]);
+                    dev::mma_m16n8k16_bf16(oacc[m2][0], a[0], a[1], a[2], a[3], b[0][0], b[0][1]);
+                    dev::mma_m16n8k16_bf16(oacc[m2][1], a[0], a[1], a[2], a[3], b[0][2], b[0][3]);
+                    dev::mma_m16n8k16_bf16(oacc[m2][2], a[0], a[1], a[2], a[3], b[1][0], b[1][1]);
+                    dev::mma_m16n8k16_bf16(oacc[m2][3], a[0], a[1], a[2], a[3], b[1][2], b[1][3]);
                 }
             }
         }
