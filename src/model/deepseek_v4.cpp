@@ -32,11 +32,13 @@ std::vector<float> rope_inv_freqs_for(const ModelConfig& cfg, bool compressed) {
 namespace detail {
 
 void apply_linear(const DenseLinear& l, const float* x, int64_t n, float* y, Numerics numerics, bool bf16_inputs) {
-    if (numerics == Numerics::Reference && l.quantized) {
+    const bool fp8 = numerics == Numerics::Reference && l.quantized;
+    if (fp8 || (bf16_inputs && l.quantized)) {
         std::vector<float> xq(x, x + n * l.n_in);
         if (bf16_inputs)
             for (float& v : xq) v = round_bf16(v);
-        for (int64_t i = 0; i < n; ++i) cpu::fp8_quant_dequant(xq.data() + i * l.n_in, l.n_in, 128);
+        if (fp8)
+            for (int64_t i = 0; i < n; ++i) cpu::fp8_quant_dequant(xq.data() + i * l.n_in, l.n_in, 128);
         cpu::matmul_nt(xq.data(), l.w.data(), y, n, l.n_in, l.n_out);
         return;
     }

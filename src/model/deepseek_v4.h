@@ -75,10 +75,12 @@ public:
 
     const ModelConfig& config() const { return cfg_; }
     Numerics numerics() const { return numerics_; }
-    // Reference numerics only: round the input of every FP8-quantised linear to bf16 first, as REF's
-    // bf16 activation storage does. Not a serving mode: it measures how far bf16 storage alone moves
-    // the output (FP8 rounding decisions flip), the yardstick for comparing the bf16 GPU backend with
-    // this fp32 oracle (tests/ops/gpu_model_test.cpp).
+    // Round the input of every linear that the checkpoint quantises to bf16 first, as REF's bf16
+    // activation storage does (in reference numerics before the FP8 quantisation; in exact numerics
+    // the same linears, unquantised). Not a serving mode: it measures how far bf16 storage alone
+    // moves the output, the yardstick for comparing the bf16 GPU backend with this fp32 oracle
+    // (tests/ops/gpu_model_test.cpp), and in exact numerics the same perturbation without the FP8
+    // steps that amplify it (tests/model/forward_test.cpp).
     void set_bf16_linear_inputs(bool on) { bf16_linear_inputs_ = on; }
     bool has_mtp() const { return !dense_.mtp.empty(); }
 
