@@ -74,4 +74,20 @@ __device__ __forceinline__ float e2m1_to_f32(uint32_t code) {
     return __uint_as_float(mag | ((code & 8u) << 28));
 }
 
+// DeepSeek's 1x128 FP8 activation quantisation of one block held 4 values per lane across a warp:
+// block amax (floored at 1e-4), the power-of-two scale for E4M3's 448, then E4M3 with saturation and
+// round-to-nearest-even. Returns the 4 codes (element i in byte i) and the block scale.
+__device__ __forceinline__ uint32_t fp8_quant_block4(const float (&v)[4], float& scale) {
+    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+    amax = warp_max(amax);
+    scale = ue8m0_scale_for(fmaxf(amax, 1e-4f), 448.0f);
+    uint32_t packed = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float qv = fminf(fmaxf(v[i] / scale, -448.0f), 448.0f);
+        packed |= static_cast<uint32_t>(f32_to_e4m3(qv)) << (8 * i);
+    }
+    return packed;
+}
+
 }  // namespace onecard::cuda::dev

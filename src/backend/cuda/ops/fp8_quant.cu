@@ -21,16 +21,8 @@ __global__ void quantize_fp8_kernel(const __nv_bfloat16* __restrict__ x, uint8_t
     const __nv_bfloat162 p0 = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
     const __nv_bfloat162 p1 = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
     const float v[4] = {__low2float(p0), __high2float(p0), __low2float(p1), __high2float(p1)};
-    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-    amax = dev::warp_max(amax);
-    const float s = dev::ue8m0_scale_for(fmaxf(amax, 1e-4f), 448.0f);
-    uint32_t packed = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float qv = fminf(fmaxf(v[i] / s, -448.0f), 448.0f);
-        packed |= static_cast<uint32_t>(dev::f32_to_e4m3(qv)) << (8 * i);
-    }
-    *reinterpret_cast<uint32_t*>(q + base) = packed;
+    float s;
+    *reinterpret_cast<uint32_t*>(q + base) = dev::fp8_quant_block4(v, s);
     if (lane == 0) {
         const int64_t row = blk / n_kb, kb = blk % n_kb;
         scales[kblock_major ? kb * n_rows + row : row * n_kb + kb] = s;

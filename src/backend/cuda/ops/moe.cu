@@ -121,8 +121,9 @@ __global__ void swiglu_clamp_kernel(const __nv_bfloat16* __restrict__ gate, cons
 }
 
 // swiglu_clamp_kernel's value, rounded to bf16, then quantize_fp8_kernel's 1x128 E4M3 rounding of
-// it (RowMajor scales): one warp per 128-wide block, 4 elements per lane, the same fp32 operations
-// in the same order as the two kernels back to back, so the bytes are identical.
+// it (RowMajor scales, the shared dev::fp8_quant_block4): one warp per 128-wide block, 4 elements per
+// lane, the same fp32 operations in the same order as the two kernels back to back, so the bytes are
+// identical.
 __global__ void swiglu_quant_kernel(const __nv_bfloat16* __restrict__ gate, const __nv_bfloat16* __restrict__ up,
                                     int64_t ld_in, const float* __restrict__ row_scale, uint8_t* __restrict__ q,
                                     float* __restrict__ scales, int64_t rows, int64_t inter, float limit) {
@@ -146,16 +147,8 @@ __global__ void swiglu_quant_kernel(const __nv_bfloat16* __restrict__ gate, cons
         if (row_scale) h = __fmul_rn(h, row_scale[r]);
         v[i] = __bfloat162float(__float2bfloat16(h));
     }
-    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-    amax = dev::warp_max(amax);
-    const float sc = dev::ue8m0_scale_for(fmaxf(amax, 1e-4f), 448.0f);
-    uint32_t packed = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float qv = fminf(fmaxf(v[i] / sc, -448.0f), 448.0f);
-        packed |= static_cast<uint32_t>(dev::f32_to_e4m3(qv)) << (8 * i);
-    }
-    *reinterpret_cast<uint32_t*>(q + r * inter + c0) = packed;
+    float sc;
+    *reinterpret_cast<uint32_t*>(q + r * inter + c0) = dev::fp8_quant_block4(v, sc);  // as quantize_fp8_kernel
     if (lane == 0) scales[blk] = sc;
 }
 

@@ -9,15 +9,10 @@
 namespace onecard::cuda {
 namespace {
 
-// One block per row: a row is at most a few thousand elements, so one pass for the sum of squares
+// One row by one block: a row is at most a few thousand elements, so one pass for the sum of squares
 // and one for the scaled write (the second read hits L1/L2).
-__global__ void rmsnorm_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
-                               __nv_bfloat16* y, int64_t dim, float eps, int64_t ld_x, int64_t ld_y) {
-    dev::pdl_wait();
-    dev::pdl_trigger();
-    __shared__ float scratch[32];
-    const __nv_bfloat16* xr = x + blockIdx.x * ld_x;
-    __nv_bfloat16* yr = y + blockIdx.x * ld_y;
+__device__ __forceinline__ void rmsnorm_row(const __nv_bfloat16* __restrict__ xr, const __nv_bfloat16* __restrict__ w,
+                                            __nv_bfloat16* yr, int64_t dim, float eps, float* scratch) {
     float ss = 0.0f;
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
         const float v = __bfloat162float(xr[i]);
@@ -31,7 +26,15 @@ __global__ void rmsnorm_kernel(const __nv_bfloat16* __restrict__ x, const __nv_b
     }
 }
 
-// Two row sets in one launch (blockIdx.y picks the set), each row exactly as rmsnorm_kernel.
+__global__ void rmsnorm_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
+                               __nv_bfloat16* y, int64_t dim, float eps, int64_t ld_x, int64_t ld_y) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
+    __shared__ float scratch[32];
+    rmsnorm_row(x + blockIdx.x * ld_x, w, y + blockIdx.x * ld_y, dim, eps, scratch);
+}
+
+// Two row sets in one launch (blockIdx.y picks the set), each row as rmsnorm_kernel's.
 struct NormRows {
     const __nv_bfloat16* x;
     const __nv_bfloat16* w;
@@ -45,21 +48,8 @@ __global__ void rmsnorm_pair_kernel(NormRows a, NormRows b, float eps) {
     __shared__ float scratch[32];
     // Fields, not a reference into the parameter space (a selected reference costs a local copy).
     const bool second = blockIdx.y != 0;
-    const __nv_bfloat16* xr = (second ? b.x : a.x) + blockIdx.x * (second ? b.ld_x : a.ld_x);
-    const __nv_bfloat16* w = second ? b.w : a.w;
-    __nv_bfloat16* yr = (second ? b.y : a.y) + blockIdx.x * (second ? b.ld_y : a.ld_y);
-    const int64_t dim = second ? b.dim : a.dim;
-    float ss = 0.0f;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-        const float v = __bfloat162float(xr[i]);
-        ss += v * v;
-    }
-    ss = dev::block_sum(ss, scratch);
-    const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-        const float v = __bfloat162float(xr[i]) * inv;
-        yr[i] = __float2bfloat16(w ? __bfloat162float(w[i]) * v : v);
-    }
+    rmsnorm_row((second ? b.x : a.x) + blockIdx.x * (second ? b.ld_x : a.ld_x), second ? b.w : a.w,
+                (second ? b.y : a.y) + blockIdx.x * (second ? b.ld_y : a.ld_y), second ? b.dim : a.dim, eps, scratch);
 }
 
 }  // namespace
