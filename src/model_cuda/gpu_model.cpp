@@ -458,6 +458,8 @@ const float* GpuModel::step(std::span<const GpuStepSeq> seqs, bool all_rows, cud
             throw;
         }
         CUDA_CHECK(cudaStreamEndCapture(s, &g));
+        size_t nodes = 0;
+        if (cudaGraphGetNodes(g, nullptr, &nodes) == cudaSuccess) last_graph_nodes_ = static_cast<int64_t>(nodes);
         cudaGraphExec_t exec = nullptr;
         const cudaError_t err = cudaGraphInstantiate(&exec, g, 0);
         cudaGraphDestroy(g);

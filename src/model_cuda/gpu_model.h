@@ -64,6 +64,8 @@ public:
     // of the GEMV kernels, to check each path against the others.
     void set_gemv_paths(bool moe, bool linears);
     int64_t n_graphs() const { return static_cast<int64_t>(graphs_.size()); }
+    // Nodes (kernel launches, copies, memsets) of the graph captured last: a decode step's launch count.
+    int64_t last_graph_nodes() const { return last_graph_nodes_; }
     // Steps of at most this many tokens run as CUDA graphs (decode and short verify steps).
     static constexpr int64_t kGraphMaxTokens = 64;
     // Bytes of the workspace (activations, scratch) this model took from the arena.
@@ -98,6 +100,7 @@ private:
     int64_t pos_bound_ = 0;  // positions of this step are < pos_bound_ (rounded up: graph reuse)
     bool moe_gemv_ = false;  // decode MoE takes the GEMV path (no host sync: capturable)
     std::map<GraphKey, cudaGraphExec_t> graphs_;
+    int64_t last_graph_nodes_ = 0;
     bool profile_ = false, profiling_ = false;
     std::vector<std::pair<const char*, cudaEvent_t>> ticks_;
 };

@@ -311,18 +311,17 @@ void run_bench(const BenchArgs& a) {
             prof = print_profile("decode batch " + std::to_string(B), model.profile_result());
         }
         const double t = median(times);
+        const int64_t graph_nodes = model.last_graph_nodes();  // the timed steps' graph (captured for this B)
         const double bytes = decode_weight_bytes(cfg, wb, B) + B * decode_kv_bytes(cfg, spec, a.context + a.steps);
         const double frac = bytes / t / bw;
         std::printf("%-8lld %12.3f %12.1f %14.2f %16.3f %10lld\n", static_cast<long long>(B), t * 1e3, B / t,
                     bytes / 1e9, frac, static_cast<long long>(a.context));
-        decode_json[std::to_string(B)] = {{"step_ms_median", t * 1e3},
-                                          {"tok_s", B / t},
-                                          {"bytes_read_per_step", bytes},
-                                          {"bytes_read_per_token", bytes / B},
-                                          {"fraction_of_copy_bandwidth", frac},
-                                          {"context", a.context},
-                                          {"timed_steps", times.size()},
-                                          {"profile_ms", prof}};
+        std::printf("         (graph of %lld nodes: %.1f per layer)\n", static_cast<long long>(graph_nodes),
+                    static_cast<double>(graph_nodes) / static_cast<double>(cfg.num_hidden_layers));
+        decode_json[std::to_string(B)] = {
+            {"graph_nodes", graph_nodes},   {"step_ms_median", t * 1e3},         {"tok_s", B / t},
+            {"bytes_read_per_step", bytes}, {"bytes_read_per_token", bytes / B}, {"fraction_of_copy_bandwidth", frac},
+            {"context", a.context},         {"timed_steps", times.size()},       {"profile_ms", prof}};
     }
 
     // Prefill: one warm-up prompt, then repeats on fresh prompts (a new sequence each time).
