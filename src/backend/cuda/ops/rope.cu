@@ -7,15 +7,12 @@
 namespace onecard::cuda {
 namespace {
 
-// One thread per pair: [n_tok·n_vec·n_pairs] threads. Accurate sincosf (no fast-math): angles reach
-// ~1e6 rad at long positions, where the fast intrinsic loses all precision.
-__global__ void rope_kernel(__nv_bfloat16* x, int64_t n_total_pairs, int64_t n_vec, int64_t dim,
-                            const float* __restrict__ inv_freq, int n_pairs, const int32_t* __restrict__ positions,
-                            float sign) {
-    dev::pdl_wait();
-    dev::pdl_trigger();
-    const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-    if (idx >= n_total_pairs) return;
+// Rotates pair `idx` of x [tokens, n_vec, dim] (pair i of vector idx / n_pairs, on the trailing
+// 2·n_pairs dims) at its token's position. Accurate sincosf (no fast-math): angles reach ~1e6 rad at
+// long positions, where the fast intrinsic loses all precision.
+__device__ __forceinline__ void rope_one_pair(__nv_bfloat16* x, int64_t idx, int64_t n_vec, int64_t dim,
+                                              const float* __restrict__ inv_freq, int n_pairs,
+                                              const int32_t* __restrict__ positions, float sign) {
     const int i = static_cast<int>(idx % n_pairs);
     const int64_t vec = idx / n_pairs;  // flattened (token, vector)
     const int64_t tok = vec / n_vec;
@@ -29,8 +26,18 @@ __global__ void rope_kernel(__nv_bfloat16* x, int64_t n_total_pairs, int64_t n_v
     p[1] = __float2bfloat16(b * c + a * s);
 }
 
-// rope_kernel over two tensors in one launch: threads [0, n_a) take x_a, the rest x_b; each pair is
-// computed exactly as rope_kernel does.
+// One thread per pair: [n_tok·n_vec·n_pairs] threads.
+__global__ void rope_kernel(__nv_bfloat16* x, int64_t n_total_pairs, int64_t n_vec, int64_t dim,
+                            const float* __restrict__ inv_freq, int n_pairs, const int32_t* __restrict__ positions,
+                            float sign) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
+    const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (idx >= n_total_pairs) return;
+    rope_one_pair(x, idx, n_vec, dim, inv_freq, n_pairs, positions, sign);
+}
+
+// rope_kernel over two tensors in one launch: threads [0, n_a) take x_a, the rest x_b.
 __global__ void rope_pair_kernel(__nv_bfloat16* xa, int64_t n_a, int64_t n_vec_a, __nv_bfloat16* xb, int64_t n_total,
                                  int64_t n_vec_b, int64_t dim, const float* __restrict__ inv_freq, int n_pairs,
                                  const int32_t* __restrict__ positions, float sign) {
@@ -42,17 +49,7 @@ __global__ void rope_pair_kernel(__nv_bfloat16* xa, int64_t n_a, int64_t n_vec_a
     if (second) idx -= n_a;
     __nv_bfloat16* x = second ? xb : xa;
     const int64_t n_vec = second ? n_vec_b : n_vec_a;
-    const int i = static_cast<int>(idx % n_pairs);
-    const int64_t vec = idx / n_pairs;
-    const int64_t tok = vec / n_vec;
-    const float angle = inv_freq[i] * static_cast<float>(positions[tok]);
-    float s, c;
-    sincosf(angle, &s, &c);
-    s *= sign;
-    __nv_bfloat16* p = x + vec * dim + (dim - 2 * n_pairs) + 2 * i;
-    const float a = __bfloat162float(p[0]), b = __bfloat162float(p[1]);
-    p[0] = __float2bfloat16(a * c - b * s);
-    p[1] = __float2bfloat16(b * c + a * s);
+    rope_one_pair(x, idx, n_vec, dim, inv_freq, n_pairs, positions, sign);
 }
 
 }  // namespace
