@@ -4,6 +4,7 @@
 #include "backend/cuda/ops/bf16_gemv.cuh"
 #include "backend/cuda/ops/fp8_gemv.cuh"
 #include "backend/cuda/ops/fp8_quant.cuh"
+#include "backend/cuda/ops/model_io.cuh"
 #include "core/error.h"
 
 namespace onecard {
@@ -56,13 +57,15 @@ void GpuLinears::fp8_quantized(const GpuFp8Linear& l, const uint8_t* xq, const f
 }
 
 void GpuLinears::bf16(const GpuBf16Linear& l, const __nv_bfloat16* x, int64_t m, void* y, cuda::GemmOut out,
-                      cudaStream_t s, int64_t ld_x) {
+                      cudaStream_t s, int64_t ld_x, float scale) {
+    ONECARD_CHECK(scale == 1.0f || out == cuda::GemmOut::F32, "bf16 linear: a scaled output must be fp32");
     if (m == 0) return;
     if (gemv_ && m <= kGemvMaxRows && cuda::bf16_gemv_ok(x, ld_x ? ld_x : l.n_in, l.w, l.n_in)) {
-        cuda::bf16_gemv(x, ld_x, l.w, y, out, 0, m, l.n_out, l.n_in, s);
+        cuda::bf16_gemv(x, ld_x, l.w, y, out, 0, m, l.n_out, l.n_in, s, 0, scale);  // scaled in the epilogue
         return;
     }
     bf16_gemm_.run(x, ld_x, l.w, y, out, 0, m, l.n_out, l.n_in, s);
+    if (scale != 1.0f) cuda::scale_f32(static_cast<float*>(y), scale, m * l.n_out, s);
 }
 
 void GpuLinears::grouped(const GpuBf16Linear& l, int64_t groups, const __nv_bfloat16* x, int64_t m, __nv_bfloat16* z,

@@ -34,9 +34,10 @@ public:
     // xq [m, n_in] E4M3 + xs [m, n_in/128] (ActScaleLayout::RowMajor) -> y; only where gemv_ok().
     void fp8_quantized(const GpuFp8Linear& l, const uint8_t* xq, const float* xs, int64_t m, __nv_bfloat16* y,
                        cudaStream_t s, int64_t ld_y = 0);
-    // y [m, n_out] = x [m, n_in] (row stride ld_x, 0 = n_in) · Wᵀ in bf16 x bf16 -> fp32 accumulation.
+    // y [m, n_out] = scale · x [m, n_in] (row stride ld_x, 0 = n_in) · Wᵀ in bf16 x bf16 -> fp32
+    // accumulation (scale != 1 needs fp32 out).
     void bf16(const GpuBf16Linear& l, const __nv_bfloat16* x, int64_t m, void* y, cuda::GemmOut out, cudaStream_t s,
-              int64_t ld_x = 0);
+              int64_t ld_x = 0, float scale = 1.0f);
     // wo_a: o [m, G·k] -> z [m, G·r], group g = o[:, g·k:(g+1)·k] · W_gᵀ.
     void grouped(const GpuBf16Linear& l, int64_t groups, const __nv_bfloat16* x, int64_t m, __nv_bfloat16* z,
                  cudaStream_t s);

@@ -36,10 +36,10 @@ struct GpuModel::Buffers {
     uint8_t* qrq = nullptr;                 // [gemv rows, q_lora_rank] qr quantised once (wq_b, indexer wq_b)
     float* qrs = nullptr;
     bf16* s13 = nullptr;                    // [T, 2·inter]: the fused shared w1|w3 output
-    float *ckv = nullptr, *csc = nullptr;  // [T, 2·hd]
+    float* ckv = nullptr;                   // [T, 4·hd]: the compressor's kv and score projections
     bf16* centries = nullptr;              // [T, hd]
     bf16* iq = nullptr;                    // [T, nI·dI]
-    float *iw = nullptr, *ikv = nullptr, *isc = nullptr;
+    float *iw = nullptr, *ikv = nullptr;   // ikv [T, 4·dI]: the indexer compressor's kv and score
     bf16* ientries = nullptr;  // [T, dI]
     int32_t* topk = nullptr;   // [T, index_topk]
     float* index_scratch = nullptr;
@@ -134,13 +134,11 @@ GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKv
     A(b.o, T * H * hd, "attention out");
     A(b.kv, T * hd, "kv");
     A(b.z, T * cfg.o_groups * cfg.o_lora_rank, "wo_a out");
-    A(b.ckv, T * 2 * hd, "compressor kv");
-    A(b.csc, T * 2 * hd, "compressor score");
+    A(b.ckv, T * 4 * hd, "compressor kv | score");
     A(b.centries, T * hd, "compressed entries");
     A(b.iq, T * nI * dI, "indexer q");
     A(b.iw, T * nI, "indexer weights");
-    A(b.ikv, T * 2 * dI, "indexer compressor kv");
-    A(b.isc, T * 2 * dI, "indexer compressor score");
+    A(b.ikv, T * 4 * dI, "indexer compressor kv | score");
     A(b.ientries, T * dI, "indexer keys");
     A(b.topk, T * cfg.index_topk, "indexer picks");
     A(b.index_scratch, b.index_scratch_floats, "indexer scores");
@@ -297,27 +295,39 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
     ct.positions = meta_.positions;
     ct.seq_first = meta_.seq_first;
     ct.ring_base = meta_.slot_off;
-    auto compress = [&](const GpuCompressor& cw, int64_t region, float* kvp, float* scp, bf16* entries) {
+    // buf [T, 2·c·d] floats: rows [kv | score] from one GEMV over wkv|wgate when they are stored back to
+    // back, else kv [n, c·d] then score [n, c·d] from two.
+    auto compress = [&](const GpuCompressor& cw, int64_t region, float* buf, bf16* entries) {
         cuda::CompressorDims cd;
         cd.ratio = cw.ratio;
         cd.head_dim = cw.head_dim;
         cd.rope_dim = n_rope;
         cd.eps = eps;
-        lin_->bf16(cw.wkv, xn, n, kvp, cuda::GemmOut::F32, s);
-        lin_->bf16(cw.wgate, xn, n, scp, cuda::GemmOut::F32, s);
+        const int64_t width = cw.wkv.n_out;
+        const float* kvp = buf;
+        const float* scp = nullptr;
+        if (cw.wkv_wgate.w) {
+            lin_->bf16(cw.wkv_wgate, xn, n, buf, cuda::GemmOut::F32, s);
+            scp = buf + width;
+            cd.ld_in = 2 * width;
+        } else {
+            lin_->bf16(cw.wkv, xn, n, buf, cuda::GemmOut::F32, s);
+            lin_->bf16(cw.wgate, xn, n, buf + n * width, cuda::GemmOut::F32, s);
+            scp = buf + n * width;
+        }
         cuda::compressor_pool(kvp, scp, cw.ape, cw.norm, b.rope_compress, pool_.base() + region, ct, entries, n, cd, s);
         cuda::compressor_store(kvp, scp, cw.ape, pool_.base() + region, ct, n, cd, s);
     };
     const int32_t* picks = nullptr;
     if (w.compressor) {
-        compress(*w.compressor, addr.compressor_region, b.ckv, b.csc, b.centries);
+        compress(*w.compressor, addr.compressor_region, b.ckv, b.centries);
         cuda::kv_write_entries(b.centries, 0, b.entry_dst, pool_.base(), n, ed, s);
         tick("attn: compressor", s);
     }
     if (w.indexer) {
         const GpuIndexer& ix = *w.indexer;
         const int64_t nI = c.index_n_heads, dI = c.index_head_dim;
-        compress(ix.compressor, addr.index_comp_region, b.ikv, b.isc, b.ientries);
+        compress(ix.compressor, addr.index_comp_region, b.ikv, b.ientries);
         cuda::hadamard_fp4_sim(b.ientries, n, dI, s);
         cuda::indexer_key_write(b.ientries, b.key_dst, pool_.base(), n, dI, s);
         tick("attn: indexer compressor", s);
@@ -325,10 +335,8 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
             lin_->fp8_quantized(ix.wq_b, b.qrq, b.qrs, n, b.iq, s);
         else
             lin_->fp8(ix.wq_b, b.qr, n, b.iq, s);
-        cuda::rope_bf16(b.iq, n, nI, dI, b.rope_compress, n_rope, meta_.positions, false, s);
-        cuda::hadamard_fp4_sim(b.iq, n * nI, dI, s);
-        lin_->bf16(ix.weights_proj, xn, n, b.iw, cuda::GemmOut::F32, s);
-        cuda::scale_f32(b.iw, 1.0f / std::sqrt(static_cast<float>(nI)), n * nI, s);
+        cuda::rope_hadamard_fp4_sim(b.iq, n, nI, dI, b.rope_compress, n_rope, meta_.positions, s);
+        lin_->bf16(ix.weights_proj, xn, n, b.iw, cuda::GemmOut::F32, s, 0, 1.0f / std::sqrt(static_cast<float>(nI)));
         tick("attn: indexer q + weights", s);
         cuda::IndexerDims id;
         id.n_heads = nI;

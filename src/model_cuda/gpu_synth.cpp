@@ -155,6 +155,7 @@ private:
         g.head_dim = d;
         g.wkv = bf16_linear(p + ".wkv.weight", c * d, cfg_.hidden_size);
         g.wgate = bf16_linear(p + ".wgate.weight", c * d, cfg_.hidden_size);
+        if (arena_) g.wkv_wgate = fuse_compressor_rows(g.wkv, g.wgate);
         g.ape = f32_tensor(p + ".ape", ratio, c * d, 0.0f, 0.1f);
         g.norm = norm(p + ".norm.weight", d);
         return g;

@@ -118,6 +118,7 @@ GpuCompressor compressor(cuda::DeviceArena& arena, const CompressorWeights& c, i
     g.head_dim = head_dim;
     g.wkv = bf16_linear(arena, c.wkv);
     g.wgate = bf16_linear(arena, c.wgate);
+    g.wkv_wgate = fuse_compressor_rows(g.wkv, g.wgate);
     const int64_t width = (ratio == 4 ? 2 : 1) * head_dim;
     ONECARD_CHECK(g.wkv.n_out == width && g.wgate.n_out == width && c.ape.numel() == ratio * width,
                   "tensor {}: compressor of ratio {} needs {} channels, has {}", c.wkv.name, ratio, width, g.wkv.n_out);
@@ -226,6 +227,16 @@ GpuFp8Linear fuse_rows(const GpuFp8Linear& a, const GpuFp8Linear& b) {
     f.ws = a.ws;
     f.n_out = a.n_out + b.n_out;
     f.n_in = a.n_in;
+    return f;
+}
+
+GpuBf16Linear fuse_compressor_rows(const GpuBf16Linear& wkv, const GpuBf16Linear& wgate) {
+    GpuBf16Linear f;
+    if (!wkv.w || !wgate.w || wkv.n_in != wgate.n_in || wkv.n_out != wgate.n_out) return f;
+    if (wgate.w != wkv.w + wkv.n_out * wkv.n_in) return f;
+    f.w = wkv.w;
+    f.n_out = 2 * wkv.n_out;
+    f.n_in = wkv.n_in;
     return f;
 }
 

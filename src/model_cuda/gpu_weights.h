@@ -43,9 +43,13 @@ struct GpuHC {
 struct GpuCompressor {
     int64_t ratio = 0, head_dim = 0;  // d
     GpuBf16Linear wkv, wgate;          // [c·d, D]
+    GpuBf16Linear wkv_wgate;           // [2·c·d, D]: both as one linear when stored back to back (w null if not)
     const float* ape = nullptr;        // [ratio, c·d]
     const __nv_bfloat16* norm = nullptr;  // [d]
 };
+
+// wkv and wgate as one [2·c·d, D] linear if the arena placed them back to back, else a null view.
+GpuBf16Linear fuse_compressor_rows(const GpuBf16Linear& wkv, const GpuBf16Linear& wgate);
 
 struct GpuIndexer {
     GpuFp8Linear wq_b;           // [nI·dI, q_lora_rank]

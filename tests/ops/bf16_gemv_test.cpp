@@ -18,7 +18,8 @@ namespace onecard {
 namespace {
 
 // groups > 1: W [n, k] is `groups` blocks of n/groups rows, block g multiplies x columns [g·k, +k).
-void check_gemv(int64_t m, int64_t n, int64_t k, cuda::GemmOut out, int64_t ld_x, int64_t groups, uint32_t seed) {
+void check_gemv(int64_t m, int64_t n, int64_t k, cuda::GemmOut out, int64_t ld_x, int64_t groups, uint32_t seed,
+                float alpha = 1.0f) {
     const std::string what = "m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) +
                              (out == cuda::GemmOut::Bf16 ? " bf16" : " f32") + " ld_x " + std::to_string(ld_x) +
                              " groups " + std::to_string(groups);
@@ -32,7 +33,7 @@ void check_gemv(int64_t m, int64_t n, int64_t k, cuda::GemmOut out, int64_t ld_x
         std::vector<float> part(static_cast<size_t>(m * rows));
         cpu::matmul_nt(x.data() + g * k, w.data() + g * rows * k, part.data(), m, k, rows, lx, rows);
         for (int64_t i = 0; i < m; ++i)
-            for (int64_t r = 0; r < rows; ++r) ref[i * n + g * rows + r] = part[i * rows + r];
+            for (int64_t r = 0; r < rows; ++r) ref[i * n + g * rows + r] = part[i * rows + r] * alpha;
     }
     const size_t esz = out == cuda::GemmOut::F32 ? 4 : 2;
     cuda::DeviceArena arena(static_cast<size_t>(m * lx * 2 + n * k * 2 + m * n * 4) + (size_t{16} << 20), "gemv test");
@@ -42,7 +43,7 @@ void check_gemv(int64_t m, int64_t n, int64_t k, cuda::GemmOut out, int64_t ld_x
     cuda::fill_bytes(dy, 0xFF, static_cast<size_t>(m * n) * esz);
     cuda::Stream s;
     cuda::bf16_gemv(reinterpret_cast<const __nv_bfloat16*>(dx), ld_x, reinterpret_cast<const __nv_bfloat16*>(dw), dy,
-                    out, 0, m, n, k, s.get(), groups > 1 ? rows : 0);
+                    out, 0, m, n, k, s.get(), groups > 1 ? rows : 0, alpha);
     s.sync();
     std::vector<float> got;
     if (out == cuda::GemmOut::F32) {
@@ -65,6 +66,7 @@ TEST(CudaBf16Gemv, DecodeShapesMatchCpu) {
     check_gemv(1, 1024, 4096, cuda::GemmOut::F32, 0, 1, 11);    // compressor wkv (16 warps split k)
     check_gemv(1, 256, 4096, cuda::GemmOut::F32, 0, 1, 12);     // router gate
     check_gemv(2, 64, 4096, cuda::GemmOut::F32, 0, 1, 13);      // indexer weights_proj (4 tiles)
+    check_gemv(2, 64, 4096, cuda::GemmOut::F32, 0, 1, 16, 0.125f);  // ... with its 1/sqrt(64) in the epilogue
     check_gemv(1, 8192, 4096, cuda::GemmOut::Bf16, 0, 8, 14);   // wo_a: 8 groups of 1024 rows (8 warps)
     check_gemv(3, 20000, 256, cuda::GemmOut::F32, 0, 1, 15);    // head-like: 1250 tiles (4 warps)
 }

@@ -45,13 +45,15 @@ struct SeqRows {
     std::vector<std::vector<float>> kv, score;  // index = position
 };
 
-void run_case(const Shape& sh, const std::vector<SeqPlan>& plan, uint32_t seed) {
+// interleaved: the inputs as one GEMV over wkv|wgate writes them, rows [kv | score] (ld_in = 2W).
+void run_case(const Shape& sh, const std::vector<SeqPlan>& plan, uint32_t seed, bool interleaved = false) {
     std::mt19937 rng(seed);
     const int64_t W = sh.w(), d = sh.d, n_ring = sh.n_ring(), n_seq = static_cast<int64_t>(plan.size());
     cuda::CompressorDims dims;
     dims.ratio = sh.ratio;
     dims.head_dim = d;
     dims.rope_dim = sh.rope;
+    if (interleaved) dims.ld_in = 2 * W;
     const int64_t ring_bytes = cuda::compressor_ring_bytes(dims);
     ASSERT_EQ(ring_bytes, n_ring * 2 * W * 4);
 
@@ -165,8 +167,20 @@ void run_case(const Shape& sh, const std::vector<SeqPlan>& plan, uint32_t seed) 
         const int64_t n = static_cast<int64_t>(positions.size());
         if (n == 0) continue;
 
-        auto* dkv = test::upload(arena, kv, "kv");
-        auto* dscore = test::upload(arena, score, "score");
+        float* dkv = nullptr;
+        float* dscore = nullptr;
+        if (interleaved) {
+            std::vector<float> rows2(static_cast<size_t>(n * 2 * W));
+            for (int64_t i = 0; i < n; ++i) {
+                std::copy_n(kv.begin() + i * W, W, rows2.begin() + i * 2 * W);
+                std::copy_n(score.begin() + i * W, W, rows2.begin() + i * 2 * W + W);
+            }
+            dkv = test::upload(arena, rows2, "kv | score");
+            dscore = dkv + W;
+        } else {
+            dkv = test::upload(arena, kv, "kv");
+            dscore = test::upload(arena, score, "score");
+        }
         auto* dpos = test::upload(arena, positions, "positions");
         auto* dfirst = test::upload(arena, seq_first, "seq_first");
         auto* dbase = test::upload(arena, ring_base, "ring_base");
@@ -246,6 +260,12 @@ std::vector<SeqPlan> overlap_plan() {
 TEST(CudaCompressor, Ratio4Head512MatchesCpu) {
     ONECARD_REQUIRE_GPU();
     run_case({4, 512}, overlap_plan(), 1);
+}
+
+TEST(CudaCompressor, InterleavedInputsMatchCpu) {
+    ONECARD_REQUIRE_GPU();
+    run_case({4, 512}, overlap_plan(), 4, true);  // rows [kv | score] from one GEMV (ld_in = 2W)
+    run_case({128, 512}, {{0, {150, 1, 1, 120, 0}}, {300, {10, 1, 0, 80, 1}}}, 5, true);
 }
 
 TEST(CudaCompressor, Ratio4Head128MatchesCpu) {

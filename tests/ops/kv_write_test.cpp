@@ -14,7 +14,9 @@
 #ifdef ONECARD_HAVE_CUDA
 
 #include "backend/cpu/quant_sim.h"
+#include "backend/cpu/rope.h"
 #include "backend/cuda/ops/kv_write.cuh"
+#include "backend/cuda/ops/rope.cuh"
 #include "kvcache/kv_format.h"
 
 #include <algorithm>
@@ -244,6 +246,34 @@ TEST(CudaKvWrite, HadamardFp4TiesAndPowerOfTwoScale) {
     ASSERT_EQ(std::vector<float>(ref.begin(), ref.begin() + 6), want0);
     ASSERT_EQ(std::vector<float>(ref.begin() + 32, ref.begin() + 39), want1);
     check_hadamard_fp4_on(x, dim, "ties");
+}
+
+// The indexer-query path fused (RoPE + Hadamard + FP4 in one launch) gives the bits of rope_bf16
+// followed by hadamard_fp4_sim.
+TEST(CudaHadamardFp4, FusedRopeEqualsTheTwoKernels) {
+    ONECARD_REQUIRE_GPU();
+    const int64_t n_tok = 5, nI = 8, dI = 128, n_rope = 64;
+    std::mt19937 rng(24);
+    const auto x = test::to_bf16_bits(test::random_bf16_values(rng, static_cast<size_t>(n_tok * nI * dI)));
+    cpu::RopeParams rp;
+    rp.theta = 160000.0;
+    rp.yarn = true;
+    const std::vector<float> inv = cpu::rope_inv_freqs(rp);
+    const std::vector<int32_t> pos = {0, 3, 129, 65613, 1048575};
+    cuda::DeviceArena arena(size_t{16} << 20, "rope hadamard test");
+    auto* a = test::upload(arena, x, "two kernels");
+    auto* b = test::upload(arena, x, "fused");
+    auto* dinv = test::upload(arena, inv, "inv_freq");
+    auto* dpos = test::upload(arena, pos, "positions");
+    auto bf = [](uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); };
+    cuda::Stream s;
+    cuda::rope_bf16(bf(a), n_tok, nI, dI, dinv, n_rope, dpos, false, s.get());
+    cuda::hadamard_fp4_sim(bf(a), n_tok * nI, dI, s.get());
+    cuda::rope_hadamard_fp4_sim(bf(b), n_tok, nI, dI, dinv, n_rope, dpos, s.get());
+    s.sync();
+    const auto ga = cuda::copy_to_host(a, x.size()), gb = cuda::copy_to_host(b, x.size());
+    EXPECT_EQ(gb, ga);
+    EXPECT_NE(ga, x);
 }
 
 }  // namespace

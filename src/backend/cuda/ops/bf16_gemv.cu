@@ -19,7 +19,7 @@ namespace {
 template <int S, int NT, bool F32>
 __global__ void __launch_bounds__(S * 32)
     bf16_gemv_kernel(const __nv_bfloat16* __restrict__ x, int64_t ld_x, const __nv_bfloat16* __restrict__ w,
-                     void* __restrict__ yv, int64_t ld_y, int m, int n, int k, int rows_per_group) {
+                     void* __restrict__ yv, int64_t ld_y, int m, int n, int k, int rows_per_group, float alpha) {
     __shared__ float4 red[S][NT][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int n_kb = k / 64;
@@ -89,6 +89,7 @@ __global__ void __launch_bounds__(S * 32)
         }
     }
     auto store = [&](int col, int row, float v) {
+        v *= alpha;  // exact when alpha == 1
         if (F32)
             static_cast<float*>(yv)[col * ld_y + row] = v;
         else
@@ -110,32 +111,35 @@ __global__ void __launch_bounds__(S * 32)
 
 template <int NT, bool F32>
 void launch(const __nv_bfloat16* x, int64_t ld_x, const __nv_bfloat16* w, void* y, int64_t ld_y, int m, int64_t n,
-            int64_t k, int rows_per_group, cudaStream_t stream) {
+            int64_t k, int rows_per_group, float alpha, cudaStream_t stream) {
     const int64_t tiles = (n + 15) / 16;
     const auto grid = static_cast<unsigned>(tiles);
     const int ni = static_cast<int>(n), ki = static_cast<int>(k);
     switch (gemv_split_warps(tiles)) {
         case 4:
             launch_pdl(bf16_gemv_kernel<4, NT, F32>, grid, 4 * 32, 0, stream, x, ld_x, w, y, ld_y, m, ni, ki,
-                       rows_per_group);
+                       rows_per_group, alpha);
             break;
         case 8:
             launch_pdl(bf16_gemv_kernel<8, NT, F32>, grid, 8 * 32, 0, stream, x, ld_x, w, y, ld_y, m, ni, ki,
-                       rows_per_group);
+                       rows_per_group, alpha);
             break;
         default:
             launch_pdl(bf16_gemv_kernel<16, NT, F32>, grid, 16 * 32, 0, stream, x, ld_x, w, y, ld_y, m, ni, ki,
-                       rows_per_group);
+                       rows_per_group, alpha);
     }
     CUDA_CHECK_LAUNCH("bf16_gemv_kernel");
 }
 
 template <bool F32>
 void dispatch(const __nv_bfloat16* x, int64_t ld_x, const __nv_bfloat16* w, void* y, int64_t ld_y, int mm, int64_t n,
-              int64_t k, int rows_per_group, cudaStream_t stream) {
-    if (mm <= 8) launch<1, F32>(x, ld_x, w, y, ld_y, mm, n, k, rows_per_group, stream);
-    else if (mm <= 16) launch<2, F32>(x, ld_x, w, y, ld_y, mm, n, k, rows_per_group, stream);
-    else launch<4, F32>(x, ld_x, w, y, ld_y, mm, n, k, rows_per_group, stream);
+              int64_t k, int rows_per_group, float alpha, cudaStream_t stream) {
+    if (mm <= 8)
+        launch<1, F32>(x, ld_x, w, y, ld_y, mm, n, k, rows_per_group, alpha, stream);
+    else if (mm <= 16)
+        launch<2, F32>(x, ld_x, w, y, ld_y, mm, n, k, rows_per_group, alpha, stream);
+    else
+        launch<4, F32>(x, ld_x, w, y, ld_y, mm, n, k, rows_per_group, alpha, stream);
 }
 
 }  // namespace
@@ -146,7 +150,7 @@ bool bf16_gemv_ok(const __nv_bfloat16* x, int64_t ld_x, const __nv_bfloat16* w, 
 }
 
 void bf16_gemv(const __nv_bfloat16* x, int64_t ld_x, const __nv_bfloat16* w, void* y, GemmOut out, int64_t ld_y,
-               int64_t m, int64_t n, int64_t k, cudaStream_t stream, int64_t rows_per_group) {
+               int64_t m, int64_t n, int64_t k, cudaStream_t stream, int64_t rows_per_group, float alpha) {
     const int64_t groups = rows_per_group > 0 ? n / rows_per_group : 1;
     if (ld_x == 0) ld_x = k * groups;
     if (ld_y == 0) ld_y = n;
@@ -163,8 +167,10 @@ void bf16_gemv(const __nv_bfloat16* x, int64_t ld_x, const __nv_bfloat16* w, voi
         const int mm = static_cast<int>(std::min(kBf16GemvMaxM, m - m0));
         const __nv_bfloat16* x0 = x + m0 * ld_x;
         void* y0 = static_cast<char*>(y) + static_cast<size_t>(m0 * ld_y) * esz;
-        if (out == GemmOut::F32) dispatch<true>(x0, ld_x, w, y0, ld_y, mm, n, k, rpg, stream);
-        else dispatch<false>(x0, ld_x, w, y0, ld_y, mm, n, k, rpg, stream);
+        if (out == GemmOut::F32)
+            dispatch<true>(x0, ld_x, w, y0, ld_y, mm, n, k, rpg, alpha, stream);
+        else
+            dispatch<false>(x0, ld_x, w, y0, ld_y, mm, n, k, rpg, alpha, stream);
     }
 }
 

@@ -25,8 +25,9 @@ bool bf16_gemv_ok(const __nv_bfloat16* x, int64_t ld_x, const __nv_bfloat16* w, 
 
 // x [m, ld_x] bf16 (row stride ld_x, 0 = k·groups); W [n, k] dense bf16; y [m, n] of type `out` (row
 // stride ld_y, 0 = n). rows_per_group = 0: one group (x columns [0, k)); else n % rows_per_group == 0
-// and row r reads x columns [(r / rows_per_group)·k, +k). Any m (passes of 32 rows).
+// and row r reads x columns [(r / rows_per_group)·k, +k). alpha multiplies the fp32 sum before the
+// store (the indexer's 1/sqrt(heads) on weights_proj). Any m (passes of 32 rows).
 void bf16_gemv(const __nv_bfloat16* x, int64_t ld_x, const __nv_bfloat16* w, void* y, GemmOut out, int64_t ld_y,
-               int64_t m, int64_t n, int64_t k, cudaStream_t stream, int64_t rows_per_group = 0);
+               int64_t m, int64_t n, int64_t k, cudaStream_t stream, int64_t rows_per_group = 0, float alpha = 1.0f);
 
 }  // namespace onecard::cuda

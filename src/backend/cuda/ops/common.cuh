@@ -90,4 +90,16 @@ __device__ __forceinline__ uint32_t fp8_quant_block4(const float (&v)[4], float&
     return packed;
 }
 
+// One RoPE rotation of the pair (a, b) by angle inv_freq·pos (sign -1: the inverse), fp32, with
+// accurate sincosf (angles reach ~1e6 rad) and no contraction, so every kernel that rotates (rope.cu,
+// kv_write.cu's fused indexer-q path) gives the same bits.
+__device__ __forceinline__ void rope_rotate(float a, float b, float inv_freq, int32_t pos, float sign, float& out_a,
+                                            float& out_b) {
+    float s, c;
+    sincosf(inv_freq * static_cast<float>(pos), &s, &c);
+    s *= sign;
+    out_a = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+    out_b = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+}
+
 }  // namespace onecard::cuda::dev

@@ -14,6 +14,7 @@ struct RingGeom {
     int w;       // projection width c·d
     int n_ring;  // ring rows: 2·ratio (overlap) or ratio
     bool overlap;
+    int64_t ld;  // row stride of the kv / score inputs (>= w)
 };
 
 RingGeom ring_geom(const CompressorDims& d) {
@@ -23,6 +24,7 @@ RingGeom ring_geom(const CompressorDims& d) {
     g.overlap = d.ratio == 4;
     g.w = g.overlap ? 2 * g.d : g.d;
     g.n_ring = g.overlap ? 2 * g.ratio : g.ratio;
+    g.ld = d.ld_in > 0 ? d.ld_in : g.w;
     return g;
 }
 
@@ -62,8 +64,8 @@ __global__ void compressor_pool_kernel(const float* __restrict__ kv, const float
             float v, sc;
             if (p >= first_pos) {
                 const int64_t t = first_idx + (p - first_pos);
-                v = kv[t * w + ch];
-                sc = score[t * w + ch] + ape[(p % g.ratio) * w + ch];
+                v = kv[t * g.ld + ch];
+                sc = score[t * g.ld + ch] + ape[(p % g.ratio) * w + ch];
             } else {
                 const float* r = ring + (p % g.n_ring) * 2 * w;
                 v = r[ch];
@@ -120,8 +122,8 @@ __global__ void compressor_store_kernel(const float* __restrict__ kv, const floa
     const int64_t pos = positions[i];
     const int64_t w = g.w;
     float* r = reinterpret_cast<float*>(state + ring_base[i]) + (pos % g.n_ring) * 2 * w;
-    const float* kv_i = kv + i * w;
-    const float* sc_i = score + i * w;
+    const float* kv_i = kv + i * g.ld;
+    const float* sc_i = score + i * g.ld;
     const float* ape_p = ape + (pos % g.ratio) * w;
     for (int64_t c = threadIdx.x; c < w; c += blockDim.x) {
         r[c] = kv_i[c];
@@ -135,6 +137,8 @@ void check_dims(const CompressorDims& d, int64_t n, const char* what) {
     ONECARD_CHECK(d.rope_dim >= 0 && d.rope_dim % 2 == 0 && d.rope_dim <= d.head_dim,
                   "{}: rope_dim {} must be even and <= head_dim {}", what, d.rope_dim, d.head_dim);
     ONECARD_CHECK(n >= 0 && n < (int64_t{1} << 31), "{}: {} tokens exceed the grid", what, n);
+    const int64_t w = (d.ratio == 4 ? 2 : 1) * d.head_dim;
+    ONECARD_CHECK(d.ld_in == 0 || d.ld_in >= w, "{}: input row stride {} < projection width {}", what, d.ld_in, w);
 }
 
 }  // namespace

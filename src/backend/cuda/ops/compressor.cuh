@@ -25,6 +25,8 @@ struct CompressorDims {
     int64_t head_dim = 512;  // d (entry width); the projections are c·d wide, c = 2 iff ratio == 4
     int64_t rope_dim = 64;   // RoPE on the trailing rope_dim dims of the entry, at position w·ratio
     float eps = 1e-6f;       // RMSNorm epsilon
+    int64_t ld_in = 0;       // row stride (floats) of the kv and score inputs; 0 = c·d (dense). One
+                             // GEMV over [wkv; wgate] writes rows [kv | score]: ld_in = 2·c·d.
 };
 
 // Per-token metadata of one step (device arrays, [n] each).
@@ -34,7 +36,7 @@ struct CompressorTokens {
     const int64_t* ring_base = nullptr;  // byte offset of i's sequence's ring (this layer) in `state`
 };
 
-// kv, score [n, c·d] fp32: this step's projections (wkv·x, wgate·x; no ape yet); ape [ratio, c·d]
+// kv, score [n, c·d] fp32 (row stride d.ld_in): this step's projections (wkv·x, wgate·x; no ape yet); ape [ratio, c·d]
 // fp32; norm [d] bf16; inv_freq [rope_dim/2] fp32 (the compress θ with YaRN);
 // entries [n, d] bf16: row i is written iff (positions[i] + 1) % ratio == 0 (pooled, RMSNorm'd,
 // RoPE'd at the window start); other rows are left untouched. `state` is the slot pool (bytes).

@@ -121,14 +121,27 @@ __device__ __forceinline__ float e2m1_round_magnitude(float a) {
 // One block per vector, one thread per element (dim in [32, 1024]). The butterflies run stage by
 // stage in the CPU's Sylvester order: every element sees the same fp32 additions in the same order,
 // so the transform is bit-identical to cpu::hadamard_transform. A warp = one FP4 block of 32.
+// With inv_freq (the indexer queries): first RoPE on the trailing 2·n_pairs dims at the vector's token
+// position (token = vector / vec_per_token), rounded to bf16 exactly as rope_bf16 stores it, so the
+// fused kernel gives the bits of rope_bf16 followed by hadamard_fp4_sim.
 __global__ void __launch_bounds__(1024)
-hadamard_fp4_kernel(__nv_bfloat16* x, int dim, float scale) {
+    hadamard_fp4_kernel(__nv_bfloat16* x, int dim, float scale, const float* __restrict__ inv_freq, int n_pairs,
+                        const int32_t* __restrict__ positions, int vec_per_token) {
     dev::pdl_wait();
     dev::pdl_trigger();
     __shared__ float buf[1024];
     const int t = threadIdx.x;
     __nv_bfloat16* v = x + static_cast<int64_t>(blockIdx.x) * dim;
-    buf[t] = __bfloat162float(v[t]);
+    const int rope0 = dim - 2 * n_pairs;
+    if (inv_freq != nullptr && t >= rope0) {
+        const int i = (t - rope0) / 2, e = rope0 + 2 * i;  // pair i: elements e (even) and e + 1
+        float ra, rb;
+        dev::rope_rotate(__bfloat162float(v[e]), __bfloat162float(v[e + 1]), inv_freq[i],
+                         positions[blockIdx.x / vec_per_token], 1.0f, ra, rb);
+        buf[t] = __bfloat162float(__float2bfloat16(t == e ? ra : rb));
+    } else {
+        buf[t] = __bfloat162float(v[t]);
+    }
     __syncthreads();
     for (int h = 1; h < dim; h *= 2) {
         if (t < dim / 2) {
@@ -192,8 +205,26 @@ void hadamard_fp4_sim(__nv_bfloat16* x, int64_t n_vec, int64_t dim, cudaStream_t
     // The same fp32 scale the CPU computes (1/sqrt(float(n)), both correctly rounded).
     const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
     launch_pdl(hadamard_fp4_kernel, static_cast<unsigned>(n_vec), static_cast<unsigned>(dim), 0, stream, x,
-               static_cast<int>(dim), scale);
+               static_cast<int>(dim), scale, static_cast<const float*>(nullptr), 0,
+               static_cast<const int32_t*>(nullptr), 1);
     CUDA_CHECK_LAUNCH("hadamard_fp4_kernel");
+}
+
+void rope_hadamard_fp4_sim(__nv_bfloat16* x, int64_t n_tok, int64_t vec_per_token, int64_t dim, const float* inv_freq,
+                           int64_t n_rope, const int32_t* positions, cudaStream_t stream) {
+    ONECARD_CHECK(dim >= 32 && dim <= 1024 && (dim & (dim - 1)) == 0,
+                  "rope_hadamard_fp4_sim: dim {} must be a power of two in [32, 1024]", dim);
+    ONECARD_CHECK(n_rope > 0 && n_rope % 2 == 0 && n_rope <= dim && vec_per_token > 0,
+                  "rope_hadamard_fp4_sim: n_rope {} (even, <= dim {}), {} vectors per token", n_rope, dim,
+                  vec_per_token);
+    const int64_t n_vec = n_tok * vec_per_token;
+    if (n_vec == 0) return;
+    ONECARD_CHECK(n_vec < (int64_t{1} << 31), "rope_hadamard_fp4_sim: {} vectors exceed the grid", n_vec);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+    launch_pdl(hadamard_fp4_kernel, static_cast<unsigned>(n_vec), static_cast<unsigned>(dim), 0, stream, x,
+               static_cast<int>(dim), scale, inv_freq, static_cast<int>(n_rope / 2), positions,
+               static_cast<int>(vec_per_token));
+    CUDA_CHECK_LAUNCH("hadamard_fp4_kernel (rope)");
 }
 
 }  // namespace onecard::cuda

@@ -8,22 +8,19 @@ namespace onecard::cuda {
 namespace {
 
 // Rotates pair `idx` of x [tokens, n_vec, dim] (pair i of vector idx / n_pairs, on the trailing
-// 2·n_pairs dims) at its token's position. Accurate sincosf (no fast-math): angles reach ~1e6 rad at
-// long positions, where the fast intrinsic loses all precision.
+// 2·n_pairs dims) at its token's position (dev::rope_rotate: the bits kv_write.cu's fused
+// indexer-q path gives too).
 __device__ __forceinline__ void rope_one_pair(__nv_bfloat16* x, int64_t idx, int64_t n_vec, int64_t dim,
                                               const float* __restrict__ inv_freq, int n_pairs,
                                               const int32_t* __restrict__ positions, float sign) {
     const int i = static_cast<int>(idx % n_pairs);
     const int64_t vec = idx / n_pairs;  // flattened (token, vector)
     const int64_t tok = vec / n_vec;
-    const float angle = inv_freq[i] * static_cast<float>(positions[tok]);
-    float s, c;
-    sincosf(angle, &s, &c);
-    s *= sign;
     __nv_bfloat16* p = x + vec * dim + (dim - 2 * n_pairs) + 2 * i;
-    const float a = __bfloat162float(p[0]), b = __bfloat162float(p[1]);
-    p[0] = __float2bfloat16(a * c - b * s);
-    p[1] = __float2bfloat16(b * c + a * s);
+    float ra, rb;
+    dev::rope_rotate(__bfloat162float(p[0]), __bfloat162float(p[1]), inv_freq[i], positions[tok], sign, ra, rb);
+    p[0] = __float2bfloat16(ra);
+    p[1] = __float2bfloat16(rb);
 }
 
 // One thread per pair: [n_tok·n_vec·n_pairs] threads.
