@@ -11,14 +11,9 @@ std::vector<PlannedTensor> gpu_planned_tensors(const std::vector<TensorSpec>& sp
     out.reserve(specs.size());
     const TensorSpec* last_weight = nullptr;  // the weight a following .scale belongs to
     for (const TensorSpec& t : specs) {
-        const bool wo_a = t.name.find(".wo_a.") != std::string::npos;
         PlannedTensor p{t.name, t.dtype, static_cast<uint64_t>(t.nbytes())};
         switch (t.dtype) {
             case DType::F8_E4M3:
-                if (wo_a) {  // dequantised: one bf16 per element
-                    p.dtype = DType::BF16;
-                    p.nbytes *= 2;
-                }
                 last_weight = &t;
                 break;
             case DType::I8:
@@ -27,7 +22,6 @@ std::vector<PlannedTensor> gpu_planned_tensors(const std::vector<TensorSpec>& sp
                 break;
             case DType::F8_E8M0:
                 if (last_weight != nullptr && last_weight->dtype == DType::F8_E4M3 && last_weight->shape.size() == 2) {
-                    if (wo_a) continue;  // folded into the bf16 weights
                     p.nbytes = static_cast<uint64_t>(
                                    cuda::fp8_gemm_weight_scale_floats(last_weight->shape[0], last_weight->shape[1])) *
                                4;

@@ -68,16 +68,24 @@ void GpuLinears::bf16(const GpuBf16Linear& l, const __nv_bfloat16* x, int64_t m,
     if (scale != 1.0f) cuda::scale_f32(static_cast<float*>(y), scale, m * l.n_out, s);
 }
 
-void GpuLinears::grouped(const GpuBf16Linear& l, int64_t groups, const __nv_bfloat16* x, int64_t m, __nv_bfloat16* z,
+void GpuLinears::grouped(const GpuFp8Linear& l, int64_t groups, const __nv_bfloat16* x, int64_t m, __nv_bfloat16* z,
                          cudaStream_t s) {
     if (m == 0) return;
-    ONECARD_CHECK(l.n_out % groups == 0, "wo_a: {} rows do not split into {} groups", l.n_out, groups);
-    const int64_t rows = l.n_out / groups;
-    if (gemv_ && m <= kGemvMaxRows && rows % 16 == 0 && cuda::bf16_gemv_ok(x, groups * l.n_in, l.w, l.n_in)) {
-        cuda::bf16_gemv(x, 0, l.w, z, cuda::GemmOut::Bf16, 0, m, l.n_out, l.n_in, s, rows);
+    ONECARD_CHECK(l.n_out % groups == 0 && (l.n_out / groups) % 128 == 0 && l.n_in % 128 == 0,
+                  "wo_a: {} rows in {} groups of whole 128-row blocks, k {} a multiple of 128", l.n_out, groups, l.n_in);
+    const int64_t rows = l.n_out / groups, k = l.n_in;
+    if (gemv_ && m <= cuda::kBf16GemvFp8wMaxM && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+        cuda::bf16_gemv_fp8w(x, 0, l.w, l.ws, z, cuda::GemmOut::Bf16, 0, m, l.n_out, k, s, rows);
         return;
     }
-    bf16_gemm_.run_grouped_columns(x, l.w, z, cuda::GemmOut::Bf16, m, rows, l.n_in, groups, s);
+    const cuda::DeviceArena::Mark mark = ws_.mark();
+    auto* wg = ws_.alloc_n<__nv_bfloat16>(static_cast<size_t>(rows * k), "wo_a: one group in bf16");
+    const int64_t scale_rows = rows / 128 * cuda::fp8_gemm_weight_scale_ld(k);  // floats per group
+    for (int64_t g = 0; g < groups; ++g) {
+        cuda::fp8_weight_to_bf16(l.w + g * rows * k, l.ws + g * scale_rows, wg, rows, k, s);
+        bf16_gemm_.run(x + g * k, groups * k, wg, z + g * rows, cuda::GemmOut::Bf16, groups * rows, m, rows, k, s);
+    }
+    ws_.release(mark);
 }
 
 }  // namespace onecard

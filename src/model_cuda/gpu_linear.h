@@ -38,9 +38,14 @@ public:
     // accumulation (scale != 1 needs fp32 out).
     void bf16(const GpuBf16Linear& l, const __nv_bfloat16* x, int64_t m, void* y, cuda::GemmOut out, cudaStream_t s,
               int64_t ld_x = 0, float scale = 1.0f);
-    // wo_a: o [m, G·k] -> z [m, G·r], group g = o[:, g·k:(g+1)·k] · W_gᵀ.
-    void grouped(const GpuBf16Linear& l, int64_t groups, const __nv_bfloat16* x, int64_t m, __nv_bfloat16* z,
+    // wo_a: o [m, G·k] -> z [m, G·r], group g = o[:, g·k:(g+1)·k] · W_gᵀ, in bf16 x bf16 -> fp32 with W's
+    // bf16 values E4M3 · scale (REF dequantises wo_a; no activation quantisation). Up to 64 rows the GEMV
+    // forms them in registers; beyond, the GEMM path dequantises one group at a time into scratch
+    // (group_scratch_bytes).
+    void grouped(const GpuFp8Linear& l, int64_t groups, const __nv_bfloat16* x, int64_t m, __nv_bfloat16* z,
                  cudaStream_t s);
+    // Per-call scratch grouped() needs on its GEMM path: one group's bf16 weights.
+    static int64_t group_scratch_bytes(int64_t rows_per_group, int64_t k) { return rows_per_group * k * 2; }
 
     // Rows up to which the GEMV path is used (beyond it the GEMM wins).
     static constexpr int64_t kGemvMaxRows = 32;

@@ -172,7 +172,7 @@ private:
         a.q_norm = norm(p + ".q_norm.weight", q);
         a.wq_b = fp8_linear(p + ".wq_b", H * hd, q);
         a.kv_norm = norm(p + ".kv_norm.weight", hd);
-        a.wo_a = bf16_linear(p + ".wo_a.weight", G * r, H * hd / G);
+        a.wo_a = fp8_linear(p + ".wo_a", G * r, H * hd / G);
         a.wo_b = fp8_linear(p + ".wo_b", D, G * r);
         a.sink = f32_tensor(p + ".attn_sink", 1, H, 0.0f, 1.0f);
         if (ratio != 0) a.compressor = compressor(p + ".compressor", ratio, hd);

@@ -49,15 +49,6 @@ GpuBf16Linear bf16_linear(cuda::DeviceArena& arena, const TensorView& t) {
     return {upload_bf16(arena, t), t.shape[0], t.shape[1]};
 }
 
-// A quantised linear REF runs dequantised (wo_a): FP8 × 2^k is exact in bf16.
-GpuBf16Linear dequant_bf16_linear(cuda::DeviceArena& arena, const QuantLinear& q) {
-    const std::vector<float> v = cpu::dequant_linear(q.weight, q.scale);
-    std::vector<uint16_t> b(v.size());
-    for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_bf16(v[i]);
-    const auto* w = upload_bytes<__nv_bfloat16>(arena, b.data(), b.size() * 2, q.weight.name);
-    return {w, q.out_features(), q.in_features()};
-}
-
 void check_fp8(const QuantLinear& q) {
     ONECARD_CHECK(q.weight.dtype == DType::F8_E4M3, "tensor {}: the GPU runs it as an FP8 linear, but it is {}",
                   q.weight.name, dtype_name(q.weight.dtype));
@@ -192,7 +183,7 @@ GpuBlock block(cuda::DeviceArena& arena, const ModelConfig& cfg, const BlockWeig
     g.attn.q_norm = upload_bf16(arena, a.q_norm);
     g.attn.wq_b = fp8_linear(arena, a.wq_b);
     g.attn.kv_norm = upload_bf16(arena, a.kv_norm);
-    g.attn.wo_a = dequant_bf16_linear(arena, a.wo_a);
+    g.attn.wo_a = fp8_linear(arena, a.wo_a);
     g.attn.wo_b = fp8_linear(arena, a.wo_b);
     g.attn.sink = upload_f32(arena, a.attn_sink);
     const int64_t ratio = cfg.compress_ratio(il);
@@ -248,7 +239,7 @@ GpuWeightBytes gpu_weight_bytes(const ModelConfig& c) {
     b.embed_head = 2 * c.vocab_size * D * 2 + D * 2 + (hc * hc * D + hc + 1) * 4;
     for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
         int64_t a = fp8_linear_bytes(c.q_lora_rank, D) + fp8_linear_bytes(H * hd, c.q_lora_rank) +
-                    fp8_linear_bytes(hd, D) + G * r * (H * hd / G) * 2 + fp8_linear_bytes(D, G * r) +
+                    fp8_linear_bytes(hd, D) + fp8_linear_bytes(G * r, H * hd / G) + fp8_linear_bytes(D, G * r) +
                     (c.q_lora_rank + hd) * 2 + H * 4;
         const int64_t ratio = c.compress_ratio(il);
         auto comp = [&](int64_t d) {
@@ -280,8 +271,10 @@ void check_gpu_model_shape(const ModelConfig& c) {
     need(c.num_key_value_heads == 1, fmt::format("num_key_value_heads {} (must be 1)", c.num_key_value_heads));
     need(c.hidden_size % 512 == 0, fmt::format("hidden_size {} (a multiple of 512)", c.hidden_size));
     need(c.q_lora_rank % 128 == 0, fmt::format("q_lora_rank {} (a multiple of 128)", c.q_lora_rank));
-    need(c.o_groups > 0 && (c.o_groups * c.o_lora_rank) % 128 == 0 && c.num_attention_heads % c.o_groups == 0,
-         fmt::format("o_groups {} x o_lora_rank {} (a multiple of 128, dividing the heads)", c.o_groups, c.o_lora_rank));
+    need(c.o_groups > 0 && c.o_lora_rank % 128 == 0 && c.num_attention_heads % c.o_groups == 0 &&
+             (c.num_attention_heads * c.head_dim / c.o_groups) % 128 == 0,
+         fmt::format("o_groups {} x o_lora_rank {} (groups dividing the heads, whole 128x128 wo_a blocks per group)",
+                     c.o_groups, c.o_lora_rank));
     need(c.moe_intermediate_size % 256 == 0,
          fmt::format("moe_intermediate_size {} (a multiple of 256: the tiled MXFP4 expert layout)",
                      c.moe_intermediate_size));

@@ -1,10 +1,10 @@
 // DeepSeek-V4 weights in device memory, in the layouts the CUDA ops read (all carved from one
 // DeviceArena; the structs hold non-owning device pointers):
-//  * FP8 linears that REF runs as FP8 GEMMs (wq_a, wq_b, wkv, wo_b, indexer wq_b, shared expert):
-//    E4M3 bytes [n_out, n_in] + fp32 block scales in fp8_gemm_prepare_weight_scales' layout (one
-//    tensor serves the cuBLASLt GEMM and the decode GEMV);
-//  * linears REF keeps in bf16 or runs dequantised (wo_a, compressor wkv/wgate, weights_proj, router
-//    gate, head): bf16 [n_out, n_in] (an FP8 wo_a is dequantised at load: exact in bf16);
+//  * FP8 linears (wq_a, wq_b, wkv, wo_a, wo_b, indexer wq_b, shared expert): E4M3 bytes [n_out, n_in]
+//    + fp32 block scales in fp8_gemm_prepare_weight_scales' layout (one tensor serves the cuBLASLt GEMM
+//    and the decode GEMV). wo_a, which REF runs dequantised in bf16, stays FP8 too: its GEMV forms the
+//    bf16 values in registers and its GEMM path dequantises one group at a time (gpu_linear.h);
+//  * linears REF keeps in bf16 (compressor wkv/wgate, weights_proj, router gate, head): bf16 [n_out, n_in];
 //  * routed experts: MXFP4 as in the checkpoint, one array per matrix over all experts of a layer;
 //  * norms bf16, HC parameters, ape, sinks and router bias fp32, tid2eid int32.
 #pragma once
@@ -66,7 +66,7 @@ struct GpuAttention {
     // xn: one quantisation, one launch); w == nullptr otherwise (fuse_rows).
     GpuFp8Linear wq_a_wkv;
     const __nv_bfloat16* kv_norm = nullptr;  // [hd]
-    GpuBf16Linear wo_a;                      // [G·r, H·hd/G]: group g's [r, H·hd/G] block at rows g·r
+    GpuFp8Linear wo_a;                       // [G·r, H·hd/G]: group g's [r, H·hd/G] block at rows g·r
     GpuFp8Linear wo_b;                       // [D, G·r]
     const float* sink = nullptr;             // [H]
     std::optional<GpuCompressor> compressor;

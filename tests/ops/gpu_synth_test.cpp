@@ -106,7 +106,7 @@ public:
             fp8(p + ".attn.wq_b", a.wq_b);
             fp8(p + ".attn.wkv", a.wkv);
             add(p + ".attn.kv_norm", a.kv_norm, 1, cfg.head_dim, Kind::Bf16);
-            bf16(p + ".attn.wo_a", a.wo_a);
+            fp8(p + ".attn.wo_a", a.wo_a);
             fp8(p + ".attn.wo_b", a.wo_b);
             add(p + ".attn.sink", a.sink, 1, H, Kind::F32);
             if (a.compressor) compressor(p + ".attn.compressor", *a.compressor);
@@ -143,19 +143,17 @@ std::vector<Flat> flatten(const ModelConfig& cfg, const GpuModelWeights& w) {
 }
 
 // Tensor bytes of the checkpoint layout (main model only), converted to the GPU layouts: FP8 scales
-// become the GEMM's padded fp32 matrix, wo_a is stored dequantised in bf16 (its scale dropped),
-// tid2eid becomes int32; everything else keeps its bytes (MXFP4 experts are concatenated as stored).
+// become the GEMM's padded fp32 matrix, tid2eid becomes int32; everything else keeps its bytes (MXFP4 experts are concatenated as stored).
 int64_t expected_tensor_bytes(const ModelConfig& cfg) {
     int64_t total = 0;
     const TensorSpec* last_weight = nullptr;
     const std::vector<TensorSpec> specs = checkpoint_layout(cfg);
     for (const TensorSpec& t : specs) {
         if (t.name.rfind("mtp.", 0) == 0) continue;
-        const bool wo_a = t.name.find(".wo_a.") != std::string::npos;
         const auto nb = static_cast<int64_t>(t.nbytes());
         switch (t.dtype) {
             case DType::F8_E4M3:
-                total += wo_a ? 2 * nb : nb;
+                total += nb;
                 last_weight = &t;
                 break;
             case DType::I8:
@@ -165,7 +163,7 @@ int64_t expected_tensor_bytes(const ModelConfig& cfg) {
                 break;
             case DType::F8_E8M0:
                 EXPECT_NE(last_weight, nullptr) << t.name;
-                if (last_weight == nullptr || wo_a) break;
+                if (last_weight == nullptr) break;
                 if (last_weight->dtype == DType::F8_E4M3)
                     total += cuda::fp8_gemm_weight_scale_floats(last_weight->shape[0], last_weight->shape[1]) * 4;
                 else
@@ -513,6 +511,7 @@ TEST(GpuSynth, ValuesHaveTheIntendedDistributions) {
     check_fp8("layers.0.attn.wq_a", w.layers[0].attn.wq_a);
     check_fp8("layers.0.attn.wq_b", w.layers[0].attn.wq_b);
     check_fp8("layers.1.attn.wkv", w.layers[1].attn.wkv);
+    check_fp8("layers.1.attn.wo_a", w.layers[1].attn.wo_a);
     check_fp8("layers.2.attn.wo_b", w.layers[2].attn.wo_b);
     check_fp8("layers.2.attn.indexer.wq_b", w.layers[2].attn.indexer->wq_b);
     check_fp8("layers.3.ffn.shared_w2", w.layers[3].ffn.shared_w2);
@@ -521,8 +520,6 @@ TEST(GpuSynth, ValuesHaveTheIntendedDistributions) {
     // bf16 linears N(0, 1/fan_in); embedding N(0, 1).
     check_bf16_normal("embed", w.embed, cfg.vocab_size * D, 0.0, 1.0);
     check_bf16_normal("head", w.head.w, cfg.vocab_size * D, 0.0, 1.0 / std::sqrt(double(D)));
-    const GpuBf16Linear& wo_a = w.layers[1].attn.wo_a;
-    check_bf16_normal("wo_a", wo_a.w, wo_a.n_out * wo_a.n_in, 0.0, 1.0 / std::sqrt(double(wo_a.n_in)));
     const GpuCompressor& comp = *w.layers[3].attn.compressor;
     check_bf16_normal("compressor.wkv", comp.wkv.w, comp.wkv.n_out * D, 0.0, 1.0 / std::sqrt(double(D)));
     check_bf16_normal("indexer.weights_proj", w.layers[2].attn.indexer->weights_proj.w, cfg.index_n_heads * D, 0.0,
