@@ -17,7 +17,8 @@ namespace onecard {
 // Reference = DeepSeek's reference code including its QAT simulations (FP8 KV blocks of 64, Hadamard
 // + FP4 indexer q/keys, FP8 1×128 activation quantisation in front of FP8/FP4 linears; wo_a, the
 // compressors, weights_proj, router and head stay unquantised as in REF). Activations are NOT
-// rounded to bf16 between ops (REF's bf16 storage is not simulated), except stored KV: it is rounded
+// rounded to bf16 between ops (REF's bf16 storage is not simulated; DeepSeekV4::set_bf16_storage
+// turns that on at the GPU backend's storage points), except stored KV: it is rounded
 // to what the paged cache format holds (rope dims bf16 as in REF's bf16 KV cache, indexer keys
 // additionally through the 132-byte FP8 key; see layer_attention.cpp), so the engine's paged store
 // and the fp32 store give identical results.
@@ -82,12 +83,24 @@ public:
     // (tests/ops/gpu_model_test.cpp), and in exact numerics the same perturbation without the FP8
     // steps that amplify it (tests/model/forward_test.cpp).
     void set_bf16_linear_inputs(bool on) { bf16_linear_inputs_ = on; }
+    // REF's bf16 activation storage simulated, at the GPU's storage points: every activation that
+    // GpuModel (src/model_cuda/gpu_model.cpp) keeps in a bf16 buffer between kernels, or that one of
+    // its fused kernels rounds to bf16 internally, is rounded to bf16 here at the same point, and
+    // nothing else is (router logits, compressor projections, indexer weights, HC mixes and logits
+    // stay fp32 as on the GPU). With it on, this oracle computes what the bf16 GPU computes up to fp32
+    // summation order and the few roundings a CPU cannot mirror (listed where they occur:
+    // layer_attention.cpp's sparse attention probabilities, layer_moe.cpp's many-token expert path),
+    // so the GPU parity tests can hold the GPU to tight bars against it. Meant for Numerics::Reference
+    // (the GPU's numerics); in exact numerics the same points are rounded. A diagnostic mode, not a
+    // serving mode. Independent of set_bf16_linear_inputs.
+    void set_bf16_storage(bool on) { bf16_storage_ = on; }
     bool has_mtp() const { return !dense_.mtp.empty(); }
 
 private:
     ModelConfig cfg_;
     Numerics numerics_;
     bool bf16_linear_inputs_ = false;
+    bool bf16_storage_ = false;
     DenseModel dense_;
     std::vector<float> rope_main_;      // [qk_rope_head_dim/2] inverse frequencies, SWA layers and MTP
     std::vector<float> rope_compress_;  // [qk_rope_head_dim/2] compress θ with YaRN, CSA/HCA layers

@@ -1,5 +1,13 @@
 // MoE sub-block (dsv4-model.md §5): fp32 sqrtsoftplus router (bias only selects; hash layers route by
 // token id), routed experts and the shared expert, both with the SwiGLU clamp.
+//
+// bf16_storage (DeepSeekV4::set_bf16_storage) mirrors GpuModel::moe's decode path: the MXFP4 GEMV
+// experts (mxfp4_grouped_gemv -> swiglu_clamp_quant -> mxfp4_grouped_gemv -> moe_combine). Its
+// many-token path (MoeExperts::run in moe_experts.cu, prefill and batches over 64 tokens) stores
+// less in bf16: gate/up and the expert outputs stay fp32, the hidden activation goes to FP8 from
+// fp32, and the routed sum is rounded to bf16 before add_bf16 adds the shared expert (two roundings
+// instead of moe_combine's one). That path is not mirrored; its difference from the decode path is
+// a bf16-sized perturbation at those points.
 #include "backend/cpu/linear.h"
 #include "backend/cpu/moe.h"
 #include "core/error.h"
@@ -10,14 +18,24 @@
 namespace onecard::detail {
 namespace {
 
-// h[n, inter] = swiglu_clamped(w1·x, w3·x) for x [n, D].
-void expert_hidden(const BlockContext& ctx, const DenseExpert& e, const float* x, int64_t n, std::vector<float>& h) {
+// h[n, inter] = swiglu_clamped(w1·x, w3·x) · row_w[r] for x [n, D] (row_w == nullptr: no scaling).
+void expert_hidden(const BlockContext& ctx, const DenseExpert& e, const float* x, int64_t n, const float* row_w,
+                   std::vector<float>& h) {
     const int64_t inter = e.w1.n_out;
     std::vector<float> gate(static_cast<size_t>(n * inter)), up(static_cast<size_t>(n * inter));
     apply_linear(e.w1, x, n, gate.data(), ctx.numerics, ctx.bf16_linear_inputs);
     apply_linear(e.w3, x, n, up.data(), ctx.numerics, ctx.bf16_linear_inputs);
+    // b.s13 (shared) / b.y1, b.y3 (routed): the FP8 and MXFP4 GEMVs write gate and up in bf16.
+    store_bf16(ctx.bf16_storage, gate.data(), n * inter);
+    store_bf16(ctx.bf16_storage, up.data(), n * inter);
     h.resize(static_cast<size_t>(n * inter));
     cpu::swiglu_clamped(gate.data(), up.data(), n * inter, static_cast<float>(ctx.cfg.swiglu_limit), h.data());
+    if (row_w)
+        for (int64_t r = 0; r < n; ++r)
+            for (int64_t j = 0; j < inter; ++j) h[r * inter + j] *= row_w[r];
+    // swiglu_clamp(_quant) (moe.cu) rounds the scaled SwiGLU output to bf16 before w2's FP8
+    // quantisation (b.sh, or in registers where it is fused with the quantisation).
+    store_bf16(ctx.bf16_storage, h.data(), n * inter);
 }
 
 }  // namespace
@@ -65,28 +83,32 @@ void moe_forward(const BlockContext& ctx, const DenseMoE& w, bool hash_layer, co
         xs.resize(static_cast<size_t>(m * D));
         for (int64_t r = 0; r < m; ++r) std::copy(xn + rows[r] * D, xn + (rows[r] + 1) * D, xs.begin() + r * D);
         const DenseExpert& ex = w.experts.at(static_cast<size_t>(e));
-        expert_hidden(ctx, ex, xs.data(), m, h);
-        const int64_t inter = ex.w1.n_out;
         y.resize(static_cast<size_t>(m * D));
         if (ctx.numerics == Numerics::Reference) {
             // REF scales the hidden activation before w2, so the FP8 quantisation sees the scaled values.
-            for (int64_t r = 0; r < m; ++r)
-                for (int64_t j = 0; j < inter; ++j) h[r * inter + j] *= row_w[r];
+            expert_hidden(ctx, ex, xs.data(), m, row_w.data(), h);
             apply_linear(ex.w2, h.data(), m, y.data(), ctx.numerics, ctx.bf16_linear_inputs);
+            store_bf16(ctx.bf16_storage, y.data(), m * D);  // b.y2: one bf16 row per (token, pick)
             for (int64_t r = 0; r < m; ++r)
                 for (int64_t d = 0; d < D; ++d) routed[rows[r] * D + d] += y[r * D + d];
         } else {
             // HF scales the expert output.
+            expert_hidden(ctx, ex, xs.data(), m, nullptr, h);
             apply_linear(ex.w2, h.data(), m, y.data(), ctx.numerics, ctx.bf16_linear_inputs);
+            store_bf16(ctx.bf16_storage, y.data(), m * D);  // b.y2's point, before the weight in this mode
             for (int64_t r = 0; r < m; ++r)
                 for (int64_t d = 0; d < D; ++d) routed[rows[r] * D + d] += y[r * D + d] * row_w[r];
         }
     }
 
     // Shared expert (clamped like the routed ones; current REF revision, HF, vLLM).
-    expert_hidden(ctx, w.shared, xn, n, h);
+    expert_hidden(ctx, w.shared, xn, n, nullptr, h);
     apply_linear(w.shared.w2, h.data(), n, out, ctx.numerics, ctx.bf16_linear_inputs);
+    store_bf16(ctx.bf16_storage, out, n * D);  // b.shared: the FP8 shared w2 linear writes bf16
     for (int64_t i = 0; i < n * D; ++i) out[i] = routed[i] + out[i];
+    // b.a: moe_combine sums a token's K expert rows in fp32 (in pick order; here in ascending expert id,
+    // an fp32 summation-order difference only), adds the shared output and rounds once.
+    store_bf16(ctx.bf16_storage, out, n * D);
 }
 
 }  // namespace onecard::detail

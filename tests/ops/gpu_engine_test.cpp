@@ -1,10 +1,12 @@
 // The engine on the GPU: Engine + CudaModelRunner (the path `onecard serve --device cuda` takes) on a
 // synthetic checkpoint with the real per-layer Flash dimensions (4 layers: SWA, SWA, CSA, HCA).
 // Three requests run concurrently (so decode rows and prefill chunks share steps, and the 96-token
-// step budget splits the long prompt), greedy. Each generated token is then checked against the fp32
-// CPU oracle by teacher forcing: it must be among the oracle's top-5 at its position (the bf16 GPU
-// and the fp32 oracle may rank near-ties differently; tests/ops/gpu_model_test.cpp explains the
-// noise), and most must be the oracle's argmax.
+// step budget splits the long prompt), greedy. Each generated token is then checked against the CPU
+// oracle by teacher forcing: reference numerics with the GPU's bf16 activation storage simulated
+// (DeepSeekV4::set_bf16_storage; tests/ops/gpu_model_test.cpp explains why the plain fp32 oracle is
+// too far from any bf16 implementation for tight bars). The token must be among the oracle's top-5
+// at its position (near-ties may still rank differently: summation order, and the prefill expert
+// path the oracle does not mirror), and at least 90% must be the oracle's argmax.
 #include "gpu_test_util.h"
 
 #ifdef ONECARD_HAVE_CUDA
@@ -90,6 +92,7 @@ TEST(GpuEngine, ConcurrentGreedyRequestsFollowTheCpuOracle) {
     }
 
     DeepSeekV4 cpu(cfg, w, Numerics::Reference);
+    cpu.set_bf16_storage(true);
     const int64_t V = cfg.vocab_size;
     int64_t n_argmax = 0, n_total = 0;
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -110,9 +113,9 @@ TEST(GpuEngine, ConcurrentGreedyRequestsFollowTheCpuOracle) {
             ++n_total;
         }
     }
-    std::printf("[gpu engine] %lld of %lld generated tokens are the CPU oracle's argmax\n",
+    std::printf("[gpu engine] %lld of %lld generated tokens are the bf16-storage CPU oracle's argmax\n",
                 static_cast<long long>(n_argmax), static_cast<long long>(n_total));
-    EXPECT_GE(n_argmax * 10, n_total * 7);
+    EXPECT_GE(n_argmax * 10, n_total * 9);
 }
 
 }  // namespace
