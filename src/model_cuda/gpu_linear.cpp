@@ -72,7 +72,8 @@ void GpuLinears::grouped(const GpuFp8Linear& l, int64_t groups, const __nv_bfloa
                          cudaStream_t s) {
     if (m == 0) return;
     ONECARD_CHECK(l.n_out % groups == 0 && (l.n_out / groups) % 128 == 0 && l.n_in % 128 == 0,
-                  "wo_a: {} rows in {} groups of whole 128-row blocks, k {} a multiple of 128", l.n_out, groups, l.n_in);
+                  "wo_a: {} rows in {} groups of whole 128-row blocks, k {} a multiple of 128", l.n_out, groups,
+                  l.n_in);
     const int64_t rows = l.n_out / groups, k = l.n_in;
     if (gemv_ && m <= cuda::kBf16GemvFp8wMaxM && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
         cuda::bf16_gemv_fp8w(x, 0, l.w, l.ws, z, cuda::GemmOut::Bf16, 0, m, l.n_out, k, s, rows);

@@ -90,7 +90,8 @@ void check_gemv_fp8w(int64_t m, int64_t n, int64_t k, cuda::GemmOut out, int64_t
     std::vector<float> w(codes.size());  // the bf16 values E4M3 · scale (exact)
     for (int64_t r = 0; r < n; ++r)
         for (int64_t c = 0; c < k; ++c) {
-            const float v = e4m3fn_to_f32(codes[static_cast<size_t>(r * k + c)]) * ws[static_cast<size_t>(r / 128 * ld + c / 128)];
+            const float v =
+                e4m3fn_to_f32(codes[static_cast<size_t>(r * k + c)]) * ws[static_cast<size_t>(r / 128 * ld + c / 128)];
             ASSERT_EQ(v, round_bf16(v));
             w[static_cast<size_t>(r * k + c)] = v;
         }
@@ -102,8 +103,8 @@ void check_gemv_fp8w(int64_t m, int64_t n, int64_t k, cuda::GemmOut out, int64_t
             for (int64_t r = 0; r < rows; ++r) ref[i * n + g * rows + r] = part[i * rows + r];
     }
     const size_t esz = out == cuda::GemmOut::F32 ? 4 : 2;
-    cuda::DeviceArena arena(static_cast<size_t>(m * lx * 2 + n * k * 3 + ws.size() * 4 + m * n * 4) + (size_t{16} << 20),
-                            "gemv fp8w test");
+    cuda::DeviceArena arena(
+        static_cast<size_t>(m * lx * 2 + n * k * 3 + ws.size() * 4 + m * n * 4) + (size_t{16} << 20), "gemv fp8w test");
     auto* dx = test::upload(arena, test::to_bf16_bits(x), "x");
     auto* dw = test::upload(arena, codes, "w");
     auto* dws = test::upload(arena, ws, "ws");
@@ -134,12 +135,12 @@ void check_gemv_fp8w(int64_t m, int64_t n, int64_t k, cuda::GemmOut out, int64_t
 
 TEST(CudaBf16Gemv, Fp8StoredWeightsMultiplyAsTheirBf16Values) {
     ONECARD_REQUIRE_GPU();
-    check_gemv_fp8w(1, 8192, 4096, cuda::GemmOut::Bf16, 8, 31);  // wo_a at batch 1 (8 warps)
-    check_gemv_fp8w(7, 2048, 512, cuda::GemmOut::Bf16, 2, 32);   // two groups, 16 warps, odd rows
-    check_gemv_fp8w(20, 256, 1024, cuda::GemmOut::F32, 1, 33);   // three column tiles
-    check_gemv_fp8w(40, 384, 256, cuda::GemmOut::F32, 3, 34);    // eight column tiles, 3 groups
-    check_gemv_fp8w(64, 8192, 4096, cuda::GemmOut::Bf16, 8, 36);  // wo_a at batch 64 (one pass)
-    check_gemv_fp8w(70, 256, 512, cuda::GemmOut::Bf16, 2, 37);    // two passes (64 + 6 rows)
+    check_gemv_fp8w(1, 8192, 4096, cuda::GemmOut::Bf16, 8, 31);     // wo_a at batch 1 (8 warps)
+    check_gemv_fp8w(7, 2048, 512, cuda::GemmOut::Bf16, 2, 32);      // two groups, 16 warps, odd rows
+    check_gemv_fp8w(20, 256, 1024, cuda::GemmOut::F32, 1, 33);      // three column tiles
+    check_gemv_fp8w(40, 384, 256, cuda::GemmOut::F32, 3, 34);       // eight column tiles, 3 groups
+    check_gemv_fp8w(64, 8192, 4096, cuda::GemmOut::Bf16, 8, 36);    // wo_a at batch 64 (one pass)
+    check_gemv_fp8w(70, 256, 512, cuda::GemmOut::Bf16, 2, 37);      // two passes (64 + 6 rows)
     check_gemv_fp8w(3, 256, 512, cuda::GemmOut::F32, 1, 35, true);  // E4M3 subnormals only
 }
 

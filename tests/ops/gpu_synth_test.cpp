@@ -143,7 +143,8 @@ std::vector<Flat> flatten(const ModelConfig& cfg, const GpuModelWeights& w) {
 }
 
 // Tensor bytes of the checkpoint layout (main model only), converted to the GPU layouts: FP8 scales
-// become the GEMM's padded fp32 matrix, tid2eid becomes int32; everything else keeps its bytes (MXFP4 experts are concatenated as stored).
+// become the GEMM's padded fp32 matrix, tid2eid becomes int32; everything else keeps its bytes (MXFP4 experts are
+// concatenated as stored).
 int64_t expected_tensor_bytes(const ModelConfig& cfg) {
     int64_t total = 0;
     const TensorSpec* last_weight = nullptr;

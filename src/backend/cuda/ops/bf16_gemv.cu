@@ -44,9 +44,9 @@ __global__ void __launch_bounds__(S * 32)
                      const float* __restrict__ ws, int64_t ld_ws, void* __restrict__ yv, int64_t ld_y, int m, int n,
                      int k, int rows_per_group, float alpha) {
     __shared__ float4 red[S][NT][32];
-    constexpr int kKb = FP8W ? 128 : 64;                 // elements per k block
-    constexpr int kEsz = FP8W ? 1 : 2;                   // weight bytes per element
-    constexpr int kLaneElems = 16 / kEsz;                // elements per 16-byte load
+    constexpr int kKb = FP8W ? 128 : 64;   // elements per k block
+    constexpr int kEsz = FP8W ? 1 : 2;     // weight bytes per element
+    constexpr int kLaneElems = 16 / kEsz;  // elements per 16-byte load
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int n_kb = k / kKb;
     const int r0 = static_cast<int>(blockIdx.x) * 16 + g, r1 = r0 + 8;
@@ -190,8 +190,8 @@ void launch(const __nv_bfloat16* x, int64_t ld_x, const void* w, const float* ws
         launch_pdl(bf16_gemv_kernel<8, NT, F32, FP8W>, grid, 8 * 32, 0, stream, x, ld_x, w, ws, ld_ws, y, ld_y, m, ni,
                    ki, rows_per_group, alpha);
     } else if constexpr (NT < 8) {
-        launch_pdl(bf16_gemv_kernel<16, NT, F32, FP8W>, grid, 16 * 32, 0, stream, x, ld_x, w, ws, ld_ws, y, ld_y, m,
-                   ni, ki, rows_per_group, alpha);
+        launch_pdl(bf16_gemv_kernel<16, NT, F32, FP8W>, grid, 16 * 32, 0, stream, x, ld_x, w, ws, ld_ws, y, ld_y, m, ni,
+                   ki, rows_per_group, alpha);
     }
     CUDA_CHECK_LAUNCH("bf16_gemv_kernel");
 }
