@@ -180,6 +180,18 @@ std::vector<EngineEvent> EngineCore::step() {
         return events;
     }
     ++n_steps_;
+    // Rows whose sampling needs nothing of the host (no penalties, no logprobs) may be sampled by the
+    // runner on its device; it draws with the same (seed, counter) as Sampler, so the choice does not
+    // change which token a request gets.
+    for (auto& e : out.requests) {
+        const Request* req = e.sample ? scheduler_->find(e.id) : nullptr;
+        if (req == nullptr) continue;
+        const SamplingParams& p = req->params;
+        if (p.logprobs >= 0 || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
+            p.repetition_penalty != 1.0f)
+            continue;
+        e.sampling = RowSampling{p.temperature, p.top_k, p.top_p, p.min_p, req->seed, req->output.size()};
+    }
     RunnerOutput result;
     try {
         result = runner_->execute(out);
@@ -188,23 +200,37 @@ std::vector<EngineEvent> EngineCore::step() {
             if (!e.sample) continue;
             ONECARD_CHECK(n_sample < result.row_ids.size() && result.row_ids[n_sample] == e.id,
                           "runner: logits row {} is not for request {}", n_sample, e.id);
+            if (!result.tokens.empty() && n_sample < result.tokens.size() && result.tokens[n_sample] >= 0)
+                ONECARD_CHECK(e.sampling && result.tokens[n_sample] < vocab_size_,
+                              "runner: sampled token {} for request {} (vocab {}, device sampling {})",
+                              result.tokens[n_sample], e.id, vocab_size_, e.sampling ? "allowed" : "not allowed");
             ++n_sample;
         }
         ONECARD_CHECK(n_sample == result.row_ids.size() && result.vocab_size == vocab_size_ &&
-                          result.logits.size() == n_sample * static_cast<size_t>(vocab_size_),
-                      "runner: returned {} rows of width {} for {} sampled requests (vocab {})", result.row_ids.size(),
-                      result.vocab_size, n_sample, vocab_size_);
+                          (result.tokens.empty() || result.tokens.size() == n_sample) &&
+                          result.logits.size() == result.n_logits_rows() * static_cast<size_t>(vocab_size_),
+                      "runner: returned {} rows ({} tokens, {} floats of logits, width {}) for {} sampled requests "
+                      "(vocab {})",
+                      result.row_ids.size(), result.tokens.size(), result.logits.size(), result.vocab_size, n_sample,
+                      vocab_size_);
     } catch (const std::exception& e) {
         fail_batch(out, e.what(), events);
         last_output_ = std::move(out);
         return events;
     }
     scheduler_->update_from_output(out);
+    size_t j = 0;  // rows that came as logits
     for (size_t i = 0; i < result.row_ids.size(); ++i) {
+        const bool on_runner = !result.tokens.empty() && result.tokens[i] >= 0;
+        const float* logits = on_runner ? nullptr : result.row(j++);
         Request* req = scheduler_->find(result.row_ids[i]);
         if (req == nullptr) continue;
-        const std::span<const float> row(result.row(i), static_cast<size_t>(vocab_size_));
-        const SampleResult s = sampler_.sample(row, req->params, req->prompt, req->output, req->seed);
+        SampleResult s;
+        if (on_runner)
+            s.token = result.tokens[i];
+        else
+            s = sampler_.sample(std::span<const float>(logits, static_cast<size_t>(vocab_size_)), req->params,
+                                req->prompt, req->output, req->seed);
         EngineEvent ev;
         ev.request_id = req->id;
         const bool finished = process_token(*req, s, ev);

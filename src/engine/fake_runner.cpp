@@ -86,8 +86,26 @@ RunnerOutput FakeModelRunner::execute(const SchedulerOutput& batch) {
         rec.sampled.push_back(e.sample);
         if (e.sample) {
             out.row_ids.push_back(e.id);
-            out.logits.resize(out.logits.size() + static_cast<size_t>(config_.vocab_size));
-            fill_logits(s.hash, out.logits.data() + out.logits.size() - static_cast<size_t>(config_.vocab_size));
+            const size_t V = static_cast<size_t>(config_.vocab_size);
+            out.logits.resize(out.logits.size() + V);
+            float* row = out.logits.data() + out.logits.size() - V;
+            fill_logits(s.hash, row);
+            if (config_.sample_rows) {
+                int32_t token = -1;
+                if (e.sampling) {
+                    SamplingParams p;
+                    p.temperature = e.sampling->temperature;
+                    p.top_k = e.sampling->top_k;
+                    p.top_p = e.sampling->top_p;
+                    p.min_p = e.sampling->min_p;
+                    // Sampler draws with counter = output size; no penalties, so only the size matters.
+                    const std::vector<int32_t> output(static_cast<size_t>(e.sampling->counter), 0);
+                    token = sampler_.sample(std::span<const float>(row, V), p, {}, output, e.sampling->seed).token;
+                    out.logits.resize(out.logits.size() - V);  // the row goes back as its token only
+                    ++rec.n_runner_sampled;
+                }
+                out.tokens.push_back(token);
+            }
         }
     }
     log_.push_back(std::move(rec));

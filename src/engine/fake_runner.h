@@ -6,6 +6,7 @@
 #pragma once
 
 #include "engine/model_runner.h"
+#include "engine/sampler.h"
 
 #include <chrono>
 #include <cstdint>
@@ -20,6 +21,9 @@ struct FakeRunnerConfig {
     KvModelShape kv_shape = tiny_fake_kv_shape();
     std::chrono::microseconds step_delay{0};  // simulated compute time per step
     float logit_scale = 4.0f;                 // logits uniform in [-scale, scale]
+    // Sample the rows the engine allows (ScheduledRequest::sampling) here, as a device runner does,
+    // with engine/sampler.h's pipeline: tests check the engine gives the same tokens either way.
+    bool sample_rows = false;
 
     static KvModelShape tiny_fake_kv_shape();  // SWA, CSA(4), HCA(8): block size must be a multiple of 8
 };
@@ -29,6 +33,7 @@ struct FakeStepRecord {
     int64_t n_scheduled_tokens = 0;
     std::vector<std::pair<RequestId, int64_t>> scheduled;  // (id, n_tokens) in batch order
     std::vector<bool> sampled;                             // per scheduled entry
+    int64_t n_runner_sampled = 0;                          // rows this runner sampled itself
 };
 
 class FakeModelRunner : public ModelRunner {
@@ -56,6 +61,7 @@ private:
 
     FakeRunnerConfig config_;
     std::unordered_map<RequestId, SeqState> states_;
+    Sampler sampler_;
     std::vector<FakeStepRecord> log_;
 };
 

@@ -14,10 +14,20 @@ namespace onecard {
 struct RunnerOutput {
     // One row per scheduled request with sample == true, in SchedulerOutput order.
     std::vector<RequestId> row_ids;
-    std::vector<float> logits;  // [n_rows, vocab_size] fp32
+    // Empty: every row comes as logits. Else [n_rows]: a token >= 0 the runner sampled itself (only
+    // for rows with ScheduledRequest::sampling), -1 for a row whose logits are in `logits`.
+    std::vector<int32_t> tokens;
+    std::vector<float> logits;  // [rows with logits, vocab_size] fp32, in row order
     int64_t vocab_size = 0;
 
-    const float* row(size_t i) const { return logits.data() + i * static_cast<size_t>(vocab_size); }
+    // Logits of the j-th row that came as logits.
+    const float* row(size_t j) const { return logits.data() + j * static_cast<size_t>(vocab_size); }
+    size_t n_logits_rows() const {
+        if (tokens.empty()) return row_ids.size();
+        size_t n = 0;
+        for (int32_t t : tokens) n += t < 0;
+        return n;
+    }
 };
 
 class ModelRunner {

@@ -7,9 +7,21 @@
 #include "onecard/engine.h"
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace onecard {
+
+// What a runner needs to pick a row's token itself (engine/sampler.h's pipeline without penalties
+// or logprobs): the draw is sampler_uniform(seed, counter), as on the host.
+struct RowSampling {
+    float temperature = 1.0f;  // <= 0: greedy
+    int32_t top_k = 0;
+    float top_p = 1.0f;
+    float min_p = 0.0f;
+    uint64_t seed = 0;
+    uint64_t counter = 0;  // index of the output token being sampled
+};
 
 struct ScheduledRequest {
     RequestId id = 0;
@@ -17,6 +29,9 @@ struct ScheduledRequest {
     std::vector<int32_t> token_ids;    // [n_tokens] tokens to compute this step
     std::vector<int64_t> positions;    // [n_tokens] start_pos, start_pos + 1, ...
     bool sample = false;               // this chunk ends at the last known token: return its logits
+    // Set by the engine on sampled rows whose parameters need no host work (no penalties, no
+    // logprobs): a runner may return the token instead of the logits (RunnerOutput::tokens).
+    std::optional<RowSampling> sampling;
     KvHandle kv;                       // the request's KV (slot = kv.slot)
     std::vector<int32_t> block_table;  // paged blocks covering [0, start_pos + n_tokens)
 

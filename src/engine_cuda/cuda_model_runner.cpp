@@ -88,11 +88,40 @@ RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
         if (r.sample) out.row_ids.push_back(r.id);
     }
     const float* logits = model_->step(seqs, false, stream_.get());
-    out.logits.resize(out.row_ids.size() * static_cast<size_t>(cfg_.vocab_size));
-    if (!out.logits.empty())
-        CUDA_CHECK(cudaMemcpyAsync(out.logits.data(), logits, out.logits.size() * 4, cudaMemcpyDeviceToHost,
-                                   stream_.get()));
+    // Rows the engine lets us sample are drawn on the GPU (only their ids come back); the others'
+    // logits are copied for the host sampler.
+    std::vector<cuda::SampleParams> params;
+    std::vector<int64_t> host_rows;
+    for (const auto& r : batch.requests) {
+        if (!r.sample) continue;
+        cuda::SampleParams p;
+        if (r.sampling) {
+            p.temperature = r.sampling->temperature;
+            p.top_k = r.sampling->top_k;
+            p.top_p = r.sampling->top_p;
+            p.min_p = r.sampling->min_p;
+            p.seed = r.sampling->seed;
+            p.counter = r.sampling->counter;
+        } else {
+            p.temperature = 0.0f;  // a cheap draw whose token is not used
+            host_rows.push_back(static_cast<int64_t>(params.size()));
+        }
+        params.push_back(p);
+    }
+    const int64_t V = cfg_.vocab_size;
+    if (host_rows.size() < params.size()) {
+        const int32_t* ids = model_->sample_last(params.data(), stream_.get());
+        out.tokens.resize(params.size());
+        CUDA_CHECK(
+            cudaMemcpyAsync(out.tokens.data(), ids, out.tokens.size() * 4, cudaMemcpyDeviceToHost, stream_.get()));
+    }
+    out.logits.resize(host_rows.size() * static_cast<size_t>(V));
+    for (size_t j = 0; j < host_rows.size(); ++j)
+        CUDA_CHECK(cudaMemcpyAsync(out.logits.data() + j * V, logits + host_rows[j] * V, static_cast<size_t>(V) * 4,
+                                   cudaMemcpyDeviceToHost, stream_.get()));
     stream_.sync();
+    for (int64_t i : host_rows)
+        if (!out.tokens.empty()) out.tokens[static_cast<size_t>(i)] = -1;
     return out;
 }
 
@@ -109,7 +138,7 @@ int64_t CudaModelRunner::kv_budget_hint() const {
                                : cuda::MoeExperts::scratch_bytes_for(c.hidden_size, c.moe_intermediate_size,
                                                                      T * c.num_experts_per_tok));
     const int64_t fixed = moe + (int64_t{640} << 20) +
-                          std::min<int64_t>(opt_.max_num_seqs, T) * c.vocab_size * 4;
+                          std::min<int64_t>(opt_.max_num_seqs, T) * c.vocab_size * (4 + 8);  // logits, sampling
     const int64_t workspace = per_token * T * 3 / 2 + fixed;
     return std::max<int64_t>(0, static_cast<int64_t>(arena_->remaining()) - workspace);
 }

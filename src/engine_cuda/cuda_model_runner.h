@@ -3,7 +3,9 @@
 // kvcache's byte format) in HBM and sizes the step workspace. The scheduler's slot and block ids
 // address that pool directly, so preemption frees exactly what the manager frees; the runner keeps
 // only the token count per live request, to check the scheduler's positions.
-// Logits of the sampled rows come back to the host for the engine's sampler (penalties, logprobs).
+// Sampled rows the engine marks as needing no host work (ScheduledRequest::sampling) are drawn on the
+// GPU and only their token ids come back; the logits of the others (penalties, logprobs) come back
+// for the engine's sampler.
 #pragma once
 
 #include "backend/cuda/arena.h"

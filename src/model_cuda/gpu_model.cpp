@@ -61,6 +61,8 @@ struct GpuModel::Buffers {
     bf16 *head_rows = nullptr, *head_y = nullptr;  // [logits_rows, 4, D], [logits_rows, D]
     float* logits = nullptr;                       // [logits_rows, vocab]
     int32_t* ids = nullptr;                        // [logits_rows]
+    cuda::SampleParams* sample_params = nullptr;   // [logits_rows]
+    void* sample_scratch = nullptr;                // sample_rows_scratch_bytes(logits_rows, vocab)
     float *rope_main = nullptr, *rope_compress = nullptr;
 };
 
@@ -171,6 +173,8 @@ GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKv
     A(b.head_y, b.logits_rows * D, "head y");
     A(b.logits, b.logits_rows * cfg.vocab_size, "logits");
     A(b.ids, b.logits_rows, "greedy ids");
+    A(b.sample_params, b.logits_rows, "sampling parameters");
+    b.sample_scratch = arena.alloc(cuda::sample_rows_scratch_bytes(b.logits_rows, cfg.vocab_size), "sampling scratch");
     const std::vector<float> rm = rope_inv_freqs_for(cfg, false), rc = rope_inv_freqs_for(cfg, true);
     A(b.rope_main, static_cast<int64_t>(rm.size()), "rope main");
     A(b.rope_compress, static_cast<int64_t>(rc.size()), "rope compress");
@@ -181,8 +185,9 @@ GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKv
     cuda::copy_to_device(b.pair_token, pt);
 
     // Per-call scratch (quantised activations, padded GEMM rows) lives in a sub-arena.
-    const size_t scratch = static_cast<size_t>(T * std::max({D, cfg.q_lora_rank, H * hd, cfg.o_groups * cfg.o_lora_rank, I}) * 4 +
-                                               (size_t{80} << 20));
+    const int64_t per_call = std::max(T * std::max({D, cfg.q_lora_rank, H * hd, cfg.o_groups * cfg.o_lora_rank, I}) * 4,
+                                      GpuLinears::group_scratch_bytes(cfg.o_lora_rank, H * hd / cfg.o_groups));
+    const size_t scratch = static_cast<size_t>(per_call) + (size_t{80} << 20);
     ws_ = std::make_unique<cuda::DeviceArena>(arena.alloc(scratch, "linear scratch"), scratch, "linear scratch");
     lin_ = std::make_unique<GpuLinears>(*ws_);
     const size_t moe_need = cuda::MoeExperts::scratch_bytes_for(D, I, T * K);
@@ -369,7 +374,7 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
     cuda::rope_bf16(b.o, n, H, hd, rope, n_rope, meta_.positions, true, s);
     tick("attn: sparse attention", s);
     lin_->grouped(w.wo_a, c.o_groups, b.o, n, b.z, s);
-    tick("attn: wo_a (bf16 grouped)", s);
+    tick("attn: wo_a (grouped)", s);
     lin_->fp8(w.wo_b, b.z, n, out, s);
     tick("attn: wo_b", s);
     // Only now may the window rings take this step's rows (earlier tokens of the step read the old ones).
@@ -515,6 +520,15 @@ void GpuModel::forward(cudaStream_t s) {
 const int32_t* GpuModel::argmax_last(cudaStream_t s) {
     cuda::argmax_rows(buf_->logits, buf_->ids, meta_.n_out, cfg_.vocab_size, s);
     return buf_->ids;
+}
+
+const int32_t* GpuModel::sample_last(const cuda::SampleParams* params, cudaStream_t s) {
+    Buffers& b = *buf_;
+    const int64_t n = meta_.n_out;
+    CUDA_CHECK(cudaMemcpyAsync(b.sample_params, params, static_cast<size_t>(n) * sizeof(cuda::SampleParams),
+                               cudaMemcpyHostToDevice, s));
+    cuda::sample_rows(b.logits, b.sample_params, b.ids, n, cfg_.vocab_size, b.sample_scratch, s);
+    return b.ids;
 }
 
 }  // namespace onecard

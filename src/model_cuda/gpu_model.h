@@ -10,6 +10,7 @@
 #pragma once
 
 #include "backend/cuda/arena.h"
+#include "backend/cuda/ops/model_io.cuh"
 #include "backend/cuda/ops/moe_experts.cuh"
 #include "model/config.h"
 #include "model_cuda/gpu_kv_pool.h"
@@ -50,6 +51,9 @@ public:
     int64_t n_out_rows() const { return meta_.n_out; }
     // Greedy tokens [n_out] of the last step's logits, on the device.
     const int32_t* argmax_last(cudaStream_t stream);
+    // Tokens [n_out] of the last step's logits drawn with params[i] for row i (host array of n_out
+    // entries; cuda::sample_rows: engine/sampler.h's pipeline without penalties), on the device.
+    const int32_t* sample_last(const cuda::SampleParams* params, cudaStream_t stream);
 
     const ModelConfig& config() const { return cfg_; }
     // Throws onecard::Error if the scratch arena holds allocations between steps, a captured graph is

@@ -127,6 +127,54 @@ TEST(EngineCore, EosStopTokenAndLength) {
     EXPECT_EQ(core.kv().n_free_blocks(), core.kv().n_total_blocks());
 }
 
+// A runner that samples rows itself (as the CUDA runner does on the GPU) gets only the rows whose
+// parameters need no host work, and the engine gives every request the same tokens either way:
+// greedy, seeded random draws, and the rows the engine keeps (penalties, logprobs) mixed in one batch.
+TEST(EngineCore, RunnerSampledRowsGiveTheSameTokens) {
+    auto run = [](bool runner_samples, int64_t* n_runner_sampled) {
+        FakeRunnerConfig fc;
+        fc.sample_rows = runner_samples;
+        fc.logit_scale = 1.0f;  // flat: the draws decide
+        auto runner = std::make_unique<FakeModelRunner>(fc);
+        const FakeModelRunner* r = runner.get();
+        EngineCore core(base_config(), std::move(runner));
+        SamplingParams sp;
+        sp.max_tokens = 10;
+        sp.ignore_eos = true;
+        sp.temperature = 0.0f;
+        core.add_request(1, {{5, 9, 13}, sp});  // greedy
+        sp.temperature = 0.9f;
+        sp.top_p = 0.8f;
+        sp.top_k = 20;
+        sp.seed = 7;
+        core.add_request(2, {{5, 9, 13}, sp});  // seeded draw
+        sp.min_p = 0.05f;
+        sp.seed = 8;
+        core.add_request(3, {{1, 2}, sp});
+        sp.repetition_penalty = 1.3f;  // penalties: the engine samples
+        core.add_request(4, {{5, 9, 13}, sp});
+        sp.repetition_penalty = 1.0f;
+        sp.logprobs = 2;  // logprobs: the engine samples
+        core.add_request(5, {{5, 9, 13}, sp});
+        auto out = run_core(core);
+        *n_runner_sampled = 0;
+        for (const auto& rec : r->log()) *n_runner_sampled += rec.n_runner_sampled;
+        return out;
+    };
+    int64_t n_host = 0, n_runner = 0;
+    auto host = run(false, &n_host);
+    auto dev = run(true, &n_runner);
+    EXPECT_EQ(n_host, 0);
+    EXPECT_EQ(n_runner, 30);  // requests 1-3, 10 tokens each; 4 and 5 stay with the engine
+    ASSERT_EQ(host.size(), 5u);
+    for (RequestId id = 1; id <= 5; ++id) {
+        EXPECT_EQ(dev[id].tokens, host[id].tokens) << "request " << id;
+        EXPECT_EQ(dev[id].tokens.size(), 10u) << "request " << id;
+    }
+    EXPECT_EQ(dev[5].logprobs.size(), 10u);
+    EXPECT_NE(host[2].tokens, host[1].tokens);  // the draws are not the greedy path
+}
+
 TEST(EngineCore, StopStringsHoldBackAndTruncate) {
     FakeModelRunner model;
     const std::vector<int32_t> prompt = {1, 2, 3};
