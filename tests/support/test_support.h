@@ -12,10 +12,13 @@
 #include <unistd.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 
 namespace onecard::test {
@@ -155,5 +158,27 @@ struct TinyModel {
         reference = std::make_unique<DeepSeekV4>(cfg, weights, Numerics::Reference);
     }
 };
+
+// The same weights with every hyper-connection bias (hc_attn_base, hc_ffn_base of each layer) moved by
+// one fp32 ulp towards +inf: every pre/post/comb weight, so every element of every sub-block input,
+// changes by ~1e-7 relative — the size of a summation-order difference, far below any bf16 rounding.
+// It measures how far the model's numerics carry the smallest possible difference. `storage` keeps
+// the nudged values alive for as long as the returned views are used.
+inline ModelWeights nudge_hc_bases(const ModelWeights& w, std::vector<std::vector<float>>& storage) {
+    ModelWeights out = w;
+    storage.assign(2 * out.layers.size(), {});
+    size_t k = 0;
+    for (BlockWeights& b : out.layers) {
+        for (TensorView* t : {&b.hc_attn.base, &b.hc_ffn.base}) {
+            if (t->dtype != DType::F32) throw std::runtime_error("nudge_hc_bases: " + t->name + " is not F32");
+            std::vector<float>& v = storage[k++];
+            v.resize(static_cast<size_t>(t->numel()));
+            std::memcpy(v.data(), t->data, v.size() * 4);
+            for (float& x : v) x = std::nextafter(x, INFINITY);
+            t->data = reinterpret_cast<const std::byte*>(v.data());
+        }
+    }
+    return out;
+}
 
 }  // namespace onecard::test
