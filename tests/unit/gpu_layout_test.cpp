@@ -132,7 +132,7 @@ TEST(GpuLayout, PlannerTensorsUseTheGpuLayout) {
             }
         }
         EXPECT_EQ(static_cast<int64_t>(gpu), gpu_weight_bytes(cfg).total) << layers << " layers";
-        EXPECT_GT(gpu, stored);  // the FP8 scales grow four-fold
+        EXPECT_NE(gpu, stored);  // the FP8 scales grow four-fold, tid2eid halves
     }
     MemoryPlanOptions opt;
     opt.include_mtp = false;
