@@ -363,6 +363,28 @@ TEST(CudaIndexer, DuplicateKeysTieToLowerIndexLikeCpu) {
     }
 }
 
+// Few tokens take the split score kernel (keys spread over many blocks, heads over a key's threads),
+// many tokens the per-key kernel; both sum the same terms in the same order, so the same decode tokens
+// get the same picks whichever kernel scores them (here: 6 tokens alone, then with 140 short-context
+// tokens that only make the chunk large).
+TEST(CudaIndexer, SplitAndPerKeyScoreKernelsPickAlike) {
+    ONECARD_REQUIRE_GPU();
+    std::mt19937 rng(1205);
+    IndexerCase c;  // Flash dims
+    for (int64_t n_e : {600, 2100, 5000}) c.seq_keys.push_back(random_keys(rng, n_e, 128));
+    const std::vector<int64_t> vis = {600, 2048, 5000, 513, 1000, 4000};
+    for (size_t i = 0; i < vis.size(); ++i) add_token(c, rng, static_cast<int32_t>(i % 3), vis[i]);
+    const auto split = run_gpu(c, rng);
+    int64_t n_exact = 0;
+    check_rows(c, split, &n_exact);
+    IndexerCase big = c;
+    for (int i = 0; i < 140; ++i) add_token(big, rng, 0, 3);
+    const auto per_key = run_gpu(big, rng);
+    check_rows(big, per_key);
+    const std::vector<int32_t> head(per_key.begin(), per_key.begin() + static_cast<int64_t>(split.size()));
+    EXPECT_EQ(head, split);
+}
+
 TEST(CudaIndexer, SmallScratchChunksTokens) {
     ONECARD_REQUIRE_GPU();
     std::mt19937 rng(1204);

@@ -11,7 +11,9 @@ namespace {
 
 // Kernel 1 (scores): one thread per key. A block loads its token's q once (fp32, shared memory) and
 // walks key tiles of kScoreThreads; each thread keeps one dot product per head in registers and reads
-// its key 4 FP8 bytes at a time while the q values come as broadcast float4 loads.
+// its key 4 FP8 bytes at a time while the q values come as broadcast float4 loads. Chunks too small
+// to fill the GPU that way (decode) take a split variant (indexer_scores_split_kernel) with the same
+// sums. Tokens that see at most topk entries take them all, so no scores are computed for them.
 constexpr int kScoreThreads = 256;
 constexpr int kTilesPerBlock = 4;  // key tiles per block: amortises the q load over 1024 keys
 constexpr int64_t kMaxScoreSmemBytes = 48 * 1024;
@@ -30,14 +32,31 @@ __device__ __forceinline__ int64_t visible_entries(int32_t pos, int64_t ratio, i
     return n < 0 ? 0 : (n > max_visible ? max_visible : n);
 }
 
+// Head h's dot product q_h · key over head_dim (q_s fp32 [kHeads, head_dim / 4] as float4), unscaled:
+// the key's E4M3 bytes 4 at a time, the same fma nesting in every kernel (so their scores agree bit
+// for bit).
+__device__ __forceinline__ float key_dot(const float4* q_h, const uint32_t* key4, int64_t n_d4) {
+    float acc = 0.0f;
+    for (int64_t d4 = 0; d4 < n_d4; ++d4) {
+        const uint32_t kw = __ldg(key4 + d4);
+        const float4 qv = q_h[d4];
+        acc = fmaf(qv.x, dev::e4m3_to_f32(static_cast<uint8_t>(kw)),
+                   fmaf(qv.y, dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 8)),
+                        fmaf(qv.z, dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 16)),
+                             fmaf(qv.w, dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 24)), acc))));
+    }
+    return acc;
+}
+
 // grid (key tile groups, tokens of the chunk); dynamic smem: q [n_heads, head_dim] + w [n_heads] fp32.
-// scores [chunk, ld]: row tc holds token t0 + tc's scores for s < n_visible.
+// scores [chunk, ld]: row tc holds token t0 + tc's scores for s < n_visible. A token that sees at most
+// topk entries takes them all (indexer_select_kernel), so its scores are not computed.
 template <int kHeads>
 __global__ void __launch_bounds__(kScoreThreads)
-indexer_scores_kernel(const __nv_bfloat16* __restrict__ q, const float* __restrict__ w,
-                      const int32_t* __restrict__ positions, const int32_t* __restrict__ seq_of_token,
-                      const uint8_t* __restrict__ pool, PagedStreamAddr addr, int64_t head_dim, float softmax_scale,
-                      int64_t max_visible, int64_t t0, float* __restrict__ scores, int64_t ld) {
+    indexer_scores_kernel(const __nv_bfloat16* __restrict__ q, const float* __restrict__ w,
+                          const int32_t* __restrict__ positions, const int32_t* __restrict__ seq_of_token,
+                          const uint8_t* __restrict__ pool, PagedStreamAddr addr, int64_t head_dim, float softmax_scale,
+                          int64_t max_visible, int64_t topk, int64_t t0, float* __restrict__ scores, int64_t ld) {
     dev::pdl_wait();
     dev::pdl_trigger();
     extern __shared__ float4 smem4[];
@@ -45,6 +64,7 @@ indexer_scores_kernel(const __nv_bfloat16* __restrict__ q, const float* __restri
     float* w_s = reinterpret_cast<float*>(smem4 + kHeads * head_dim / 4);  // [kHeads]
     const int64_t tc = blockIdx.y, t = t0 + tc;
     const int64_t n_vis = visible_entries(positions[t], addr.ratio, max_visible);
+    if (n_vis <= topk) return;
     if (static_cast<int64_t>(blockIdx.x) * kScoreThreads >= n_vis) return;  // no tile of this block is visible
 
     const __nv_bfloat16* qt = q + t * kHeads * head_dim;
@@ -71,7 +91,7 @@ indexer_scores_kernel(const __nv_bfloat16* __restrict__ q, const float* __restri
             const float k2 = dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 16));
             const float k3 = dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 24));
 #pragma unroll
-            for (int h = 0; h < kHeads; ++h) {
+            for (int h = 0; h < kHeads; ++h) {  // key_dot's operations, all heads per key load
                 const float4 qv = q_s[h * n_d4 + d4];
                 acc[h] = fmaf(qv.x, k0, fmaf(qv.y, k1, fmaf(qv.z, k2, fmaf(qv.w, k3, acc[h]))));
             }
@@ -83,9 +103,64 @@ indexer_scores_kernel(const __nv_bfloat16* __restrict__ q, const float* __restri
 #pragma unroll
         for (int h = 0; h < kHeads; ++h) {
             const float dot = acc[h] * kscale;
-            score += (dot > 0.0f ? dot * softmax_scale : 0.0f) * w_s[h];  // the CPU's expression, h ascending
+            // The CPU's expression, h ascending, without contraction (as the split kernel sums it).
+            score = __fadd_rn(score, __fmul_rn(dot > 0.0f ? dot * softmax_scale : 0.0f, w_s[h]));
         }
         out[s] = score;
+    }
+}
+
+// The same scores for few tokens (decode): kSplitKeys keys per block and kSplitParts threads per key,
+// each taking kHeads / kSplitParts heads, so a step of one token spreads its keys over many SMs
+// instead of one block per 1024 keys. The per-head terms meet in shared memory and are summed in
+// ascending head order: the scores equal indexer_scores_kernel's bit for bit.
+constexpr int kSplitParts = 8;
+constexpr int kSplitKeys = kScoreThreads / kSplitParts;  // 32
+template <int kHeads>
+__global__ void __launch_bounds__(kScoreThreads)
+    indexer_scores_split_kernel(const __nv_bfloat16* __restrict__ q, const float* __restrict__ w,
+                                const int32_t* __restrict__ positions, const int32_t* __restrict__ seq_of_token,
+                                const uint8_t* __restrict__ pool, PagedStreamAddr addr, int64_t head_dim,
+                                float softmax_scale, int64_t max_visible, int64_t topk, int64_t t0,
+                                float* __restrict__ scores, int64_t ld) {
+    static_assert(kHeads % kSplitParts == 0, "heads split evenly over a key's threads");
+    constexpr int kPartHeads = kHeads / kSplitParts;
+    dev::pdl_wait();
+    dev::pdl_trigger();
+    extern __shared__ float4 smem4[];
+    float4* q_s = smem4;                                                   // [kHeads, head_dim / 4]
+    float* w_s = reinterpret_cast<float*>(smem4 + kHeads * head_dim / 4);  // [kHeads]
+    float* terms = w_s + kHeads;                                           // [kSplitKeys, kHeads]
+    const int64_t tc = blockIdx.y, t = t0 + tc;
+    const int64_t n_vis = visible_entries(positions[t], addr.ratio, max_visible);
+    if (n_vis <= topk) return;
+    const int64_t s0 = static_cast<int64_t>(blockIdx.x) * kSplitKeys;
+    if (s0 >= n_vis) return;
+
+    const __nv_bfloat16* qt = q + t * kHeads * head_dim;
+    float* qf = reinterpret_cast<float*>(q_s);
+    for (int64_t i = threadIdx.x; i < kHeads * head_dim; i += kScoreThreads) qf[i] = __bfloat162float(qt[i]);
+    if (threadIdx.x < kHeads) w_s[threadIdx.x] = w[t * kHeads + threadIdx.x];
+    __syncthreads();
+
+    const int kl = threadIdx.x / kSplitParts, part = threadIdx.x % kSplitParts;
+    const int64_t s = s0 + kl, n_d4 = head_dim / 4;
+    if (s < n_vis) {
+        const uint8_t* key = pool + paged_entry_offset(addr, seq_of_token[t], s);
+        const uint32_t* key4 = reinterpret_cast<const uint32_t*>(key);
+        const float kscale = __ldg(reinterpret_cast<const float*>(key + head_dim));
+#pragma unroll
+        for (int i = 0; i < kPartHeads; ++i) {
+            const int h = part * kPartHeads + i;
+            const float dot = key_dot(q_s + h * n_d4, key4, n_d4) * kscale;
+            terms[kl * kHeads + h] = __fmul_rn(dot > 0.0f ? dot * softmax_scale : 0.0f, w_s[h]);
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < kSplitKeys && s0 + threadIdx.x < n_vis) {
+        float score = 0.0f;
+        for (int h = 0; h < kHeads; ++h) score = __fadd_rn(score, terms[threadIdx.x * kHeads + h]);  // h ascending
+        scores[tc * ld + s0 + threadIdx.x] = score;
     }
 }
 
@@ -231,16 +306,31 @@ indexer_select_kernel(const float* __restrict__ scores, int64_t ld, const int32_
     for (int64_t j = written + threadIdx.x; j < topk; j += kSelThreads) o[j] = -1;  // not reached: n_vis > topk
 }
 
+// Blocks of the per-key kernel below which a chunk takes the split kernel (about one wave).
+constexpr int64_t kSplitBelowBlocks = 132;
+
 template <int kHeads>
 void launch_scores(const __nv_bfloat16* q, const float* w, const int32_t* positions, const int32_t* seq_of_token,
                    const uint8_t* pool, const PagedStreamAddr& addr, const IndexerDims& d, int64_t max_visible,
                    int64_t t0, int64_t n_chunk, float* scratch, cudaStream_t stream) {
     const int64_t n_tiles = (max_visible + kScoreThreads - 1) / kScoreThreads;
-    const dim3 grid(static_cast<unsigned>((n_tiles + kTilesPerBlock - 1) / kTilesPerBlock),
-                    static_cast<unsigned>(n_chunk));
+    const int64_t groups = (n_tiles + kTilesPerBlock - 1) / kTilesPerBlock;
     const size_t smem = static_cast<size_t>(kHeads * d.head_dim + kHeads) * sizeof(float);
+    if constexpr (kHeads % kSplitParts == 0) {
+        const size_t split_smem = smem + static_cast<size_t>(kSplitKeys * kHeads) * sizeof(float);
+        if (groups * n_chunk < kSplitBelowBlocks && split_smem <= static_cast<size_t>(kMaxScoreSmemBytes)) {
+            const dim3 grid(static_cast<unsigned>((max_visible + kSplitKeys - 1) / kSplitKeys),
+                            static_cast<unsigned>(n_chunk));
+            launch_pdl(indexer_scores_split_kernel<kHeads>, grid, kScoreThreads, split_smem, stream, q, w, positions,
+                       seq_of_token, pool, addr, d.head_dim, d.softmax_scale, max_visible, d.topk, t0, scratch,
+                       max_visible);
+            CUDA_CHECK_LAUNCH("indexer_scores_split_kernel");
+            return;
+        }
+    }
+    const dim3 grid(static_cast<unsigned>(groups), static_cast<unsigned>(n_chunk));
     launch_pdl(indexer_scores_kernel<kHeads>, grid, kScoreThreads, smem, stream, q, w, positions, seq_of_token, pool,
-               addr, d.head_dim, d.softmax_scale, max_visible, t0, scratch, max_visible);
+               addr, d.head_dim, d.softmax_scale, max_visible, d.topk, t0, scratch, max_visible);
     CUDA_CHECK_LAUNCH("indexer_scores_kernel");
 }
 
