@@ -265,7 +265,10 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
     // wq_a and wkv read the same xn: one quantisation and one launch for both when they are fused.
     const int64_t ql = c.q_lora_rank;
     if (w.wq_a_wkv.w) {
-        lin_->fp8(w.wq_a_wkv, xn, n, b.qkv, s);
+        if (x_quantized_)  // hc_pre wrote xn's FP8 copy (b.xq, b.xs)
+            lin_->fp8_quantized(w.wq_a_wkv, b.xq, b.xs, n, b.qkv, s);
+        else
+            lin_->fp8(w.wq_a_wkv, xn, n, b.qkv, s);
         cuda::rmsnorm_bf16_pair(b.qkv, w.q_norm, b.qr, ql, ql + hd, ql, b.qkv + ql, w.kv_norm, b.kv, hd, ql + hd, hd, n,
                                 eps, s);
     } else {
@@ -398,7 +401,7 @@ void GpuModel::moe(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t 
     const bool routed_gemv = n <= b.gemv_rows && moe_gemv_;
     const bool x_once = routed_gemv && m.shared_w13.w && lin_->gemv_ok(m.shared_w13, n);
     if (x_once) {
-        cuda::quantize_fp8_1x128(xn, b.xq, b.xs, n, D, cuda::ActScaleLayout::RowMajor, s);
+        if (!x_quantized_) cuda::quantize_fp8_1x128(xn, b.xq, b.xs, n, D, cuda::ActScaleLayout::RowMajor, s);
         lin_->fp8_quantized(m.shared_w13, b.xq, b.xs, n, b.s13, s);
         // SwiGLU and w2's input quantisation in one kernel (hq is free until the routed experts).
         cuda::swiglu_clamp_quant(b.s13, b.s13 + I, 2 * I, nullptr, b.hq, b.hs, n, I, limit, s);
@@ -420,7 +423,7 @@ void GpuModel::moe(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t 
     // Routed experts; REF scales the hidden activation by the routing weight before w2.
     if (routed_gemv) {
         const int64_t P = n * K;
-        if (!x_once) cuda::quantize_fp8_1x128(xn, b.xq, b.xs, n, D, cuda::ActScaleLayout::RowMajor, s);
+        if (!x_once && !x_quantized_) cuda::quantize_fp8_1x128(xn, b.xq, b.xs, n, D, cuda::ActScaleLayout::RowMajor, s);
         const cuda::MoePairGroups groups = cuda::mxfp4_group_pairs(
             b.experts, P, c.n_routed_experts, n, b.pair_groups, cuda::mxfp4_group_scratch_ints(b.gemv_rows * K), s);
         cuda::mxfp4_grouped_gemv(b.xq, b.xs, b.pair_token, groups, e.w1, e.s1, b.y1, e.w3, e.s3, b.y3, I, D, s);
@@ -493,14 +496,19 @@ void GpuModel::forward(cudaStream_t s) {
     tick("start", s);
     cuda::embed_streams(meta_.tokens, w_.embed, b.X, n, D, 4, s);
     for (const GpuBlock& blk : w_.layers) {
-        // x = attn_norm(collapse of the streams); the norm is fused into hc_pre's finishing kernel.
+        // x = attn_norm(collapse of the streams); the norm is fused into hc_pre's finishing kernel, and
+        // so is x's FP8 quantisation where the first linears that read x take it (the GEMV paths).
+        x_quantized_ = blk.attn.wq_a_wkv.w && lin_->gemv_ok(blk.attn.wq_a_wkv, n);
         cuda::hc_pre_bf16(b.X, blk.hc_attn.fn, blk.hc_attn.scale, blk.hc_attn.base, b.x, b.pre, b.post, b.comb,
-                          b.hc_scratch, b.hc_scratch_floats, n, hd, s, blk.attn_norm, eps);
+                          b.hc_scratch, b.hc_scratch_floats, n, hd, s, blk.attn_norm, eps,
+                          x_quantized_ ? b.xq : nullptr, b.xs);
         tick("hyper-connections + norms", s);
         attention(blk, b.x, b.a, s);
         cuda::hc_post_bf16(b.a, b.X, b.post, b.comb, b.X, n, hd, s);
+        x_quantized_ = n <= b.gemv_rows && moe_gemv_;
         cuda::hc_pre_bf16(b.X, blk.hc_ffn.fn, blk.hc_ffn.scale, blk.hc_ffn.base, b.x, b.pre, b.post, b.comb,
-                          b.hc_scratch, b.hc_scratch_floats, n, hd, s, blk.ffn_norm, eps);
+                          b.hc_scratch, b.hc_scratch_floats, n, hd, s, blk.ffn_norm, eps, x_quantized_ ? b.xq : nullptr,
+                          b.xs);
         tick("hyper-connections + norms", s);
         moe(blk, b.x, b.a, s);
         cuda::hc_post_bf16(b.a, b.X, b.post, b.comb, b.X, n, hd, s);

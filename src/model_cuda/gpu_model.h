@@ -103,6 +103,7 @@ private:
     int64_t workspace_bytes_ = 0;
     int64_t pos_bound_ = 0;  // positions of this step are < pos_bound_ (rounded up: graph reuse)
     bool moe_gemv_ = false;  // decode MoE takes the GEMV path (no host sync: capturable)
+    bool x_quantized_ = false;  // the current sub-block's input has its FP8 copy in Buffers::xq/xs
     std::map<GraphKey, cudaGraphExec_t> graphs_;
     int64_t last_graph_nodes_ = 0;
     bool profile_ = false, profiling_ = false;

@@ -12,6 +12,7 @@
 
 #include "backend/cpu/hyper_connection.h"
 #include "backend/cpu/norm.h"
+#include "backend/cuda/ops/fp8_quant.cuh"
 #include "backend/cuda/ops/hyper_connection.cuh"
 
 #include <cstdio>
@@ -58,7 +59,8 @@ void check_hc(int64_t n_tok, int64_t dim, uint32_t seed, PrePath path = PrePath:
     hd.dim = dim;
     const size_t scratch_floats = cuda::hc_pre_scratch_floats(n_tok, hd);
     const size_t arena_bytes = static_cast<size_t>(n_tok * flat * 2 + 2 * n_tok * dim * 2 + n_mix * flat * 4) +
-                               scratch_floats * 4 + (size_t{16} << 20);
+                               scratch_floats * 4 + static_cast<size_t>(2 * n_tok * dim + n_tok * dim / 16) +
+                               (size_t{16} << 20);  // + the two FP8 copies of x and their scales
     cuda::DeviceArena arena(arena_bytes, "hc test");
     auto* dX = test::upload(arena, test::to_bf16_bits(X), "X");
     auto* dfn = test::upload(arena, fn, "fn");
@@ -118,6 +120,31 @@ void check_hc(int64_t n_tok, int64_t dim, uint32_t seed, PrePath path = PrePath:
             ASSERT_TRUE(std::isfinite(got[i])) << "normalised x: unwritten element " << i;
             ASSERT_LE(std::fabs(got[i] - nref[i]), std::ldexp(std::fabs(nref[i]), -6) + 2e-3f)
                 << "normalised x " << i;
+        }
+        // And with x's FP8 1x128 copy written by the same call: byte-equal to quantize_fp8_1x128 of
+        // the x it stored (the decode GEMVs read it instead of quantising x themselves).
+        if (dim % 128 == 0) {
+            const size_t nq = static_cast<size_t>(n_tok * dim), ns = nq / 128;
+            auto* dq = arena.alloc_n<uint8_t>(nq, "xq");
+            auto* dqs = arena.alloc_n<float>(ns, "xs");
+            auto* dq2 = arena.alloc_n<uint8_t>(nq, "xq ref");
+            auto* dqs2 = arena.alloc_n<float>(ns, "xs ref");
+            cuda::fill_bytes(dq, 0xFF, nq);
+            cuda::fill_bytes(dqs, 0xFF, ns * 4);
+            if (path == PrePath::kSplit)
+                cuda::hc_pre_bf16(reinterpret_cast<const __nv_bfloat16*>(dX), dfn, dscale, dbase,
+                                  reinterpret_cast<__nv_bfloat16*>(dx), dpre, dpost, dcomb, dscratch, scratch_floats,
+                                  n_tok, hd, s.get(), reinterpret_cast<const __nv_bfloat16*>(dw), 1e-6f, dq, dqs);
+            else
+                cuda::hc_pre_bf16(reinterpret_cast<const __nv_bfloat16*>(dX), dfn, dscale, dbase,
+                                  reinterpret_cast<__nv_bfloat16*>(dx), dpre, dpost, dcomb, nullptr, 0, n_tok, hd,
+                                  s.get(), reinterpret_cast<const __nv_bfloat16*>(dw), 1e-6f, dq, dqs);
+            cuda::quantize_fp8_1x128(reinterpret_cast<const __nv_bfloat16*>(dx), dq2, dqs2, n_tok, dim,
+                                     cuda::ActScaleLayout::RowMajor, s.get());
+            s.sync();
+            ASSERT_EQ(cuda::copy_to_host(dq, nq), cuda::copy_to_host(dq2, nq)) << "fused FP8 bytes";
+            ASSERT_EQ(cuda::copy_to_host(dqs, ns), cuda::copy_to_host(dqs2, ns)) << "fused FP8 scales";
+            EXPECT_EQ(test::from_bf16_bits(cuda::copy_to_host(dx, x_ref.size())), got) << "x unchanged by the copy";
         }
     }
 

@@ -2,6 +2,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops/common.cuh"
+#include "backend/cuda/ops/fp8_quant.cuh"
 #include "backend/cuda/ops/pdl.cuh"
 #include "backend/cuda/ops/rmsnorm.cuh"
 
@@ -278,11 +279,12 @@ __global__ void __launch_bounds__(kMixThreads, 2)
 // rsqrt, sigmoid (8 lanes), then the X warps collapse x = Σ_j pre_j·X_j while the last warp runs the
 // Sinkhorn (sinkhorn4_lanes) and writes comb.
 __global__ void __launch_bounds__(kFinThreads)
-hc_pre_finish_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ part,
-                     const float* __restrict__ scale, const float* __restrict__ base, __nv_bfloat16* __restrict__ x,
-                     float* __restrict__ pre_out, float* __restrict__ post_out, float* __restrict__ comb_out,
-                     int64_t dim, int64_t slices, int iters, float hc_eps, float norm_eps,
-                     const __nv_bfloat16* __restrict__ rms_w, float rms_eps) {
+    hc_pre_finish_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ part,
+                         const float* __restrict__ scale, const float* __restrict__ base, __nv_bfloat16* __restrict__ x,
+                         float* __restrict__ pre_out, float* __restrict__ post_out, float* __restrict__ comb_out,
+                         int64_t dim, int64_t slices, int iters, float hc_eps, float norm_eps,
+                         const __nv_bfloat16* __restrict__ rms_w, float rms_eps, uint8_t* __restrict__ xq,
+                         float* __restrict__ xs) {
     dev::pdl_wait();
     dev::pdl_trigger();
     static_assert(kMix % kFinXWarps == 0, "each X warp sums kMix / kFinXWarps mixes");
@@ -383,15 +385,43 @@ hc_pre_finish_kernel(const __nv_bfloat16* __restrict__ X, const float* __restric
 #pragma unroll
         for (int i = 0; i < kFinCached; ++i) {
             const int64_t c = threadIdx.x + static_cast<int64_t>(i) * kFinXThreads;
-            if (c >= dchunks) continue;
-            const uint4 wv = __ldg(reinterpret_cast<const uint4*>(rms_w + c * 8));
-            float wf[8];
-            unpack8(wv, wf);
-            float y[8];
+            const bool in = c < dchunks;
+            float y[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            if (in) {
+                const uint4 wv = __ldg(reinterpret_cast<const uint4*>(rms_w + c * 8));
+                float wf[8];
+                unpack8(wv, wf);
 #pragma unroll
-            for (int e = 0; e < 8; ++e) y[e] = wf[e] * (o[i][e] * inv);
-            *reinterpret_cast<uint4*>(x + t * dim + c * 8) = make_uint4(
-                pack_bf16x2(y[0], y[1]), pack_bf16x2(y[2], y[3]), pack_bf16x2(y[4], y[5]), pack_bf16x2(y[6], y[7]));
+                for (int e = 0; e < 8; ++e) y[e] = wf[e] * (o[i][e] * inv);
+                *reinterpret_cast<uint4*>(x + t * dim + c * 8) = make_uint4(
+                    pack_bf16x2(y[0], y[1]), pack_bf16x2(y[2], y[3]), pack_bf16x2(y[4], y[5]), pack_bf16x2(y[6], y[7]));
+            }
+            if (xq != nullptr) {
+                // quantize_fp8_1x128 of the bf16 x just stored: a 128-wide block is 16 consecutive
+                // chunks = a half warp (kFinXThreads % 16 == 0, dim % 128 == 0), the same scale rule
+                // and E4M3 rounding, so the bytes are that kernel's.
+                float amax = 0.0f;
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    y[e] = __bfloat162float(__float2bfloat16(y[e]));
+                    amax = fmaxf(amax, fabsf(y[e]));
+                }
+#pragma unroll
+                for (int off = 1; off < 16; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+                const float sc = dev::ue8m0_scale_for(fmaxf(amax, 1e-4f), 448.0f);
+                if (in) {
+                    uint32_t lo = 0, hi = 0;
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        lo |= static_cast<uint32_t>(dev::f32_to_e4m3(fminf(fmaxf(y[e] / sc, -448.0f), 448.0f)))
+                              << (8 * e);
+                        hi |= static_cast<uint32_t>(dev::f32_to_e4m3(fminf(fmaxf(y[e + 4] / sc, -448.0f), 448.0f)))
+                              << (8 * e);
+                    }
+                    *reinterpret_cast<uint2*>(xq + t * dim + c * 8) = make_uint2(lo, hi);
+                    if (c % 16 == 0) xs[t * (dim / 128) + c / 16] = sc;
+                }
+            }
         }
         return;
     }
@@ -502,14 +532,21 @@ size_t hc_pre_scratch_floats(int64_t max_tok, const HcDims& p) {
 
 void hc_pre_bf16(const __nv_bfloat16* X, const float* fn, const float* scale, const float* base, __nv_bfloat16* x,
                  float* pre, float* post, float* comb, float* scratch, size_t scratch_floats, int64_t n_tok,
-                 const HcDims& p, cudaStream_t stream, const __nv_bfloat16* rms_weight, float rms_eps) {
+                 const HcDims& p, cudaStream_t stream, const __nv_bfloat16* rms_weight, float rms_eps, uint8_t* xq,
+                 float* xs) {
     ONECARD_CHECK(p.dim > 0 && p.sinkhorn_iters >= 1, "hc_pre_bf16: dim {} iters {}", p.dim, p.sinkhorn_iters);
+    ONECARD_CHECK(xq == nullptr || (rms_weight != nullptr && xs != nullptr && p.dim % 128 == 0 &&
+                                    reinterpret_cast<uintptr_t>(xq) % 8 == 0),
+                  "hc_pre_bf16: the FP8 copy of x needs the fused norm, scales, dim % 128 == 0 ({}) and 8-byte "
+                  "aligned bytes",
+                  p.dim);
     if (n_tok == 0) return;
     const bool fuse_norm = rms_weight != nullptr && p.dim <= kFinCached * kFinXThreads * 8 &&
                            reinterpret_cast<uintptr_t>(rms_weight) % 16 == 0;
     if (scratch == nullptr || !split_path_ok(X, fn, x, p.dim) || (rms_weight != nullptr && !fuse_norm)) {
         hc_pre_bf16(X, fn, scale, base, x, pre, post, comb, n_tok, p, stream);
         if (rms_weight != nullptr) rmsnorm_bf16(x, rms_weight, x, n_tok, p.dim, rms_eps, stream);
+        if (xq != nullptr) quantize_fp8_1x128(x, xq, xs, n_tok, p.dim, ActScaleLayout::RowMajor, stream);
         return;
     }
     const PrePlan pl = pre_plan(n_tok, p.dim);
@@ -528,7 +565,7 @@ void hc_pre_bf16(const __nv_bfloat16* X, const float* fn, const float* scale, co
     CUDA_CHECK_LAUNCH("hc_mix_partial_kernel");
     launch_pdl(hc_pre_finish_kernel, static_cast<unsigned>(n_tok), kFinThreads, 0, stream, X, scratch, scale, base, x,
                pre, post, comb, p.dim, pl.slices, static_cast<int>(p.sinkhorn_iters), p.hc_eps, p.norm_eps,
-               fuse_norm ? rms_weight : nullptr, rms_eps);
+               fuse_norm ? rms_weight : nullptr, rms_eps, xq, xs);
     CUDA_CHECK_LAUNCH("hc_pre_finish_kernel");
 }
 

@@ -35,10 +35,13 @@ size_t hc_pre_scratch_floats(int64_t max_tok, const HcDims& p);
 // scratch: scratch_floats >= hc_pre_scratch_floats(n_tok, p) floats of device memory (overwritten).
 // rms_weight [D] bf16 (optional): x comes out RMS-normalised, x = rmsnorm_bf16(collapse, rms_weight,
 // rms_eps) (the sub-block's attn_norm / ffn_norm), fused into the finishing kernel when D <= 4096.
+// xq [n_tok, D] E4M3 + xs [n_tok, D/128] (optional, needs rms_weight): x's FP8 1x128 quantisation as
+// quantize_fp8_1x128 (RowMajor) gives it, byte for byte, written by the same kernel (the GEMV paths
+// of the linears that read x then skip their own quantisation launch).
 void hc_pre_bf16(const __nv_bfloat16* X, const float* fn, const float* scale, const float* base, __nv_bfloat16* x,
                  float* pre, float* post, float* comb, float* scratch, size_t scratch_floats, int64_t n_tok,
-                 const HcDims& p, cudaStream_t stream, const __nv_bfloat16* rms_weight = nullptr,
-                 float rms_eps = 0.0f);
+                 const HcDims& p, cudaStream_t stream, const __nv_bfloat16* rms_weight = nullptr, float rms_eps = 0.0f,
+                 uint8_t* xq = nullptr, float* xs = nullptr);
 
 // The same without a scratch: one block per token (slow for small n_tok: each block streams all of fn).
 void hc_pre_bf16(const __nv_bfloat16* X, const float* fn, const float* scale, const float* base, __nv_bfloat16* x,
