@@ -5,7 +5,7 @@
 // scratch, then a per-token finish) at decode sizes n = 1, 7, 8, 64 and prefill sizes n = 300, 2048 at
 // the Flash width D = 4096 (tiles of 1..32 tokens, a partial last tile, 4..256 slices); the
 // scratch-less reference kernel; the fallback for a width that is not a multiple of 8 (hc_post's
-// scalar kernel too); a CUDA-graph replay of the split path. A timing test prints µs per call.
+// scalar kernel too); a CUDA-graph replay of the split path; the fused FP8 copy of x (bytes equal to quantize_fp8_1x128).
 #include "gpu_test_util.h"
 
 #ifdef ONECARD_HAVE_CUDA
@@ -244,66 +244,6 @@ TEST(CudaHyperConnection, SplitPathReplaysInCudaGraph) {
     EXPECT_EQ(cuda::copy_to_host(dcomb, static_cast<size_t>(n * 16)), comb_direct);
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(g);
-}
-
-// Not a check: µs per hc_pre (split path and the reference kernel) and hc_post at the Flash width,
-// averaged over 50 back-to-back calls in one CUDA graph (fn cycles over 8 copies so it is not all L2-resident).
-TEST(CudaHyperConnection, TimingFlashWidth) {
-    ONECARD_REQUIRE_GPU();
-    const int64_t dim = 4096, flat = kHc * dim, n_mix = (2 + kHc) * kHc, n_max = 2048, n_fn = 8;
-    cuda::HcDims hd;
-    hd.dim = dim;
-    const size_t scratch_floats = cuda::hc_pre_scratch_floats(n_max, hd);
-    cuda::DeviceArena arena(size_t{256} << 20, "hc timing");
-    auto* dX = arena.alloc_n<__nv_bfloat16>(static_cast<size_t>(n_max * flat), "X");
-    auto* dfn = arena.alloc_n<float>(static_cast<size_t>(n_fn * n_mix * flat), "fn");
-    auto* dsb = arena.alloc_n<float>(32, "scale, base");
-    auto* dx = arena.alloc_n<__nv_bfloat16>(static_cast<size_t>(n_max * dim), "x");
-    auto* da = arena.alloc_n<__nv_bfloat16>(static_cast<size_t>(n_max * dim), "a");
-    auto* dpre = arena.alloc_n<float>(static_cast<size_t>(n_max * kHc), "pre");
-    auto* dpost = arena.alloc_n<float>(static_cast<size_t>(n_max * kHc), "post");
-    auto* dcomb = arena.alloc_n<float>(static_cast<size_t>(n_max * 16), "comb");
-    auto* dscratch = arena.alloc_n<float>(scratch_floats, "scratch");
-    // Small finite values everywhere (0x3C = bf16 ~0.0117 pairs, fp32 ~0.0117): timing only.
-    cuda::fill_bytes(dX, 0x3C, static_cast<size_t>(n_max * flat) * 2);
-    cuda::fill_bytes(da, 0x3C, static_cast<size_t>(n_max * dim) * 2);
-    cuda::fill_bytes(dfn, 0x3C, static_cast<size_t>(n_fn * n_mix * flat) * 4);
-    cuda::fill_bytes(dsb, 0x3C, 32 * 4);
-    cuda::Stream s;
-    cuda::Event e0, e1;
-    constexpr int kIters = 50;
-    for (int64_t n : {1, 8, 64, 2048}) {
-        float us[3];
-        for (int which = 0; which < 3; ++which) {
-            auto call = [&](int i) {
-                const float* fn_i = dfn + (i % n_fn) * n_mix * flat;
-                if (which == 0)
-                    cuda::hc_pre_bf16(dX, fn_i, dsb, dsb + 3, dx, dpre, dpost, dcomb, dscratch, scratch_floats, n, hd,
-                                      s.get());
-                else if (which == 1)
-                    cuda::hc_pre_bf16(dX, fn_i, dsb, dsb + 3, dx, dpre, dpost, dcomb, n, hd, s.get());
-                else
-                    cuda::hc_post_bf16(da, dX, dpost, dcomb, dX, n, hd, s.get());
-            };
-            // Captured as one graph (as the decode step is), so host launch cost is not measured.
-            cudaGraph_t g = nullptr;
-            ASSERT_EQ(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
-            for (int i = 0; i < kIters; ++i) call(i);
-            ASSERT_EQ(cudaStreamEndCapture(s.get(), &g), cudaSuccess);
-            cudaGraphExec_t exec = nullptr;
-            ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
-            ASSERT_EQ(cudaGraphLaunch(exec, s.get()), cudaSuccess);  // warm-up
-            e0.record(s.get());
-            ASSERT_EQ(cudaGraphLaunch(exec, s.get()), cudaSuccess);
-            e1.record(s.get());
-            e1.sync();
-            us[which] = e1.elapsed_ms_since(e0) * 1000.0f / kIters;
-            cudaGraphExecDestroy(exec);
-            cudaGraphDestroy(g);
-        }
-        std::printf("hc n=%5lld: hc_pre split %8.2f us, hc_pre reference %8.2f us, hc_post %7.2f us\n",
-                    static_cast<long long>(n), us[0], us[1], us[2]);
-    }
 }
 
 }  // namespace

@@ -302,34 +302,6 @@ TEST(CudaSparseAttention, GraphCaptureReplaysEagerResult) {
     }
 }
 
-// Not a check: prints microseconds per call (CUDA events, 20 calls after 3 warm-ups) for the batch
-// sizes the model runs, so a test log shows what the kernels cost at the Flash shape.
-TEST(CudaSparseAttention, TimingReport) {
-    ONECARD_REQUIRE_GPU();
-    for (int64_t n_tok : {int64_t{1}, int64_t{8}, int64_t{64}, int64_t{2048}}) {
-        const Problem p = make_problem(n_tok, 640, 64, 1.0f, 110);
-        DeviceProblem dp(p);
-        cuda::Stream s;
-        for (Variant v : {Variant::TensorCoreSplit, Variant::TensorCoreNoScratch, Variant::Reference}) {
-            for (int i = 0; i < 3; ++i) dp.launch(p, v, s.get());
-            cudaEvent_t e0 = nullptr, e1 = nullptr;
-            CUDA_CHECK(cudaEventCreate(&e0));
-            CUDA_CHECK(cudaEventCreate(&e1));
-            constexpr int kIters = 20;
-            CUDA_CHECK(cudaEventRecord(e0, s.get()));
-            for (int i = 0; i < kIters; ++i) dp.launch(p, v, s.get());
-            CUDA_CHECK(cudaEventRecord(e1, s.get()));
-            s.sync();
-            float ms = 0.0f;
-            CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-            CUDA_CHECK(cudaEventDestroy(e0));
-            CUDA_CHECK(cudaEventDestroy(e1));
-            std::printf("sparse attention timing: n_tok %5lld, 640-key lists (~80%% valid), %-28s %9.1f us/call\n",
-                        static_cast<long long>(n_tok), name(v), 1000.0 * ms / kIters);
-        }
-    }
-}
-
 }  // namespace
 }  // namespace onecard
 
