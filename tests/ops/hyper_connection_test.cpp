@@ -5,7 +5,8 @@
 // scratch, then a per-token finish) at decode sizes n = 1, 7, 8, 64 and prefill sizes n = 300, 2048 at
 // the Flash width D = 4096 (tiles of 1..32 tokens, a partial last tile, 4..256 slices); the
 // scratch-less reference kernel; the fallback for a width that is not a multiple of 8 (hc_post's
-// scalar kernel too); a CUDA-graph replay of the split path; the fused FP8 copy of x (bytes equal to quantize_fp8_1x128).
+// scalar kernel too); a CUDA-graph replay of the split path; the fused FP8 copy of x (bytes equal to
+// quantize_fp8_1x128).
 #include "gpu_test_util.h"
 
 #ifdef ONECARD_HAVE_CUDA
