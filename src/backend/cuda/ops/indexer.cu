@@ -32,22 +32,9 @@ __device__ __forceinline__ int64_t visible_entries(int32_t pos, int64_t ratio, i
     return n < 0 ? 0 : (n > max_visible ? max_visible : n);
 }
 
-// Head h's dot product q_h · key over head_dim (q_s fp32 [kHeads, head_dim / 4] as float4), unscaled:
-// the key's E4M3 bytes 4 at a time, the same fma nesting in every kernel (so their scores agree bit
-// for bit).
-__device__ __forceinline__ float key_dot(const float4* q_h, const uint32_t* key4, int64_t n_d4) {
-    float acc = 0.0f;
-    for (int64_t d4 = 0; d4 < n_d4; ++d4) {
-        const uint32_t kw = __ldg(key4 + d4);
-        const float4 qv = q_h[d4];
-        acc = fmaf(qv.x, dev::e4m3_to_f32(static_cast<uint8_t>(kw)),
-                   fmaf(qv.y, dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 8)),
-                        fmaf(qv.z, dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 16)),
-                             fmaf(qv.w, dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 24)), acc))));
-    }
-    return acc;
-}
-
+// Per head, dot = Σ_d q·k with the key's E4M3 bytes read 4 at a time and this fma nesting (both score
+// kernels, so their scores agree bit for bit):
+//   acc = fmaf(q.x, k0, fmaf(q.y, k1, fmaf(q.z, k2, fmaf(q.w, k3, acc))))
 // grid (key tile groups, tokens of the chunk); dynamic smem: q [n_heads, head_dim] + w [n_heads] fp32.
 // scores [chunk, ld]: row tc holds token t0 + tc's scores for s < n_visible. A token that sees at most
 // topk entries takes them all (indexer_select_kernel), so its scores are not computed.
@@ -91,7 +78,7 @@ __global__ void __launch_bounds__(kScoreThreads)
             const float k2 = dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 16));
             const float k3 = dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 24));
 #pragma unroll
-            for (int h = 0; h < kHeads; ++h) {  // key_dot's operations, all heads per key load
+            for (int h = 0; h < kHeads; ++h) {
                 const float4 qv = q_s[h * n_d4 + d4];
                 acc[h] = fmaf(qv.x, k0, fmaf(qv.y, k1, fmaf(qv.z, k2, fmaf(qv.w, k3, acc[h]))));
             }
@@ -149,10 +136,26 @@ __global__ void __launch_bounds__(kScoreThreads)
         const uint8_t* key = pool + paged_entry_offset(addr, seq_of_token[t], s);
         const uint32_t* key4 = reinterpret_cast<const uint32_t*>(key);
         const float kscale = __ldg(reinterpret_cast<const float*>(key + head_dim));
+        const float4* q_part = q_s + part * kPartHeads * n_d4;
+        float acc[kPartHeads];
+#pragma unroll
+        for (int i = 0; i < kPartHeads; ++i) acc[i] = 0.0f;
+        for (int64_t d4 = 0; d4 < n_d4; ++d4) {  // each key word decoded once for this thread's heads
+            const uint32_t kw = __ldg(key4 + d4);
+            const float k0 = dev::e4m3_to_f32(static_cast<uint8_t>(kw));
+            const float k1 = dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 8));
+            const float k2 = dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 16));
+            const float k3 = dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 24));
+#pragma unroll
+            for (int i = 0; i < kPartHeads; ++i) {
+                const float4 qv = q_part[i * n_d4 + d4];
+                acc[i] = fmaf(qv.x, k0, fmaf(qv.y, k1, fmaf(qv.z, k2, fmaf(qv.w, k3, acc[i]))));
+            }
+        }
 #pragma unroll
         for (int i = 0; i < kPartHeads; ++i) {
             const int h = part * kPartHeads + i;
-            const float dot = key_dot(q_s + h * n_d4, key4, n_d4) * kscale;
+            const float dot = acc[i] * kscale;
             terms[kl * kHeads + h] = __fmul_rn(dot > 0.0f ? dot * softmax_scale : 0.0f, w_s[h]);
         }
     }
