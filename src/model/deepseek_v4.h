@@ -88,9 +88,9 @@ public:
     // its fused kernels rounds to bf16 internally, is rounded to bf16 here at the same point, and
     // nothing else is (router logits, compressor projections, indexer weights, HC mixes and logits
     // stay fp32 as on the GPU). With it on, this oracle computes what the bf16 GPU computes up to fp32
-    // summation order and the few roundings a CPU cannot mirror (listed where they occur:
-    // layer_attention.cpp's sparse attention probabilities, layer_moe.cpp's many-token expert path),
-    // so the GPU parity tests can hold the GPU to tight bars against it. Meant for Numerics::Reference
+    // summation order and the rounding a CPU cannot mirror (layer_attention.cpp: the sparse attention
+    // kernel's bf16 probabilities, relative to its running max), so the GPU parity tests compare
+    // against what the GPU computes (their bars: tests/ops/gpu_model_test.cpp). Meant for Numerics::Reference
     // (the GPU's numerics); in exact numerics the same points are rounded. A diagnostic mode, not a
     // serving mode. Independent of set_bf16_linear_inputs.
     void set_bf16_storage(bool on) { bf16_storage_ = on; }

@@ -1,13 +1,11 @@
 // MoE sub-block (dsv4-model.md §5): fp32 sqrtsoftplus router (bias only selects; hash layers route by
 // token id), routed experts and the shared expert, both with the SwiGLU clamp.
 //
-// bf16_storage (DeepSeekV4::set_bf16_storage) mirrors GpuModel::moe's decode path: the MXFP4 GEMV
-// experts (mxfp4_grouped_gemv -> swiglu_clamp_quant -> mxfp4_grouped_gemv -> moe_combine). Its
-// many-token path (MoeExperts::run in moe_experts.cu, prefill and batches over 64 tokens) stores
-// less in bf16: gate/up and the expert outputs stay fp32, the hidden activation goes to FP8 from
-// fp32, and the routed sum is rounded to bf16 before add_bf16 adds the shared expert (two roundings
-// instead of moe_combine's one). That path is not mirrored; its difference from the decode path is
-// a bf16-sized perturbation at those points.
+// bf16_storage (DeepSeekV4::set_bf16_storage) mirrors GpuModel::moe: the decode path's MXFP4 GEMV
+// experts (mxfp4_grouped_gemv -> swiglu_clamp_quant -> mxfp4_grouped_gemv -> moe_combine) and the
+// many-token path (MoeExperts::run in moe_experts.cu) round at the same points: gate/up, the
+// weighted SwiGLU output before its FP8 rounding, each expert output row, and once after the
+// shared expert is added.
 #include "backend/cpu/linear.h"
 #include "backend/cpu/moe.h"
 #include "core/error.h"

@@ -51,7 +51,7 @@ struct GpuModel::Buffers {
     int32_t* experts = nullptr;
     float* weights = nullptr;                               // [T, K]
     bf16 *sg = nullptr, *su = nullptr, *sh = nullptr;       // shared expert [T, inter]
-    bf16 *shared = nullptr, *routed = nullptr, *xr = nullptr;  // [T, D]
+    bf16 *shared = nullptr, *xr = nullptr;                  // [T, D]
     bf16 *y1 = nullptr, *y3 = nullptr, *y2 = nullptr;          // decode pairs
     uint8_t *xq = nullptr, *hq = nullptr;
     float *xs = nullptr, *hs = nullptr;
@@ -157,7 +157,6 @@ GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKv
     A(b.su, T * I, "shared up");
     A(b.sh, T * I, "shared hidden");
     A(b.shared, T * D, "shared out");
-    A(b.routed, T * D, "routed out");
     A(b.xr, T * D, "fp8-rounded x");
     const int64_t P = b.gemv_rows * K;
     A(b.y1, P * I, "expert gate");
@@ -434,8 +433,7 @@ void GpuModel::moe(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t 
     } else {
         CUDA_CHECK(cudaMemcpyAsync(b.xr, xn, static_cast<size_t>(n * D) * 2, cudaMemcpyDeviceToDevice, s));
         cuda::fp8_round_1x128(b.xr, n, D, s);
-        experts_->run(b.xr, b.experts, b.weights, n, K, e, /*weight_before_w2=*/true, limit, b.routed, s);
-        cuda::add_bf16(b.routed, b.shared, out, n * D, s);
+        experts_->run(b.xr, b.experts, b.weights, n, K, e, /*weight_before_w2=*/true, limit, b.shared, out, s);
         tick("moe: routed experts (grouped)", s);
     }
 }

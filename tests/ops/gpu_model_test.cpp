@@ -28,12 +28,12 @@
 // to it: median and worst at most 1.5x the floor's (never tighter than the 2e-2 asked) and argmax
 // disagreement at most twice the floor's (agreement capped at 98%), less two binomial standard
 // deviations of the row count: the GPU carries more such differences than one nudge (its attention
-// probabilities in bf16, the prefill expert path's own rounding points, every summation order).
+// probabilities in bf16, every summation order).
 // H200 at 312a653+: floor median 6.3e-2, worst 0.128, argmax 93.2%; GPU medians 6.4e-2..7.0e-2,
 // argmax 85.6%..100% per path. A real fault (a wrong row, position or path) gives rel. L2 ~1.4. Where the
 // oracle does not mirror the GPU (listed in the CPU code): the sparse attention kernel's bf16
-// probabilities, and the many-token (prefill) expert path, whose rounding points differ from the
-// decode GEMV path the oracle mirrors (model/layer_moe.cpp).
+// probabilities (the decode and prefill expert paths round at the same points since MoeExperts took
+// the GEMV path's, both mirrored by model/layer_moe.cpp).
 // Secondary, printed on every path and checked loosely: the same GPU rows against the plain fp32
 // oracle, held to the yardstick of the CPU's own bf16 sensitivity (the oracle with only the
 // quantised linears' inputs rounded to bf16, DeepSeekV4::set_bf16_linear_inputs, against the plain

@@ -5,18 +5,20 @@
 // restatement equals detail::moe_forward in Numerics::Reference bit for bit, so the GPU is compared
 // with the model's own numerics.
 // Tolerances: fp8_round_1x128 bit-exact (same scale rule, E4M3 round-to-nearest-even, result exact in
-// bf16). MoeExperts: relative L2 ≤ 1e-2 and worst element ≤ 2e-2 of max|ref|. The GPU multiplies the
-// same values (FP8-rounded bf16 activations, E2M1·2^k weights exact in bf16) with fp32 accumulation
-// in cuBLAS's order and keeps gate/up and the expert outputs in fp32, so the differences are fp32
-// summation order (~1e-6 relative), the rare element of h it moves across an FP8 rounding edge
-// (~1e-5 of them, one E4M3 step each) and the final bf16 rounding (≈1.1e-3 relative rms): expected
-// ≈2e-3. Keeping gate/up in bf16 instead would move ~1.5% of h by an FP8 step (≈1.7e-2 relative L2),
-// which this bound rejects.
+// bf16). MoeExperts: relative L2 ≤ 1e-2 and worst element ≤ 2e-2 of max|ref|, against the loop with
+// the GPU's bf16 storage points (gate/up, the weighted SwiGLU output, each expert row: the decode
+// GEMV path's, which MoeExperts now shares). The GPU multiplies the same values (FP8-rounded bf16
+// activations, E2M1·2^k weights exact in bf16) with fp32 accumulation in cuBLAS's order, so the
+// differences are fp32 summation order (~1e-6 relative), the rare bf16 or FP8 rounding it tips
+// over an edge, and the final bf16 rounding (≈1.1e-3 relative rms): expected ≈2e-3. A path that
+// skipped a storage point (say gate/up left in fp32) moves ~1.5% of h by an FP8 step (≈1.7e-2
+// relative L2), which this bound rejects.
 #include "gpu_test_util.h"
 
 #include "backend/cpu/linear.h"
 #include "backend/cpu/moe.h"
 #include "backend/cpu/quant_sim.h"
+#include "core/fp_formats.h"
 #include "model/block_forward.h"
 
 #include <cmath>
@@ -77,9 +79,15 @@ struct ExpertOutputs {
 };
 
 // layer_moe.cpp's routed-expert loop in Numerics::Reference (apply_linear of a quantised linear =
-// FP8 1×128 round trip of each input row, then cpu::matmul_nt), for both weight placements.
+// FP8 1×128 round trip of each input row, then cpu::matmul_nt), for both weight placements; with
+// bf16_storage, rounded where DeepSeekV4::set_bf16_storage rounds it (the GPU's storage points: gate
+// and up, the weighted SwiGLU output before its FP8 rounding, each expert output row).
 ExpertOutputs cpu_expert_loop(const MxExperts& w, const std::vector<float>& xn, const Routing& r, int64_t n, int64_t K,
-                              float limit) {
+                              float limit, bool bf16_storage = false) {
+    auto store = [&](std::vector<float>& v) {
+        if (bf16_storage)
+            for (float& x : v) x = round_bf16(x);
+    };
     const int64_t D = w.dim, F = w.inter, E = w.n_experts;
     ExpertOutputs out{std::vector<float>(static_cast<size_t>(n * D), 0.0f),
                       std::vector<float>(static_cast<size_t>(n * D), 0.0f)};
@@ -105,16 +113,22 @@ ExpertOutputs cpu_expert_loop(const MxExperts& w, const std::vector<float>& xn, 
         std::vector<float> gate(static_cast<size_t>(m * F)), up(gate.size()), h(gate.size());  // [m, F]
         cpu::matmul_nt(xs.data(), w1.data(), gate.data(), m, D, F);
         cpu::matmul_nt(xs.data(), w3.data(), up.data(), m, D, F);
+        store(gate);
+        store(up);
         cpu::swiglu_clamped(gate.data(), up.data(), m * F, limit, h.data());
         std::vector<float> hw = h, y(static_cast<size_t>(m * D));
         for (int64_t i = 0; i < m; ++i)
             for (int64_t j = 0; j < F; ++j) hw[i * F + j] *= row_w[i];
+        store(hw);
         for (int64_t i = 0; i < m; ++i) cpu::fp8_quant_dequant(hw.data() + i * F, F, 128);
         cpu::matmul_nt(hw.data(), w2.data(), y.data(), m, F, D);
+        store(y);
         for (int64_t i = 0; i < m; ++i)
             for (int64_t d = 0; d < D; ++d) out.weight_before_w2[rows[i] * D + d] += y[i * D + d];
+        store(h);
         for (int64_t i = 0; i < m; ++i) cpu::fp8_quant_dequant(h.data() + i * F, F, 128);
         cpu::matmul_nt(h.data(), w2.data(), y.data(), m, F, D);
+        store(y);
         for (int64_t i = 0; i < m; ++i)
             for (int64_t d = 0; d < D; ++d) out.weight_after_w2[rows[i] * D + d] += y[i * D + d] * row_w[i];
     }
@@ -175,6 +189,21 @@ TEST(MoeExpertOracle, RestatedLoopEqualsMoeForwardReference) {
     for (size_t i = 0; i < model_out.size(); ++i) {
         ASSERT_EQ(loop.weight_before_w2[i], model_out[i]) << "element " << i;
         max_abs_out = std::max(max_abs_out, std::fabs(static_cast<double>(model_out[i])));
+    }
+    // The same with the GPU's bf16 storage points (the oracle of the GPU tests below): moe_forward
+    // rounds the sum once at the end (b.a), the restatement leaves that to the comparison.
+    {
+        detail::BlockContext sctx{cfg, Numerics::Reference, no_rope, no_rope};
+        sctx.bf16_storage = true;
+        std::vector<float> storage_out(static_cast<size_t>(n * D));
+        detail::moe_forward(sctx, moe, false, nullptr, xn.data(), n, storage_out.data());
+        const auto sloop = cpu_expert_loop(mx, xn, r, n, K, 10.0f, true);
+        size_t n_diff = 0;
+        for (size_t i = 0; i < storage_out.size(); ++i) {
+            ASSERT_EQ(round_bf16(sloop.weight_before_w2[i]), storage_out[i]) << "bf16 storage, element " << i;
+            n_diff += storage_out[i] != round_bf16(loop.weight_before_w2[i]);
+        }
+        EXPECT_GT(n_diff, 0u);  // the storage points really change something
     }
     EXPECT_GT(max_abs_out, 1.0);  // the comparison is not between two zero vectors
     // The two weight placements differ by more than the GPU tolerance, so the GPU tests tell them apart.
@@ -282,7 +311,7 @@ void check_moe_experts(const ExpertsCase& c) {
         const auto mark = arena.mark();
         const auto x = test::random_bf16_values(rng, static_cast<size_t>(n * D));
         const Routing r = random_routing(rng, n, E, K);
-        const ExpertOutputs ref = cpu_expert_loop(mx, x, r, n, K, limit);
+        const ExpertOutputs ref = cpu_expert_loop(mx, x, r, n, K, limit, /*bf16_storage=*/true);
 
         auto* dx = test::upload(arena, test::to_bf16_bits(x), "x");
         auto* de = test::upload(arena, r.experts, "experts");
@@ -292,7 +321,7 @@ void check_moe_experts(const ExpertsCase& c) {
         cuda::fp8_round_1x128(xb, n, D, s.get());  // the contract: x arrives FP8-rounded
         for (bool before : {true, false}) {
             cuda::fill_bytes(dout, 0xFF, static_cast<size_t>(n * D) * 2);
-            experts.run(xb, de, dw, n, K, w, before, limit, reinterpret_cast<__nv_bfloat16*>(dout), s.get());
+            experts.run(xb, de, dw, n, K, w, before, limit, nullptr, reinterpret_cast<__nv_bfloat16*>(dout), s.get());
             s.sync();
             const auto y = test::from_bf16_bits(cuda::copy_to_host(dout, static_cast<size_t>(n * D)));
             const auto& expect = before ? ref.weight_before_w2 : ref.weight_after_w2;
@@ -331,11 +360,11 @@ TEST(CudaMoeExperts, RefusesTooLittleScratchOrTooManyRows) {
     void* scratch = arena.alloc(need, "scratch");
     {
         cuda::MoeExperts short_scratch(scratch, need - 1024, n * K);
-        EXPECT_THROW(short_scratch.run(dx, de, dw, n, K, w, true, 10.0f, dout, s.get()), Error);
+        EXPECT_THROW(short_scratch.run(dx, de, dw, n, K, w, true, 10.0f, nullptr, dout, s.get()), Error);
     }
     {
         cuda::MoeExperts few_rows(scratch, need, n * K - 1);
-        EXPECT_THROW(few_rows.run(dx, de, dw, n, K, w, true, 10.0f, dout, s.get()), Error);
+        EXPECT_THROW(few_rows.run(dx, de, dw, n, K, w, true, 10.0f, nullptr, dout, s.get()), Error);
     }
 }
 

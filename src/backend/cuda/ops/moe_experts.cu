@@ -154,23 +154,28 @@ __global__ void swiglu_fp8_kernel(const float* __restrict__ gu, const float* __r
     float v[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        float g = gs[i], u = us[i];
+        // The decode path's rounding points: gate and up as the GEMV stores them (bf16), and the
+        // (weighted) SwiGLU output in bf16 before its FP8 rounding (swiglu_clamp_quant, moe.cu).
+        float g = __bfloat162float(__float2bfloat16(gs[i])), u = __bfloat162float(__float2bfloat16(us[i]));
         if (limit > 0.0f) {
             g = fminf(g, limit);
             u = fminf(fmaxf(u, -limit), limit);
         }
         v[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
         if (weights) v[i] = __fmul_rn(v[i], w);
+        v[i] = __bfloat162float(__float2bfloat16(v[i]));
     }
     fp8_round_block(v);
     store_bf16x4(h + r * inter + c, v);
 }
 
-// out[t, d] = bf16(Σ_j y[token_pairs[t, j], d] · (weights ? w : 1)): the token's pairs in ascending
-// position = ascending expert id, the order layer_moe.cpp adds them in; fp32, no contraction.
+// out[t, d] = bf16(shared + Σ_k bf16(y[token_pairs[t, k], d]) · (weights ? w : 1)): moe_combine's
+// (decode) arithmetic: each expert row as the GEMV stores it (bf16), summed in pick order in fp32
+// without contraction, the shared expert added last, one rounding.
 __global__ void combine_pairs_kernel(const float* __restrict__ y, const int32_t* __restrict__ token_pairs,
                                      const int32_t* __restrict__ pair_slot, const float* __restrict__ weights,
-                                     __nv_bfloat16* __restrict__ out, int64_t n, int64_t top_k, int64_t dim) {
+                                     const __nv_bfloat16* __restrict__ shared, __nv_bfloat16* __restrict__ out,
+                                     int64_t n, int64_t top_k, int64_t dim) {
     dev::pdl_wait();
     dev::pdl_trigger();
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -179,10 +184,10 @@ __global__ void combine_pairs_kernel(const float* __restrict__ y, const int32_t*
     float acc = 0.0f;
     for (int64_t j = 0; j < top_k; ++j) {
         const int64_t p = token_pairs[t * top_k + j];
-        const float v = y[p * dim + d];
+        const float v = __bfloat162float(__float2bfloat16(y[p * dim + d]));
         acc = __fadd_rn(acc, weights ? __fmul_rn(v, weights[pair_slot[p]]) : v);
     }
-    out[i] = __float2bfloat16(acc);
+    out[i] = __float2bfloat16(__fadd_rn(shared ? __bfloat162float(shared[i]) : 0.0f, acc));
 }
 
 unsigned grid_for(int64_t threads_total, int threads) {
@@ -245,8 +250,8 @@ size_t MoeExperts::scratch_bytes_for(int64_t dim, int64_t inter, int64_t max_row
 }
 
 void MoeExperts::run(const __nv_bfloat16* x, const int32_t* experts, const float* weights, int64_t n, int64_t top_k,
-                     const MxExpertWeights& w, bool weight_before_w2, float swiglu_limit, __nv_bfloat16* out,
-                     cudaStream_t stream) {
+                     const MxExpertWeights& w, bool weight_before_w2, float swiglu_limit, const __nv_bfloat16* shared,
+                     __nv_bfloat16* out, cudaStream_t stream) {
     Impl& im = *impl_;
     const int64_t D = w.dim, F = w.inter, E = w.n_experts, R = n * top_k;
     ONECARD_CHECK(E > 0 && mxfp4_tileable(F, D) && mxfp4_tileable(D, F),
@@ -290,13 +295,8 @@ void MoeExperts::run(const __nv_bfloat16* x, const int32_t* experts, const float
                 const int64_t p = fill[im.host_experts[t * top_k + k]]++;
                 pair_token[p] = static_cast<int32_t>(t);
                 pair_slot[p] = static_cast<int32_t>(t * top_k + k);
+                token_pairs[t * top_k + k] = static_cast<int32_t>(p);  // each token's pairs in pick order
             }
-        // Each token's pairs in ascending position (= ascending expert id).
-        std::vector<int32_t> seen(static_cast<size_t>(n), 0);
-        for (int64_t p = 0; p < R; ++p) {
-            const int32_t t = pair_token[p];
-            token_pairs[t * top_k + seen[t]++] = static_cast<int32_t>(p);
-        }
     }
 
     DeviceArena arena(im.scratch, im.scratch_bytes, "MoeExperts scratch");
@@ -344,7 +344,7 @@ void MoeExperts::run(const __nv_bfloat16* x, const int32_t* experts, const float
                                   static_cast<int>(D), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
     launch_pdl(combine_pairs_kernel, grid_for(n * D, threads), threads, 0, stream, y, d_token_pairs, d_pair_slot,
-               weight_before_w2 ? nullptr : weights, out, n, top_k, D);
+               weight_before_w2 ? nullptr : weights, shared, out, n, top_k, D);
     CUDA_CHECK_LAUNCH("combine_pairs_kernel");
 }
 

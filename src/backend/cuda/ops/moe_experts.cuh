@@ -47,14 +47,17 @@ public:
     MoeExperts(const MoeExperts&) = delete;
     MoeExperts& operator=(const MoeExperts&) = delete;
 
-    // x [n, D] bf16 (already FP8-rounded), experts/weights [n, K] (device, from moe_route);
-    // out [n, D] bf16 = Σ_k w_k · expert_k(x) (weight_before_w2 = true: the weight scales the hidden
-    // activation before its FP8 rounding and w2, as REF; false: it scales the expert output, as HF).
-    // expert(x) = w2 · fp8_round(swiglu_clamp(w1·x, w3·x)). Synchronises the stream once to learn how
-    // many rows each expert got (not for use inside CUDA graph capture).
+    // x [n, D] bf16 (already FP8-rounded), experts/weights [n, K] (device, from moe_route), shared
+    // [n, D] bf16 or nullptr; out [n, D] bf16 = shared + Σ_k w_k · expert_k(x) (weight_before_w2 = true:
+    // the weight scales the hidden activation before its FP8 rounding and w2, as REF; false: it scales
+    // the expert output, as HF). expert(x) = w2 · fp8_round(bf16(swiglu_clamp(bf16(w1·x), bf16(w3·x)))),
+    // each expert output rounded to bf16 and the sum taken in pick order: the rounding points of the
+    // decode GEMV path (mxfp4_grouped_gemv, swiglu_clamp_quant, moe_combine), so a token's MoE output
+    // does not depend on which path its step took beyond fp32 summation order. Synchronises the stream
+    // once to learn how many rows each expert got (not for use inside CUDA graph capture).
     void run(const __nv_bfloat16* x, const int32_t* experts, const float* weights, int64_t n, int64_t top_k,
-             const MxExpertWeights& w, bool weight_before_w2, float swiglu_limit, __nv_bfloat16* out,
-             cudaStream_t stream);
+             const MxExpertWeights& w, bool weight_before_w2, float swiglu_limit, const __nv_bfloat16* shared,
+             __nv_bfloat16* out, cudaStream_t stream);
 
 private:
     struct Impl;
