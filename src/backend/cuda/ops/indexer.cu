@@ -32,9 +32,27 @@ __device__ __forceinline__ int64_t visible_entries(int32_t pos, int64_t ratio, i
     return n < 0 ? 0 : (n > max_visible ? max_visible : n);
 }
 
-// Per head, dot = Σ_d q·k with the key's E4M3 bytes read 4 at a time and this fma nesting (both score
-// kernels, so their scores agree bit for bit):
-//   acc = fmaf(q.x, k0, fmaf(q.y, k1, fmaf(q.z, k2, fmaf(q.w, k3, acc))))
+// acc[i] = q_i · key for N heads (q: their fp32 rows, float4 [N, n_d4]), the key's E4M3 bytes read
+// and decoded 4 at a time, once for all N heads. Both score kernels use it, so their dot products
+// (and, summed in the same order, their scores) agree bit for bit.
+template <int N>
+__device__ __forceinline__ void key_dots(const float4* q, const uint32_t* key4, int64_t n_d4, float (&acc)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) acc[i] = 0.0f;
+    for (int64_t d4 = 0; d4 < n_d4; ++d4) {
+        const uint32_t kw = __ldg(key4 + d4);
+        const float k0 = dev::e4m3_to_f32(static_cast<uint8_t>(kw));
+        const float k1 = dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 8));
+        const float k2 = dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 16));
+        const float k3 = dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 24));
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+            const float4 qv = q[i * n_d4 + d4];
+            acc[i] = fmaf(qv.x, k0, fmaf(qv.y, k1, fmaf(qv.z, k2, fmaf(qv.w, k3, acc[i]))));
+        }
+    }
+}
+
 // grid (key tile groups, tokens of the chunk); dynamic smem: q [n_heads, head_dim] + w [n_heads] fp32.
 // scores [chunk, ld]: row tc holds token t0 + tc's scores for s < n_visible. A token that sees at most
 // topk entries takes them all (indexer_select_kernel), so its scores are not computed.
@@ -69,20 +87,7 @@ __global__ void __launch_bounds__(kScoreThreads)
         const uint8_t* key = pool + paged_entry_offset(addr, seq, s);
         const uint32_t* key4 = reinterpret_cast<const uint32_t*>(key);  // 4-byte aligned (host-checked)
         float acc[kHeads];
-#pragma unroll
-        for (int h = 0; h < kHeads; ++h) acc[h] = 0.0f;
-        for (int64_t d4 = 0; d4 < n_d4; ++d4) {
-            const uint32_t kw = __ldg(key4 + d4);
-            const float k0 = dev::e4m3_to_f32(static_cast<uint8_t>(kw));
-            const float k1 = dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 8));
-            const float k2 = dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 16));
-            const float k3 = dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 24));
-#pragma unroll
-            for (int h = 0; h < kHeads; ++h) {
-                const float4 qv = q_s[h * n_d4 + d4];
-                acc[h] = fmaf(qv.x, k0, fmaf(qv.y, k1, fmaf(qv.z, k2, fmaf(qv.w, k3, acc[h]))));
-            }
-        }
+        key_dots<kHeads>(q_s, key4, n_d4, acc);
         // The key's scale is a power of two, so applying it after the dot product gives the same
         // products as the CPU's decode-then-multiply (only the summation order differs).
         const float kscale = __ldg(reinterpret_cast<const float*>(key + head_dim));
@@ -136,22 +141,8 @@ __global__ void __launch_bounds__(kScoreThreads)
         const uint8_t* key = pool + paged_entry_offset(addr, seq_of_token[t], s);
         const uint32_t* key4 = reinterpret_cast<const uint32_t*>(key);
         const float kscale = __ldg(reinterpret_cast<const float*>(key + head_dim));
-        const float4* q_part = q_s + part * kPartHeads * n_d4;
         float acc[kPartHeads];
-#pragma unroll
-        for (int i = 0; i < kPartHeads; ++i) acc[i] = 0.0f;
-        for (int64_t d4 = 0; d4 < n_d4; ++d4) {  // each key word decoded once for this thread's heads
-            const uint32_t kw = __ldg(key4 + d4);
-            const float k0 = dev::e4m3_to_f32(static_cast<uint8_t>(kw));
-            const float k1 = dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 8));
-            const float k2 = dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 16));
-            const float k3 = dev::e4m3_to_f32(static_cast<uint8_t>(kw >> 24));
-#pragma unroll
-            for (int i = 0; i < kPartHeads; ++i) {
-                const float4 qv = q_part[i * n_d4 + d4];
-                acc[i] = fmaf(qv.x, k0, fmaf(qv.y, k1, fmaf(qv.z, k2, fmaf(qv.w, k3, acc[i]))));
-            }
-        }
+        key_dots<kPartHeads>(q_s + part * kPartHeads * n_d4, key4, n_d4, acc);
 #pragma unroll
         for (int i = 0; i < kPartHeads; ++i) {
             const int h = part * kPartHeads + i;
