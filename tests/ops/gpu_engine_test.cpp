@@ -61,10 +61,10 @@ CudaRunnerOptions runner_options() {
     return ro;
 }
 
-std::vector<int32_t> generate(Engine& engine, const GenerateRequest& req) {
+// Every token a request's stream delivers, up to its final event (which must not be an error).
+std::vector<int32_t> drain(RequestStream& stream) {
     std::vector<int32_t> out;
-    auto stream = engine.submit(req);
-    while (auto ev = stream->next()) {
+    while (auto ev = stream.next()) {
         out.insert(out.end(), ev->token_ids.begin(), ev->token_ids.end());
         if (ev->finished()) {
             EXPECT_NE(ev->finish_reason, FinishReason::Error) << ev->error;
@@ -72,6 +72,10 @@ std::vector<int32_t> generate(Engine& engine, const GenerateRequest& req) {
         }
     }
     return out;
+}
+
+std::vector<int32_t> generate(Engine& engine, const GenerateRequest& req) {
+    return drain(*engine.submit(req));
 }
 
 TEST(GpuEngine, ConcurrentGreedyRequestsFollowTheCpuOracle) {
@@ -106,15 +110,7 @@ TEST(GpuEngine, ConcurrentGreedyRequestsFollowTheCpuOracle) {
             req.sampling.ignore_eos = true;
             streams.push_back(engine.submit(req));
         }
-        for (size_t i = 0; i < streams.size(); ++i) {
-            while (auto ev = streams[i]->next()) {
-                outputs[i].insert(outputs[i].end(), ev->token_ids.begin(), ev->token_ids.end());
-                if (ev->finished()) {
-                    ASSERT_NE(ev->finish_reason, FinishReason::Error) << ev->error;
-                    break;
-                }
-            }
-        }
+        for (size_t i = 0; i < streams.size(); ++i) outputs[i] = drain(*streams[i]);
         r->check_integrity();
     }
 
