@@ -31,6 +31,29 @@ struct ChatRequest {
     bool parse_tools = false;
 };
 
+// One entry of 'tools' (vLLM's shape: name a string; description and parameters optional, null
+// meaning absent); returns its name. Everything here is rendered into the prompt verbatim, so a
+// wrong type is refused rather than written out as whatever JSON it happens to be.
+std::string check_tool(const Json& tool, const std::string& where) {
+    const std::string shape = where + " must be {\"type\": \"function\", \"function\": {\"name\": ...}}";
+    if (!tool.is_object()) throw bad_request(shape, where);
+    if (auto type = tool.find("type"); type != tool.end() && !(type->is_string() && *type == "function"))
+        throw bad_request(where + ".type must be \"function\"", where + ".type");
+    auto fn = tool.find("function");
+    if (fn == tool.end() || !fn->is_object()) throw bad_request(shape, where + ".function");
+    auto name = fn->find("name");
+    if (name == fn->end() || !name->is_string())
+        throw bad_request(where + ".function.name must be a string", where + ".function.name");
+    if (auto d = fn->find("description"); d != fn->end() && !d->is_null() && !d->is_string())
+        throw bad_request(fmt::format("{}.function.description must be a string, got {}", where, d->type_name()),
+                          where + ".function.description");
+    if (auto p = fn->find("parameters"); p != fn->end() && !p->is_null() && !p->is_object())
+        throw bad_request(
+            fmt::format("{}.function.parameters must be a JSON Schema object, got {}", where, p->type_name()),
+            where + ".function.parameters");
+    return name->get<std::string>();
+}
+
 ChatRequest parse_chat_request(const OpenAIServer::State& s, const Json& body) {
     check_model_field(s, body);
     ChatRequest r;
@@ -51,6 +74,7 @@ ChatRequest parse_chat_request(const OpenAIServer::State& s, const Json& body) {
         if (c != m.end() && !c->is_null() && !c->is_string() && !c->is_array())
             throw bad_request(where + ".content must be a string or an array of parts", where + ".content");
     }
+    check_tool_call_arguments(*it);
     r.gen = parse_generation_options(body, ApiKind::Chat);
 
     r.render_body = body;
@@ -58,13 +82,7 @@ ChatRequest parse_chat_request(const OpenAIServer::State& s, const Json& body) {
     if (auto t = body.find("tools"); t != body.end() && !t->is_null()) {
         if (!t->is_array()) throw bad_request("'tools' must be an array", "tools");
         for (size_t i = 0; i < t->size(); ++i) {
-            const Json& tool = (*t)[i];
-            const std::string where = fmt::format("tools[{}]", i);
-            if (!tool.is_object() || tool.value("type", std::string("function")) != "function" ||
-                !tool.contains("function") || !tool["function"].is_object() || !tool["function"].contains("name") ||
-                !tool["function"]["name"].is_string())
-                throw bad_request(where + " must be {\"type\": \"function\", \"function\": {\"name\": ...}}", where);
-            tool_names.push_back(tool["function"]["name"].get<std::string>());
+            tool_names.push_back(check_tool(t->at(i), fmt::format("tools[{}]", i)));
         }
     }
     r.tool_choice = tool_names.empty() ? ToolChoice::None : ToolChoice::Auto;
@@ -241,10 +259,12 @@ void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req
             if (ev->finished()) last = std::move(ev);
         }
         for (const auto& pe : parser.finish()) apply_event(pc, pe);
-        if (!last || last->finish_reason == FinishReason::Error)
+        if (!last || last->finish_reason == FinishReason::Error) {
             throw ApiError(500, "generation failed: " + (last ? last->error : std::string("no final event")));
-        if (last->finish_reason == FinishReason::Cancelled)
+        }
+        if (last->finish_reason == FinishReason::Cancelled) {
             throw ApiError(503, "the request was cancelled because the server is shutting down").with_retry_after(30);
+        }
         if (!cr.parse_tools) pc.tool_calls.clear();
         if (std::string v = tool_choice_violation(cr, pc); !v.empty())
             throw ApiError(500, v, "tool_choice", "tool_choice_not_followed");

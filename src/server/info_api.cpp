@@ -35,6 +35,7 @@ void handle_tokenize(OpenAIServer::State& s, const httplib::Request& req, httpli
     if (body.contains("messages") && !body["messages"].is_null()) {
         if (!body["messages"].is_array() || body["messages"].empty())
             throw bad_request("'messages' must be a non-empty array", "messages");
+        check_tool_call_arguments(body["messages"]);
         try {
             ids = s.tokenizer.encode(render_chat_request(body, s.info.chat_variant).text, true);
         } catch (const Error& e) {

@@ -142,19 +142,4 @@ GenerationOptions parse_generation_options(const Json& b, ApiKind kind) {
     return o;
 }
 
-Json parse_body(const std::string& body) {
-    Json j;
-    try {
-        j = Json::parse(body);
-    } catch (const Json::exception& e) {  // parse_error, and out_of_range for numbers like 1e99999
-        throw bad_request(fmt::format("request body is not valid JSON: {}", e.what()));
-    }
-    if (!j.is_object()) throw bad_request(fmt::format("request body must be a JSON object, got {}", j.type_name()));
-    return j;
-}
-
-std::string dump_json(const Json& j) {
-    return j.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
-
 }  // namespace onecard::server

@@ -3,17 +3,13 @@
 #pragma once
 
 #include "onecard/engine.h"
-
-#include <nlohmann/json.hpp>
+#include "server/request_json.h"
 
 #include <cstdint>
 #include <optional>
 #include <string>
 
 namespace onecard::server {
-
-// Ordered: the chat prompt depends on the key order of tool schemas and response formats.
-using Json = nlohmann::ordered_json;
 
 // Field readers: a missing or null field gives nullopt; a present field of the wrong type or outside
 // [lo, hi] throws ApiError 400 with param = `key`. Integers also accept integral floats (2.0), as
@@ -41,12 +37,5 @@ struct GenerationOptions {
 // echo). Text is always decoded without special tokens (BOS/EOS), as vLLM's default skip_special_tokens
 // does; the chat markers the parsers need are not special in the V4 vocabulary. Throws ApiError 400 naming the field.
 GenerationOptions parse_generation_options(const Json& body, ApiKind kind);
-
-// The body as JSON: must be an object. Throws ApiError 400 for malformed JSON (including invalid
-// UTF-8, which the JSON grammar forbids) or another top-level type.
-Json parse_body(const std::string& body);
-
-// JSON text safe to send whatever the strings hold (invalid UTF-8 replaced by U+FFFD).
-std::string dump_json(const Json& j);
 
 }  // namespace onecard::server

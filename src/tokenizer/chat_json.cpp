@@ -95,7 +95,12 @@ std::string py_float_repr(double d) {
     return out;
 }
 
-void py_json_dump_to(std::string& out, const OrderedJson& v) {
+namespace {
+
+void dump_at(std::string& out, const OrderedJson& v, int depth) {
+    if (v.is_structured())
+        ONECARD_CHECK(depth < kPyJsonMaxDepth, "chat JSON: value nested deeper than the limit of {} levels",
+                      kPyJsonMaxDepth);
     switch (v.type()) {
         case OrderedJson::value_t::null:
             out += "null";
@@ -121,7 +126,7 @@ void py_json_dump_to(std::string& out, const OrderedJson& v) {
             for (const auto& e : v) {
                 if (!first) out += ", ";
                 first = false;
-                py_json_dump_to(out, e);
+                dump_at(out, e, depth + 1);
             }
             out.push_back(']');
             break;
@@ -134,7 +139,7 @@ void py_json_dump_to(std::string& out, const OrderedJson& v) {
                 first = false;
                 py_json_append_string(out, k);
                 out += ": ";
-                py_json_dump_to(out, e);
+                dump_at(out, e, depth + 1);
             }
             out.push_back('}');
             break;
@@ -143,6 +148,12 @@ void py_json_dump_to(std::string& out, const OrderedJson& v) {
         case OrderedJson::value_t::discarded:
             fail("chat JSON: value of type {} cannot be serialised", v.type_name());
     }
+}
+
+}  // namespace
+
+void py_json_dump_to(std::string& out, const OrderedJson& v) {
+    dump_at(out, v, 0);
 }
 
 std::string py_json_dumps(const OrderedJson& v) {

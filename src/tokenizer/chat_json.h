@@ -13,7 +13,13 @@ namespace onecard {
 
 using OrderedJson = nlohmann::ordered_json;
 
-// json.dumps(v, ensure_ascii=False). Does not modify v.
+// Deepest nesting py_json_dumps writes. Serialising recurses once per level and the values come from
+// requests (tool schemas, response formats, tool-call arguments), so a value nested deeper is refused
+// with onecard::Error instead of running the thread out of stack. Above the server's own request limit
+// (server/request_json.h, 128), so it only matters for callers that did not check.
+inline constexpr int kPyJsonMaxDepth = 256;
+
+// json.dumps(v, ensure_ascii=False). Does not modify v. Throws onecard::Error past kPyJsonMaxDepth.
 std::string py_json_dumps(const OrderedJson& v);
 void py_json_dump_to(std::string& out, const OrderedJson& v);
 
