@@ -3,6 +3,7 @@
 #include "core/error.h"
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 
 namespace onecard {
@@ -171,6 +172,23 @@ void EngineCore::fail_batch(const SchedulerOutput& out, const std::string& what,
     }
 }
 
+EngineEvent EngineCore::fail_request(Request& req, std::string what) {
+    EngineEvent ev = final_event(req, FinishReason::Error);
+    ev.error = std::move(what);
+    scheduler_->finish_request(req.id);
+    outputs_.erase(ev.request_id);
+    return ev;
+}
+
+namespace {
+// The first non-finite entry of a row, or -1.
+int64_t first_non_finite(std::span<const float> row) {
+    for (size_t i = 0; i < row.size(); ++i)
+        if (!std::isfinite(row[i])) return static_cast<int64_t>(i);
+    return -1;
+}
+}  // namespace
+
 std::vector<EngineEvent> EngineCore::step() {
     std::vector<EngineEvent> events;
     SchedulerOutput out = scheduler_->schedule();
@@ -226,11 +244,21 @@ std::vector<EngineEvent> EngineCore::step() {
         Request* req = scheduler_->find(result.row_ids[i]);
         if (req == nullptr) continue;
         SampleResult s;
-        if (on_runner)
+        if (on_runner) {
             s.token = result.tokens[i];
-        else
-            s = sampler_.sample(std::span<const float>(logits, static_cast<size_t>(vocab_size_)), req->params,
-                                req->prompt, req->output, req->seed);
+        } else {
+            const std::span<const float> row(logits, static_cast<size_t>(vocab_size_));
+            // A NaN/Inf row means the forward pass went wrong for this sequence (overflow, bad
+            // weights, a kernel bug): sampling it would emit an arbitrary token as if it were real.
+            if (const int64_t bad = first_non_finite(row); bad >= 0) {
+                events.push_back(fail_request(
+                    *req, fmt::format("{} from the model for output token {} (vocabulary entry {} is {}); the "
+                                      "request was stopped",
+                                      kNonFiniteLogitsError, req->output.size(), bad, row[static_cast<size_t>(bad)])));
+                continue;
+            }
+            s = sampler_.sample(row, req->params, req->prompt, req->output, req->seed);
+        }
         EngineEvent ev;
         ev.request_id = req->id;
         const bool finished = process_token(*req, s, ev);

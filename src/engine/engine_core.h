@@ -13,10 +13,16 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
 namespace onecard {
+
+// How a request's error begins when the model gave it a logits row with NaN or Inf: that request ends
+// with FinishReason::Error (a broken row says nothing about the other rows of the step, which go on),
+// and the server counts such requests by this prefix.
+inline constexpr std::string_view kNonFiniteLogitsError = "non-finite logits";
 
 // Maps the model's attention layout onto the KV layout (kept here so kvcache needs no model headers).
 KvCacheSpec make_engine_kv_spec(const ModelRunner& runner, const EngineConfig& config);
@@ -56,6 +62,8 @@ private:
     bool process_token(Request& req, const SampleResult& s, EngineEvent& ev);
     void finish_text(Request& req, EngineEvent& ev);
     void fail_batch(const SchedulerOutput& out, const std::string& what, std::vector<EngineEvent>& events);
+    // Ends one request with FinishReason::Error and `what` as its error.
+    EngineEvent fail_request(Request& req, std::string what);
     EngineEvent final_event(const Request& req, FinishReason reason) const;
 
     EngineConfig config_;

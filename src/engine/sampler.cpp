@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <unordered_map>
 
@@ -17,13 +18,22 @@ uint64_t splitmix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
+// NaN compares false with everything, which would make max_element's answer depend on where the
+// NaNs sit and break the strict weak order std::sort needs: NaN ranks below every number here.
+float rank_key(float x) {
+    return std::isnan(x) ? -std::numeric_limits<float>::infinity() : x;
+}
+
 int32_t argmax(std::span<const float> v) {
-    // std::max_element keeps the first maximum: ties go to the lowest token id.
-    return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+    // The first maximum: ties go to the lowest token id; NaN never wins (all NaN -> token 0).
+    size_t best = 0;
+    for (size_t i = 1; i < v.size(); ++i)
+        if (rank_key(v[i]) > rank_key(v[best])) best = i;
+    return static_cast<int32_t>(best);
 }
 
 TokenLogprobs raw_logprobs(std::span<const float> logits, int32_t sampled, int32_t n_top) {
-    const float mx = *std::max_element(logits.begin(), logits.end());
+    const float mx = rank_key(logits[static_cast<size_t>(argmax(logits))]);
     double sum = 0.0;
     for (float x : logits) sum += std::exp(static_cast<double>(x) - mx);
     const double lse = mx + std::log(sum);
@@ -34,8 +44,8 @@ TokenLogprobs raw_logprobs(std::span<const float> logits, int32_t sampled, int32
     std::vector<int32_t> idx(logits.size());
     std::iota(idx.begin(), idx.end(), 0);
     std::partial_sort(idx.begin(), idx.begin() + static_cast<long>(n), idx.end(), [&](int32_t a, int32_t b) {
-        return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
-               (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+        const float la = rank_key(logits[static_cast<size_t>(a)]), lb = rank_key(logits[static_cast<size_t>(b)]);
+        return la > lb || (la == lb && a < b);
     });
     for (size_t i = 0; i < n; ++i) out.top.push_back({idx[i], lp(idx[i])});
     return out;
@@ -68,12 +78,23 @@ void apply_penalties(std::span<float> logits, const SamplingParams& p, std::span
 }
 
 Candidates truncate_distribution(std::span<const double> probs, const SamplingParams& p) {
+    if (probs.empty()) return {};
     std::vector<int32_t> idx;
     idx.reserve(probs.size());
-    const double p_max = *std::max_element(probs.begin(), probs.end());
+    // The most probable token; NaN and non-positive entries are never candidates.
+    size_t best = 0;
+    for (size_t t = 1; t < probs.size(); ++t)
+        if (probs[t] > probs[best] || std::isnan(probs[best])) best = t;
+    const double p_max = probs[best];
+    if (!(p_max > 0.0) || !std::isfinite(p_max)) {
+        // Nothing usable to draw from (all zero, NaN or inf): still one candidate, so the caller
+        // never sees an empty set. The engine refuses such rows before they get here.
+        return Candidates{{static_cast<int32_t>(best)}, {1.0}};
+    }
     const double min_keep = p.min_p > 0.0f ? static_cast<double>(p.min_p) * p_max : 0.0;
     for (size_t t = 0; t < probs.size(); ++t)
-        if (probs[t] > 0.0 && probs[t] >= min_keep) idx.push_back(static_cast<int32_t>(t));
+        if (probs[t] > 0.0 && std::isfinite(probs[t]) && probs[t] >= min_keep) idx.push_back(static_cast<int32_t>(t));
+    if (idx.empty()) idx.push_back(static_cast<int32_t>(best));  // min_p rounding: keep the mode
     auto by_prob = [&](int32_t a, int32_t b) {
         return probs[static_cast<size_t>(a)] > probs[static_cast<size_t>(b)] ||
                (probs[static_cast<size_t>(a)] == probs[static_cast<size_t>(b)] && a < b);
@@ -141,12 +162,17 @@ Candidates Sampler::target_distribution(std::span<const float> logits, const Sam
                                         std::span<const int32_t> prompt, std::span<const int32_t> output) {
     work_.assign(logits.begin(), logits.end());
     apply_penalties(work_, p, prompt, output);
+    if (work_.empty()) return {};
     if (p.temperature == 0.0f) return Candidates{{argmax(work_)}, {1.0}};
-    const float mx = *std::max_element(work_.begin(), work_.end());
+    const float mx = rank_key(work_[static_cast<size_t>(argmax(work_))]);
+    // No finite maximum (all NaN / -inf, or a +inf logit): exp(x - mx) would be NaN everywhere. The
+    // limit of the softmax is the argmax set; the greedy choice stands for it.
+    if (!std::isfinite(mx)) return Candidates{{argmax(work_)}, {1.0}};
     probs_.resize(work_.size());
     double sum = 0.0;
     for (size_t t = 0; t < work_.size(); ++t) {
-        probs_[t] = std::exp((static_cast<double>(work_[t]) - mx) / p.temperature);
+        const double q = std::exp((static_cast<double>(work_[t]) - mx) / p.temperature);
+        probs_[t] = std::isnan(q) ? 0.0 : q;
         sum += probs_[t];
     }
     for (double& q : probs_) q /= sum;
@@ -155,8 +181,9 @@ Candidates Sampler::target_distribution(std::span<const float> logits, const Sam
 
 SampleResult Sampler::sample(std::span<const float> logits, const SamplingParams& p, std::span<const int32_t> prompt,
                              std::span<const int32_t> output, uint64_t seed) {
+    ONECARD_CHECK(!logits.empty(), "sampler: empty logits row");
     const Candidates c = target_distribution(logits, p, prompt, output);
-    int32_t token = c.tokens.back();  // fallback for u landing past the rounded total
+    int32_t token = c.tokens.back();  // never empty for a non-empty row  // fallback for u landing past the rounded total
     if (c.tokens.size() > 1) {
         const double u = sampler_uniform(seed, output.size());
         double cum = 0.0;

@@ -2,6 +2,9 @@
 //   raw logits -> repetition / frequency / presence penalties -> temperature (0 = greedy argmax)
 //   -> softmax -> min-p (keep p >= min_p * p_max) -> top-k -> top-p (on the renormalised survivors)
 //   -> draw from the survivors.
+// Total: any row, NaN and infinities included, gives a token and never an empty candidate set (NaN
+// ranks below every number; a row without a finite maximum samples greedily). Whether such a row
+// should be sampled at all is the engine's call: it fails the request first (engine_core.h).
 // Randomness is counter-based: the draw for output token i of a request uses only (seed, i), so a
 // request that is preempted and recomputed, or batched differently, samples the same tokens.
 #pragma once
@@ -30,7 +33,9 @@ void apply_penalties(std::span<float> logits, const SamplingParams& p, std::span
 
 // Survivors of min-p / top-k / top-p for a probability vector, with their renormalised
 // probabilities. Ordered by probability descending (ties: lower token id first) when top-k or top-p
-// is on; in token-id order otherwise (no rank cut, no sort).
+// is on; in token-id order otherwise (no rank cut, no sort). Never empty for non-empty `probs`: when
+// no entry is a positive finite probability, or the filters leave nothing, the most probable token
+// (lowest id first; NaN never) is the one candidate.
 struct Candidates {
     std::vector<int32_t> tokens;
     std::vector<double> probs;  // sums to 1

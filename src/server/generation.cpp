@@ -1,6 +1,7 @@
 #include "server/generation.h"
 
 #include "core/error.h"
+#include "engine/engine_core.h"
 #include "server/api_error.h"
 
 #include <cmath>
@@ -98,6 +99,8 @@ std::optional<EngineEvent> ActiveRequest::account(EngineEvent e) {
     }
     if (ev->finished()) {
         finished_ = true;
+        if (ev->finish_reason == FinishReason::Error && ev->error.rfind(kNonFiniteLogitsError, 0) == 0)
+            s_.metrics.record_nonfinite_logits();
         record_end(api_finish_reason(ev->finish_reason), ev->usage.prompt_tokens, ev->usage.completion_tokens,
                    ev->usage.cached_tokens);
     }

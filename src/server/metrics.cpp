@@ -89,6 +89,11 @@ void ServerMetrics::record_finished(const std::string& finish_reason, int64_t pr
     e2e_.observe(e2e_s);
 }
 
+void ServerMetrics::record_nonfinite_logits() {
+    std::lock_guard lk(mu_);
+    ++nonfinite_logits_;
+}
+
 std::string ServerMetrics::render(const EngineStats& es, int64_t n_http_inflight) const {
     std::string o;
     const std::string& L = labels_;
@@ -119,6 +124,8 @@ std::string ServerMetrics::render(const EngineStats& es, int64_t n_http_inflight
         counter("generation_tokens_total", "Generation tokens processed.", static_cast<double>(generation_tokens_));
         counter("prompt_tokens_cached_total", "Prompt tokens served from the prefix cache.",
                 static_cast<double>(cached_tokens_));
+        counter("nonfinite_logits_total", "Requests stopped because the model gave them NaN or Inf logits.",
+                static_cast<double>(nonfinite_logits_));
         o += "# HELP onecard:request_success_total Finished generation requests by finish reason.\n"
              "# TYPE onecard:request_success_total counter\n";
         for (const char* r : {"stop", "length", "abort", "error"}) {

@@ -40,6 +40,8 @@ public:
     // One generation request that ended (finish_reason "stop" / "length" / "abort" / "error").
     void record_finished(const std::string& finish_reason, int64_t prompt_tokens, int64_t generation_tokens,
                          int64_t cached_tokens, double e2e_s);
+    // One generation request the engine stopped because the model gave it NaN/Inf logits.
+    void record_nonfinite_logits();
     void record_ttft(double s) { ttft_.observe(s); }
     void record_inter_token(double s) { itl_.observe(s); }
 
@@ -53,6 +55,7 @@ private:
     std::map<std::pair<std::string, int>, uint64_t> http_;  // (route, status) -> count
     std::map<std::string, uint64_t> finished_;              // finish reason -> count
     uint64_t prompt_tokens_ = 0, generation_tokens_ = 0, cached_tokens_ = 0;
+    uint64_t nonfinite_logits_ = 0;
     Histogram ttft_, itl_, e2e_;
 };
 

@@ -5,6 +5,8 @@
 #include "server/request_json.h"
 #include "server_test_util.h"
 
+#include <limits>
+#include <set>
 #include <string>
 
 using namespace onecard;
@@ -180,4 +182,54 @@ TEST(ServerHardening, BodyMustBeExactlyOneJsonValue) {
         ASSERT_TRUE(ok);
         EXPECT_EQ(ok->status, 200) << path << ": " << ok->body;
     }
+}
+
+namespace {
+
+// ScriptedRunner whose logits rows turn NaN for every request whose prompt contains "POISON".
+class PoisonRunner : public ModelRunner {
+public:
+    PoisonRunner(const Tokenizer& tok, std::unique_ptr<ModelRunner> inner) : tok_(tok), inner_(std::move(inner)) {}
+    int64_t vocab_size() const override { return inner_->vocab_size(); }
+    int64_t max_model_len() const override { return inner_->max_model_len(); }
+    KvModelShape kv_model_shape() const override { return inner_->kv_model_shape(); }
+    RunnerOutput execute(const SchedulerOutput& batch) override {
+        for (const auto& r : batch.requests)
+            if (r.start_pos == 0 && tok_.decode(r.token_ids).find("POISON") != std::string::npos) poisoned_.insert(r.id);
+        RunnerOutput out = inner_->execute(batch);
+        EXPECT_TRUE(out.tokens.empty()) << "the scripted runner returns logits";
+        for (size_t i = 0; i < out.row_ids.size(); ++i)
+            if (poisoned_.count(out.row_ids[i]))
+                out.logits[i * static_cast<size_t>(out.vocab_size) + 3] = std::numeric_limits<float>::quiet_NaN();
+        return out;
+    }
+
+private:
+    const Tokenizer& tok_;
+    std::unique_ptr<ModelRunner> inner_;
+    std::set<RequestId> poisoned_;  // the engine thread is the only caller
+};
+
+}  // namespace
+
+TEST(ServerHardening, NonFiniteLogitsFailOneRequestAndAreCounted) {
+    ONECARD_NEED_TOKENIZER();
+    TestServer s({}, std::make_unique<PoisonRunner>(tok, scripted(tok, script(), "nan")), tok, 4096);
+    const std::string C = "/v1/chat/completions";
+    auto bad = post(s, C, R"({"messages": [{"role": "user", "content": "POISON please"}]})");
+    ASSERT_TRUE(bad);
+    EXPECT_EQ(bad->status, 500) << bad->body;
+    EXPECT_NE(bad->body.find("non-finite logits"), std::string::npos) << bad->body;
+    // Streaming: the 200 is out already, so the failure is an error event before [DONE].
+    auto bad_stream = post(s, C, R"({"stream": true, "messages": [{"role": "user", "content": "POISON"}]})");
+    ASSERT_TRUE(bad_stream);
+    EXPECT_NE(bad_stream->body.find("non-finite logits"), std::string::npos) << bad_stream->body;
+    EXPECT_NE(bad_stream->body.find("[DONE]"), std::string::npos) << bad_stream->body;
+    expect_serving(s);
+    const std::string metrics = s.client().Get("/metrics")->body;
+    EXPECT_EQ(metric_value(metrics, "onecard:nonfinite_logits_total"), 2) << metrics;
+    EXPECT_NE(metrics.find("onecard:request_success_total{model_name=\"test-model\",finished_reason=\"error\"} 2"),
+              std::string::npos)
+        << metrics;
+    EXPECT_NO_THROW(s.srv->check_integrity());
 }
