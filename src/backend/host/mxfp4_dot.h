@@ -1,0 +1,88 @@
+// Row-dot kernels: out[r] = Σ_k W[r, k] · x[k] for a run of rows of one MXFP4 matrix (internal to the
+// host experts module; tests include it to check each ISA against the scalar definition).
+//
+// THE SUMMATION ORDER (every variant follows it, so every variant gives the same bits):
+//   16 lanes; lane l of 32-group g owns byte 16g+l of the row, i.e. elements e = 32g+2l (low nibble)
+//   and o = 32g+2l+1 (high nibble). With w2 = 2·E2M1 (an integer in [-12, 12]) and
+//   hs = 2^(s_g-128) (the group scale with the 1/2 folded in):
+//       p       = fma(x[o], w2[o], x[e] · w2[e])      (one fma: the second product is not rounded)
+//       acc[l]  = acc[l] + p · hs                     (separate multiply and add: no fma)
+//   then out = tree sum of acc: l + (l+8), then + (l+4), + (l+2), + (l+1).
+// The bf16 variant (avx512_bf16 dot products) computes p as round(x[e]·w2[e] + x[o]·w2[o]) in one
+// instruction; that equals the fma form whenever x[e]·w2[e] is exact, which holds for every x that is
+// exactly representable in bf16 (the kernel converts x to bf16) — in particular every FP8-dequantised
+// vector (e4m3 · 2^k), which is all the pool feeds it. Denormal x would be flushed by that
+// instruction; FP8-dequantised activations are >= 2^-31 in magnitude (the 1e-4 amax floor).
+#pragma once
+
+#include "backend/host/host_experts.h"
+
+#include <array>
+#include <bit>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace onecard::host::detail {
+
+// How a kernel wants its input vector laid out (phase A and phase C write this layout directly).
+enum class VecLayout {
+    F32Natural,  // fp32 [n]
+    F32Split,    // fp32 [n]: per 32-group, the 16 even elements then the 16 odd ones
+    Bf16Natural, // bf16 [n] (uint16 bits)
+};
+size_t layout_bytes(VecLayout layout, int64_t n);
+// Writes natural fp32 x[n] (n a multiple of 32) in `layout` at dst (bf16: round to nearest even).
+void to_layout(VecLayout layout, const float* x, int64_t n, void* dst);
+
+// out[r] for r in [0, n_rows): rows start at packed/scale (row strides n_in/2 and n_in/32 bytes);
+// n_in a multiple of 32; x in the kernel's layout.
+using DotRowsFn = void (*)(const uint8_t* packed, const uint8_t* scale, int64_t n_in, int64_t n_rows, const void* x,
+                           float* out);
+
+struct DotKernel {
+    const char* name;
+    Isa isa;  // the ISA level it needs
+    bool needs_bf16;  // also needs avx512_bf16
+    VecLayout layout;
+    DotRowsFn fn;
+};
+
+// Every kernel built into this binary, scalar first (those the CPU cannot run included).
+const std::vector<DotKernel>& dot_kernels();
+bool kernel_supported(const DotKernel& k);
+// The index (into dot_kernels()) of the kernel a pool on `isa` uses: on Avx512 the bf16 one only where
+// the CPU has avx512_bf16 and allow_bf16 is set (throws onecard::Error if the CPU lacks `isa`).
+int kernel_index_for(Isa isa, bool allow_bf16 = false);
+bool cpu_has_avx512_bf16();
+
+// The per-ISA kernels (one translation unit each, compiled with function target attributes).
+void dot_rows_scalar(const uint8_t* packed, const uint8_t* scale, int64_t n_in, int64_t n_rows, const void* x,
+                     float* out);
+void dot_rows_avx2(const uint8_t* packed, const uint8_t* scale, int64_t n_in, int64_t n_rows, const void* x,
+                   float* out);
+void dot_rows_avx512(const uint8_t* packed, const uint8_t* scale, int64_t n_in, int64_t n_rows, const void* x,
+                     float* out);
+void dot_rows_avx512_bf16(const uint8_t* packed, const uint8_t* scale, int64_t n_in, int64_t n_rows,
+                          const void* x, float* out);
+
+// 2·E2M1 by code (bit 3 = sign; the doubled values are integers, so exact in int8, fp32 and bf16).
+inline constexpr std::array<float, 16> kE2m1Twice = {0.0f,  1.0f,  2.0f,  3.0f,  4.0f,  6.0f,  8.0f,  12.0f,
+                                                     -0.0f, -1.0f, -2.0f, -3.0f, -4.0f, -6.0f, -8.0f, -12.0f};
+
+// UE8M0 code s -> 2^(s-128) (the group scale halved, compensating kE2m1Twice); exact down to s = 0
+// (2^-128 is an fp32 subnormal); s = 255 is NaN, as ue8m0_to_f32.
+inline constexpr std::array<float, 256> make_half_scale_table() {
+    std::array<float, 256> t{};
+    for (int s = 0; s < 256; ++s) {
+        uint32_t bits = 0;
+        if (s == 255) bits = 0x7FC00000u;
+        else if (s >= 2) bits = static_cast<uint32_t>(s - 1) << 23;  // biased exponent s-1 = 2^(s-128)
+        else bits = s == 1 ? 0x00400000u : 0x00200000u;              // 2^-127, 2^-128: subnormal
+        t[s] = std::bit_cast<float>(bits);
+    }
+    return t;
+}
+inline constexpr std::array<float, 256> kHalfScale = make_half_scale_table();
+
+}  // namespace onecard::host::detail
