@@ -141,6 +141,22 @@ SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::
         }
         prev = &e;
     }
+    // The data buffer must be exactly the tensors' bytes, back to back from offset 0 (what the
+    // reference implementation writes and requires). Slack or a gap is how a header length that
+    // absorbed padding shifts every tensor onto the wrong bytes while all ranges still fit.
+    uint64_t expect = 0;
+    for (const auto& e : out.tensors) {
+        if (e.begin == e.end) continue;  // zero-byte tensors occupy nothing
+        ONECARD_CHECK(e.begin == expect,
+                      "{}: tensor {} starts at data offset {} but the previous tensor ends at {}: the data buffer "
+                      "must hold the tensors back to back (gap, or header length off by {} bytes?)",
+                      label, e.name, e.begin, expect, e.begin - expect);
+        expect = e.end;
+    }
+    ONECARD_CHECK(expect == buffer_size,
+                  "{}: data buffer is {} bytes but the tensors occupy {}: {} bytes of slack after the last tensor "
+                  "(the header length {} may have absorbed padding, shifting the data)",
+                  label, buffer_size, expect, buffer_size - expect, n_header);
     return out;
 }
 

@@ -43,7 +43,9 @@ struct SafetensorsHeader {
 // JSON object without duplicate keys; "__metadata__" maps strings to strings; each tensor has
 // exactly dtype/shape/data_offsets, a known dtype, non-negative integer dims, begin <= end,
 // (product of dims) * dtype size == end - begin, the range inside the data buffer; non-empty
-// ranges do not overlap. Throws onecard::Error naming the file, the tensor and the rule broken.
+// ranges do not overlap and tile the data buffer exactly: from offset 0, back to back, ending at the
+// end of the file (zero-byte tensors may sit anywhere inside). Throws onecard::Error naming the file,
+// the tensor and the rule broken.
 SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::string& label);
 
 // One mmap'd, validated safetensors file. The mapping lives as long as the object; TensorViews
