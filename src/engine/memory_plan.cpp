@@ -1,13 +1,16 @@
 #include "engine/memory_plan.h"
 
 #include "core/error.h"
+#include "model/expert_profile.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
+#include <fstream>
 #include <map>
+#include <optional>
 
 namespace onecard {
 namespace {
@@ -118,11 +121,45 @@ uint64_t activation_bytes_for_step(const ModelConfig& cfg, int64_t n_tokens, int
     return static_cast<uint64_t>(n_tokens * per_tok + per_step);
 }
 
+namespace {
+
+// (layer, expert) of a main layer's routed-expert tensor "layers.<L>.ffn.experts.<E>.…"; false for
+// every other tensor (the MTP block's experts stay with the MTP weights).
+bool main_expert_pair(const std::string& n, int64_t& layer, int64_t& expert) {
+    if (!starts_with(n, "layers.")) return false;
+    const auto p = n.find(".ffn.experts.");
+    if (p == std::string::npos) return false;
+    char* end = nullptr;
+    layer = std::strtoll(n.c_str() + 7, &end, 10);
+    if (end == n.c_str() + 7) return false;
+    const char* at = n.c_str() + p + 13;
+    expert = std::strtoll(at, &end, 10);
+    return end != at;
+}
+
+}  // namespace
+
+uint64_t host_mem_available_bytes() {
+    std::ifstream in("/proc/meminfo");
+    std::string key;
+    uint64_t value = 0;
+    std::string unit;
+    while (in >> key >> value) {
+        std::getline(in, unit);  // " kB"
+        if (key == "MemAvailable:") return value * 1024;
+    }
+    return 0;
+}
+
 MemoryPlan make_memory_plan(const ModelConfig& cfg, const std::vector<PlannedTensor>& tensors,
                             const MemoryPlanOptions& opt) {
     ONECARD_CHECK(opt.max_sequences > 0 && opt.max_step_tokens > 0 && opt.kv_tokens >= 0,
                   "memory plan: max_sequences {}, max_step_tokens {}, kv_tokens {} must be positive", opt.max_sequences,
                   opt.max_step_tokens, opt.kv_tokens);
+    ONECARD_CHECK(opt.kv_tokens == 0 || opt.kv_pool_bytes == 0, "memory plan: give kv_tokens or kv_pool_bytes, not both");
+    ONECARD_CHECK(opt.gpu_memory_utilization >= 0 && opt.gpu_memory_utilization <= 1,
+                  "memory plan: gpu_memory_utilization {} must be in (0, 1] (a fraction of the card's total memory)",
+                  opt.gpu_memory_utilization);
     MemoryPlan plan;
     plan.n_routed_experts = cfg.n_routed_experts;
     plan.n_resident_experts =
@@ -130,20 +167,132 @@ MemoryPlan make_memory_plan(const ModelConfig& cfg, const std::vector<PlannedTen
     ONECARD_CHECK(plan.n_resident_experts >= cfg.num_experts_per_tok,
                   "memory plan: {} resident experts per layer is fewer than the {} each token uses",
                   plan.n_resident_experts, cfg.num_experts_per_tok);
+    const int64_t L = cfg.num_hidden_layers, E = plan.n_resident_experts;
 
-    // ---- weights ------------------------------------------------------------------------------
-    std::map<std::string, uint64_t> by_component, by_format;
+    // ---- the GPU budget -----------------------------------------------------------------------
+    plan.gpu_memory_utilization = opt.gpu_memory_utilization;
+    const uint64_t card_total = opt.device_total_bytes > 0 ? opt.device_total_bytes : opt.device_bytes;
+    if (opt.gpu_memory_utilization > 0) {
+        plan.device_bytes = static_cast<uint64_t>(static_cast<double>(card_total) * opt.gpu_memory_utilization);
+        plan.budget_source = fmt::format("gpu_memory_utilization {:.3g} of {:.2f} GiB", opt.gpu_memory_utilization,
+                                         gib(card_total));
+    } else {
+        plan.device_bytes = opt.device_bytes;
+        plan.budget_source = "free memory";
+    }
+    const uint64_t budget = plan.device_bytes;
+
+    // ---- the expert-use profile (ranks pairs for the GPU) ---------------------------------------
+    std::optional<ExpertUseProfile> profile;  // over the resident experts
+    if (opt.expert_profile != nullptr) {
+        const ExpertUseProfile& p = *opt.expert_profile;
+        ONECARD_CHECK(p.n_layers() == L && p.n_experts() == cfg.n_routed_experts,
+                      "memory plan: the expert profile is for {} layers x {} experts, the model has {} layers x {} "
+                      "experts",
+                      p.n_layers(), p.n_experts(), L, cfg.n_routed_experts);
+        profile = E == p.n_experts() ? p : p.first_experts(E);
+    }
+
+    // ---- fixed-size items ---------------------------------------------------------------------
+    plan.workspace_exact = opt.workspace_bytes > 0;
+    plan.activation_bytes =
+        plan.workspace_exact ? opt.workspace_bytes
+                             : activation_bytes_for_step(cfg, opt.max_step_tokens, opt.max_context,
+                                                         std::max<int64_t>(opt.max_sequences, 1));
+    // A captured decode graph holds its kernel nodes and parameters (a few MB at most); 32 MiB per
+    // bucket is a deliberate over-estimate until measured on the device.
+    plan.graph_bytes = static_cast<uint64_t>(opt.graph_batches.size()) * (32ull << 20);
+    plan.headroom_bytes = opt.headroom_bytes;
+    plan.kv_spec = make_kv_cache_spec(kv_model_shape_from_config(cfg), opt.kv_block_size);
+    const auto& spec = plan.kv_spec;
+    plan.kv_slots = opt.max_sequences;
+    const uint64_t slots_bytes = static_cast<uint64_t>(plan.kv_slots) * static_cast<uint64_t>(spec.slot_bytes);
+    const auto block_bytes = static_cast<uint64_t>(spec.block_bytes);
+    const uint64_t others = plan.activation_bytes + plan.graph_bytes + plan.headroom_bytes;
+    // A KV pool given in bytes holds what the engine's plan_kv_pool makes of them: the slots, then
+    // whole blocks (one spare per sequence, as below).
+    int64_t kv_tokens = opt.kv_tokens;
+    if (opt.kv_pool_bytes > 0) {
+        const int64_t blocks =
+            opt.kv_pool_bytes > slots_bytes ? static_cast<int64_t>((opt.kv_pool_bytes - slots_bytes) / block_bytes) : 0;
+        ONECARD_CHECK(blocks > plan.kv_slots,
+                      "memory plan: a KV pool of {} bytes cannot hold {} sequence slots ({} B each) plus their {} spare "
+                      "blocks and one more ({} B each)",
+                      opt.kv_pool_bytes, plan.kv_slots, spec.slot_bytes, plan.kv_slots, spec.block_bytes);
+        kv_tokens = (blocks - plan.kv_slots) * spec.block_size;
+    }
+
+    // ---- what would be resident, and each main-layer (layer, expert) pair's bytes ---------------
+    auto resident = [&](const PlannedTensor& t) {
+        if (starts_with(t.name, "mtp.") && !opt.include_mtp) return false;
+        return expert_id(t.name) < plan.n_resident_experts;
+    };
+    std::vector<uint64_t> pair_bytes(static_cast<size_t>(L * E), 0);
+    uint64_t resident_all = 0, pairs_all = 0;
+    for (const auto& t : tensors) {
+        if (!resident(t)) continue;
+        resident_all += t.nbytes;
+        int64_t l = 0, e = 0;
+        if (main_expert_pair(t.name, l, e) && l < L && e < E) {
+            pair_bytes[static_cast<size_t>(l * E + e)] += t.nbytes;
+            pairs_all += t.nbytes;
+        }
+    }
+    for (uint64_t b : pair_bytes) plan.expert_pair_bytes = std::max(plan.expert_pair_bytes, b);
+
+    // ---- placement: the pairs that fit beside everything else, when not all do ------------------
+    plan.min_kv_tokens = kv_tokens > 0 ? kv_tokens : (opt.min_kv_tokens >= 0 ? opt.min_kv_tokens : opt.max_context);
+    const uint64_t kv_floor =
+        slots_bytes + static_cast<uint64_t>(spec.blocks_for_tokens(plan.min_kv_tokens) + plan.kv_slots) * block_bytes;
+    const uint64_t gpu_without_experts = resident_all - pairs_all + others + kv_floor;
+    plan.placement = ExpertPlacement::all_on_gpu(L, E);
+    std::vector<std::string> reasons;
+    bool gpu_short_without_experts = false;  // offloading every pair would not be enough
+    const bool offload =
+        opt.allow_host_experts && plan.expert_pair_bytes > 0 && resident_all + others + kv_floor > budget;
+    if (offload) {
+        // Sized with the largest pair, so whichever pairs the profile picks fit.
+        const int64_t gpu_pairs = gpu_without_experts > budget
+                                      ? 0
+                                      : static_cast<int64_t>((budget - gpu_without_experts) / plan.expert_pair_bytes);
+        plan.placement = place_experts(L, E, gpu_pairs, profile ? &*profile : nullptr);
+        if (gpu_without_experts > budget) {
+            gpu_short_without_experts = true;
+            std::string options =
+                fmt::format("\n  - a smaller KV floor (--kv-tokens; now {} tokens, {:.2f} GiB)", plan.min_kv_tokens,
+                            gib(kv_floor));
+            if (!plan.workspace_exact)
+                options += fmt::format("\n  - fewer tokens per step (--max-step-tokens; workspace now {:.2f} GiB for {})",
+                                       gib(plan.activation_bytes), opt.max_step_tokens);
+            if (opt.include_mtp) options += "\n  - leave out the MTP block";
+            reasons.push_back(fmt::format(
+                "memory plan does not fit even with every routed expert in host RAM: the GPU needs {:.2f} GiB "
+                "(non-expert weights {:.2f} + KV floor {:.2f} for {} tokens + workspace {:.2f} + graphs {:.2f} + "
+                "headroom {:.2f}) but the budget is {:.2f} GiB ({}): short by {:.2f} GiB. Options:{}",
+                gib(gpu_without_experts), gib(resident_all - pairs_all), gib(kv_floor), plan.min_kv_tokens,
+                gib(plan.activation_bytes), gib(plan.graph_bytes), gib(plan.headroom_bytes), gib(budget),
+                plan.budget_source, gib(gpu_without_experts - budget), options));
+        }
+    }
+    plan.has_profile = profile.has_value();
+    if (profile) plan.host_pick_share = 1.0 - profile->coverage(plan.placement);
+
+    // ---- weights, by component and format (GPU) and host experts ---------------------------------
+    std::map<std::string, uint64_t> by_component, by_format, host_by_component;
     uint64_t routed_all = 0;
     for (const auto& t : tensors) {
         const std::string comp = component_of(t.name);
         const bool in_mtp = comp == "mtp";
         const int64_t eid = expert_id(t.name);  // routed experts of the main layers and of the MTP block
         if (eid >= 0 && (!in_mtp || opt.include_mtp)) routed_all += t.nbytes;
-        bool resident = true;
-        if (in_mtp && !opt.include_mtp) resident = false;
-        if (eid >= plan.n_resident_experts) resident = false;
-        if (!resident) {
+        if (!resident(t)) {
             plan.weight_bytes_not_resident += t.nbytes;
+            continue;
+        }
+        int64_t l = 0, e = 0;
+        if (main_expert_pair(t.name, l, e) && l < L && e < E && !plan.placement.is_on_gpu(l, e)) {
+            host_by_component[comp] += t.nbytes;
+            plan.host_expert_bytes += t.nbytes;
             continue;
         }
         by_component[comp] += t.nbytes;
@@ -156,45 +305,67 @@ MemoryPlan make_memory_plan(const ModelConfig& cfg, const std::vector<PlannedTen
         "embed",          "lm_head", "attention", "compressor_indexer", "hyper_connections", "router", "shared_experts",
         "routed_experts", "norms",   "mtp"};
     for (const char* c : kComponentOrder) {
-        if (!by_component.count(c)) continue;
+        if (!by_component.count(c) && !host_by_component.count(c)) continue;
         std::string detail;
-        if (std::string(c) == "routed_experts")
+        if (std::string(c) == "routed_experts") {
             detail = fmt::format("{} of {} experts per layer", plan.n_resident_experts, cfg.n_routed_experts);
-        plan.weight_components.push_back({c, by_component[c], detail});
+        }
+        plan.weight_components.push_back({c, by_component[c], detail, host_by_component[c]});
     }
     for (const auto& [f, b] : by_format) plan.weight_formats.push_back({f, b, ""});
 
-    // ---- fixed-size items ---------------------------------------------------------------------
-    plan.activation_bytes =
-        activation_bytes_for_step(cfg, opt.max_step_tokens, opt.max_context, std::max<int64_t>(opt.max_sequences, 1));
-    // A captured decode graph holds its kernel nodes and parameters (a few MB at most); 32 MiB per
-    // bucket is a deliberate over-estimate until measured on the device.
-    plan.graph_bytes = static_cast<uint64_t>(opt.graph_batches.size()) * (32ull << 20);
-    plan.headroom_bytes = opt.headroom_bytes;
-    plan.device_bytes = opt.device_bytes;
+    // ---- host RAM for the host experts ---------------------------------------------------------
+    if (plan.host_experts()) {
+        if (opt.host_ram_bytes > 0) {
+            plan.host_ram_available_bytes = opt.host_ram_bytes;
+            plan.host_ram_source = "given";
+        } else {
+            const uint64_t avail = host_mem_available_bytes();
+            plan.host_ram_available_bytes = avail > opt.host_reserve_bytes ? avail - opt.host_reserve_bytes : 0;
+            plan.host_ram_source = fmt::format("MemAvailable {:.2f} GiB less {:.2f} GiB for the OS", gib(avail),
+                                               gib(opt.host_reserve_bytes));
+        }
+    }
 
-    // ---- KV pool ------------------------------------------------------------------------------
-    plan.kv_spec = make_kv_cache_spec(kv_model_shape_from_config(cfg), opt.kv_block_size);
-    const auto& spec = plan.kv_spec;
-    plan.kv_slots = opt.max_sequences;
-    const uint64_t slots_bytes = static_cast<uint64_t>(plan.kv_slots) * static_cast<uint64_t>(spec.slot_bytes);
-    const uint64_t fixed = plan.weight_bytes + plan.activation_bytes + plan.graph_bytes + plan.headroom_bytes;
+    // ---- KV pool: what is left of the GPU budget ------------------------------------------------
+    const uint64_t fixed = plan.weight_bytes + others;
     // Each live sequence can leave its last block partly empty: one spare block per sequence.
     const int64_t min_blocks = plan.kv_slots;
-    if (opt.kv_tokens > 0) {
-        plan.kv_blocks = spec.blocks_for_tokens(opt.kv_tokens) + plan.kv_slots;
+    if (kv_tokens > 0) {
+        plan.kv_blocks = spec.blocks_for_tokens(kv_tokens) + plan.kv_slots;
     } else {
-        const uint64_t left = opt.device_bytes > fixed + slots_bytes ? opt.device_bytes - fixed - slots_bytes : 0;
-        plan.kv_blocks =
-            std::max<int64_t>(static_cast<int64_t>(left / static_cast<uint64_t>(spec.block_bytes)), min_blocks);
+        const uint64_t left = budget > fixed + slots_bytes ? budget - fixed - slots_bytes : 0;
+        plan.kv_blocks = std::max<int64_t>(static_cast<int64_t>(left / block_bytes), min_blocks);
     }
-    plan.kv_pool_bytes = slots_bytes + static_cast<uint64_t>(plan.kv_blocks) * static_cast<uint64_t>(spec.block_bytes);
+    plan.kv_pool_bytes = slots_bytes + static_cast<uint64_t>(plan.kv_blocks) * block_bytes;
     plan.kv_token_capacity = (plan.kv_blocks - plan.kv_slots) * spec.block_size;
     plan.planned_bytes = fixed + plan.kv_pool_bytes;
-    plan.fits = plan.planned_bytes <= opt.device_bytes;
 
-    if (!plan.fits) {
-        const uint64_t short_by = plan.planned_bytes - opt.device_bytes;
+    // ---- refusals, each with its numbers --------------------------------------------------------
+    if (opt.gpu_memory_utilization > 0 && budget > opt.device_bytes) {
+        reasons.insert(reasons.begin(),
+                       fmt::format("gpu_memory_utilization {:.3g} asks for {:.2f} GiB of the card's {:.2f} GiB, but "
+                                   "only {:.2f} GiB are free (another process holds the rest): use at most {:.3f}",
+                                   opt.gpu_memory_utilization, gib(budget), gib(card_total), gib(opt.device_bytes),
+                                   static_cast<double>(opt.device_bytes) / static_cast<double>(card_total)));
+    }
+    if (plan.host_experts() && !gpu_short_without_experts && plan.host_expert_bytes > plan.host_ram_available_bytes) {
+        reasons.push_back(fmt::format(
+            "memory plan does not fit GPU + host RAM: {} of {} routed (layer, expert) pairs fit on the GPU (budget "
+            "{:.2f} GiB ({}): weights {:.2f} incl. {:.2f} of experts + KV pool {:.2f} for {} tokens (floor {}) + "
+            "workspace {:.2f} + graphs {:.2f} + headroom {:.2f}); the other {} pairs need {:.2f} GiB of pinned host "
+            "RAM ({:.1f} MiB each) but {:.2f} GiB is available ({}): short by {:.2f} GiB. Options:"
+            "\n  - more host RAM (--host-ram-gib)\n  - a larger GPU budget (--gpu-memory-utilization)"
+            "\n  - fewer routed experts per layer (--experts N)\n  - a smaller KV floor (--kv-tokens)",
+            plan.placement.total_gpu(), L * E, gib(budget), plan.budget_source, gib(plan.weight_bytes),
+            gib(plan.weight_bytes - (resident_all - pairs_all)), gib(plan.kv_pool_bytes), plan.kv_token_capacity,
+            plan.min_kv_tokens, gib(plan.activation_bytes), gib(plan.graph_bytes), gib(plan.headroom_bytes),
+            plan.placement.total_host(), gib(plan.host_expert_bytes), plan.expert_pair_bytes / 1048576.0,
+            gib(plan.host_ram_available_bytes), plan.host_ram_source,
+            gib(plan.host_expert_bytes - plan.host_ram_available_bytes)));
+    }
+    if (plan.planned_bytes > budget && !gpu_short_without_experts) {
+        const uint64_t short_by = plan.planned_bytes - budget;
         std::string options;
         const uint64_t per_expert = plan.routed_expert_bytes_per_expert;
         if (per_expert > 0) {
@@ -208,14 +379,14 @@ MemoryPlan make_memory_plan(const ModelConfig& cfg, const std::vector<PlannedTen
                     n_fit, cfg.n_routed_experts, n_fit, gib(per_expert));
             }
         }
-        if (opt.kv_tokens > 0 && plan.kv_pool_bytes > slots_bytes) {
+        if (kv_tokens > 0 && plan.kv_pool_bytes > slots_bytes) {
             const uint64_t paged = plan.kv_pool_bytes - slots_bytes;
             if (paged > short_by) {
-                const uint64_t blocks_ok = (paged - short_by) / static_cast<uint64_t>(spec.block_bytes);
+                const uint64_t blocks_ok = (paged - short_by) / block_bytes;
                 const int64_t tokens_ok = (static_cast<int64_t>(blocks_ok) - plan.kv_slots) * spec.block_size;
                 if (tokens_ok > 0)
                     options += fmt::format("\n  - shrink the KV pool to at most {} tokens (--kv-tokens; now {})",
-                                           tokens_ok, opt.kv_tokens);
+                                           tokens_ok, kv_tokens);
             }
         }
         if (opt.include_mtp && by_component.count("mtp") && by_component["mtp"] > 0)
@@ -223,66 +394,21 @@ MemoryPlan make_memory_plan(const ModelConfig& cfg, const std::vector<PlannedTen
                                    gib(by_component["mtp"]));
         options += fmt::format("\n  - fewer tokens per step (--max-step-tokens; activations now {:.2f} GiB for {})",
                                gib(plan.activation_bytes), opt.max_step_tokens);
-        plan.refusal = fmt::format(
+        if (!opt.allow_host_experts && plan.expert_pair_bytes > 0)
+            options += "\n  - keep the routed experts that do not fit in host RAM (allow host experts)";
+        reasons.push_back(fmt::format(
             "memory plan does not fit: needs {:.2f} GiB (weights {:.2f} + KV pool {:.2f} + activations {:.2f} + "
-            "graphs {:.2f} + headroom {:.2f}) but the device has {:.2f} GiB free: short by {:.2f} GiB. Options:{}",
+            "graphs {:.2f} + headroom {:.2f}) but the device has {:.2f} GiB ({}): short by {:.2f} GiB. Options:{}",
             gib(plan.planned_bytes), gib(plan.weight_bytes), gib(plan.kv_pool_bytes), gib(plan.activation_bytes),
-            gib(plan.graph_bytes), gib(plan.headroom_bytes), gib(opt.device_bytes), gib(short_by), options);
+            gib(plan.graph_bytes), gib(plan.headroom_bytes), gib(budget), plan.budget_source, gib(short_by), options));
     }
+    plan.fits = reasons.empty();
+    for (const auto& r : reasons) plan.refusal += (plan.refusal.empty() ? "" : "\n") + r;
     return plan;
 }
 
 void require_plan_fits(const MemoryPlan& plan) {
     if (!plan.fits) throw Error(plan.refusal);
-}
-
-std::string memory_plan_report(const MemoryPlan& p) {
-    std::string out = fmt::format("memory plan ({:.2f} GiB device):\n", gib(p.device_bytes));
-    out += fmt::format("  weights            {:8.2f} GiB resident", gib(p.weight_bytes));
-    if (p.weight_bytes_not_resident) out += fmt::format(" ({:.2f} GiB not resident)", gib(p.weight_bytes_not_resident));
-    out += "\n";
-    for (const auto& c : p.weight_components)
-        out += fmt::format("    {:<20} {:8.2f} GiB{}\n", c.name, gib(c.bytes), c.detail.empty() ? "" : "  " + c.detail);
-    for (const auto& f : p.weight_formats) out += fmt::format("    as {:<17} {:8.2f} GiB\n", f.name, gib(f.bytes));
-    out += fmt::format(
-        "  KV pool            {:8.2f} GiB  {} tokens in {} blocks of {}, {} sequence slots "
-        "({:.1f} B/token, {:.1f} MB/sequence fixed)\n",
-        gib(p.kv_pool_bytes), p.kv_token_capacity, p.kv_blocks, p.kv_spec.block_size, p.kv_slots,
-        kv_bytes_per_token(p.kv_spec), kv_fixed_bytes_per_sequence(p.kv_spec) / 1e6);
-    out += fmt::format("  activations        {:8.2f} GiB\n", gib(p.activation_bytes));
-    out += fmt::format("  cuda graphs        {:8.2f} GiB\n", gib(p.graph_bytes));
-    out += fmt::format("  headroom           {:8.2f} GiB\n", gib(p.headroom_bytes));
-    out += fmt::format("  total              {:8.2f} GiB of {:.2f}: {}\n", gib(p.planned_bytes), gib(p.device_bytes),
-                       p.fits ? "fits" : "DOES NOT FIT");
-    return out;
-}
-
-std::string memory_plan_json(const MemoryPlan& p) {
-    nlohmann::ordered_json j;
-    j["fits"] = p.fits;
-    j["device_bytes"] = p.device_bytes;
-    j["planned_bytes"] = p.planned_bytes;
-    j["weights_bytes"] = p.weight_bytes;
-    j["weights_gib"] = gib(p.weight_bytes);
-    j["weights_not_resident_bytes"] = p.weight_bytes_not_resident;
-    j["resident_experts"] = p.n_resident_experts;
-    j["routed_experts"] = p.n_routed_experts;
-    nlohmann::ordered_json comp = nlohmann::ordered_json::object(), fmts = nlohmann::ordered_json::object();
-    for (const auto& c : p.weight_components) comp[c.name] = c.bytes;
-    for (const auto& f : p.weight_formats) fmts[f.name] = f.bytes;
-    j["weights_by_component"] = comp;
-    j["weights_by_format"] = fmts;
-    j["kv_pool_bytes"] = p.kv_pool_bytes;
-    j["kv_pool_gib"] = gib(p.kv_pool_bytes);
-    j["kv_token_capacity"] = p.kv_token_capacity;
-    j["kv_blocks"] = p.kv_blocks;
-    j["kv_block_size"] = p.kv_spec.block_size;
-    j["kv_slots"] = p.kv_slots;
-    j["activation_bytes"] = p.activation_bytes;
-    j["graph_bytes"] = p.graph_bytes;
-    j["headroom_bytes"] = p.headroom_bytes;
-    if (!p.fits) j["refusal"] = p.refusal;
-    return j.dump();
 }
 
 }  // namespace onecard

@@ -15,6 +15,7 @@ struct BlockContext {
     const std::vector<float>& rope_compress;  // compressor / indexer frequencies
     bool bf16_linear_inputs = false;          // DeepSeekV4::set_bf16_linear_inputs
     bool bf16_storage = false;                // DeepSeekV4::set_bf16_storage
+    ExpertUseProfile* expert_use = nullptr;   // DeepSeekV4::set_expert_use_sink: counts routing picks
 };
 
 // In place on x [n]: rounds to bf16 when `on` (DeepSeekV4::set_bf16_storage), else leaves x alone.
@@ -34,8 +35,9 @@ void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerSt
                        const float* xn, int64_t n, float* out);
 
 // MoE sub-block: xn [n, D] (ffn_norm output), token ids [n] (hash routing) -> out [n, D].
-void moe_forward(const BlockContext& ctx, const DenseMoE& w, bool hash_layer, const int32_t* tokens, const float* xn,
-                 int64_t n, float* out);
+// ctx.expert_use (when set) gets every routing pick of the n tokens counted under `layer_id`.
+void moe_forward(const BlockContext& ctx, const DenseMoE& w, bool hash_layer, int64_t layer_id, const int32_t* tokens,
+                 const float* xn, int64_t n, float* out);
 
 // A whole block on the residual streams X [n, hc, D] (updated in place).
 void block_forward(const BlockContext& ctx, const DenseBlock& b, LayerState& state, SequenceKv& store,

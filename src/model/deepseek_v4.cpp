@@ -99,7 +99,7 @@ void block_forward(const BlockContext& ctx, const DenseBlock& b, LayerState& sta
                  [&](const float* xn, float* out) { attention_forward(ctx, b.attn, state, store, xn, n, out); });
     const bool hash = ctx.cfg.is_hash_layer(b.layer_id) && b.layer_id < ctx.cfg.num_hidden_layers;
     hc_sub_block(ctx.cfg, ctx.bf16_storage, b.hc_ffn, b.ffn_norm, X, n,
-                 [&](const float* xn, float* out) { moe_forward(ctx, b.ffn, hash, tokens, xn, n, out); });
+                 [&](const float* xn, float* out) { moe_forward(ctx, b.ffn, hash, b.layer_id, tokens, xn, n, out); });
 }
 
 }  // namespace detail
@@ -115,6 +115,14 @@ DeepSeekV4::DeepSeekV4(const ModelConfig& cfg, const ModelWeights& w, Numerics n
                   "weights: {} layers bound, config has {}", dense_.layers.size(), cfg.num_hidden_layers);
     rope_main_ = rope_inv_freqs_for(cfg, false);
     rope_compress_ = rope_inv_freqs_for(cfg, true);
+}
+
+void DeepSeekV4::set_expert_use_sink(ExpertUseProfile* sink) {
+    ONECARD_CHECK(sink == nullptr || (sink->n_layers() == cfg_.num_hidden_layers &&
+                                      sink->n_experts() == cfg_.n_routed_experts),
+                  "expert use sink: {} layers x {} experts, the model has {} x {}", sink ? sink->n_layers() : 0,
+                  sink ? sink->n_experts() : 0, cfg_.num_hidden_layers, cfg_.n_routed_experts);
+    expert_use_ = sink;
 }
 
 SequenceState DeepSeekV4::new_sequence() const {
@@ -167,6 +175,7 @@ ForwardOutput DeepSeekV4::forward_with_streams(SequenceState& state, SequenceKv&
         detail::BlockContext ctx{cfg_, numerics_, compressed ? rope_compress_ : rope_main_, rope_compress_,
                                  bf16_linear_inputs_};
         ctx.bf16_storage = bf16_storage_;
+        ctx.expert_use = expert_use_;  // main layers only: forward_mtp leaves it unset
         detail::block_forward(ctx, dense_.layers[il], state.layers()[il], kv, tokens.data(), X.data(), n);
     }
     state.advance(n);

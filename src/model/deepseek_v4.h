@@ -5,6 +5,7 @@
 
 #include "model/config.h"
 #include "model/dense_weights.h"
+#include "model/expert_profile.h"
 #include "model/sequence_state.h"
 #include "model/weights.h"
 
@@ -94,6 +95,10 @@ public:
     // (the GPU's numerics); in exact numerics the same points are rounded. A diagnostic mode, not a
     // serving mode. Independent of set_bf16_linear_inputs.
     void set_bf16_storage(bool on) { bf16_storage_ = on; }
+    // Counts every routing pick of the main layers into `sink` (shape num_hidden_layers x
+    // n_routed_experts; nullptr: stop counting). Results are unchanged. The model does not own the
+    // sink; a counting model must not run forwards concurrently (one sink, no locking).
+    void set_expert_use_sink(ExpertUseProfile* sink);
     bool has_mtp() const { return !dense_.mtp.empty(); }
 
 private:
@@ -101,6 +106,7 @@ private:
     Numerics numerics_;
     bool bf16_linear_inputs_ = false;
     bool bf16_storage_ = false;
+    ExpertUseProfile* expert_use_ = nullptr;  // set_expert_use_sink
     DenseModel dense_;
     std::vector<float> rope_main_;      // [qk_rope_head_dim/2] inverse frequencies, SWA layers and MTP
     std::vector<float> rope_compress_;  // [qk_rope_head_dim/2] compress θ with YaRN, CSA/HCA layers

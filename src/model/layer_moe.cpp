@@ -10,6 +10,7 @@
 #include "backend/cpu/moe.h"
 #include "core/error.h"
 #include "model/block_forward.h"
+#include "model/expert_profile.h"
 
 #include <vector>
 
@@ -38,8 +39,8 @@ void expert_hidden(const BlockContext& ctx, const DenseExpert& e, const float* x
 
 }  // namespace
 
-void moe_forward(const BlockContext& ctx, const DenseMoE& w, bool hash_layer, const int32_t* tokens, const float* xn,
-                 int64_t n, float* out) {
+void moe_forward(const BlockContext& ctx, const DenseMoE& w, bool hash_layer, int64_t layer_id, const int32_t* tokens,
+                 const float* xn, int64_t n, float* out) {
     const ModelConfig& cfg = ctx.cfg;
     const int64_t D = cfg.hidden_size, E = cfg.n_routed_experts, K = cfg.num_experts_per_tok;
     const float route_scale = static_cast<float>(cfg.routed_scaling_factor);
@@ -61,6 +62,7 @@ void moe_forward(const BlockContext& ctx, const DenseMoE& w, bool hash_layer, co
                             picked.data() + t * K, weight.data() + t * K);
         }
     }
+    if (ctx.expert_use != nullptr) ctx.expert_use->add_picks(layer_id, picked.data(), n * K);
 
     // Routed experts, expert by expert over the tokens that picked them (ascending expert id, like HF).
     std::vector<float> routed(static_cast<size_t>(n * D), 0.0f);

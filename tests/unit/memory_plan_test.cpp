@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "engine/memory_plan.h"
 #include "model/config.h"
+#include "model/expert_profile.h"
 #include "model/weights.h"
 
 #include "support/test_support.h"
@@ -12,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 
 namespace onecard {
@@ -169,6 +171,241 @@ TEST(MemoryPlan, ActivationsGrowWithTheStepAndInvalidOptionsThrow) {
     MemoryPlanOptions few;
     few.n_resident_experts = 3;  // fewer than the 6 a token uses
     EXPECT_THROW(make_memory_plan(cfg, planned(cfg), few), Error);
+}
+
+
+// ---- one planner: budget, workspace, routed experts in host RAM ---------------------------------
+
+constexpr uint64_t kGiB = 1ull << 30;
+
+// The full Flash checkpoint less its routed experts of the main layers (what stays on the GPU
+// whatever the placement), by hand.
+uint64_t flash_non_expert_bytes() { return flash_main_bytes_by_hand() + kMtp - 43ull * 256 * kExpert; }
+
+MemoryPlanOptions offload_options() {
+    MemoryPlanOptions opt;  // H200 default budget
+    opt.kv_tokens = 65536;
+    opt.allow_host_experts = true;
+    opt.host_ram_bytes = 200 * kGiB;
+    return opt;
+}
+
+TEST(MemoryPlan, FitsWithoutOffloadKeepsEveryExpertOnTheGpu) {
+    const ModelConfig cfg = parse_config(test::flash_official_config_json());
+    MemoryPlanOptions opt;
+    opt.n_resident_experts = 128;
+    opt.include_mtp = false;
+    const MemoryPlan gpu_only = make_memory_plan(cfg, planned(cfg), opt);
+    opt.allow_host_experts = true;
+    opt.host_ram_bytes = 1;  // would refuse any offload: none must be planned
+    const MemoryPlan p = make_memory_plan(cfg, planned(cfg), opt);
+    ASSERT_TRUE(p.fits) << p.refusal;
+    EXPECT_FALSE(p.host_experts());
+    EXPECT_EQ(p.host_expert_bytes, 0u);
+    EXPECT_TRUE(p.placement.all_gpu());
+    EXPECT_EQ(p.placement.n_layers(), 43);
+    EXPECT_EQ(p.placement.n_experts, 128);
+    EXPECT_EQ(p.weight_bytes, gpu_only.weight_bytes);
+    EXPECT_EQ(p.kv_pool_bytes, gpu_only.kv_pool_bytes);
+    EXPECT_EQ(component(p, "routed_experts"), 43ull * 128 * kExpert);
+    const json j = json::parse(memory_plan_json(p));
+    EXPECT_EQ(j.at("expert_placement").at("host_pairs").get<int64_t>(), 0);
+    EXPECT_EQ(j.at("expert_placement").at("gpu_per_layer_min").get<int64_t>(), 128);
+    EXPECT_EQ(j.at("weights_host_bytes").get<uint64_t>(), 0u);
+}
+
+TEST(MemoryPlan, FullFlashOffloadsExactlyThePairsThatDoNotFit) {
+    const ModelConfig cfg = parse_config(test::flash_official_config_json());
+    const MemoryPlanOptions opt = offload_options();
+    const MemoryPlan p = make_memory_plan(cfg, planned(cfg), opt);
+    std::printf("%s%s\n%s\n", memory_plan_report(p).c_str(), memory_plan_line(p).c_str(), memory_plan_json(p).c_str());
+    ASSERT_TRUE(p.fits) << p.refusal;
+    ASSERT_TRUE(p.host_experts());
+    EXPECT_EQ(p.expert_pair_bytes, kExpert);
+    // By hand: the pairs that fit beside the non-expert weights, the 65536-token KV pool, the
+    // workspace, the graphs and the headroom.
+    const uint64_t others = p.kv_pool_bytes + p.activation_bytes + p.graph_bytes + p.headroom_bytes;
+    const auto want_gpu = static_cast<int64_t>((p.device_bytes - flash_non_expert_bytes() - others) / kExpert);
+    EXPECT_EQ(p.placement.total_gpu(), want_gpu);
+    EXPECT_EQ(p.placement.total_gpu() + p.placement.total_host(), 43 * 256);
+    EXPECT_EQ(p.host_expert_bytes, static_cast<uint64_t>(p.placement.total_host()) * kExpert);
+    EXPECT_EQ(p.weight_bytes + p.host_expert_bytes, flash_main_bytes_by_hand() + kMtp);
+    EXPECT_EQ(component(p, "routed_experts"), static_cast<uint64_t>(want_gpu) * kExpert);
+    EXPECT_EQ(component(p, "mtp"), kMtp);  // the MTP block's experts stay with the MTP weights
+    EXPECT_LE(p.planned_bytes, p.device_bytes);
+    EXPECT_GT(p.planned_bytes + kExpert, p.device_bytes);  // one more pair would not fit
+    EXPECT_EQ(p.kv_token_capacity, 65536);
+    // No profile: uniform, per-layer counts differ by at most one.
+    const auto [lo, hi] = std::minmax({p.placement.n_gpu(0), p.placement.n_gpu(42)});
+    EXPECT_LE(hi - lo, 1);
+    EXPECT_FALSE(p.has_profile);
+    uint64_t host_in_components = 0, gpu_formats = 0;
+    for (const auto& c : p.weight_components) host_in_components += c.host_bytes;
+    for (const auto& f : p.weight_formats) gpu_formats += f.bytes;
+    EXPECT_EQ(host_in_components, p.host_expert_bytes);
+    EXPECT_EQ(gpu_formats, p.weight_bytes);
+    EXPECT_NE(memory_plan_report(p).find("in host RAM"), std::string::npos);
+    const json j = json::parse(memory_plan_json(p));
+    EXPECT_EQ(j.at("expert_placement").at("host_pairs").get<int64_t>(), p.placement.total_host());
+    EXPECT_EQ(j.at("expert_placement").at("gpu_per_layer").size(), 43u);
+    EXPECT_EQ(j.at("weights_host_by_component").at("routed_experts").get<uint64_t>(), p.host_expert_bytes);
+    EXPECT_TRUE(j.at("fits").get<bool>());
+
+    // With a profile: the same count, the profile's hottest pairs, and the host share of picks.
+    const ExpertUseProfile prof = synthetic_skewed_profile(43, 256, 3);
+    MemoryPlanOptions with = opt;
+    with.expert_profile = &prof;
+    const MemoryPlan q = make_memory_plan(cfg, planned(cfg), with);
+    ASSERT_TRUE(q.fits) << q.refusal;
+    EXPECT_EQ(q.placement.total_gpu(), want_gpu);
+    EXPECT_EQ(q.placement.on_gpu, place_experts(43, 256, want_gpu, &prof).on_gpu);
+    ASSERT_TRUE(q.has_profile);
+    EXPECT_NEAR(q.host_pick_share, 1.0 - prof.coverage(q.placement), 1e-12);
+    EXPECT_LT(q.host_pick_share, 0.05);  // ~15% of pairs off the GPU carry only a few % of picks
+    EXPECT_NE(memory_plan_report(q).find("host share of picks"), std::string::npos);
+    EXPECT_TRUE(json::parse(memory_plan_json(q)).at("expert_placement").contains("host_pick_share"));
+    const ExpertUseProfile wrong(42, 256);
+    with.expert_profile = &wrong;
+    try {
+        make_memory_plan(cfg, planned(cfg), with);
+        FAIL() << "a profile of another shape must be refused";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("42 layers x 256 experts"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("43 layers x 256 experts"), std::string::npos) << e.what();
+    }
+}
+
+TEST(MemoryPlan, ReducedExpertCountPlacesTheExpertsKeptByTheProfile) {
+    // --experts (bench) reduces the model itself; the placement is then over those experts.
+    const ModelConfig cfg = parse_config(test::flash_official_config_json());
+    MemoryPlanOptions opt = offload_options();
+    opt.n_resident_experts = 240;
+    opt.device_bytes = 100 * kGiB;
+    const ExpertUseProfile prof = synthetic_skewed_profile(43, 256, 3);
+    opt.expert_profile = &prof;
+    const MemoryPlan p = make_memory_plan(cfg, planned(cfg), opt);
+    ASSERT_TRUE(p.fits) << p.refusal;
+    EXPECT_EQ(p.placement.n_experts, 240);
+    EXPECT_EQ(p.weight_bytes_not_resident, 43ull * 16 * kExpert + 16 * kExpert);  // main layers + MTP block
+    EXPECT_EQ(p.host_expert_bytes, static_cast<uint64_t>(p.placement.total_host()) * kExpert);
+    const ExpertUseProfile first = prof.first_experts(240);  // the profile's columns of the experts kept
+    EXPECT_EQ(p.placement.on_gpu, place_experts(43, 240, p.placement.total_gpu(), &first).on_gpu);
+    EXPECT_NEAR(p.host_pick_share, 1.0 - first.coverage(p.placement), 1e-12);
+}
+
+TEST(MemoryPlan, RefusedWhenGpuPlusHostCannotHoldIt) {
+    const ModelConfig cfg = parse_config(test::flash_official_config_json());
+    MemoryPlanOptions opt = offload_options();
+    opt.host_ram_bytes = 3 * kGiB;
+    const MemoryPlan p = make_memory_plan(cfg, planned(cfg), opt);
+    std::printf("%s\n", p.refusal.c_str());
+    ASSERT_FALSE(p.fits);
+    EXPECT_GT(p.host_expert_bytes, opt.host_ram_bytes);
+    const std::string& r = p.refusal;
+    EXPECT_NE(r.find("GPU + host RAM"), std::string::npos) << r;
+    EXPECT_NE(r.find(fmt::format("{:.2f} GiB is available", 3.0)), std::string::npos) << r;
+    EXPECT_NE(r.find(fmt::format("{:.2f} GiB of pinned host", p.host_expert_bytes / 1073741824.0)), std::string::npos) << r;
+    EXPECT_NE(r.find(fmt::format("budget {:.2f} GiB", p.device_bytes / 1073741824.0)), std::string::npos) << r;
+    EXPECT_NE(r.find(fmt::format("{} of {} routed", p.placement.total_gpu(), 43 * 256)), std::string::npos) << r;
+    EXPECT_NE(r.find("short by"), std::string::npos) << r;
+    EXPECT_NE(r.find("--host-ram-gib"), std::string::npos) << r;
+    EXPECT_THROW(require_plan_fits(p), Error);
+    EXPECT_FALSE(json::parse(memory_plan_json(p)).at("fits").get<bool>());
+
+    // A GPU that cannot hold even the non-expert part: refused before any placement matters.
+    opt.host_ram_bytes = 1000 * kGiB;
+    opt.device_bytes = 10 * kGiB;
+    const MemoryPlan tiny = make_memory_plan(cfg, planned(cfg), opt);
+    ASSERT_FALSE(tiny.fits);
+    EXPECT_NE(tiny.refusal.find("even with every routed expert in host RAM"), std::string::npos) << tiny.refusal;
+    EXPECT_NE(tiny.refusal.find(fmt::format("budget is {:.2f} GiB", 10.0)), std::string::npos) << tiny.refusal;
+    EXPECT_NE(tiny.refusal.find(fmt::format("non-expert weights {:.2f}", flash_non_expert_bytes() / 1073741824.0)),
+              std::string::npos)
+        << tiny.refusal;
+
+    // Offload forbidden: the GPU-only refusal with its options.
+    MemoryPlanOptions gpu_only = offload_options();
+    gpu_only.allow_host_experts = false;
+    const MemoryPlan old = make_memory_plan(cfg, planned(cfg), gpu_only);
+    ASSERT_FALSE(old.fits);
+    EXPECT_NE(old.refusal.find("--experts"), std::string::npos) << old.refusal;
+    EXPECT_NE(old.refusal.find("host RAM"), std::string::npos) << old.refusal;
+    EXPECT_FALSE(old.host_experts());
+}
+
+TEST(MemoryPlan, GpuMemoryUtilizationIsAFractionOfTheTotal) {
+    const ModelConfig cfg = parse_config(test::flash_official_config_json());
+    MemoryPlanOptions opt;
+    opt.n_resident_experts = 64;
+    opt.include_mtp = false;
+    opt.device_total_bytes = 140 * kGiB;
+    opt.device_bytes = 120 * kGiB;  // free
+    opt.gpu_memory_utilization = 0.5;
+    const MemoryPlan p = make_memory_plan(cfg, planned(cfg), opt);
+    ASSERT_TRUE(p.fits) << p.refusal;
+    EXPECT_EQ(p.device_bytes, 70 * kGiB);  // of the total, not of the free memory
+    EXPECT_LE(p.planned_bytes, 70 * kGiB);  // the headroom inside it
+    EXPECT_LT(70 * kGiB - p.planned_bytes, static_cast<uint64_t>(p.kv_spec.block_bytes));  // KV fills the rest
+    EXPECT_EQ(p.headroom_bytes, 2 * kGiB);
+    EXPECT_NE(memory_plan_report(p).find("gpu_memory_utilization 0.5"), std::string::npos);
+    // More than is free: refused, naming the numbers and what would do.
+    opt.gpu_memory_utilization = 0.95;
+    const MemoryPlan over = make_memory_plan(cfg, planned(cfg), opt);
+    ASSERT_FALSE(over.fits);
+    EXPECT_NE(over.refusal.find("only 120.00 GiB are free"), std::string::npos) << over.refusal;
+    EXPECT_NE(over.refusal.find("at most 0.857"), std::string::npos) << over.refusal;
+    // Without a total the fraction applies to the free memory given.
+    opt.device_total_bytes = 0;
+    opt.gpu_memory_utilization = 0.5;
+    EXPECT_EQ(make_memory_plan(cfg, planned(cfg), opt).device_bytes, 60 * kGiB);
+    // No utilization: the free memory.
+    opt.gpu_memory_utilization = 0;
+    EXPECT_EQ(make_memory_plan(cfg, planned(cfg), opt).device_bytes, 120 * kGiB);
+    opt.gpu_memory_utilization = 1.5;
+    EXPECT_THROW(make_memory_plan(cfg, planned(cfg), opt), Error);
+}
+
+TEST(MemoryPlan, ExactWorkspaceReplacesTheEstimate) {
+    const ModelConfig cfg = parse_config(test::flash_official_config_json());
+    MemoryPlanOptions opt;
+    opt.n_resident_experts = 128;
+    opt.include_mtp = false;
+    const MemoryPlan est = make_memory_plan(cfg, planned(cfg), opt);
+    EXPECT_FALSE(est.workspace_exact);
+    EXPECT_EQ(est.activation_bytes, activation_bytes_for_step(cfg, opt.max_step_tokens, opt.max_context, 64));
+    EXPECT_NE(memory_plan_report(est).find("estimated"), std::string::npos);
+    opt.workspace_bytes = 5 * kGiB + 12345;
+    const MemoryPlan ex = make_memory_plan(cfg, planned(cfg), opt);
+    ASSERT_TRUE(ex.fits) << ex.refusal;
+    EXPECT_TRUE(ex.workspace_exact);
+    EXPECT_EQ(ex.activation_bytes, 5 * kGiB + 12345);
+    EXPECT_NE(memory_plan_report(ex).find("exact"), std::string::npos);
+    EXPECT_TRUE(json::parse(memory_plan_json(ex)).at("workspace_exact").get<bool>());
+    // The KV pool gives the difference back (to within a block).
+    const int64_t diff = static_cast<int64_t>(est.kv_pool_bytes) - static_cast<int64_t>(ex.kv_pool_bytes);
+    EXPECT_NEAR(static_cast<double>(diff),
+                static_cast<double>(ex.activation_bytes) - static_cast<double>(est.activation_bytes),
+                static_cast<double>(ex.kv_spec.block_bytes));
+}
+
+TEST(MemoryPlan, KvPoolGivenInBytesMatchesTheEnginesSizing) {
+    const ModelConfig cfg = parse_config(test::flash_official_config_json());
+    MemoryPlanOptions opt;
+    opt.n_resident_experts = 128;
+    opt.include_mtp = false;
+    opt.max_sequences = 4;
+    opt.kv_block_size = 128;
+    const uint64_t want = 10 * kGiB + 777;
+    opt.kv_pool_bytes = want;
+    const MemoryPlan p = make_memory_plan(cfg, planned(cfg), opt);
+    ASSERT_TRUE(p.fits) << p.refusal;
+    // kvcache's plan_kv_pool: slots, then as many whole blocks as the bytes hold.
+    const uint64_t slots = 4ull * static_cast<uint64_t>(p.kv_spec.slot_bytes);
+    EXPECT_EQ(p.kv_blocks, static_cast<int64_t>((want - slots) / static_cast<uint64_t>(p.kv_spec.block_bytes)));
+    EXPECT_LE(p.kv_pool_bytes, want);
+    EXPECT_GT(p.kv_pool_bytes + static_cast<uint64_t>(p.kv_spec.block_bytes), want);
+    opt.kv_tokens = 1000;
+    EXPECT_THROW(make_memory_plan(cfg, planned(cfg), opt), Error);  // not both
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "loader/checkpoint.h"
 #include "model/config.h"
 #include "model/deepseek_v4.h"
+#include "model/expert_profile.h"
 #include "model/synth.h"
 #include "model/weights.h"
 #include "onecard/engine.h"
@@ -15,6 +16,7 @@
 #include "server/openai_server.h"
 #include "server/scripted_runner.h"
 #include "server/text_decoder.h"
+#include "serve_plan.h"
 #include "tokenizer/deepseek_v4_vocab.h"
 #include "tokenizer/tokenizer.h"
 
@@ -33,6 +35,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <thread>
 
 namespace onecard::cli {
@@ -54,6 +57,8 @@ struct ServeArgs {
     int64_t kv_cache_memory_bytes = 1LL << 30;
     double shutdown_timeout = 30.0;
     double gpu_headroom_gib = 2.0;
+    double gpu_memory_utilization = 0;  // > 0: the fraction of the GPU's total memory to plan (vLLM)
+    std::string expert_profile;         // use counts ranking experts for the GPU; written back at shutdown
     bool no_access_log = false;
 };
 
@@ -195,13 +200,37 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     // The startup report's device part (filled when the CUDA runner is used).
     nlohmann::json device_report = {{"device", "cpu"}};
     std::string device_line;
+    std::string plan_line, plan_json;  // the memory plan (CUDA path), for the startup report
+    std::optional<ExpertUseProfile> profile;
     if (test_mode) {
         runner = std::make_unique<server::ScriptedRunner>(tokenizer, a.test_script, max_len, eos);
     } else if (std::string why; use_cuda(a, *cfg, why)) {
 #ifdef ONECARD_HAVE_CUDA
         ONECARD_CHECK(a.numerics == "reference", "serve: the CUDA backend computes reference numerics only");
+        Checkpoint ckpt = Checkpoint::open(model_dir);  // headers only so far: nothing is uploaded yet
+        if (!a.expert_profile.empty() && fs::exists(a.expert_profile)) {
+            profile = ExpertUseProfile::load_for(a.expert_profile, cfg->num_hidden_layers, cfg->n_routed_experts);
+        } else if (!a.expert_profile.empty()) {
+            std::fprintf(stderr, "serve: no expert profile at %s yet: uniform placement; the picks counted while "
+                                 "serving are written there at shutdown\n", a.expert_profile.c_str());
+        }
+        // The plan first: a model that fits neither the GPU nor the GPU plus host RAM is refused
+        // here, with its numbers, before a byte is uploaded.
+        ServePlanInputs pin;
+        pin.max_model_len = max_len;
+        pin.max_num_seqs = a.max_num_seqs;
+        pin.max_num_batched_tokens = a.max_num_batched_tokens;
+        pin.kv_block_size = EngineConfig{}.kv_block_size;
+        pin.kv_cache_bytes = kv_bytes_given ? a.kv_cache_memory_bytes : 0;
+        pin.gpu_memory_utilization = a.gpu_memory_utilization;
+        pin.headroom_gib = a.gpu_headroom_gib;
+        pin.profile = profile ? &*profile : nullptr;
+        const MemoryPlan plan = plan_serve_on_gpu(*cfg, ckpt, pin);
+        std::fputs(memory_plan_report(plan).c_str(), stderr);
+        require_plan_fits(plan);
+        plan_line = memory_plan_line(plan) + "\n";
+        plan_json = memory_plan_json(plan);
         std::fprintf(stderr, "serve: loading %s onto the GPU\n", model_dir.c_str());
-        Checkpoint ckpt = Checkpoint::open(model_dir);
         ModelWeights w = bind_weights(*cfg, ckpt);
         for (const auto& f : fs::directory_iterator(model_dir))
             if (f.path().extension() == ".safetensors") weights_bytes += static_cast<int64_t>(f.file_size());
@@ -210,8 +239,19 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         ro.max_num_seqs = a.max_num_seqs;
         ro.max_num_batched_tokens = a.max_num_batched_tokens;
         ro.headroom_bytes = static_cast<uint64_t>(a.gpu_headroom_gib * (1ull << 30));
+        ro.expert_placement = plan.placement;
+        ro.kv_cache_bytes = static_cast<int64_t>(plan.kv_pool_bytes);
+        ro.count_expert_picks = !a.expert_profile.empty();
         auto cr = std::make_unique<CudaModelRunner>(*cfg, w, ro);
-        if (!kv_bytes_given) a.kv_cache_memory_bytes = cr->kv_budget_hint();
+        a.kv_cache_memory_bytes = static_cast<int64_t>(plan.kv_pool_bytes);
+        // Until the GPU side hands the planner its exact workspace, the plan's is an estimate: never
+        // give the KV pool more than the runner leaves beside its real workspace.
+        if (!plan.workspace_exact && cr->kv_budget_hint() < a.kv_cache_memory_bytes) {
+            std::fprintf(stderr, "serve: KV pool %.2f GiB instead of the plan's %.2f GiB (the runner's workspace is "
+                                 "larger than the plan's estimate)\n",
+                         cr->kv_budget_hint() / double(1ull << 30), a.kv_cache_memory_bytes / double(1ull << 30));
+            a.kv_cache_memory_bytes = cr->kv_budget_hint();
+        }
         std::fprintf(stderr, "serve: weights on the GPU (%.2f GiB in %.1fs); KV pool budget %.2f GiB\n",
                      cr->report().weight_bytes / double(1ull << 30), cr->report().upload_seconds,
                      a.kv_cache_memory_bytes / double(1ull << 30));
@@ -220,6 +260,9 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
 #endif
     } else {
         if (!why.empty()) std::fprintf(stderr, "serve: running on the CPU: %s\n", why.c_str());
+        if (a.gpu_memory_utilization > 0 || !a.expert_profile.empty())
+            std::fprintf(stderr, "serve: --gpu-memory-utilization and --expert-profile have no effect on the CPU "
+                                 "backend (the CPU reference keeps every expert in host memory)\n");
         Checkpoint ckpt = Checkpoint::open(model_dir);
         ModelWeights w = bind_weights(*cfg, ckpt);
         for (const auto& f : fs::directory_iterator(model_dir))
@@ -294,6 +337,7 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     const double ready_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const EngineStats st = engine.stats();
     const std::string scheme = srv.is_tls() ? "https" : "http";
+    std::fputs(plan_line.c_str(), stdout);
     std::fputs(device_line.c_str(), stdout);
     std::printf("onecard serve: %s on %s://%s:%d (%s), max_model_len %lld, max_num_seqs %lld, ready in %.2fs\n",
                 info.served_model_name.c_str(), scheme.c_str(), so.host.c_str(), port,
@@ -314,6 +358,7 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
                            {"allow_cidr", so.allow_cidrs},
                            {"time_to_ready_s", ready_s}};
     line.update(device_report);
+    if (!plan_json.empty()) line["memory_plan"] = nlohmann::json::parse(plan_json);
     std::printf("%s\nready\n", line.dump().c_str());
     std::printf(
         "try: curl %s%s://%s:%d/v1/chat/completions -H 'Content-Type: application/json'%s -d "
@@ -328,6 +373,22 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     const int64_t n_cancelled =
         srv.shutdown(std::chrono::milliseconds(static_cast<int64_t>(a.shutdown_timeout * 1000)));
     http.join();
+#ifdef ONECARD_HAVE_CUDA
+    // The picks counted while serving, added to the profile this run started from, for the next
+    // start's placement. The engine is drained and idle here; a failure only costs the profile.
+    if (cuda_runner && !a.expert_profile.empty()) {
+        try {
+            ExpertUseProfile seen = ExpertUseProfile::from_counts(cfg->num_hidden_layers, cfg->n_routed_experts,
+                                                                  cuda_runner->expert_pick_counts());
+            if (profile) seen.merge(*profile);
+            seen.save(a.expert_profile);
+            std::fprintf(stderr, "serve: expert profile written to %s (%llu picks)\n", a.expert_profile.c_str(),
+                         static_cast<unsigned long long>(seen.total()));
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "serve: expert profile not written: %s\n", e.what());
+        }
+    }
+#endif
     std::fprintf(stderr, "serve: stopped (%lld request(s) cancelled at the deadline)\n",
                  static_cast<long long>(n_cancelled));
 }
@@ -375,6 +436,12 @@ void add_cmd_serve(CLI::App& app) {
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     cmd->add_option("--gpu-headroom-gib", a->gpu_headroom_gib,
                     "GPU memory left outside onecard's one allocation (default 2)");
+    cmd->add_option("--gpu-memory-utilization", a->gpu_memory_utilization,
+                    "fraction of the GPU's total memory this server may use, as in vLLM (default: its free memory)")
+        ->check(CLI::Range(0.0, 1.0));
+    cmd->add_option("--expert-profile", a->expert_profile,
+                    "expert-use profile (onecard profile-experts) ranking the experts kept on the GPU when not all "
+                    "fit; the picks counted while serving are added to it at shutdown");
     cmd->add_flag("--log-requests-text", o.log_requests_text, "access log includes prompt and completion text");
     cmd->add_flag("--no-access-log", a->no_access_log, "no per-request JSON log lines");
     cmd->add_option("--test-script", a->test_script,

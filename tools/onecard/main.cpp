@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
     // [commands]
     onecard::cli::add_cmd_bench(app);
     onecard::cli::add_cmd_plan(app);
+    onecard::cli::add_cmd_profile_experts(app);
     onecard::cli::add_cmd_serve(app);
     onecard::cli::add_cmd_render_chat(app);
     onecard::cli::add_cmd_tokenize(app);

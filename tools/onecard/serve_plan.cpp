@@ -1,0 +1,40 @@
+#include "serve_plan.h"
+
+#ifdef ONECARD_HAVE_CUDA
+#include "backend/cuda/device.h"
+#include "core/error.h"
+#include "engine_cuda/gpu_plan.h"
+#include "model/weights.h"
+
+namespace onecard::cli {
+
+MemoryPlan plan_serve_on_gpu(const ModelConfig& cfg, const Checkpoint& ckpt, const ServePlanInputs& in) {
+    // The headers' dtypes and shapes, in checkpoint_layout's order (each .scale right after its
+    // .weight, which gpu_planned_tensors pairs them by). A tensor the layout names but the
+    // checkpoint lacks is left out here; bind_weights names it next.
+    std::vector<TensorSpec> specs;
+    for (const TensorSpec& t : checkpoint_layout(cfg)) {
+        const TensorView* v = ckpt.find(t.name);
+        if (v != nullptr) specs.push_back({v->name, v->dtype, v->shape});
+    }
+    const auto devs = cuda::list_devices();
+    ONECARD_CHECK(!devs.empty(), "serve: no usable GPU to plan for ({})", cuda::no_device_reason());
+    MemoryPlanOptions o;
+    o.device_bytes = devs[0].free_bytes;  // the runner allocates on GPU 0
+    o.device_total_bytes = devs[0].total_bytes;
+    o.gpu_memory_utilization = in.gpu_memory_utilization;
+    o.headroom_bytes = static_cast<uint64_t>(in.headroom_gib * 1073741824.0);
+    o.include_mtp = false;  // the CUDA backend does not load the MTP block
+    o.max_sequences = in.max_num_seqs;
+    o.max_step_tokens = in.max_num_batched_tokens;
+    o.max_context = in.max_model_len;
+    o.kv_block_size = in.kv_block_size;
+    o.kv_pool_bytes = static_cast<uint64_t>(in.kv_cache_bytes);
+    o.min_kv_tokens = in.max_model_len;  // offloading keeps room for one full-length request
+    o.allow_host_experts = true;
+    o.expert_profile = in.profile;
+    return make_memory_plan(cfg, gpu_planned_tensors(specs), o);
+}
+
+}  // namespace onecard::cli
+#endif
