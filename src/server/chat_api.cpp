@@ -260,9 +260,11 @@ void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req
         }
         for (const auto& pe : parser.finish()) apply_event(pc, pe);
         if (!last || last->finish_reason == FinishReason::Error) {
+            log_finish_reason("error");
             throw ApiError(500, "generation failed: " + (last ? last->error : std::string("no final event")));
         }
         if (last->finish_reason == FinishReason::Cancelled) {
+            log_finish_reason("abort");
             throw ApiError(503, "the request was cancelled because the server is shutting down").with_retry_after(30);
         }
         if (!cr.parse_tools) pc.tool_calls.clear();
@@ -319,6 +321,7 @@ void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req
             ParsedCompletion pc;
             if (!w.send(chunk(Json{{"role", "assistant"}, {"content", ""}}, nullptr, nullptr))) {
                 ar->cancel();
+                log_finish_reason("abort");  // the status line already said 200
                 return false;
             }
             std::optional<EngineEvent> last;
@@ -328,6 +331,7 @@ void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req
                     if (ar->finished()) break;
                     if (!w.ping()) {
                         ar->cancel();
+                        log_finish_reason("abort");  // the status line already said 200
                         return false;  // client gone while nothing was generated yet
                     }
                     continue;
@@ -346,12 +350,14 @@ void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req
                 for (size_t i = 0; i < deltas.size(); ++i) {
                     if (!w.send(chunk(deltas[i], nullptr, i == 0 ? lp : Json(nullptr)))) {
                         ar->cancel();
+                        log_finish_reason("abort");  // the status line already said 200
                         return false;  // client gone: the ActiveRequest's owner cancels and frees the KV
                     }
                 }
                 if (ev->finished()) last = std::move(ev);
             }
             if (!last || last->finish_reason == FinishReason::Error) {
+                log_finish_reason("error");
                 w.send(Json(
                     error_body(500, "generation failed: " + (last ? last->error : std::string("no final event")))));
                 w.done();

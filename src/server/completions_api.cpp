@@ -99,10 +99,14 @@ void handle_completions(OpenAIServer::State& s, const httplib::Request& req, htt
             }
             if (ev->finished()) last = std::move(ev);
         }
-        if (!last || last->finish_reason == FinishReason::Error)
+        if (!last || last->finish_reason == FinishReason::Error) {
+            log_finish_reason("error");
             throw ApiError(500, "generation failed: " + (last ? last->error : std::string("no final event")));
-        if (last->finish_reason == FinishReason::Cancelled)
+        }
+        if (last->finish_reason == FinishReason::Cancelled) {
+            log_finish_reason("abort");
             throw ApiError(503, "the request was cancelled because the server is shutting down").with_retry_after(30);
+        }
         if (gen.logprobs && logprobs.is_null())
             logprobs = Json{{"tokens", Json::array()},
                             {"token_logprobs", Json::array()},
@@ -148,6 +152,7 @@ void handle_completions(OpenAIServer::State& s, const httplib::Request& req, htt
                     if (ar->finished()) break;
                     if (!w.ping()) {
                         ar->cancel();
+                        log_finish_reason("abort");  // the status line already said 200
                         return false;  // client gone while nothing was generated yet
                     }
                     continue;
@@ -162,12 +167,14 @@ void handle_completions(OpenAIServer::State& s, const httplib::Request& req, htt
                 if (!ev->text_delta.empty() || !lp.is_null()) {
                     if (!w.send(chunk(ev->text_delta, nullptr, lp))) {
                         ar->cancel();
+                        log_finish_reason("abort");  // the status line already said 200
                         return false;
                     }
                 }
                 if (ev->finished()) last = std::move(ev);
             }
             if (!last || last->finish_reason == FinishReason::Error) {
+                log_finish_reason("error");
                 w.send(Json(
                     error_body(500, "generation failed: " + (last ? last->error : std::string("no final event")))));
                 w.done();

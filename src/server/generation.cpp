@@ -107,6 +107,10 @@ std::optional<EngineEvent> ActiveRequest::account(EngineEvent e) {
     return ev;
 }
 
+void log_finish_reason(const std::string& reason) {
+    access_log_context().fields["finish_reason"] = reason;
+}
+
 const char* api_finish_reason(FinishReason r) {
     switch (r) {
         case FinishReason::Stop:

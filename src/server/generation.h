@@ -54,6 +54,10 @@ nlohmann::json chat_logprobs_json(const Tokenizer& tok, const std::vector<int32_
 void append_completion_logprobs(nlohmann::json& out, const Tokenizer& tok, const std::vector<int32_t>& ids,
                                 const std::vector<TokenLogprobs>& lps, size_t& text_offset);
 
+// Puts how a generation request ended into its access-log line: a stream the client abandoned, or
+// one that failed after its 200 status line went out, is otherwise logged as a plain 200.
+void log_finish_reason(const std::string& reason);
+
 // "stop" / "length" / "abort" / "error" for the API (tool calls are decided by the chat handler).
 const char* api_finish_reason(FinishReason r);
 

@@ -7,11 +7,13 @@
 #include "server/server_state.h"
 
 #include <fmt/format.h>
+#include <openssl/ssl.h>
 
 #include <sys/socket.h>
 
 #include <cstdio>
 #include <ctime>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -66,6 +68,18 @@ const Route* find_route(const std::string& path) {
     return nullptr;
 }
 
+// UTC wall-clock time with milliseconds, ISO 8601 ("2026-11-29T15:32:01.123Z"): requests finish
+// many per second, so whole seconds cannot order them.
+std::string log_timestamp() {
+    const auto now = std::chrono::system_clock::now();
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+    const std::time_t secs = static_cast<std::time_t>(ms / 1000);
+    std::tm utc{};
+    ::gmtime_r(&secs, &utc);
+    return fmt::format("{:04d}-{:02d}-{:02d}T{:02d}:{:02d}:{:02d}.{:03d}Z", utc.tm_year + 1900, utc.tm_mon + 1,
+                       utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, static_cast<int>(ms % 1000));
+}
+
 // Rejections happen before the body is read: close the connection so an unread body is never parsed
 // as the next request.
 httplib::Server::HandlerResponse reject(httplib::Response& res, int status, const std::string& message,
@@ -75,6 +89,36 @@ httplib::Server::HandlerResponse reject(httplib::Response& res, int status, cons
     return httplib::Server::HandlerResponse::Handled;
 }
 
+// A limit given as -1 reaches us through an unsigned parse as 2^64 - 1, i.e. as no limit at all; every
+// limit is refused outside its range instead, with the flag named.
+void check_limits(const ServerOptions& o) {
+    ONECARD_CHECK(o.max_body_bytes >= 1 && o.max_body_bytes <= kMaxBodyBytesCeiling,
+                  "serve: --max-body-bytes must be between 1 and {} (1 GiB), got {}{}", kMaxBodyBytesCeiling,
+                  o.max_body_bytes,
+                  o.max_body_bytes > (std::numeric_limits<size_t>::max() >> 1) ? " (a negative number?)" : "");
+    ONECARD_CHECK(o.http_threads >= 0, "serve: --http-threads must be >= 0 (0 = automatic), got {}", o.http_threads);
+    ONECARD_CHECK(o.max_queued_requests >= 0, "serve: --max-queued-requests must be >= 0, got {}",
+                  o.max_queued_requests);
+    ONECARD_CHECK(o.max_num_seqs >= 1, "serve: --max-num-seqs must be >= 1, got {}", o.max_num_seqs);
+}
+
+// httplib leaves OpenSSL's defaults (TLS 1.1 and up, CBC and SHA-1 suites included). Ours: TLS 1.2
+// or 1.3, forward-secret key exchange (ECDHE) and AEAD ciphers only (AES-GCM, ChaCha20-Poly1305),
+// the server's preference order, no renegotiation. TLS 1.3's suites are all AEAD; they are listed
+// anyway so a changed OpenSSL default cannot widen them.
+constexpr const char* kTls12Ciphers =
+    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:"
+    "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
+constexpr const char* kTls13Suites = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
+
+void apply_tls_profile(SSL_CTX* ctx) {
+    ONECARD_CHECK(ctx != nullptr, "serve: no TLS context");
+    ONECARD_CHECK(SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) == 1, "serve: cannot require TLS 1.2");
+    ONECARD_CHECK(SSL_CTX_set_cipher_list(ctx, kTls12Ciphers) == 1, "serve: OpenSSL refused the TLS 1.2 cipher list");
+    ONECARD_CHECK(SSL_CTX_set_ciphersuites(ctx, kTls13Suites) == 1, "serve: OpenSSL refused the TLS 1.3 suites");
+    SSL_CTX_set_options(ctx, SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_NO_RENEGOTIATION);
+}
+
 }  // namespace
 
 OpenAIServer::OpenAIServer(ServerOptions options, Engine& engine, const Tokenizer& tokenizer, ModelInfo info)
@@ -82,10 +126,12 @@ OpenAIServer::OpenAIServer(ServerOptions options, Engine& engine, const Tokenize
     State& s = *state_;
     s.id_salt = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
     ONECARD_CHECK(s.opts.tls_cert.empty() == s.opts.tls_key.empty(), "serve: --tls-cert and --tls-key go together");
+    check_limits(s.opts);
     if (!s.opts.tls_cert.empty()) {
         auto ssl = std::make_unique<httplib::SSLServer>(s.opts.tls_cert.c_str(), s.opts.tls_key.c_str());
         ONECARD_CHECK(ssl->is_valid(), "serve: cannot load the TLS certificate '{}' / key '{}' (PEM expected)",
                       s.opts.tls_cert, s.opts.tls_key);
+        apply_tls_profile(ssl->ssl_context());
         s.http = std::move(ssl);
     } else {
         s.http = std::make_unique<httplib::Server>();
@@ -193,7 +239,7 @@ OpenAIServer::OpenAIServer(ServerOptions options, Engine& engine, const Tokenize
         s.metrics.record_http(route ? route->path : "other", res.status);
         if (!s.opts.access_log) return;
         nlohmann::json line = {
-            {"ts", static_cast<int64_t>(std::time(nullptr))},
+            {"ts", log_timestamp()},
             {"remote", req.remote_addr},
             {"method", req.method},
             {"path", route ? route->path : "(other)"},

@@ -23,6 +23,9 @@
 
 namespace onecard::server {
 
+// Largest --max-body-bytes accepted: every HTTP thread may hold one body in memory.
+inline constexpr size_t kMaxBodyBytesCeiling = size_t{1} << 30;
+
 struct ServerOptions {
     std::string host = "127.0.0.1";
     int port = 8000;                       // 0 -> ephemeral
@@ -49,7 +52,8 @@ struct ModelInfo {
 class OpenAIServer {
 public:
     // `engine` and `tokenizer` must outlive the server. Throws onecard::Error for bad options (CIDR
-    // text, unreadable TLS files).
+    // text, unreadable TLS files, a limit outside its range: max_body_bytes not in [1, 1 GiB], negative
+    // http_threads or max_queued_requests, max_num_seqs < 1).
     OpenAIServer(ServerOptions options, Engine& engine, const Tokenizer& tokenizer, ModelInfo info);
     ~OpenAIServer();
     OpenAIServer(const OpenAIServer&) = delete;

@@ -426,10 +426,24 @@ void add_cmd_serve(CLI::App& app) {
     cmd->add_option("--max-queued-requests", o.max_queued_requests,
                     "requests waiting beyond --max-num-seqs before 429 (default 256)")
         ->check(CLI::NonNegativeNumber);
-    cmd->add_option("--http-threads", o.http_threads, "HTTP worker threads (default max(16, 2*max-num-seqs+8))");
-    cmd->add_option("--max-body-bytes", o.max_body_bytes, "largest request body; larger gets 413 (default 16 MiB)");
+    // Negative limits are refused here: "-1" would otherwise reach a size_t as 2^64 - 1, i.e. no limit.
+    // (CLI11's own NonNegativeNumber words it as "not in range 0 to 1.8e308".)
+    const CLI::Validator non_negative(
+        [](std::string& v) -> std::string {
+            char* end = nullptr;
+            const double d = std::strtod(v.c_str(), &end);
+            if (end == v.c_str() || *end != '\0') return "'" + v + "' is not a number";
+            return d < 0 ? "must not be negative, got " + v + " (a negative limit does not mean 'no limit')" : "";
+        },
+        ">=0");
+    cmd->add_option("--http-threads", o.http_threads, "HTTP worker threads (default max(16, 2*max-num-seqs+8))")
+        ->check(non_negative);
+    cmd->add_option("--max-body-bytes", o.max_body_bytes,
+                    "largest request body, 1 B to 1 GiB; larger gets 413 (default 16 MiB)")
+        ->check(non_negative);
     cmd->add_option("--shutdown-timeout", a->shutdown_timeout,
-                    "seconds SIGTERM/SIGINT waits for in-flight requests (default 30)");
+                    "seconds SIGTERM/SIGINT waits for in-flight requests (default 30)")
+        ->check(non_negative);
     cmd->add_option("--numerics", a->numerics, "reference | exact")->check(CLI::IsMember({"reference", "exact"}));
     cmd->add_option("--device", a->device,
                     "auto (the GPU when there is one and it takes the model's shape) | cpu | cuda")
