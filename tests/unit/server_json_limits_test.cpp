@@ -5,6 +5,7 @@
 #include "server/api_error.h"
 #include "server/request_json.h"
 #include "tokenizer/chat_json.h"
+#include "tokenizer/dsml_parser.h"
 
 #include <gtest/gtest.h>
 
@@ -108,4 +109,22 @@ TEST(ChatJsonDepth, SerialisationRefusesWhatItWouldRecurseTooFarInto) {
     }
     const OrderedJson huge = OrderedJson::parse(nest(1'000'000));
     EXPECT_THROW((void)py_json_dumps(huge), Error);
+}
+
+// Tool-call arguments the model writes are checked with nlohmann's accept(), which walks the text
+// with an explicit stack: a model (or a prompt-injected one) emitting a million '[' must not recurse.
+TEST(ChatJsonDepth, ModelWrittenArgumentsOfAnyDepthDoNotRecurse) {
+    const std::string deep = nest(1'000'000);
+    DsmlParser parser;
+    const std::string text = "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"x\" "
+                             "string=\"false\">" +
+                             deep + "</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
+    std::string args;
+    auto take = [&](const std::vector<ParseEvent>& evs) {
+        for (const auto& e : evs)
+            if (e.kind == ParseEventKind::ToolCallArgs) args += e.text;
+    };
+    take(parser.push(text));
+    take(parser.finish());
+    EXPECT_EQ(args, "{\"x\": " + deep + "}");
 }
