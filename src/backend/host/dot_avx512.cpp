@@ -18,6 +18,11 @@
 namespace onecard::host::detail {
 namespace {
 
+// Software prefetch distance along each row (bytes). The R rows of a pass are R interleaved streams
+// 2 KB apart, which the hardware prefetchers follow late; prefetching 512 B ahead in every stream took
+// a DRAM-bound single thread from ~5.5 to ~7.2 GB/s on Sapphire Rapids (256: same, 2048: worse).
+constexpr int64_t kPrefetchBytes = 512;
+
 // The tree of mxfp4_dot.h: l + (l+8), + (l+4), + (l+2), + (l+1).
 #define ONECARD_REDUCE16_BODY                                                                         \
     const __m256 s8 = _mm256_add_ps(_mm512_extractf32x8_ps(v, 0), _mm512_extractf32x8_ps(v, 1));      \
@@ -40,6 +45,7 @@ ONECARD_TARGET_AVX512 void rows_avx512(const uint8_t* packed, const uint8_t* sca
         const __m512 xe = _mm512_loadu_ps(x + 32 * g), xo = _mm512_loadu_ps(x + 32 * g + 16);
         #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
+            _mm_prefetch(reinterpret_cast<const char*>(packed + r * row_bytes + 16 * g + kPrefetchBytes), _MM_HINT_T0);
             const __m512i v = _mm512_cvtepu8_epi32(
                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + r * row_bytes + 16 * g)));  // [16] bytes
             const __m512 we = _mm512_permutexvar_ps(v, lut);                         // low nibbles
@@ -68,6 +74,7 @@ ONECARD_TARGET_AVX512_BF16 void rows_avx512_bf16(const uint8_t* packed, const ui
         const __m512bh xg = (__m512bh)_mm512_loadu_si512(x + 32 * g);  // [32] bf16, natural order
         #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
+            _mm_prefetch(reinterpret_cast<const char*>(packed + r * row_bytes + 16 * g + kPrefetchBytes), _MM_HINT_T0);
             const __m512i v = _mm512_cvtepu8_epi32(
                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + r * row_bytes + 16 * g)));
             // dword l = byte l: word 2l <- low nibble (element 2l), word 2l+1 <- high nibble (2l+1).

@@ -85,7 +85,7 @@ public:
 
     int n_threads() const { return n_threads_; }
     Isa isa() const { return isa_; }
-    const char* kernel_name() const;  // the row-dot variant in use (e.g. "avx512_bf16")
+    const char* kernel_name() const;  // the row-dot variant in use ("scalar", "avx2", "avx512", "avx512_bf16")
     int pinned_threads() const { return pinned_.load(); }  // workers whose pinning succeeded
     uint64_t jobs_run() const { return seq_.load(); }
 

@@ -5,10 +5,11 @@
 //   B  [end_a, end_b)  (pair, kRowsGateUp rows of w1 and w3): gate and up, rounded to bf16
 //   C  [end_b, end_c)  (pair, 128-block of inter): weighted SwiGLU + FP8 1x128 quant-dequant
 //   D  [end_c, end_d)  (pair, kRowsDown rows of w2): the expert's output rows in bf16
-// A unit of phase P first waits until every unit of the phases before P is done (done_units_ counts
-// finished units); units are claimed in index order, so the units it waits for are held by running
-// threads that never wait on later phases: no deadlock, and any number of threads (even one) may take
-// part. Every output element belongs to one unit with a fixed op sequence, so the bits do not depend
+// A unit waits only for what it reads: a B unit for its token's A unit, a C unit for all B units of
+// its pair, a D unit for all C units of its pair (per-slot / per-pair progress counters), so there is
+// no phase-wide barrier and no idle tail between phases. Units are claimed in index order (B, C, D
+// pair-major), so every unit waited for has a smaller index and is held by a running thread that
+// never waits on a larger one: no deadlock, and any number of threads (even one) may take part. Every output element belongs to one unit with a fixed op sequence, so the bits do not depend
 // on the thread count or on who ran what.
 //
 // Handshake: run() writes the plan, sets open_ (release), bumps seq_ and wakes sleepers. A worker that
@@ -80,6 +81,9 @@ struct HostExpertPool::Plan {
     size_t x_stride = 0, h_stride = 0;  // bytes per token slot row [dim] / per pair row [inter]
     int64_t blocks_b = 0, blocks_c = 0, blocks_d = 0;  // units per pair in phases B, C, D
     int64_t end_a = 0, end_b = 0, end_c = 0, end_d = 0;
+    // progress: [n_slots] A done (0/1) | [n_pairs] B units done | [n_pairs] C units done
+    std::unique_ptr<std::atomic<int32_t>[]> progress;
+    size_t progress_cap = 0;
     std::vector<int32_t> slot_of_token;  // [n_tokens] -1 = unused
     std::vector<int32_t> token_of_slot;  // [n_slots]
     AlignedBuffer x_act;                 // [n_slots, dim] in layout
@@ -158,6 +162,13 @@ void HostExpertPool::worker_main(int /*index*/) {
     }
 }
 
+namespace {
+void wait_at_least(const std::atomic<int32_t>& counter, int32_t count) {
+    int spins = 0;
+    while (counter.load(std::memory_order_acquire) < count) spin_pause(spins);
+}
+}  // namespace
+
 void HostExpertPool::wait_done_at_least(int64_t count) const {
     int spins = 0;
     while (done_units_.load(std::memory_order_acquire) < count) spin_pause(spins);
@@ -165,11 +176,31 @@ void HostExpertPool::wait_done_at_least(int64_t count) const {
 
 void HostExpertPool::work_on_current_job() {
     const Plan& pl = *plan_;
+    const int64_t n_slots = pl.end_a, n_pairs = pl.job.n_pairs;
+    std::atomic<int32_t>* a_done = pl.progress.get();  // [n_slots]
+    std::atomic<int32_t>* b_done = a_done + n_slots;   // [n_pairs]
+    std::atomic<int32_t>* c_done = b_done + n_pairs;   // [n_pairs]
     for (;;) {
         const int64_t u = next_unit_.fetch_add(1, std::memory_order_relaxed);
         if (u >= pl.end_d) return;
-        if (u >= pl.end_a) wait_done_at_least(u < pl.end_b ? pl.end_a : u < pl.end_c ? pl.end_b : pl.end_c);
+        // Wait for this unit's inputs (release/acquire on the counters carries their data), run it,
+        // then count it where its readers look.
+        std::atomic<int32_t>* mine = nullptr;
+        if (u < pl.end_a) {
+            mine = &a_done[u];
+        } else if (u < pl.end_b) {
+            const int64_t p = (u - pl.end_a) / pl.blocks_b;
+            wait_at_least(a_done[pl.slot_of_token[static_cast<size_t>(pl.job.pairs[p].token)]], 1);
+            mine = &b_done[p];
+        } else if (u < pl.end_c) {
+            const int64_t p = (u - pl.end_b) / pl.blocks_c;
+            wait_at_least(b_done[p], static_cast<int32_t>(pl.blocks_b));
+            mine = &c_done[p];
+        } else {
+            wait_at_least(c_done[(u - pl.end_c) / pl.blocks_d], static_cast<int32_t>(pl.blocks_c));
+        }
         run_unit(u);
+        if (mine) mine->fetch_add(1, std::memory_order_release);
         done_units_.fetch_add(1, std::memory_order_release);
     }
 }
@@ -254,6 +285,12 @@ void HostExpertPool::run(const HostMoeJob& job) {
     pl.end_b = pl.end_a + job.n_pairs * pl.blocks_b;
     pl.end_c = pl.end_b + job.n_pairs * pl.blocks_c;
     pl.end_d = pl.end_c + job.n_pairs * pl.blocks_d;
+    const size_t n_progress = static_cast<size_t>(n_slots + 2 * job.n_pairs);
+    if (pl.progress_cap < n_progress) {
+        pl.progress = std::make_unique<std::atomic<int32_t>[]>(n_progress);
+        pl.progress_cap = n_progress;
+    }
+    for (size_t i = 0; i < n_progress; ++i) pl.progress[i].store(0, std::memory_order_relaxed);
     next_unit_.store(0, std::memory_order_relaxed);
     done_units_.store(0, std::memory_order_relaxed);
 
@@ -302,6 +339,12 @@ void HostExpertPool::check_integrity() const {
                       pl.gate.capacity() >= sizeof(float) * n_pairs * static_cast<size_t>(pl.job.inter) &&
                       pl.up.capacity() >= sizeof(float) * n_pairs * static_cast<size_t>(pl.job.inter),
                   "host expert pool: scratch smaller than the last job");
+    ONECARD_CHECK(pl.progress_cap >= n_slots + 2 * n_pairs, "host expert pool: progress counters too few");
+    for (size_t i = 0; i < n_slots + 2 * n_pairs; ++i) {
+        const int64_t want = i < n_slots ? 1 : i < n_slots + n_pairs ? pl.blocks_b : pl.blocks_c;
+        ONECARD_CHECK(pl.progress[i].load() == want, "host expert pool: progress counter {} is {}, not {}", i,
+                      pl.progress[i].load(), want);
+    }
     for (size_t s = 0; s < n_slots; ++s) {
         const int32_t t = pl.token_of_slot[s];
         ONECARD_CHECK(t >= 0 && static_cast<size_t>(t) < pl.slot_of_token.size() &&
