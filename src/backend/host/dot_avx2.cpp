@@ -48,8 +48,8 @@ ONECARD_TARGET_AVX2 void rows_avx2(const uint8_t* packed, const uint8_t* scale, 
             const __m256 hs = _mm256_set1_ps(kHalfScale[scale[r * n_groups + g]]);
             const __m256 p_lo = _mm256_fmadd_ps(xo_lo, wo_lo, _mm256_mul_ps(xe_lo, we_lo));
             const __m256 p_hi = _mm256_fmadd_ps(xo_hi, wo_hi, _mm256_mul_ps(xe_hi, we_hi));
-            acc_lo[r] = _mm256_add_ps(acc_lo[r], _mm256_mul_ps(p_lo, hs));
-            acc_hi[r] = _mm256_add_ps(acc_hi[r], _mm256_mul_ps(p_hi, hs));
+            acc_lo[r] = _mm256_fmadd_ps(p_lo, hs, acc_lo[r]);
+            acc_hi[r] = _mm256_fmadd_ps(p_hi, hs, acc_hi[r]);
         }
     }
     #pragma GCC unroll 8

@@ -51,7 +51,7 @@ ONECARD_TARGET_AVX512 void rows_avx512(const uint8_t* packed, const uint8_t* sca
             const __m512 we = _mm512_permutexvar_ps(v, lut);                         // low nibbles
             const __m512 wo = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut);  // high nibbles
             const __m512 p = _mm512_fmadd_ps(xo, wo, _mm512_mul_ps(xe, we));
-            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(p, _mm512_set1_ps(kHalfScale[scale[r * n_groups + g]])));
+            acc[r] = _mm512_fmadd_ps(p, _mm512_set1_ps(kHalfScale[scale[r * n_groups + g]]), acc[r]);
         }
     }
     #pragma GCC unroll 8
@@ -81,7 +81,7 @@ ONECARD_TARGET_AVX512_BF16 void rows_avx512_bf16(const uint8_t* packed, const ui
             const __m512i idx = _mm512_ternarylogic_epi32(v, _mm512_slli_epi32(v, 12), low4, 0xEC);  // (A&C)|B
             const __m512bh w = (__m512bh)_mm512_permutexvar_epi16(idx, lut);
             const __m512 p = _mm512_dpbf16_ps(_mm512_setzero_ps(), xg, w);
-            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(p, _mm512_set1_ps(kHalfScale[scale[r * n_groups + g]])));
+            acc[r] = _mm512_fmadd_ps(p, _mm512_set1_ps(kHalfScale[scale[r * n_groups + g]]), acc[r]);
         }
     }
     #pragma GCC unroll 8

@@ -22,7 +22,7 @@ void dot_rows_scalar(const uint8_t* packed, const uint8_t* scale, int64_t n_in, 
                 // std::fmaf, not a*b+c: the SIMD kernels fuse this product, and glibc's fmaf is exact
                 // (the FMA instruction where the CPU has one, a correct emulation where not).
                 const float p = std::fmaf(xg[2 * l + 1], kE2m1Twice[byte >> 4], xg[2 * l] * kE2m1Twice[byte & 0xF]);
-                acc[l] = acc[l] + p * hs;
+                acc[l] = std::fmaf(p, hs, acc[l]);
             }
         }
         for (int width = 8; width >= 1; width /= 2)

@@ -6,7 +6,7 @@
 //   and o = 32g+2l+1 (high nibble). With w2 = 2·E2M1 (an integer in [-12, 12]) and
 //   hs = 2^(s_g-128) (the group scale with the 1/2 folded in):
 //       p       = fma(x[o], w2[o], x[e] · w2[e])      (one fma: the second product is not rounded)
-//       acc[l]  = acc[l] + p · hs                     (separate multiply and add: no fma)
+//       acc[l]  = fma(p, hs, acc[l])                  (p · hs is exact unless it over/underflows)
 //   then out = tree sum of acc: l + (l+8), then + (l+4), + (l+2), + (l+1).
 // The bf16 variant (avx512_bf16 dot products) computes p as round(x[e]·w2[e] + x[o]·w2[o]) in one
 // instruction; that equals the fma form whenever x[e]·w2[e] is exact, which holds for every x that is
