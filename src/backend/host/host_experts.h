@@ -20,7 +20,7 @@
 
 namespace onecard::host {
 
-// Avx512 = AVX-512F/BW (+BF16 dot products where the CPU has avx512_bf16).
+// Avx512 = AVX-512F/BW/DQ/VL (a vdpbf16ps kernel too, where the CPU has avx512_bf16: see the pool).
 enum class Isa { Scalar, Avx2, Avx512 };
 Isa best_isa();  // the widest path this CPU runs (detected once)
 const char* isa_name(Isa);
