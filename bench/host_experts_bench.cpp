@@ -4,7 +4,12 @@
 // Counters: weight_GBps = checkpoint bytes of the experts touched per second; bw_fraction = that over
 // the all-thread read bandwidth. Experts rotate through ~1 GiB so a job's weights are not in cache.
 // Arguments: pairs, threads (0 = all), kernel (0 = the pool's default for best_isa(), 1 = avx512_bf16
-// where the CPU has it, 2 = Avx2, 3 = Scalar).
+// where the CPU has it, 2 = Avx2, 3 = Scalar), experts (distinct experts per job, 0 = one per pair;
+// fewer makes pairs share experts, which the pool reads once per group), hot (1 = the same experts
+// every job, so they come from cache: the kernels' compute ceiling rather than DRAM).
+// weight_GBps counts each distinct expert once (what has to be streamed); pair_GBps counts it per pair.
+// The thread sweep (1, 2, 4, 8, 12, 15, all) is for the 16-core host; counts above the hardware's are
+// skipped.
 #include "backend/host/host_experts.h"
 
 #include <benchmark/benchmark.h>
@@ -69,6 +74,12 @@ void BM_HostMoe(benchmark::State& state) {
     const int64_t n_pairs = state.range(0);
     const int threads = static_cast<int>(state.range(1) > 0 ? state.range(1) : hw_threads());
     const int kernel = static_cast<int>(state.range(2));
+    const int64_t n_experts = std::min<int64_t>(state.range(3) > 0 ? state.range(3) : n_pairs, kExperts);
+    const bool hot = state.range(4) != 0;
+    if (threads > hw_threads()) {
+        state.SkipWithError("more threads than this machine has");
+        return;
+    }
     Isa isa = best_isa();
     if (kernel == 2) isa = Isa::Avx2;
     if (kernel == 3) isa = Isa::Scalar;
@@ -100,35 +111,41 @@ void BM_HostMoe(benchmark::State& state) {
     double run_seconds = 0;  // pool.run alone (the counters' time base)
     for (auto _ : state) {
         state.PauseTiming();  // choosing the next (cold) experts is not the job
+        // Pair i of token t = i / 6 takes expert (t + i) % n_experts, so a token's picks are distinct
+        // where n_experts >= 6 and every expert of the job is used about equally often.
         for (int64_t i = 0; i < n_pairs; ++i) {
-            pairs[i] = {static_cast<int32_t>(i * n_tokens / n_pairs), 0.2f, s.views[next_expert],
+            const int64_t t = i * n_tokens / n_pairs;
+            pairs[i] = {static_cast<int32_t>(t), 0.2f, s.views[(next_expert + (t + i) % n_experts) % kExperts],
                         out.data() + i * kDim};
-            next_expert = (next_expert + 1) % kExperts;
         }
+        if (!hot) next_expert = (next_expert + n_experts) % kExperts;
         state.ResumeTiming();
         const auto t0 = std::chrono::steady_clock::now();
         pool.run(job);
         run_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         benchmark::DoNotOptimize(out.data());
     }
-    const double bytes = static_cast<double>(kExpertBytes) * static_cast<double>(n_pairs * state.iterations());
+    const double bytes = static_cast<double>(kExpertBytes) * static_cast<double>(n_experts * state.iterations());
     state.counters["weight_GBps"] = bytes / run_seconds / 1e9;
+    state.counters["thread_GBps"] = bytes / run_seconds / 1e9 / threads;
+    state.counters["pair_GBps"] = bytes / run_seconds / 1e9 * static_cast<double>(n_pairs) /
+                                  static_cast<double>(n_experts);
     state.counters["read_GBps"] = bw / 1e9;
     state.counters["bw_fraction"] = bytes / run_seconds / bw;
     state.SetLabel(std::string(isa_name(isa)) + "/" + pool.kernel_name());
 }
-BENCHMARK(BM_HostMoe)
-    ->ArgNames({"pairs", "threads", "kernel"})
-    ->Args({1, 0, 0})
-    ->Args({6, 0, 0})
-    ->Args({60, 0, 0})
-    ->Args({6, 1, 0})
-    ->Args({6, 0, 1})
-    ->Args({6, 0, 2})
-    ->Args({60, 0, 1})
-    ->Args({60, 0, 2})
-    ->Unit(benchmark::kMicrosecond)
-    ->UseRealTime();
+void moe_args(benchmark::internal::Benchmark* b) {
+    b->ArgNames({"pairs", "threads", "kernel", "experts", "hot"});
+    for (int t : {1, 2, 4, 8, 12, 15, 0})  // thread sweep, DRAM, 1 and 6 pairs and 60 pairs over 30 experts
+        for (auto [pairs, experts] : {std::pair{1, 0}, std::pair{6, 0}, std::pair{60, 30}})
+            if (t == 0 || t < hw_threads()) b->Args({pairs, t, 0, experts, 0});
+    for (int t : {1, 0})  // the same from cache (one expert per pair, hot)
+        for (int pairs : {1, 6}) b->Args({pairs, t, 0, 0, 1});
+    b->Args({60, 0, 0, 0, 0});  // 60 distinct experts
+    b->Args({6, 0, 1, 0, 0})->Args({6, 0, 2, 0, 0})->Args({60, 0, 1, 30, 0})->Args({60, 0, 2, 30, 0});
+    b->Args({6, 1, 1, 0, 0})->Args({6, 1, 1, 0, 1});  // avx512_bf16, one thread, DRAM and cache
+}
+BENCHMARK(BM_HostMoe)->Apply(moe_args)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // Handshake overhead: the smallest job (one pair at D = I = 128), all threads.
 void BM_HostMoeOverhead(benchmark::State& state) {

@@ -165,6 +165,39 @@ TEST_P(RowDot, ArbitraryFp32VectorMatchesScalarOnFp32Kernels) {
     for (int64_t r = 0; r < m.rows; ++r) EXPECT_EQ(bits(got[r]), bits(want[r])) << "row " << r;
 }
 
+// The multi-vector row-dot: each vector's bits equal the scalar single-vector kernel's, for every
+// vector count (each picks its own rows per pass) and row counts that leave remainders.
+TEST_P(RowDot, MultiVectorMatchesSingleVectorBits) {
+    std::mt19937_64 rng(555 + GetParam());
+    const DotKernel& scalar = detail::dot_kernels()[0];
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{7, 256}, {16, 4096}, {5, 96}, {33, 2048}}) {
+        const MxMatrix m = random_matrix(rows, cols, rng, 112, 136);
+        for (int nv = 1; nv <= detail::kMaxVecs; ++nv) {
+            SCOPED_TRACE(::testing::Message() << kernel().name << " rows " << rows << " k " << cols << " vectors " << nv);
+            std::vector<std::vector<float>> xs;
+            std::vector<std::vector<uint8_t>> laid;
+            std::vector<std::vector<float>> outs(static_cast<size_t>(nv), std::vector<float>(static_cast<size_t>(rows), -1.0f));
+            std::vector<const void*> xp;
+            std::vector<float*> op;
+            for (int v = 0; v < nv; ++v) {
+                xs.push_back(random_fp8_vector(cols, rng, -4 - v));
+                laid.emplace_back(detail::layout_bytes(kernel().layout, cols));
+                detail::to_layout(kernel().layout, xs.back().data(), cols, laid.back().data());
+            }
+            for (int v = 0; v < nv; ++v) {
+                xp.push_back(laid[static_cast<size_t>(v)].data());
+                op.push_back(outs[static_cast<size_t>(v)].data());
+            }
+            kernel().multi(m.packed.data(), m.scale.data(), cols, rows, xp.data(), nv, op.data());
+            for (int v = 0; v < nv; ++v) {
+                const std::vector<float> want = run_kernel(scalar, m, xs[static_cast<size_t>(v)]);
+                for (int64_t r = 0; r < rows; ++r)
+                    EXPECT_EQ(bits(outs[static_cast<size_t>(v)][r]), bits(want[r])) << "vector " << v << " row " << r;
+            }
+        }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Kernels, RowDot, ::testing::Range(0, static_cast<int>(detail::dot_kernels().size())),
                          [](const ::testing::TestParamInfo<int>& i) {
                              return std::string(detail::dot_kernels()[static_cast<size_t>(i.param)].name);
@@ -383,6 +416,54 @@ TEST(HostExpertPool, ThreadCountDoesNotChangeBits) {
         pool.check_integrity();
         EXPECT_EQ(pool.jobs_run(), 3u);
     }
+}
+
+// Many pairs sharing few experts (a batch-64 decode step: 64 tokens x 6 picks over 8 experts, so each
+// expert has ~48 pairs, split into groups of at most kMaxVecs): bit-equal to the reference, and to the
+// same pairs run one job each (no grouping), for every ISA kernel and several thread counts.
+TEST(HostExpertPool, GroupedPairsMatchReferenceAndPerPairRuns) {
+    std::mt19937_64 rng(64);
+    const int64_t D = 256, I = 384;
+    std::vector<Expert> experts;
+    for (int e = 0; e < 8; ++e) experts.push_back(random_expert(D, I, rng));
+    std::vector<std::tuple<int, int, float>> picks;
+    std::uniform_real_distribution<float> weight(0.05f, 1.0f);
+    for (int t = 0; t < 64; ++t)
+        for (int k = 0; k < 6; ++k) picks.emplace_back(t, (t * 3 + k * (1 + t % 2)) % 8, weight(rng));
+    // One expert picked by a single pair only, and one token repeating an expert (two pairs, same row).
+    experts.push_back(random_expert(D, I, rng));
+    picks.emplace_back(5, 8, 0.5f);
+    picks.emplace_back(7, std::get<1>(picks[7 * 6]), 0.3f);
+    Job j(random_acts(64, D, rng), experts, picks, I, 6.0f);
+    run_host_moe_reference(j.job);
+    const auto want = j.outs;
+    int kernels = 0;
+    for (Isa isa : all_isas()) {
+        if (!isa_supported(isa)) continue;
+        for (bool bf16 : {false, true}) {
+            for (int n : {1, 3}) {
+                HostExpertPool pool(n, isa, false, 200, bf16);
+                const std::string what = std::string(pool.kernel_name()) + ", " + std::to_string(n) + " threads";
+                j.clear();
+                pool.run(j.job);
+                expect_outputs_equal(j, want, what + ", grouped");
+                pool.check_integrity();
+                if (n != 3) continue;
+                j.clear();
+                for (size_t i = 0; i < j.pairs.size(); ++i) {  // one pair per job: nothing to group
+                    HostMoeJob single = j.job;
+                    single.pairs = &j.pairs[i];
+                    single.n_pairs = 1;
+                    pool.run(single);
+                }
+                expect_outputs_equal(j, want, what + ", per pair");
+                pool.check_integrity();
+            }
+            ++kernels;
+            if (isa != Isa::Avx512) break;  // bf16 only changes the kernel on Avx512
+        }
+    }
+    EXPECT_GE(kernels, 2);
 }
 
 TEST(HostExpertPool, ManyConsecutiveJobs) {

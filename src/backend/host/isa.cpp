@@ -60,10 +60,10 @@ bool cpu_has_avx512_bf16() { return cpu_features().avx512_bf16; }
 
 const std::vector<DotKernel>& dot_kernels() {
     static const std::vector<DotKernel> k = {
-        {"scalar", Isa::Scalar, false, VecLayout::F32Natural, dot_rows_scalar},
-        {"avx2", Isa::Avx2, false, VecLayout::F32Split, dot_rows_avx2},
-        {"avx512", Isa::Avx512, false, VecLayout::F32Split, dot_rows_avx512},
-        {"avx512_bf16", Isa::Avx512, true, VecLayout::Bf16Natural, dot_rows_avx512_bf16},
+        {"scalar", Isa::Scalar, false, VecLayout::F32Natural, dot_rows_scalar, dot_multi_scalar},
+        {"avx2", Isa::Avx2, false, VecLayout::F32Split, dot_rows_avx2, dot_multi_avx2},
+        {"avx512", Isa::Avx512, false, VecLayout::F32Split, dot_rows_avx512, dot_multi_avx512},
+        {"avx512_bf16", Isa::Avx512, true, VecLayout::Bf16Natural, dot_rows_avx512_bf16, dot_multi_avx512_bf16},
     };
     return k;
 }

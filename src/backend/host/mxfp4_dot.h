@@ -13,10 +13,17 @@
 // exactly representable in bf16 (the kernel converts x to bf16) — in particular every FP8-dequantised
 // vector (e4m3 · 2^k), which is all the pool feeds it. Denormal x would be flushed by that
 // instruction; FP8-dequantised activations are >= 2^-31 in magnitude (the 1e-4 amax floor).
+//
+// MULTI-VECTOR ROW-DOTS (DotRowsMultiFn): out[v][r] for up to kMaxVecs vectors in one pass over the
+// rows, so pairs that share an expert read (and decode) its weights once. Each (row, vector) keeps its
+// own 16 accumulators in the order above: the bits equal n_vec separate single-vector calls.
 #pragma once
 
 #include "backend/host/host_experts.h"
 
+#include <xmmintrin.h>
+
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstdint>
@@ -40,12 +47,18 @@ void to_layout(VecLayout layout, const float* x, int64_t n, void* dst);
 using DotRowsFn = void (*)(const uint8_t* packed, const uint8_t* scale, int64_t n_in, int64_t n_rows, const void* x,
                            float* out);
 
+// out[v][r] = Σ_k W[r, k] · x[v][k] for v in [0, n_vec), 1 <= n_vec <= kMaxVecs, r in [0, n_rows).
+inline constexpr int kMaxVecs = 8;
+using DotRowsMultiFn = void (*)(const uint8_t* packed, const uint8_t* scale, int64_t n_in, int64_t n_rows,
+                                const void* const* x, int n_vec, float* const* out);
+
 struct DotKernel {
     const char* name;
     Isa isa;  // the ISA level it needs
     bool needs_bf16;  // also needs avx512_bf16
     VecLayout layout;
     DotRowsFn fn;
+    DotRowsMultiFn multi;
 };
 
 // Every kernel built into this binary, scalar first (those the CPU cannot run included).
@@ -65,6 +78,37 @@ void dot_rows_avx512(const uint8_t* packed, const uint8_t* scale, int64_t n_in, 
                      float* out);
 void dot_rows_avx512_bf16(const uint8_t* packed, const uint8_t* scale, int64_t n_in, int64_t n_rows,
                           const void* x, float* out);
+void dot_multi_scalar(const uint8_t* packed, const uint8_t* scale, int64_t n_in, int64_t n_rows, const void* const* x,
+                      int n_vec, float* const* out);
+void dot_multi_avx2(const uint8_t* packed, const uint8_t* scale, int64_t n_in, int64_t n_rows, const void* const* x,
+                    int n_vec, float* const* out);
+void dot_multi_avx512(const uint8_t* packed, const uint8_t* scale, int64_t n_in, int64_t n_rows, const void* const* x,
+                      int n_vec, float* const* out);
+void dot_multi_avx512_bf16(const uint8_t* packed, const uint8_t* scale, int64_t n_in, int64_t n_rows,
+                           const void* const* x, int n_vec, float* const* out);
+
+// Software prefetch of the SIMD kernels. A pass streams R rows in parallel (R short streams, 1-2 KB
+// each, that the hardware prefetchers pick up late and drop at every 4 KB page). Every 64 bytes of a
+// row, the kernel prefetches kPrefetchAhead bytes further along the same row; once that runs past the
+// row's end it continues into the same row of the NEXT pass, so the stream never restarts cold at a
+// pass boundary. Addresses past the block (n_rows rows) are not prefetched: the next block usually
+// belongs to another thread, and fetching it here would cost bandwidth twice.
+inline constexpr int64_t kPrefetchAhead = 1024;
+// Row r of the pass starting at `pass`, `off` bytes in (off a multiple of 64).
+inline void prefetch_row_ahead(const uint8_t* pass, int64_t r, int64_t rows_in_pass, int64_t row_bytes, int64_t off,
+                               const uint8_t* block_end) {
+    int64_t o = off + kPrefetchAhead;
+    if (o >= row_bytes) o += (rows_in_pass - 1) * row_bytes;  // the same row of the next pass
+    const uint8_t* a = pass + r * row_bytes + o;
+    if (a < block_end) _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);
+}
+// The next pass's scale bytes (rows_in_pass rows of n_groups bytes, contiguous), once per pass.
+inline void prefetch_next_scales(const uint8_t* pass_scale, int64_t rows_in_pass, int64_t n_groups,
+                                 const uint8_t* scale_end) {
+    const uint8_t* b = pass_scale + rows_in_pass * n_groups;
+    const uint8_t* e = std::min(b + rows_in_pass * n_groups, scale_end);
+    for (const uint8_t* a = b; a < e; a += 64) _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);
+}
 
 // 2·E2M1 by code (bit 3 = sign; the doubled values are integers, so exact in int8, fp32 and bf16).
 inline constexpr std::array<float, 16> kE2m1Twice = {0.0f,  1.0f,  2.0f,  3.0f,  4.0f,  6.0f,  8.0f,  12.0f,
