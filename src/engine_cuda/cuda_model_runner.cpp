@@ -17,7 +17,15 @@ CudaModelRunner::CudaModelRunner(const ModelConfig& cfg, const ModelWeights& w, 
     ONECARD_CHECK(!devices.empty(), "cuda runner: no usable GPU ({})", cuda::no_device_reason());
     const cuda::DeviceInfo& d = devices.front();
     report_.device = d.name;
-    const GpuWeightBytes wb = gpu_weight_bytes(cfg);
+    GpuWeightBytes wb = gpu_weight_bytes(cfg);
+    const ExpertPlacement* placement = opt.expert_placement && !opt.expert_placement->all_gpu() ? &*opt.expert_placement
+                                                                                                : nullptr;
+    if (placement) {  // only the GPU-resident experts take HBM
+        const int64_t all = static_cast<int64_t>(placement->n_layers()) * placement->n_experts;
+        const int64_t gpu_part = all > 0 ? wb.routed_experts / all * placement->total_gpu() : 0;
+        wb.total -= wb.routed_experts - gpu_part;
+        wb.routed_experts = gpu_part;
+    }
     uint64_t cap = opt.arena_bytes;
     if (cap == 0) {
         ONECARD_CHECK(d.free_bytes > opt.headroom_bytes, "cuda runner: {} has {:.2f} GiB free, less than the headroom",
@@ -34,13 +42,38 @@ CudaModelRunner::CudaModelRunner(const ModelConfig& cfg, const ModelWeights& w, 
                   "{:.2f} GiB; use fewer resident experts or a larger device",
                   wb.total / double(1ull << 30), wb.routed_experts / double(1ull << 30), cap / double(1ull << 30));
     arena_ = std::make_unique<cuda::DeviceArena>(cap, "onecard");
-    weights_ = upload_weights(cfg, w, *arena_);
+    weights_ = upload_weights(cfg, w, *arena_, placement);
+    if (placement) {
+        host_store_ = std::make_unique<HostExpertStore>(cfg, *placement);
+        host_store_->fill_from(w);
+        attach_host_experts(weights_, *host_store_, *arena_);
+        report_.host_expert_bytes = host_store_->bytes();
+        report_.placement = placement->summary();
+    }
     report_.arena_bytes = cap;
     report_.weight_bytes = arena_->used();
     report_.upload_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 CudaModelRunner::~CudaModelRunner() = default;
+
+GpuModelOptions CudaModelRunner::model_options(const CudaRunnerOptions& opt) {
+    GpuModelOptions mo;
+    mo.max_step_tokens = opt.max_num_batched_tokens;
+    mo.max_seqs = opt.max_num_seqs;
+    mo.max_model_len = opt.max_model_len;
+    mo.moe_scratch_bytes = opt.moe_scratch_bytes;
+    mo.host_experts = opt.host_experts;
+    mo.count_expert_picks = opt.count_expert_picks;
+    return mo;
+}
+
+int64_t CudaModelRunner::workspace_bytes(const ModelConfig& cfg, const CudaRunnerOptions& opt, const KvCacheSpec& spec,
+                                         bool hybrid) {
+    // The KV pool's per-step entry region is allocated with the pool but sized by the step: count it here.
+    return GpuModel::workspace_bytes_for(cfg, model_options(opt), spec, hybrid) +
+           opt.max_num_batched_tokens * spec.entry.entry_bytes();
+}
 
 KvModelShape CudaModelRunner::kv_model_shape() const { return kv_model_shape_from_config(cfg_); }
 
@@ -51,12 +84,7 @@ void CudaModelRunner::bind_kv_pool(const KvCacheSpec& spec, const KvPoolSize& si
     report_.kv_pool_bytes = arena_->used() - before;
     report_.kv_token_capacity = size.n_blocks * spec.block_size;
     report_.kv_slots = size.n_slots;
-    GpuModelOptions mo;
-    mo.max_step_tokens = opt_.max_num_batched_tokens;
-    mo.max_seqs = opt_.max_num_seqs;
-    mo.max_model_len = opt_.max_model_len;
-    mo.moe_scratch_bytes = opt_.moe_scratch_bytes;
-    model_ = std::make_unique<GpuModel>(cfg_, weights_, *pool_, mo, *arena_);
+    model_ = std::make_unique<GpuModel>(cfg_, weights_, *pool_, model_options(opt_), *arena_);
     report_.workspace_bytes = static_cast<uint64_t>(model_->workspace_bytes());
     report_.free_after = arena_->remaining();
 }
@@ -120,9 +148,15 @@ RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
         CUDA_CHECK(cudaMemcpyAsync(out.logits.data() + j * V, logits + host_rows[j] * V, static_cast<size_t>(V) * 4,
                                    cudaMemcpyDeviceToHost, stream_.get()));
     stream_.sync();
+    model_->check_host_experts();  // a host expert layer that did not answer fails the step
     for (int64_t i : host_rows)
         if (!out.tokens.empty()) out.tokens[static_cast<size_t>(i)] = -1;
     return out;
+}
+
+std::vector<uint64_t> CudaModelRunner::expert_pick_counts() {
+    ONECARD_CHECK(model_ != nullptr, "cuda runner: bind_kv_pool() was not called");
+    return model_->expert_pick_counts(stream_.get());
 }
 
 int64_t CudaModelRunner::kv_budget_hint() const {

@@ -13,10 +13,13 @@
 #include "engine/model_runner.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "model/expert_placement.h"
 #include "model_cuda/gpu_model.h"
+#include "model_cuda/host_expert_store.h"
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 
 namespace onecard {
@@ -29,12 +32,20 @@ struct CudaRunnerOptions {
     uint64_t arena_bytes = 0;
     uint64_t headroom_bytes = 2ull << 30;
     size_t moe_scratch_bytes = 0;  // 0: what max_num_batched_tokens needs
+    // The memory plan's expert placement (engine/memory_plan.h); experts it keeps off the GPU are
+    // pinned in host RAM and computed by the host expert pool. Unset: every expert on the GPU.
+    std::optional<ExpertPlacement> expert_placement;
+    int64_t kv_cache_bytes = 0;  // the plan's KV pool budget (0: the caller sizes the pool itself)
+    HostMoeOptions host_experts;
+    bool count_expert_picks = false;  // keep per-(layer, expert) pick counts (expert_pick_counts)
 };
 
 // What the startup report prints (serve): where the memory went and how long loading took.
 struct CudaRunnerReport {
     std::string device;
     uint64_t arena_bytes = 0, weight_bytes = 0, kv_pool_bytes = 0, workspace_bytes = 0, free_after = 0;
+    uint64_t host_expert_bytes = 0;  // pinned host RAM holding the experts kept off the GPU
+    std::string placement;           // ExpertPlacement::summary(), or empty when every expert is on the GPU
     int64_t kv_token_capacity = 0, kv_slots = 0;
     double upload_seconds = 0;
 };
@@ -52,6 +63,13 @@ public:
     RunnerOutput execute(const SchedulerOutput& batch) override;
 
     const CudaRunnerReport& report() const { return report_; }
+    // The GpuModel options bind_kv_pool() uses, and the workspace such a model takes (exact: the
+    // memory plan's workspace_bytes). hybrid: the placement keeps experts in host RAM.
+    static GpuModelOptions model_options(const CudaRunnerOptions& opt);
+    static int64_t workspace_bytes(const ModelConfig& cfg, const CudaRunnerOptions& opt, const KvCacheSpec& spec,
+                                   bool hybrid);
+    // Picks per (layer, expert) counted on the GPU since start (CudaRunnerOptions::count_expert_picks).
+    std::vector<uint64_t> expert_pick_counts();
     // KV budget that leaves room for the step workspace in what the weights left of the arena (the
     // default KV size when the user sets none, as vLLM sizes its pool from what is left).
     int64_t kv_budget_hint() const;
@@ -63,6 +81,7 @@ private:
     CudaRunnerOptions opt_;
     cuda::Stream stream_;
     std::unique_ptr<cuda::DeviceArena> arena_;
+    std::unique_ptr<HostExpertStore> host_store_;  // experts kept in host RAM (hybrid), or null
     GpuModelWeights weights_;
     std::unique_ptr<GpuKvPool> pool_;
     std::unique_ptr<GpuModel> model_;

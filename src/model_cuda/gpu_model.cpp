@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops/compressor.cuh"
 #include "backend/cuda/ops/fp8_quant.cuh"
+#include "backend/cuda/ops/host_moe.cuh"
 #include "backend/cuda/ops/hyper_connection.cuh"
 #include "backend/cuda/ops/indexer.cuh"
 #include "backend/cuda/ops/kv_write.cuh"
@@ -57,6 +58,8 @@ struct GpuModel::Buffers {
     float *xs = nullptr, *hs = nullptr;
     int32_t* pair_token = nullptr;  // [gemv_rows·K]: pair i belongs to token i / K
     int32_t* pair_groups = nullptr;                     // the decode pairs grouped by expert (mxfp4_group_pairs)
+    int32_t* local_ids = nullptr;   // [gemv_rows·K]: hybrid layers' GPU slot per pair (-1: host expert)
+    uint32_t* pick_counts = nullptr;  // [layers, E] (count_expert_picks)
     // head
     bf16 *head_rows = nullptr, *head_y = nullptr;  // [logits_rows, 4, D], [logits_rows, D]
     float* logits = nullptr;                       // [logits_rows, vocab]
@@ -91,20 +94,25 @@ int64_t max_unselected_entries(const ModelConfig& c, int64_t max_len) {
 
 }  // namespace
 
-GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKvPool& pool,
-                   const GpuModelOptions& opt, cuda::DeviceArena& arena)
-    : cfg_(cfg),
-      w_(weights),
-      pool_(pool),
-      opt_(opt),
-      meta_(opt.max_step_tokens, opt.max_seqs, pool.spec().blocks_for_tokens(opt.max_model_len) + 1, arena),
-      buf_(std::make_unique<Buffers>()) {
-    check_gpu_model_shape(cfg);
-    ONECARD_CHECK(opt.max_step_tokens <= pool.max_step_tokens(),
-                  "gpu model: {} tokens per step but the KV pool's step region holds {}", opt.max_step_tokens,
-                  pool.max_step_tokens());
-    const size_t used_before = arena.used();
-    Buffers& b = *buf_;
+// Every allocation a GpuModel takes from its arena, in order: the step metadata, the step buffers at
+// full capacity, the linears' per-call scratch, the many-token MoE scratch and, for hybrid weights,
+// the host-expert staging buffer and the mailbox counters. The constructor carves its arena with it
+// and workspace_bytes_for() a sizing arena, so the memory plan's workspace is this code's, not an
+// estimate. Nothing here touches the memory.
+struct GpuModel::Carved {
+    int32_t* meta_i32 = nullptr;
+    int64_t* meta_i64 = nullptr;
+    void* linear_scratch = nullptr;
+    size_t linear_scratch_bytes = 0;
+    void* moe_scratch = nullptr;
+    size_t moe_scratch_bytes = 0;
+    uint8_t* host_staging = nullptr;
+    uint32_t* host_counters = nullptr;  // [HostMoeBridge::kDeviceCounters]
+};
+
+void GpuModel::carve(const ModelConfig& cfg, const GpuModelOptions& opt, int64_t max_blocks_per_seq, bool hybrid,
+                     cuda::DeviceArena& arena, Buffers& b, Carved& c) {
+    GpuStepMeta::carve(opt.max_step_tokens, opt.max_seqs, max_blocks_per_seq, arena, &c.meta_i32, &c.meta_i64);
     const int64_t T = opt.max_step_tokens, D = cfg.hidden_size, H = cfg.num_attention_heads, hd = cfg.head_dim;
     const int64_t nI = cfg.index_n_heads, dI = cfg.index_head_dim, E = cfg.n_routed_experts;
     const int64_t K = cfg.num_experts_per_tok, I = cfg.moe_intermediate_size, W = cfg.sliding_window;
@@ -168,33 +176,79 @@ GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKv
     A(b.hs, P * I / 128, "expert hs");
     A(b.pair_token, P, "pair token");
     A(b.pair_groups, cuda::mxfp4_group_scratch_ints(P), "pair groups");
+    if (hybrid) A(b.local_ids, P, "expert slots of the pairs");
+    if (opt.count_expert_picks) A(b.pick_counts, cfg.num_hidden_layers * E, "expert pick counts");
     A(b.head_rows, b.logits_rows * 4 * D, "head rows");
     A(b.head_y, b.logits_rows * D, "head y");
     A(b.logits, b.logits_rows * cfg.vocab_size, "logits");
     A(b.ids, b.logits_rows, "greedy ids");
     A(b.sample_params, b.logits_rows, "sampling parameters");
     b.sample_scratch = arena.alloc(cuda::sample_rows_scratch_bytes(b.logits_rows, cfg.vocab_size), "sampling scratch");
-    const std::vector<float> rm = rope_inv_freqs_for(cfg, false), rc = rope_inv_freqs_for(cfg, true);
-    A(b.rope_main, static_cast<int64_t>(rm.size()), "rope main");
-    A(b.rope_compress, static_cast<int64_t>(rc.size()), "rope compress");
-    cuda::copy_to_device(b.rope_main, rm);
-    cuda::copy_to_device(b.rope_compress, rc);
+    A(b.rope_main, static_cast<int64_t>(rope_inv_freqs_for(cfg, false).size()), "rope main");
+    A(b.rope_compress, static_cast<int64_t>(rope_inv_freqs_for(cfg, true).size()), "rope compress");
+    // Per-call scratch of the linears (quantised activations, padded GEMM rows): a sub-arena.
+    const int64_t per_call = std::max(T * std::max({D, cfg.q_lora_rank, H * hd, cfg.o_groups * cfg.o_lora_rank, I}) * 4,
+                                      GpuLinears::group_scratch_bytes(cfg.o_lora_rank, H * hd / cfg.o_groups));
+    c.linear_scratch_bytes = static_cast<size_t>(per_call) + (size_t{80} << 20);
+    c.linear_scratch = arena.alloc(c.linear_scratch_bytes, "linear scratch");
+    const size_t moe_need = cuda::MoeExperts::scratch_bytes_for(D, I, T * K);
+    c.moe_scratch_bytes = opt.moe_scratch_bytes ? opt.moe_scratch_bytes : moe_need;
+    ONECARD_CHECK(c.moe_scratch_bytes >= moe_need,
+                  "gpu model: the MoE scratch of {} MiB is too small for {} tokens per step (needs {} MiB)",
+                  c.moe_scratch_bytes >> 20, T, moe_need >> 20);
+    c.moe_scratch = arena.alloc(c.moe_scratch_bytes, "moe scratch");
+    if (hybrid) {
+        c.host_staging = static_cast<uint8_t*>(arena.alloc(cuda::MxHybridExperts::staging_bytes_for(D, I), "host expert staging"));
+        c.host_counters = arena.alloc_n<uint32_t>(HostMoeBridge::kDeviceCounters, "host experts: request counters");
+    }
+}
+
+int64_t GpuModel::workspace_bytes_for(const ModelConfig& cfg, const GpuModelOptions& opt, const KvCacheSpec& spec,
+                                      bool hybrid) {
+    // A borrowed arena over no memory: the bookkeeping only. Its base is 256-aligned like cudaMalloc's;
+    // a real arena may start mid-way, which costs at most one alignment gap more (added).
+    cuda::DeviceArena sizing(reinterpret_cast<void*>(uintptr_t{1} << 40), size_t{1} << 50, "workspace sizing");
+    Buffers b;
+    Carved c;
+    carve(cfg, opt, spec.blocks_for_tokens(opt.max_model_len) + 1, hybrid, sizing, b, c);
+    return static_cast<int64_t>(sizing.used()) + 256;
+}
+
+GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKvPool& pool,
+                   const GpuModelOptions& opt, cuda::DeviceArena& arena)
+    : cfg_(cfg),
+      w_(weights),
+      pool_(pool),
+      opt_(opt),
+      buf_(std::make_unique<Buffers>()) {
+    check_gpu_model_shape(cfg);
+    ONECARD_CHECK(opt.max_step_tokens <= pool.max_step_tokens(),
+                  "gpu model: {} tokens per step but the KV pool's step region holds {}", opt.max_step_tokens,
+                  pool.max_step_tokens());
+    const size_t used_before = arena.used();
+    bool hybrid = false;
+    for (const GpuBlock& blk : weights.layers) hybrid = hybrid || blk.ffn.hybrid();
+    Buffers& b = *buf_;
+    Carved c;
+    const int64_t max_blocks = pool.spec().blocks_for_tokens(opt.max_model_len) + 1;
+    carve(cfg, opt, max_blocks, hybrid, arena, b, c);
+    meta_ = std::make_unique<GpuStepMeta>(opt.max_step_tokens, opt.max_seqs, max_blocks, c.meta_i32, c.meta_i64);
+    const int64_t E = cfg.n_routed_experts, K = cfg.num_experts_per_tok, D = cfg.hidden_size,
+                  I = cfg.moe_intermediate_size, P = b.gemv_rows * K;
+    cuda::copy_to_device(b.rope_main, rope_inv_freqs_for(cfg, false));
+    cuda::copy_to_device(b.rope_compress, rope_inv_freqs_for(cfg, true));
     std::vector<int32_t> pt(static_cast<size_t>(P));
     for (int64_t i = 0; i < P; ++i) pt[static_cast<size_t>(i)] = static_cast<int32_t>(i / K);
     cuda::copy_to_device(b.pair_token, pt);
-
-    // Per-call scratch (quantised activations, padded GEMM rows) lives in a sub-arena.
-    const int64_t per_call = std::max(T * std::max({D, cfg.q_lora_rank, H * hd, cfg.o_groups * cfg.o_lora_rank, I}) * 4,
-                                      GpuLinears::group_scratch_bytes(cfg.o_lora_rank, H * hd / cfg.o_groups));
-    const size_t scratch = static_cast<size_t>(per_call) + (size_t{80} << 20);
-    ws_ = std::make_unique<cuda::DeviceArena>(arena.alloc(scratch, "linear scratch"), scratch, "linear scratch");
+    ws_ = std::make_unique<cuda::DeviceArena>(c.linear_scratch, c.linear_scratch_bytes, "linear scratch");
     lin_ = std::make_unique<GpuLinears>(*ws_);
-    const size_t moe_need = cuda::MoeExperts::scratch_bytes_for(D, I, T * K);
-    const size_t moe_bytes = opt.moe_scratch_bytes ? opt.moe_scratch_bytes : moe_need;
-    ONECARD_CHECK(moe_bytes >= moe_need, "gpu model: the MoE scratch of {} MiB is too small for {} tokens per step (needs {} MiB)",
-                  moe_bytes >> 20, T, moe_need >> 20);
-    void* moe_scratch = arena.alloc(moe_bytes, "moe scratch");
-    experts_ = std::make_unique<cuda::MoeExperts>(moe_scratch, moe_bytes, T * K);
+    experts_ = std::make_unique<cuda::MoeExperts>(c.moe_scratch, c.moe_scratch_bytes, opt.max_step_tokens * K);
+    if (hybrid) {
+        host_staging_ = c.host_staging;
+        host_ = std::make_unique<HostMoeBridge>(cfg, weights, b.gemv_rows, opt.host_experts, c.host_counters);
+    }
+    if (b.pick_counts)
+        CUDA_CHECK(cudaMemset(b.pick_counts, 0, static_cast<size_t>(cfg.num_hidden_layers * E) * sizeof(uint32_t)));
     workspace_bytes_ = static_cast<int64_t>(arena.used() - used_before);
     moe_gemv_ = D % 1024 == 0 && I % 1024 == 0;
 }
@@ -241,8 +295,8 @@ void GpuModel::check_integrity() const {
     for (const auto& [key, exec] : graphs_)
         ONECARD_CHECK(exec != nullptr && key.n >= 1 && key.n <= kGraphMaxTokens && key.pos_bound <= opt_.max_model_len,
                       "gpu model: a captured graph for {} tokens / bound {} is out of range", key.n, key.pos_bound);
-    ONECARD_CHECK(meta_.n <= opt_.max_step_tokens && meta_.n_out <= meta_.n,
-                  "gpu model: the last step's metadata ({} tokens, {} rows) exceeds the capacity", meta_.n, meta_.n_out);
+    ONECARD_CHECK(meta_->n <= opt_.max_step_tokens && meta_->n_out <= meta_->n,
+                  "gpu model: the last step's metadata ({} tokens, {} rows) exceeds the capacity", meta_->n, meta_->n_out);
 }
 
 void GpuModel::drop_graphs() {
@@ -253,7 +307,7 @@ void GpuModel::drop_graphs() {
 void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t s) {
     Buffers& b = *buf_;
     const ModelConfig& c = cfg_;
-    const int64_t n = meta_.n, il = blk.layer_id, H = c.num_attention_heads, hd = c.head_dim;
+    const int64_t n = meta_->n, il = blk.layer_id, H = c.num_attention_heads, hd = c.head_dim;
     const int64_t W = c.sliding_window, n_rope = c.qk_rope_head_dim;
     const float eps = static_cast<float>(c.rms_norm_eps);
     const GpuAttention& w = blk.attn;
@@ -285,9 +339,9 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
         lin_->fp8(w.wq_b, b.qr, n, b.q, s);
     }
     cuda::rmsnorm_bf16(b.q, nullptr, b.q, n * H, hd, eps, s);
-    cuda::rope_bf16_pair(b.q, H, b.kv, 1, n, hd, rope, n_rope, meta_.positions, false, s);
+    cuda::rope_bf16_pair(b.q, H, b.kv, 1, n, hd, rope, n_rope, meta_->positions, false, s);
     tick("attn: q/kv path (wq_a|wkv, wq_b, norms, rope)", s);
-    build_write_offsets(meta_, pool_, il, W, b.step_dst, b.ring_dst, b.entry_dst, b.key_dst, s);
+    build_write_offsets(*meta_, pool_, il, W, b.step_dst, b.ring_dst, b.entry_dst, b.key_dst, s);
     const KvCacheSpec& spec = pool_.spec();
     cuda::KvEntryDims ed;
     ed.head_dim = hd;
@@ -299,9 +353,9 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
 
     const auto& addr = pool_.layer(il);
     cuda::CompressorTokens ct;
-    ct.positions = meta_.positions;
-    ct.seq_first = meta_.seq_first;
-    ct.ring_base = meta_.slot_off;
+    ct.positions = meta_->positions;
+    ct.seq_first = meta_->seq_first;
+    ct.ring_base = meta_->slot_off;
     // buf [T, 2·c·d] floats: rows [kv | score] from one GEMV over wkv|wgate when they are stored back to
     // back, else kv [n, c·d] then score [n, c·d] from two.
     auto compress = [&](const GpuCompressor& cw, int64_t region, float* buf, bf16* entries) {
@@ -342,7 +396,7 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
             lin_->fp8_quantized(ix.wq_b, b.qrq, b.qrs, n, b.iq, s);
         else
             lin_->fp8(ix.wq_b, b.qr, n, b.iq, s);
-        cuda::rope_hadamard_fp4_sim(b.iq, n, nI, dI, b.rope_compress, n_rope, meta_.positions, s);
+        cuda::rope_hadamard_fp4_sim(b.iq, n, nI, dI, b.rope_compress, n_rope, meta_->positions, s);
         lin_->bf16(ix.weights_proj, xn, n, b.iw, cuda::GemmOut::F32, s, 0, 1.0f / std::sqrt(static_cast<float>(nI)));
         tick("attn: indexer q + weights", s);
         cuda::IndexerDims id;
@@ -350,8 +404,8 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
         id.head_dim = dI;
         id.topk = c.index_topk;
         id.softmax_scale = 1.0f / std::sqrt(static_cast<float>(dI));
-        const cuda::PagedStreamAddr ka = pool_.entry_addr(il, true, meta_.block_tables, meta_.max_blocks);
-        cuda::indexer_topk(b.iq, b.iw, meta_.positions, meta_.seq_of_token, pool_.base(), ka, b.topk, n,
+        const cuda::PagedStreamAddr ka = pool_.entry_addr(il, true, meta_->block_tables, meta_->max_blocks);
+        cuda::indexer_topk(b.iq, b.iw, meta_->positions, meta_->seq_of_token, pool_.base(), ka, b.topk, n,
                            pos_bound_ / ratio, id, b.index_scratch, b.index_scratch_floats, s);
         picks = b.topk;
         tick("attn: indexer scores + top-k", s);
@@ -361,8 +415,8 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
     if (ratio) max_keys += picks ? c.index_topk : pos_bound_ / ratio;
     max_keys = std::max<int64_t>(max_keys, W);
     ONECARD_CHECK(max_keys <= b.max_keys, "gpu model: position {} needs {} keys (max_model_len too small?)",
-                  meta_.max_pos, max_keys);
-    build_attention_offsets(meta_, pool_, il, W, picks, c.index_topk, max_keys, b.kv_off, s);
+                  meta_->max_pos, max_keys);
+    build_attention_offsets(*meta_, pool_, il, W, picks, c.index_topk, max_keys, b.kv_off, s);
     cuda::SparseAttnDims ad;
     ad.n_heads = H;
     ad.head_dim = hd;
@@ -373,7 +427,7 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
     tick("attn: key lists", s);
     cuda::sparse_attention_decode(b.q, pool_.base(), b.kv_off, max_keys, w.sink, b.o, n, ad, s, b.attn_scratch,
                                   cuda::sparse_attention_scratch_floats(H, hd));
-    cuda::rope_bf16(b.o, n, H, hd, rope, n_rope, meta_.positions, true, s);
+    cuda::rope_bf16(b.o, n, H, hd, rope, n_rope, meta_->positions, true, s);
     tick("attn: sparse attention", s);
     lin_->grouped(w.wo_a, c.o_groups, b.o, n, b.z, s);
     tick("attn: wo_a (grouped)", s);
@@ -386,19 +440,30 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
 void GpuModel::moe(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t s) {
     Buffers& b = *buf_;
     const ModelConfig& c = cfg_;
-    const int64_t n = meta_.n, D = c.hidden_size, I = c.moe_intermediate_size, K = c.num_experts_per_tok;
+    const int64_t n = meta_->n, D = c.hidden_size, I = c.moe_intermediate_size, K = c.num_experts_per_tok;
     const float limit = static_cast<float>(c.swiglu_limit);
     const GpuMoE& m = blk.ffn;
     const bool hash = c.is_hash_layer(blk.layer_id);
     lin_->bf16(m.gate, xn, n, b.router, cuda::GemmOut::F32, s);
-    cuda::moe_route(b.router, hash ? nullptr : m.bias, hash ? m.tid2eid : nullptr, meta_.tokens, n, c.n_routed_experts,
+    cuda::moe_route(b.router, hash ? nullptr : m.bias, hash ? m.tid2eid : nullptr, meta_->tokens, n, c.n_routed_experts,
                     K, static_cast<float>(c.routed_scaling_factor), b.experts, b.weights, s);
+    if (b.pick_counts) cuda::count_expert_picks(b.experts, n * K, b.pick_counts + blk.layer_id * c.n_routed_experts, s);
     tick("moe: router", s);
     // Shared expert: w1 and w3 as one linear when fused; on the GEMV path xn is quantised once for
     // the shared and the routed experts.
     const cuda::MxExpertWeights& e = m.experts;
     const bool routed_gemv = n <= b.gemv_rows && moe_gemv_;
     const bool x_once = routed_gemv && m.shared_w13.w && lin_->gemv_ok(m.shared_w13, n);
+    // Hybrid layer, GEMV path: hand the host its pairs first, so the host experts run while the GPU
+    // computes the shared expert and its own routed experts.
+    const bool host_pairs = routed_gemv && m.hybrid();
+    if (host_pairs) {
+        if (!x_quantized_) cuda::quantize_fp8_1x128(xn, b.xq, b.xs, n, D, cuda::ActScaleLayout::RowMajor, s);
+        x_quantized_ = true;
+        cuda::host_moe_publish(b.xq, b.xs, b.experts, b.weights, m.expert_slot, b.local_ids, n, K, D,
+                               static_cast<int32_t>(blk.layer_id), host_->view(), s);
+        tick("moe: host experts publish", s);
+    }
     if (x_once) {
         if (!x_quantized_) cuda::quantize_fp8_1x128(xn, b.xq, b.xs, n, D, cuda::ActScaleLayout::RowMajor, s);
         lin_->fp8_quantized(m.shared_w13, b.xq, b.xs, n, b.s13, s);
@@ -423,25 +488,43 @@ void GpuModel::moe(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t 
     if (routed_gemv) {
         const int64_t P = n * K;
         if (!x_once && !x_quantized_) cuda::quantize_fp8_1x128(xn, b.xq, b.xs, n, D, cuda::ActScaleLayout::RowMajor, s);
-        const cuda::MoePairGroups groups = cuda::mxfp4_group_pairs(
-            b.experts, P, c.n_routed_experts, n, b.pair_groups, cuda::mxfp4_group_scratch_ints(b.gemv_rows * K), s);
-        cuda::mxfp4_grouped_gemv(b.xq, b.xs, b.pair_token, groups, e.w1, e.s1, b.y1, e.w3, e.s3, b.y3, I, D, s);
-        cuda::swiglu_clamp_quant(b.y1, b.y3, I, b.weights, b.hq, b.hs, P, I, limit, s);
-        cuda::mxfp4_grouped_gemv(b.hq, b.hs, nullptr, groups, e.w2, e.s2, b.y2, nullptr, nullptr, nullptr, D, I, s);
+        // On a hybrid layer the GPU groups its own slots (host pairs are -1: left out, rows not written).
+        const int32_t* ids = host_pairs ? b.local_ids : b.experts;
+        if (e.n_experts > 0) {
+            const cuda::MoePairGroups groups = cuda::mxfp4_group_pairs(
+                ids, P, e.n_experts, n, b.pair_groups, cuda::mxfp4_group_scratch_ints(b.gemv_rows * K), s);
+            cuda::mxfp4_grouped_gemv(b.xq, b.xs, b.pair_token, groups, e.w1, e.s1, b.y1, e.w3, e.s3, b.y3, I, D, s);
+            cuda::swiglu_clamp_quant(b.y1, b.y3, I, b.weights, b.hq, b.hs, P, I, limit, s);
+            cuda::mxfp4_grouped_gemv(b.hq, b.hs, nullptr, groups, e.w2, e.s2, b.y2, nullptr, nullptr, nullptr, D, I, s);
+        }
+        tick("moe: routed experts (gemv)", s);
+        if (host_pairs) {
+            cuda::host_moe_wait_gather(b.local_ids, P, D, host_->view(), b.y2, opt_.host_experts.timeout_ns, s);
+            tick("moe: host experts wait", s);
+        }
         cuda::moe_combine(b.y2, nullptr, b.shared, out, n, K, D, s);
         tick("moe: routed experts (gemv)", s);
     } else {
         CUDA_CHECK(cudaMemcpyAsync(b.xr, xn, static_cast<size_t>(n * D) * 2, cudaMemcpyDeviceToDevice, s));
         cuda::fp8_round_1x128(b.xr, n, D, s);
-        experts_->run(b.xr, b.experts, b.weights, n, K, e, /*weight_before_w2=*/true, limit, b.shared, out, s);
+        cuda::MxHybridExperts hyb;
+        if (m.hybrid()) {
+            hyb.n_global = c.n_routed_experts;
+            hyb.slot_of = m.expert_slot_host.data();
+            hyb.host = m.host_experts.data();
+            hyb.staging = host_staging_;
+        }
+        experts_->run(b.xr, b.experts, b.weights, n, K, e, /*weight_before_w2=*/true, limit, b.shared, out, s,
+                      m.hybrid() ? &hyb : nullptr);
         tick("moe: routed experts (grouped)", s);
     }
 }
 
 const float* GpuModel::step(std::span<const GpuStepSeq> seqs, bool all_rows, cudaStream_t s) {
     Buffers& b = *buf_;
-    meta_.build(seqs, pool_, all_rows, s);
-    ONECARD_CHECK(meta_.n_out <= b.logits_rows, "gpu model: {} logits rows asked, room for {}", meta_.n_out,
+    if (host_) host_->begin_step();
+    meta_->build(seqs, pool_, all_rows, s);
+    ONECARD_CHECK(meta_->n_out <= b.logits_rows, "gpu model: {} logits rows asked, room for {}", meta_->n_out,
                   b.logits_rows);
     for (const auto& q : seqs)
         ONECARD_CHECK(q.start_pos + static_cast<int64_t>(q.tokens.size()) <= opt_.max_model_len,
@@ -449,8 +532,8 @@ const float* GpuModel::step(std::span<const GpuStepSeq> seqs, bool all_rows, cud
                       q.start_pos + static_cast<int64_t>(q.tokens.size()), opt_.max_model_len);
     // Key lists and indexer scores are sized for positions below a bound rounded up to 512, so a
     // captured decode graph serves the next 512 positions.
-    pos_bound_ = std::min<int64_t>((meta_.max_pos + 1 + 511) / 512 * 512, opt_.max_model_len);
-    const bool graph = opt_.cuda_graphs && meta_.n <= kGraphMaxTokens && moe_gemv_ && !profile_;
+    pos_bound_ = std::min<int64_t>((meta_->max_pos + 1 + 511) / 512 * 512, opt_.max_model_len);
+    const bool graph = opt_.cuda_graphs && meta_->n <= kGraphMaxTokens && moe_gemv_ && !profile_;
     if (!graph) {
         profiling_ = profile_;
         profile_ = false;
@@ -458,7 +541,7 @@ const float* GpuModel::step(std::span<const GpuStepSeq> seqs, bool all_rows, cud
         profiling_ = false;
         return b.logits;
     }
-    const GraphKey key{meta_.n, meta_.n_out, pos_bound_};
+    const GraphKey key{meta_->n, meta_->n_out, pos_bound_};
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
         if (graphs_.size() >= 96) drop_graphs();  // positions moved on: older bounds are not reused
@@ -488,11 +571,11 @@ void GpuModel::forward(cudaStream_t s) {
     Buffers& b = *buf_;
     const ModelConfig& c = cfg_;
     const int64_t D = c.hidden_size;
-    const int64_t n = meta_.n;
+    const int64_t n = meta_->n;
     const cuda::HcDims hd = hc_dims(c);
     const float eps = static_cast<float>(c.rms_norm_eps);
     tick("start", s);
-    cuda::embed_streams(meta_.tokens, w_.embed, b.X, n, D, 4, s);
+    cuda::embed_streams(meta_->tokens, w_.embed, b.X, n, D, 4, s);
     for (const GpuBlock& blk : w_.layers) {
         // x = attn_norm(collapse of the streams); the norm is fused into hc_pre's finishing kernel, and
         // so is x's FP8 quantisation where the first linears that read x take it (the GEMV paths).
@@ -513,9 +596,9 @@ void GpuModel::forward(cudaStream_t s) {
         tick("hyper-connections + norms", s);
     }
     // Head on the wanted rows only.
-    const int64_t r = meta_.n_out;
+    const int64_t r = meta_->n_out;
     if (r == 0) return;
-    gather_rows_bf16(b.X, meta_.out_rows, b.head_rows, r, 4 * D, s);
+    gather_rows_bf16(b.X, meta_->out_rows, b.head_rows, r, 4 * D, s);
     cuda::hc_head_bf16(b.head_rows, w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, b.head_y, r, D,
                        static_cast<float>(c.hc_eps), eps, s);
     cuda::rmsnorm_bf16(b.head_y, w_.norm, b.head_y, r, D, eps, s);
@@ -523,14 +606,33 @@ void GpuModel::forward(cudaStream_t s) {
     tick("head", s);
 }
 
+void GpuModel::check_host_experts() const {
+    if (host_) host_->check_step();
+}
+
+std::vector<uint64_t> GpuModel::expert_pick_counts(cudaStream_t s) const {
+    const size_t n = static_cast<size_t>(cfg_.num_hidden_layers * cfg_.n_routed_experts);
+    ONECARD_CHECK(buf_->pick_counts != nullptr, "gpu model: expert pick counting is off (GpuModelOptions::count_expert_picks)");
+    std::vector<uint32_t> c(n);
+    CUDA_CHECK(cudaMemcpyAsync(c.data(), buf_->pick_counts, n * sizeof(uint32_t), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    return std::vector<uint64_t>(c.begin(), c.end());
+}
+
+void GpuModel::reset_expert_pick_counts(cudaStream_t s) {
+    if (!buf_->pick_counts) return;
+    CUDA_CHECK(cudaMemsetAsync(buf_->pick_counts, 0,
+                               static_cast<size_t>(cfg_.num_hidden_layers * cfg_.n_routed_experts) * sizeof(uint32_t), s));
+}
+
 const int32_t* GpuModel::argmax_last(cudaStream_t s) {
-    cuda::argmax_rows(buf_->logits, buf_->ids, meta_.n_out, cfg_.vocab_size, s);
+    cuda::argmax_rows(buf_->logits, buf_->ids, meta_->n_out, cfg_.vocab_size, s);
     return buf_->ids;
 }
 
 const int32_t* GpuModel::sample_last(const cuda::SampleParams* params, cudaStream_t s) {
     Buffers& b = *buf_;
-    const int64_t n = meta_.n_out;
+    const int64_t n = meta_->n_out;
     CUDA_CHECK(cudaMemcpyAsync(b.sample_params, params, static_cast<size_t>(n) * sizeof(cuda::SampleParams),
                                cudaMemcpyHostToDevice, s));
     cuda::sample_rows(b.logits, b.sample_params, b.ids, n, cfg_.vocab_size, b.sample_scratch, s);

@@ -17,6 +17,7 @@
 #include "model_cuda/gpu_linear.h"
 #include "model_cuda/gpu_step.h"
 #include "model_cuda/gpu_weights.h"
+#include "model_cuda/host_moe_bridge.h"
 
 #include <cuda_runtime.h>
 
@@ -35,6 +36,8 @@ struct GpuModelOptions {
     int64_t max_model_len = 65536;    // longest sequence (sizes key lists and indexer scratch)
     size_t moe_scratch_bytes = 0;  // many-token expert path (dequantised experts + rows); 0 = what max_step_tokens needs
     bool cuda_graphs = true;  // replay steps of <= kGraphMaxTokens tokens as CUDA graphs
+    bool count_expert_picks = false;  // count routing picks per (layer, expert) on the device (expert_pick_counts)
+    HostMoeOptions host_experts;      // the host expert pool, when the weights keep experts in host RAM
 };
 
 class GpuModel {
@@ -48,7 +51,7 @@ public:
     // step): one row per sequence with want_logits (its last token), or every token's row when
     // all_rows. Sequences starting at position 0 start fresh state in their slot.
     const float* step(std::span<const GpuStepSeq> seqs, bool all_rows, cudaStream_t stream);
-    int64_t n_out_rows() const { return meta_.n_out; }
+    int64_t n_out_rows() const { return meta_->n_out; }
     // Greedy tokens [n_out] of the last step's logits, on the device.
     const int32_t* argmax_last(cudaStream_t stream);
     // Tokens [n_out] of the last step's logits drawn with params[i] for row i (host array of n_out
@@ -74,9 +77,25 @@ public:
     static constexpr int64_t kGraphMaxTokens = 64;
     // Bytes of the workspace (activations, scratch) this model took from the arena.
     int64_t workspace_bytes() const { return workspace_bytes_; }
+    // What a GpuModel with these options takes from its arena (workspace_bytes() of one built over
+    // `spec`'s pool, exactly, up to one 256-byte alignment gap): the memory planner's workspace.
+    // hybrid: the weights keep experts in host RAM (staging buffer, mailbox counters). No GPU needed.
+    static int64_t workspace_bytes_for(const ModelConfig& cfg, const GpuModelOptions& opt, const KvCacheSpec& spec,
+                                       bool hybrid);
+    // After the last step's stream has synchronised: throws onecard::Error if the host expert pool
+    // did not answer a layer of it (its output is then invalid). No-op without host experts.
+    void check_host_experts() const;
+    // The host expert pool, or nullptr when every expert is on the GPU.
+    const HostMoeBridge* host_experts() const { return host_.get(); }
+    // Picks per (layer, expert) since the last reset, [layers · E] (count_expert_picks; synchronises).
+    std::vector<uint64_t> expert_pick_counts(cudaStream_t stream) const;
+    void reset_expert_pick_counts(cudaStream_t stream);
 
 private:
     struct Buffers;
+    struct Carved;
+    static void carve(const ModelConfig& cfg, const GpuModelOptions& opt, int64_t max_blocks_per_seq, bool hybrid,
+                      cuda::DeviceArena& arena, Buffers& b, Carved& c);
     // Graphs are keyed by what the captured launches depend on besides the device metadata: token
     // count, logits rows and the position bound that sizes key lists and indexer scores.
     struct GraphKey {
@@ -96,9 +115,11 @@ private:
     GpuKvPool& pool_;
     GpuModelOptions opt_;
     std::unique_ptr<cuda::DeviceArena> ws_;  // per-call scratch of the linears (a region of the caller's arena)
-    GpuStepMeta meta_;
+    std::unique_ptr<GpuStepMeta> meta_;
     std::unique_ptr<GpuLinears> lin_;
     std::unique_ptr<cuda::MoeExperts> experts_;
+    std::unique_ptr<HostMoeBridge> host_;  // hybrid layers only
+    uint8_t* host_staging_ = nullptr;      // the many-token path's staging buffer for host experts
     std::unique_ptr<Buffers> buf_;
     int64_t workspace_bytes_ = 0;
     int64_t pos_bound_ = 0;  // positions of this step are < pos_bound_ (rounded up: graph reuse)

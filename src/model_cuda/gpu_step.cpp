@@ -17,15 +17,23 @@ struct GpuStepMeta::Staging {
     int64_t* i64 = nullptr;
 };
 
-GpuStepMeta::GpuStepMeta(int64_t max_tokens, int64_t max_seqs, int64_t max_blocks_per_seq, cuda::DeviceArena& arena)
+void GpuStepMeta::carve(int64_t max_tokens, int64_t max_seqs, int64_t max_blocks_per_seq, cuda::DeviceArena& arena,
+                        int32_t** d_i32, int64_t** d_i64) {
+    *d_i32 = arena.alloc_n<int32_t>(static_cast<size_t>(6 * max_tokens + max_seqs * max_blocks_per_seq),
+                                    "step metadata (int32)");
+    *d_i64 = arena.alloc_n<int64_t>(static_cast<size_t>(max_tokens), "step metadata (int64)");
+}
+
+GpuStepMeta::GpuStepMeta(int64_t max_tokens, int64_t max_seqs, int64_t max_blocks_per_seq, int32_t* d_i32,
+                         int64_t* d_i64)
     : cap_tokens_(max_tokens), cap_seqs_(max_seqs), cap_blocks_(max_blocks_per_seq) {
     const size_t n32 = static_cast<size_t>(6 * cap_tokens_ + cap_seqs_ * cap_blocks_);
     const size_t n64 = static_cast<size_t>(cap_tokens_);
     host_ = new Staging;
     CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host_->i32), n32 * 4, cudaHostAllocDefault));
     CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host_->i64), n64 * 8, cudaHostAllocDefault));
-    d_i32_ = arena.alloc_n<int32_t>(n32, "step metadata (int32)");
-    d_i64_ = arena.alloc_n<int64_t>(n64, "step metadata (int64)");
+    d_i32_ = d_i32;
+    d_i64_ = d_i64;
     tokens = d_i32_;
     positions = d_i32_ + cap_tokens_;
     seq_of_token = d_i32_ + 2 * cap_tokens_;

@@ -39,7 +39,8 @@ float inv_sqrt(int64_t fan_in) {
 // bytes a fresh arena would hand out.
 class Builder {
 public:
-    Builder(const ModelConfig& cfg, cuda::DeviceArena* arena) : cfg_(cfg), arena_(arena) {}
+    Builder(const ModelConfig& cfg, cuda::DeviceArena* arena, const ExpertPlacement* placement)
+        : cfg_(cfg), arena_(arena), placement_(placement) {}
 
     GpuModelWeights build() {
         const int64_t D = cfg_.hidden_size, V = cfg_.vocab_size;
@@ -124,9 +125,9 @@ private:
         a.n_in = b.n_in = n_in;
     }
 
-    // All experts' copies of one matrix: codes [E·n_out, n_in/2], scales [E·n_out, n_in/32].
-    void mx_matrix(const std::string& prefix, int64_t n_out, int64_t n_in, const uint8_t*& w, const uint8_t*& s) {
-        const int64_t E = cfg_.n_routed_experts;
+    // The E GPU-resident experts' copies of one matrix: codes [E·n_out, n_in/2], scales [E·n_out, n_in/32].
+    void mx_matrix(const std::string& prefix, int64_t E, int64_t n_out, int64_t n_in, const uint8_t*& w,
+                   const uint8_t*& s) {
         ONECARD_CHECK(n_out > 0 && n_in > 0 && n_in % 32 == 0,
                       "gpu synth: MXFP4 {} [{}, {}] needs an input width that is a multiple of 32", prefix, n_out,
                       n_in);
@@ -202,12 +203,14 @@ private:
             m.bias = f32_tensor(p + ".gate.bias", 1, E, 0.0f, 0.05f);
         }
         cuda::MxExpertWeights& x = m.experts;
-        x.n_experts = E;
+        // With a placement only the layer's GPU-resident experts are made here (in slot order); the
+        // others are made in host RAM (HostExpertStore::fill_synthetic).
+        x.n_experts = placement_ ? placement_->n_gpu(layer_) : E;
         x.dim = D;
         x.inter = I;
-        mx_matrix(p + ".experts.w1", I, D, x.w1, x.s1);
-        mx_matrix(p + ".experts.w2", D, I, x.w2, x.s2);
-        mx_matrix(p + ".experts.w3", I, D, x.w3, x.s3);
+        mx_matrix(p + ".experts.w1", x.n_experts, I, D, x.w1, x.s1);
+        mx_matrix(p + ".experts.w2", x.n_experts, D, I, x.w2, x.s2);
+        mx_matrix(p + ".experts.w3", x.n_experts, I, D, x.w3, x.s3);
         // The checkpoint's shared expert is one expert of moe_intermediate_size rows (n_shared_experts = 1).
         fp8_linear_pair(p + ".shared_experts.w1", I, p + ".shared_experts.w3", I, D, m.shared_w1, m.shared_w3);
         if (arena_) m.shared_w13 = fuse_rows(m.shared_w1, m.shared_w3);
@@ -216,6 +219,7 @@ private:
     }
 
     GpuBlock block(int64_t il) {
+        layer_ = il;
         const std::string p = fmt::format("layers.{}", il);
         const int64_t D = cfg_.hidden_size;
         GpuBlock b;
@@ -231,6 +235,8 @@ private:
 
     const ModelConfig& cfg_;
     cuda::DeviceArena* arena_;
+    const ExpertPlacement* placement_;  // nullptr: every routed expert on the GPU
+    int64_t layer_ = 0;                 // the layer being built
     size_t used_ = 0;
     std::vector<FillJob> jobs_;
 };
@@ -308,20 +314,26 @@ void launch_fill(const FillJob& j, uint64_t seed, const ModelConfig& cfg, cudaSt
 
 }  // namespace
 
-int64_t synth_weights_device_bytes(const ModelConfig& cfg) {
-    Builder b(cfg, nullptr);
+int64_t synth_weights_device_bytes(const ModelConfig& cfg, const ExpertPlacement* placement) {
+    Builder b(cfg, nullptr, placement);
     b.build();
     return static_cast<int64_t>(b.used());
 }
 
-GpuModelWeights alloc_synth_weights(const ModelConfig& cfg, cuda::DeviceArena& arena) {
-    Builder b(cfg, &arena);
+GpuModelWeights alloc_synth_weights(const ModelConfig& cfg, cuda::DeviceArena& arena, const ExpertPlacement* placement) {
+    Builder b(cfg, &arena, placement);
     return b.build();
 }
 
 GpuModelWeights synth_weights_on_device(const ModelConfig& cfg, cuda::DeviceArena& arena, uint64_t seed,
-                                        cudaStream_t stream) {
-    Builder b(cfg, &arena);
+                                        cudaStream_t stream, const ExpertPlacement* placement) {
+    if (placement) {
+        placement->check_integrity();
+        ONECARD_CHECK(placement->n_layers() == cfg.num_hidden_layers && placement->n_experts == cfg.n_routed_experts,
+                      "gpu synth: the placement is for {} layers x {} experts, the model has {} x {}",
+                      placement->n_layers(), placement->n_experts, cfg.num_hidden_layers, cfg.n_routed_experts);
+    }
+    Builder b(cfg, &arena, placement);
     GpuModelWeights w = b.build();
     for (const FillJob& j : b.jobs()) launch_fill(j, seed, cfg, stream);
     return w;

@@ -19,6 +19,7 @@
 
 #include "backend/cuda/arena.h"
 #include "model/config.h"
+#include "model/expert_placement.h"
 #include "model_cuda/gpu_weights.h"
 
 #include <cuda_runtime_api.h>
@@ -29,7 +30,8 @@ namespace onecard {
 
 // Bytes synth_weights_on_device (and alloc_synth_weights) take from an arena whose used() is a
 // multiple of 256 (a fresh one): every tensor plus the 256-byte alignment padding between them.
-int64_t synth_weights_device_bytes(const ModelConfig& cfg);
+// With a placement, only its GPU-resident routed experts (the rest: HostExpertStore::fill_synthetic).
+int64_t synth_weights_device_bytes(const ModelConfig& cfg, const ExpertPlacement* placement = nullptr);
 
 // Carves every tensor of `cfg`'s main model out of `arena` (tags name the tensor, as in the
 // checkpoint: "layers.3.attn.wq_b.weight", "layers.3.attn.wq_b.scale", "layers.3.ffn.experts.w1.weight"
@@ -37,11 +39,12 @@ int64_t synth_weights_device_bytes(const ModelConfig& cfg);
 // arena works (tests check the bookkeeping that way). Throws onecard::Error naming the tensor on a
 // shape the layouts cannot take (FP8 input width not a multiple of 128, MXFP4 width not a multiple
 // of 32, top-k above 32 or above the expert count on hash layers).
-GpuModelWeights alloc_synth_weights(const ModelConfig& cfg, cuda::DeviceArena& arena);
+GpuModelWeights alloc_synth_weights(const ModelConfig& cfg, cuda::DeviceArena& arena,
+                                    const ExpertPlacement* placement = nullptr);
 
 // alloc_synth_weights + the fill kernels, queued on `stream` (the weights are ready when the stream
 // reaches this point; nothing here synchronises).
 GpuModelWeights synth_weights_on_device(const ModelConfig& cfg, cuda::DeviceArena& arena, uint64_t seed,
-                                        cudaStream_t stream);
+                                        cudaStream_t stream, const ExpertPlacement* placement = nullptr);
 
 }  // namespace onecard

@@ -121,9 +121,9 @@ GpuCompressor compressor(cuda::DeviceArena& arena, const CompressorWeights& c, i
 // All routed experts of a layer into one array per matrix, each expert's matrix in the tiled layout
 // (mxfp4_layout.cuh) that mxfp4_grouped_gemv and MoeExperts read, indexed by expert id.
 cuda::MxExpertWeights routed_experts(cuda::DeviceArena& arena, const ModelConfig& cfg, const MoEWeights& m,
-                                     int64_t il) {
+                                     int64_t il, const std::vector<int32_t>& ids) {
     cuda::MxExpertWeights x;
-    x.n_experts = static_cast<int64_t>(m.experts.size());
+    x.n_experts = static_cast<int64_t>(ids.size());
     x.dim = cfg.hidden_size;
     x.inter = cfg.moe_intermediate_size;
     const std::string prefix = "layers." + std::to_string(il) + ".ffn.experts";
@@ -138,8 +138,8 @@ cuda::MxExpertWeights routed_experts(cuda::DeviceArena& arena, const ModelConfig
         cuda::Stream stream;
         auto* tw = static_cast<uint8_t*>(arena.alloc(wb, prefix + ".staging"));
         auto* ts = static_cast<uint8_t*>(arena.alloc(sb, prefix + ".staging.scale"));
-        for (int64_t e = 0; e < x.n_experts; ++e) {
-            const QuantLinear& q = pick(m.experts[static_cast<size_t>(e)]);
+        for (int64_t e = 0; e < x.n_experts; ++e) {  // e: the slot; ids[e]: the expert
+            const QuantLinear& q = pick(m.experts.at(static_cast<size_t>(ids[static_cast<size_t>(e)])));
             ONECARD_CHECK(q.is_mxfp4(), "tensor {}: the GPU runs routed experts as MXFP4, but it is {}", q.weight.name,
                           dtype_name(q.weight.dtype));
             expect(q.weight, q.weight.dtype, {n, k / 2});
@@ -170,7 +170,8 @@ const int32_t* tid2eid(cuda::DeviceArena& arena, const TensorView& t) {
     return upload_bytes<int32_t>(arena, v.data(), v.size() * 4, t.name);
 }
 
-GpuBlock block(cuda::DeviceArena& arena, const ModelConfig& cfg, const BlockWeights& b, int64_t il) {
+GpuBlock block(cuda::DeviceArena& arena, const ModelConfig& cfg, const BlockWeights& b, int64_t il,
+               const ExpertPlacement* placement) {
     GpuBlock g;
     g.layer_id = il;
     g.attn_norm = upload_bf16(arena, b.attn_norm);
@@ -199,7 +200,13 @@ GpuBlock block(cuda::DeviceArena& arena, const ModelConfig& cfg, const BlockWeig
     g.ffn.gate = bf16_linear(arena, m.gate_weight);
     if (m.gate_bias) g.ffn.bias = upload_f32(arena, *m.gate_bias);
     if (m.tid2eid) g.ffn.tid2eid = tid2eid(arena, *m.tid2eid);
-    g.ffn.experts = routed_experts(arena, cfg, m, il);
+    std::vector<int32_t> ids;
+    if (placement) {
+        ids = placement->gpu_experts(il);
+    } else {
+        for (size_t e = 0; e < m.experts.size(); ++e) ids.push_back(static_cast<int32_t>(e));
+    }
+    g.ffn.experts = routed_experts(arena, cfg, m, il, ids);
     fp8_linear_pair(arena, m.shared.w1, m.shared.w3, g.ffn.shared_w1, g.ffn.shared_w3);
     g.ffn.shared_w13 = fuse_rows(g.ffn.shared_w1, g.ffn.shared_w3);
     g.ffn.shared_w2 = fp8_linear(arena, m.shared.w2);
@@ -290,8 +297,15 @@ void check_gpu_model_shape(const ModelConfig& c) {
     throw Error(msg);
 }
 
-GpuModelWeights upload_weights(const ModelConfig& cfg, const ModelWeights& w, cuda::DeviceArena& arena) {
+GpuModelWeights upload_weights(const ModelConfig& cfg, const ModelWeights& w, cuda::DeviceArena& arena,
+                               const ExpertPlacement* placement) {
     check_gpu_model_shape(cfg);
+    if (placement) {
+        placement->check_integrity();
+        ONECARD_CHECK(placement->n_layers() == cfg.num_hidden_layers && placement->n_experts == cfg.n_routed_experts,
+                      "weights: the expert placement is for {} layers x {} experts, the model has {} x {}",
+                      placement->n_layers(), placement->n_experts, cfg.num_hidden_layers, cfg.n_routed_experts);
+    }
     GpuModelWeights g;
     g.embed = upload_bf16(arena, w.embed);
     g.head = bf16_linear(arena, w.head);
@@ -300,7 +314,7 @@ GpuModelWeights upload_weights(const ModelConfig& cfg, const ModelWeights& w, cu
     ONECARD_CHECK(static_cast<int64_t>(w.layers.size()) == cfg.num_hidden_layers, "weights: {} layers, config {}",
                   w.layers.size(), cfg.num_hidden_layers);
     for (int64_t il = 0; il < cfg.num_hidden_layers; ++il)
-        g.layers.push_back(block(arena, cfg, w.layers[static_cast<size_t>(il)], il));
+        g.layers.push_back(block(arena, cfg, w.layers[static_cast<size_t>(il)], il, placement));
     return g;
 }
 

@@ -12,6 +12,7 @@
 #include "backend/cuda/arena.h"
 #include "backend/cuda/ops/moe_experts.cuh"
 #include "model/config.h"
+#include "model/expert_placement.h"
 #include "model/weights.h"
 
 #include <cuda_bf16.h>
@@ -77,7 +78,14 @@ struct GpuMoE {
     GpuBf16Linear gate;               // [E, D]
     const float* bias = nullptr;      // [E]; nullptr on hash layers
     const int32_t* tid2eid = nullptr; // [vocab, K]; nullptr on learned-routing layers
-    cuda::MxExpertWeights experts;    // MXFP4 [E, ...]
+    cuda::MxExpertWeights experts;    // MXFP4 [E_gpu, ...]: all E experts, or the GPU-resident ones in slot order
+    // Hybrid layers (an ExpertPlacement keeps some experts in host RAM; attach_host_experts): the slot
+    // of each global expert id in `experts`, or -1, on the device and the host, and each host
+    // expert's pinned weights. expert_slot == nullptr: every expert on the GPU, slot = id.
+    const int32_t* expert_slot = nullptr;          // device [E]
+    std::vector<int32_t> expert_slot_host;         // [E]
+    std::vector<cuda::MxHostExpert> host_experts;  // [E], set where expert_slot_host < 0
+    bool hybrid() const { return expert_slot != nullptr; }
     GpuFp8Linear shared_w1, shared_w3;  // [inter, D]
     GpuFp8Linear shared_w13;            // w1 and w3 as one [2·inter, D] linear (fuse_rows), or w == nullptr
     GpuFp8Linear shared_w2;             // [D, inter]
@@ -118,7 +126,10 @@ GpuWeightBytes gpu_weight_bytes(const ModelConfig& cfg);
 void check_gpu_model_shape(const ModelConfig& cfg);
 
 // Copies (and converts) a checkpoint's main-model weights into `arena`. Throws onecard::Error naming
-// the tensor on a dtype or shape the GPU layouts do not take.
-GpuModelWeights upload_weights(const ModelConfig& cfg, const ModelWeights& w, cuda::DeviceArena& arena);
+// the tensor on a dtype or shape the GPU layouts do not take. With a placement, only its
+// GPU-resident routed experts are uploaded (in ascending id = slot order); the others stay for a
+// HostExpertStore (model_cuda/host_expert_store.h), joined with attach_host_experts.
+GpuModelWeights upload_weights(const ModelConfig& cfg, const ModelWeights& w, cuda::DeviceArena& arena,
+                               const ExpertPlacement* placement = nullptr);
 
 }  // namespace onecard

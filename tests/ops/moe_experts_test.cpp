@@ -175,7 +175,7 @@ TEST(MoeExpertOracle, RestatedLoopEqualsMoeForwardReference) {
     const std::vector<float> no_rope;
     const detail::BlockContext ctx{cfg, Numerics::Reference, no_rope, no_rope};
     std::vector<float> model_out(static_cast<size_t>(n * D));
-    detail::moe_forward(ctx, moe, false, nullptr, xn.data(), n, model_out.data());
+    detail::moe_forward(ctx, moe, false, 0, nullptr, xn.data(), n, model_out.data());
 
     std::vector<float> logits(static_cast<size_t>(n * E)), scores(logits.size());
     cpu::matmul_nt(xn.data(), moe.gate.w.data(), logits.data(), n, D, E);
@@ -196,7 +196,7 @@ TEST(MoeExpertOracle, RestatedLoopEqualsMoeForwardReference) {
         detail::BlockContext sctx{cfg, Numerics::Reference, no_rope, no_rope};
         sctx.bf16_storage = true;
         std::vector<float> storage_out(static_cast<size_t>(n * D));
-        detail::moe_forward(sctx, moe, false, nullptr, xn.data(), n, storage_out.data());
+        detail::moe_forward(sctx, moe, false, 0, nullptr, xn.data(), n, storage_out.data());
         const auto sloop = cpu_expert_loop(mx, xn, r, n, K, 10.0f, true);
         size_t n_diff = 0;
         for (size_t i = 0; i < storage_out.size(); ++i) {

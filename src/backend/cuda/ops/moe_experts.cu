@@ -121,6 +121,38 @@ __global__ void dequant_expert_kernel(const uint8_t* __restrict__ w1, const uint
     }
 }
 
+// dequant_expert_kernel's output from an expert in the checkpoint's layout (a host expert staged in
+// `staging`: w1 | s1 | w3 | s3 | w2 | s2 back to back, see stage_host_expert): group G of row r is
+// 16 code bytes at r·cols/2 + 16G and one scale byte at r·cols/32 + G.
+__global__ void dequant_shipped_kernel(const uint8_t* __restrict__ staging, int64_t dim, int64_t inter,
+                                       __nv_bfloat16* __restrict__ out) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
+    const int64_t groups_per_matrix = dim * inter / 32;
+    const int64_t gid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (gid >= 3 * groups_per_matrix) return;
+    const int64_t which = gid / groups_per_matrix, g = gid % groups_per_matrix;
+    const int64_t codes = groups_per_matrix * 16, per_matrix = codes + groups_per_matrix;
+    const uint8_t* w = staging + which * per_matrix;
+    const uint8_t* s = w + codes;
+    const float scale = dev::ue8m0_to_float(s[g]);  // row-major groups: g = row·cols/32 + G
+    const uint4 raw = reinterpret_cast<const uint4*>(w)[g];
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+    uint4* dst = reinterpret_cast<uint4*>(out + gid * 32);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+        uint32_t o[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const uint32_t byte = (words[c] >> (8 * j)) & 0xFFu;
+            __nv_bfloat162 pair = __floats2bfloat162_rn(dev::e2m1_to_f32(byte & 0xFu) * scale,
+                                                        dev::e2m1_to_f32(byte >> 4) * scale);
+            o[j] = *reinterpret_cast<uint32_t*>(&pair);
+        }
+        dst[c] = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+}
+
 // xs[p, :] = x[pair_token[p], :], 8 bf16 (16 bytes) per thread.
 __global__ void gather_rows_kernel(const __nv_bfloat16* __restrict__ x, const int32_t* __restrict__ pair_token,
                                    __nv_bfloat16* __restrict__ xs, int64_t n_pairs, int64_t dim) {
@@ -245,15 +277,39 @@ MoeExperts::~MoeExperts() {
     if (impl_->handle) cublasDestroy(impl_->handle);
 }
 
+size_t MxHybridExperts::staging_bytes_for(int64_t dim, int64_t inter) {
+    return static_cast<size_t>(3 * (dim * inter / 2 + dim * inter / 32));
+}
+
+namespace {
+
+// Queues the copy of host expert `h` (pinned) into `staging` in dequant_shipped_kernel's order.
+void stage_host_expert(const MxHostExpert& h, int64_t dim, int64_t inter, uint8_t* staging, cudaStream_t stream) {
+    const size_t codes = static_cast<size_t>(dim * inter / 2), scales = static_cast<size_t>(dim * inter / 32);
+    const uint8_t* parts[6] = {h.w1, h.s1, h.w3, h.s3, h.w2, h.s2};
+    size_t off = 0;
+    for (int i = 0; i < 6; ++i) {
+        ONECARD_CHECK(parts[i] != nullptr, "MoeExperts: a host expert has no weights (part {})", i);
+        const size_t b = i % 2 == 0 ? codes : scales;
+        CUDA_CHECK(cudaMemcpyAsync(staging + off, parts[i], b, cudaMemcpyHostToDevice, stream));
+        off += b;
+    }
+}
+
+}  // namespace
+
 size_t MoeExperts::scratch_bytes_for(int64_t dim, int64_t inter, int64_t max_rows) {
     return plan_for(dim, inter, max_rows).total();
 }
 
 void MoeExperts::run(const __nv_bfloat16* x, const int32_t* experts, const float* weights, int64_t n, int64_t top_k,
                      const MxExpertWeights& w, bool weight_before_w2, float swiglu_limit, const __nv_bfloat16* shared,
-                     __nv_bfloat16* out, cudaStream_t stream) {
+                     __nv_bfloat16* out, cudaStream_t stream, const MxHybridExperts* hybrid) {
     Impl& im = *impl_;
-    const int64_t D = w.dim, F = w.inter, E = w.n_experts, R = n * top_k;
+    const int64_t D = w.dim, F = w.inter, R = n * top_k;
+    const int64_t E = hybrid ? hybrid->n_global : w.n_experts;  // the id space of `experts`
+    ONECARD_CHECK(!hybrid || (hybrid->slot_of && hybrid->host && hybrid->staging),
+                  "MoeExperts: hybrid experts without slot map, host views or staging buffer");
     ONECARD_CHECK(E > 0 && mxfp4_tileable(F, D) && mxfp4_tileable(D, F),
                   "MoeExperts: experts {} dim {} inter {} (dim and inter must be multiples of 256)", E, D, F);
     ONECARD_CHECK(n >= 0 && top_k > 0 && R <= im.max_rows, "MoeExperts: {} tokens × top_k {} exceed max_rows {}", n,
@@ -325,9 +381,20 @@ void MoeExperts::run(const __nv_bfloat16* x, const int32_t* experts, const float
     for (int64_t e = 0; e < E; ++e) {
         const int64_t m = count[e + 1], off = start[e];
         if (m == 0) continue;
-        launch_pdl(dequant_expert_kernel, grid_for(3 * groups, threads), threads, 0, stream, w.w1, w.s1, w.w3, w.s3,
-                   w.w2, w.s2, e, D, F, wdq);
-        CUDA_CHECK_LAUNCH("dequant_expert_kernel");
+        const int64_t slot = hybrid ? hybrid->slot_of[e] : e;
+        if (slot >= 0) {
+            ONECARD_CHECK(slot < w.n_experts, "MoeExperts: expert {} maps to slot {} of {}", e, slot, w.n_experts);
+            launch_pdl(dequant_expert_kernel, grid_for(3 * groups, threads), threads, 0, stream, w.w1, w.s1, w.w3,
+                       w.s3, w.w2, w.s2, slot, D, F, wdq);
+            CUDA_CHECK_LAUNCH("dequant_expert_kernel");
+        } else {
+            // Stream order keeps the staging buffer safe: the previous host expert's dequantisation
+            // has finished before this copy starts.
+            stage_host_expert(hybrid->host[e], D, F, hybrid->staging, stream);
+            launch_pdl(dequant_shipped_kernel, grid_for(3 * groups, threads), threads, 0, stream, hybrid->staging, D, F,
+                       wdq);
+            CUDA_CHECK_LAUNCH("dequant_shipped_kernel");
+        }
         // Row-major y[m, N] = x[m, K]·W[N, K]ᵀ is column-major yᵀ = Wᵀ·xᵀ with W read as [K, N] (op T).
         // gu[off.., 2F] = xs[off.., D] · w13ᵀ
         CUBLAS_CHECK(cublasGemmEx(im.handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(2 * F), static_cast<int>(m),

@@ -30,6 +30,25 @@ struct MxExpertWeights {
     const uint8_t* s2 = nullptr;  // [E, D, inter/32]
 };
 
+// One routed expert held in host RAM in the checkpoint's own MXFP4 layout (pinned): codes [n, k/2]
+// (element 2j = low nibble), UE8M0 scales [n, k/32]; w1/w3 are [inter, D], w2 is [D, inter].
+struct MxHostExpert {
+    const uint8_t *w1 = nullptr, *s1 = nullptr, *w3 = nullptr, *s3 = nullptr, *w2 = nullptr, *s2 = nullptr;
+};
+
+// A layer whose experts are split between HBM and host RAM (MoeExperts::run's hybrid form): the
+// routing ids are global; slot_of maps each to its slot in MxExpertWeights or -1, and a host
+// expert's weights are copied into `staging` (device, staging_bytes_for) and dequantised from there
+// when a many-token step uses it: at prefill sizes moving an expert over PCIe is far cheaper than
+// computing its hundreds of rows on the host CPU.
+struct MxHybridExperts {
+    int64_t n_global = 0;
+    const int32_t* slot_of = nullptr;    // host [n_global]
+    const MxHostExpert* host = nullptr;  // host [n_global], valid where slot_of < 0
+    uint8_t* staging = nullptr;          // device
+    static size_t staging_bytes_for(int64_t dim, int64_t inter);
+};
+
 // In place on x [rows, k] bf16 (row stride ld, 0 = k): each 1×128 block through FP8 E4M3 with its
 // UE8M0 scale and back (cpu::fp8_quant_dequant(x, k, 128) on the bf16 values). k % 128 == 0.
 void fp8_round_1x128(__nv_bfloat16* x, int64_t rows, int64_t k, cudaStream_t stream, int64_t ld = 0);
@@ -55,9 +74,11 @@ public:
     // decode GEMV path (mxfp4_grouped_gemv, swiglu_clamp_quant, moe_combine), so a token's MoE output
     // does not depend on which path its step took beyond fp32 summation order. Synchronises the stream
     // once to learn how many rows each expert got (not for use inside CUDA graph capture).
+    // hybrid != nullptr: the ids in `experts` are global (hybrid->n_global of them) and host experts
+    // are staged from host RAM (MxHybridExperts); the arithmetic is the same.
     void run(const __nv_bfloat16* x, const int32_t* experts, const float* weights, int64_t n, int64_t top_k,
              const MxExpertWeights& w, bool weight_before_w2, float swiglu_limit, const __nv_bfloat16* shared,
-             __nv_bfloat16* out, cudaStream_t stream);
+             __nv_bfloat16* out, cudaStream_t stream, const MxHybridExperts* hybrid = nullptr);
 
 private:
     struct Impl;

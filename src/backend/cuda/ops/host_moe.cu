@@ -1,0 +1,138 @@
+#include "backend/cuda/ops/host_moe.cuh"
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops/pdl.cuh"
+
+#include <algorithm>
+
+namespace onecard::cuda {
+namespace {
+
+__device__ __forceinline__ uint32_t load_acquire_sys(const volatile uint32_t* p) {
+    uint32_t v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void store_release_sys(volatile uint32_t* p, uint32_t v) {
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ uint64_t global_ns() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+    return t;
+}
+
+// Grid-strided 16-byte copies of xq and xs, 4-byte copies of the picks; the last block to finish
+// publishes. Every block fences its writes at system scope before it counts itself done, so when
+// the last block sees the full count, every byte of the request is visible to the host.
+__global__ void publish_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ xs,
+                               const int32_t* __restrict__ experts, const float* __restrict__ weights,
+                               const int32_t* __restrict__ slot_of, int32_t* __restrict__ local_ids, int64_t n,
+                               int64_t top_k, int64_t dim, int32_t layer, HostMoeDeviceView box) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
+    const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    const int64_t xq_vec = n * dim / 16, xs_vec = n * dim / 128 / 4, P = n * top_k;
+    for (int64_t i = tid; i < xq_vec; i += stride)
+        reinterpret_cast<uint4*>(box.xq)[i] = reinterpret_cast<const uint4*>(xq)[i];
+    for (int64_t i = tid; i < xs_vec; i += stride)
+        reinterpret_cast<float4*>(box.xs)[i] = reinterpret_cast<const float4*>(xs)[i];
+    for (int64_t i = xs_vec * 4 + tid; i < n * dim / 128; i += stride) box.xs[i] = xs[i];  // tail (dim/128 % 4)
+    for (int64_t p = tid; p < P; p += stride) {
+        const int32_t e = experts[p];
+        box.experts[p] = e;
+        box.weights[p] = weights[p];
+        local_ids[p] = slot_of[e];
+    }
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    const uint32_t done = atomicAdd(box.arrive, 1u) + 1u;
+    if (done != gridDim.x) return;
+    *box.arrive = 0;  // ready for the next publish (the next one starts after this grid completes)
+    const uint32_t seq = *box.seq + 1u;
+    *box.seq = seq;
+    box.ctl->layer = static_cast<uint32_t>(layer);
+    box.ctl->n_tokens = static_cast<uint32_t>(n);
+    __threadfence_system();
+    store_release_sys(&box.ctl->request_seq, seq);
+}
+
+// One block per pair; blocks of GPU pairs leave at once. Thread 0 waits for the host's answer.
+__global__ void wait_gather_kernel(const int32_t* __restrict__ local_ids, int64_t dim, HostMoeDeviceView box,
+                                   __nv_bfloat16* __restrict__ y2, uint64_t timeout_ns) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
+    const int64_t p = blockIdx.x;
+    if (local_ids[p] >= 0) return;
+    __shared__ int ok;
+    if (threadIdx.x == 0) {
+        const uint32_t want = *box.seq;
+        const uint64_t t0 = global_ns();
+        int good = 0;
+        for (;;) {
+            if (load_acquire_sys(&box.ctl->done_seq) == want) {
+                good = load_acquire_sys(&box.ctl->host_status) == 0u;
+                break;
+            }
+            if (global_ns() - t0 > timeout_ns) break;
+            __nanosleep(200);
+        }
+        // A plain store: atomics on host memory are not available over PCIe, and any value but 0 reads as failed.
+        if (!good) box.ctl->gpu_error = 1u;
+        ok = good;
+    }
+    __syncthreads();
+    if (!ok) return;  // the step is failed on the host side (HostMoeBridge::check_step reads gpu_error)
+    const uint4* src = reinterpret_cast<const uint4*>(box.y + p * dim);
+    uint4* dst = reinterpret_cast<uint4*>(y2 + p * dim);
+    for (int64_t i = threadIdx.x; i < dim / 8; i += blockDim.x) {
+        // A plain (coherent) load: the acquire above orders it after the host's writes.
+        dst[i] = src[i];
+    }
+}
+
+__global__ void count_picks_kernel(const int32_t* __restrict__ experts, int64_t n_pairs, uint32_t* __restrict__ counts) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
+    const int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (p < n_pairs) atomicAdd(counts + experts[p], 1u);
+}
+
+}  // namespace
+
+void host_moe_publish(const uint8_t* xq, const float* xs, const int32_t* experts, const float* weights,
+                      const int32_t* slot_of, int32_t* local_ids, int64_t n, int64_t top_k, int64_t dim, int32_t layer,
+                      const HostMoeDeviceView& box, cudaStream_t stream) {
+    ONECARD_CHECK(n > 0 && top_k > 0 && dim % 128 == 0, "host_moe_publish: n {} top_k {} dim {} (dim % 128 == 0)", n,
+                  top_k, dim);
+    ONECARD_CHECK(box.ctl && box.xq && box.xs && box.experts && box.weights && box.seq && box.arrive,
+                  "host_moe_publish: mailbox not set up");
+    const int threads = 256;
+    const int64_t work = std::max<int64_t>(n * dim / 16, n * top_k);
+    const unsigned blocks = static_cast<unsigned>(std::clamp<int64_t>((work + threads - 1) / threads, 1, 64));
+    launch_pdl(publish_kernel, blocks, threads, 0, stream, xq, xs, experts, weights, slot_of, local_ids, n, top_k, dim,
+               layer, box);
+    CUDA_CHECK_LAUNCH("host_moe_publish");
+}
+
+void host_moe_wait_gather(const int32_t* local_ids, int64_t n_pairs, int64_t dim, const HostMoeDeviceView& box,
+                          __nv_bfloat16* y2, uint64_t timeout_ns, cudaStream_t stream) {
+    ONECARD_CHECK(n_pairs > 0 && dim % 8 == 0 && box.ctl && box.y && box.seq,
+                  "host_moe_wait_gather: {} pairs, dim {}, mailbox {}", n_pairs, dim, box.ctl ? "set" : "missing");
+    launch_pdl(wait_gather_kernel, static_cast<unsigned>(n_pairs), 128, 0, stream, local_ids, dim, box, y2, timeout_ns);
+    CUDA_CHECK_LAUNCH("host_moe_wait_gather");
+}
+
+void count_expert_picks(const int32_t* experts, int64_t n_pairs, uint32_t* counts, cudaStream_t stream) {
+    if (n_pairs <= 0) return;
+    const int threads = 256;
+    launch_pdl(count_picks_kernel, static_cast<unsigned>((n_pairs + threads - 1) / threads), threads, 0, stream, experts,
+               n_pairs, counts);
+    CUDA_CHECK_LAUNCH("count_expert_picks");
+}
+
+}  // namespace onecard::cuda

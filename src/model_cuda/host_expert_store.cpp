@@ -1,0 +1,202 @@
+#include "model_cuda/host_expert_store.h"
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/stream.h"
+#include "core/error.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+namespace onecard {
+namespace {
+
+// The record's six parts, in order: (codes, scales) of w1, w3, w2.
+struct RecordLayout {
+    uint64_t off[6] = {}, len[6] = {};
+    uint64_t total = 0;
+};
+
+RecordLayout record_layout(int64_t D, int64_t I) {
+    RecordLayout r;
+    const uint64_t codes = static_cast<uint64_t>(D * I / 2), scales = static_cast<uint64_t>(D * I / 32);
+    for (int i = 0; i < 6; ++i) {
+        r.off[i] = r.total;
+        r.len[i] = i % 2 == 0 ? codes : scales;
+        r.total += r.len[i];
+    }
+    // Records start on 64-byte boundaries (cache lines; 16-byte vector loads in the host kernels).
+    r.total = (r.total + 63) / 64 * 64;
+    return r;
+}
+
+// splitmix64: a counter-based generator, so each (seed, layer, expert, part, word) value is fixed.
+uint64_t mix(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+}  // namespace
+
+HostExpertStore::HostExpertStore(const ModelConfig& cfg, const ExpertPlacement& placement)
+    : cfg_(cfg), placement_(placement) {
+    placement_.check_integrity();
+    ONECARD_CHECK(placement_.n_layers() == cfg.num_hidden_layers && placement_.n_experts == cfg.n_routed_experts,
+                  "host experts: the placement is for {} layers x {} experts, the model has {} x {}",
+                  placement_.n_layers(), placement_.n_experts, cfg.num_hidden_layers, cfg.n_routed_experts);
+    ONECARD_CHECK(cfg.hidden_size % 128 == 0 && cfg.moe_intermediate_size % 128 == 0,
+                  "host experts: hidden {} and moe_intermediate {} must be multiples of 128", cfg.hidden_size,
+                  cfg.moe_intermediate_size);
+    per_expert_ = record_layout(cfg.hidden_size, cfg.moe_intermediate_size).total;
+    record_of_.assign(static_cast<size_t>(cfg.num_hidden_layers),
+                      std::vector<int64_t>(static_cast<size_t>(cfg.n_routed_experts), -1));
+    for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
+        for (int32_t e : placement_.host_experts(l)) record_of_[static_cast<size_t>(l)][static_cast<size_t>(e)] = n_records_++;
+    bytes_ = per_expert_ * static_cast<uint64_t>(n_records_);
+    if (bytes_ > 0) {
+        void* p = nullptr;
+        const cudaError_t err = cudaHostAlloc(&p, bytes_, cudaHostAllocPortable);
+        ONECARD_CHECK(err == cudaSuccess, "host experts: cannot pin {:.2f} GiB of host RAM for {} experts: {}",
+                      bytes_ / double(1ull << 30), n_records_, cudaGetErrorString(err));
+        base_ = static_cast<uint8_t*>(p);
+    }
+}
+
+HostExpertStore::~HostExpertStore() {
+    if (base_) cudaFreeHost(base_);
+}
+
+uint8_t* HostExpertStore::record(int64_t layer, int64_t expert) const {
+    ONECARD_CHECK(layer >= 0 && layer < static_cast<int64_t>(record_of_.size()) && expert >= 0 &&
+                      expert < cfg_.n_routed_experts,
+                  "host experts: (layer {}, expert {}) out of range", layer, expert);
+    const int64_t r = record_of_[static_cast<size_t>(layer)][static_cast<size_t>(expert)];
+    ONECARD_CHECK(r >= 0, "host experts: expert {} of layer {} is on the GPU, not in host RAM", expert, layer);
+    return base_ + static_cast<uint64_t>(r) * per_expert_;
+}
+
+cuda::MxHostExpert HostExpertStore::expert(int64_t layer, int64_t expert) const {
+    const RecordLayout L = record_layout(cfg_.hidden_size, cfg_.moe_intermediate_size);
+    const uint8_t* r = record(layer, expert);
+    return {r + L.off[0], r + L.off[1], r + L.off[2], r + L.off[3], r + L.off[4], r + L.off[5]};
+}
+
+void HostExpertStore::fill_from(const ModelWeights& w) {
+    const int64_t D = cfg_.hidden_size, I = cfg_.moe_intermediate_size;
+    const RecordLayout L = record_layout(D, I);
+    for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+        const MoEWeights& m = w.layers.at(static_cast<size_t>(l)).ffn;
+        for (int32_t e : placement_.host_experts(l)) {
+            const ExpertWeights& ex = m.experts.at(static_cast<size_t>(e));
+            const QuantLinear* mats[3] = {&ex.w1, &ex.w3, &ex.w2};
+            const int64_t rows[3] = {I, I, D}, cols[3] = {D, D, I};
+            uint8_t* r = record(l, e);
+            for (int i = 0; i < 3; ++i) {
+                const QuantLinear& q = *mats[i];
+                ONECARD_CHECK(q.is_mxfp4() && q.scale.dtype == DType::F8_E8M0 &&
+                                  q.weight.nbytes == static_cast<size_t>(rows[i] * cols[i] / 2) &&
+                                  q.scale.nbytes == static_cast<size_t>(rows[i] * cols[i] / 32),
+                              "tensor {}: a host expert must be MXFP4 [{}, {}] with UE8M0 scales [{}, {}]",
+                              q.weight.name, rows[i], cols[i] / 2, rows[i], cols[i] / 32);
+                std::memcpy(r + L.off[2 * i], q.weight.data, L.len[2 * i]);
+                std::memcpy(r + L.off[2 * i + 1], q.scale.data, L.len[2 * i + 1]);
+            }
+        }
+    }
+}
+
+void HostExpertStore::fill_synthetic(uint64_t seed, int n_threads) {
+    const int64_t D = cfg_.hidden_size, I = cfg_.moe_intermediate_size;
+    const RecordLayout L = record_layout(D, I);
+    // gpu_synth.cpp's MxScales rule: s = 2^e_lo, or 2^(e_lo+1) with probability p, so E[w²] = 1/fan_in.
+    auto scale_rule = [](int64_t fan_in, int& base, double& p) {
+        const double t = 1.0 / (8.5625 * static_cast<double>(fan_in));
+        const int e_lo = static_cast<int>(std::floor(0.5 * std::log2(t)));
+        p = (t / std::ldexp(1.0, 2 * e_lo) - 1.0) / 3.0;
+        base = 127 + e_lo;
+    };
+    std::vector<std::pair<int64_t, int32_t>> todo;
+    for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l)
+        for (int32_t e : placement_.host_experts(l)) todo.emplace_back(l, e);
+    auto work = [&](size_t begin, size_t end) {
+        for (size_t t = begin; t < end; ++t) {
+            const auto [l, e] = todo[t];
+            uint8_t* r = record(l, e);
+            const uint64_t key = mix(seed ^ mix(static_cast<uint64_t>(l) * 1024 + static_cast<uint64_t>(e)));
+            for (int i = 0; i < 6; ++i) {
+                uint8_t* dst = r + L.off[i];
+                const uint64_t part = mix(key + static_cast<uint64_t>(i));
+                if (i % 2 == 0) {  // codes: uniform bytes
+                    for (uint64_t wd = 0; wd < L.len[i] / 8; ++wd) {
+                        const uint64_t v = mix(part + wd);
+                        std::memcpy(dst + 8 * wd, &v, 8);
+                    }
+                } else {
+                    int base = 0;
+                    double p = 0;
+                    scale_rule(i == 5 ? I : D, base, p);
+                    const uint64_t thr = static_cast<uint64_t>(p * 18446744073709551615.0);
+                    for (uint64_t j = 0; j < L.len[i]; ++j)
+                        dst[j] = static_cast<uint8_t>(base + (mix(part + j) < thr ? 1 : 0));
+                }
+            }
+        }
+    };
+    const int nt = std::max(1, n_threads);
+    std::vector<std::thread> threads;
+    const size_t per = (todo.size() + static_cast<size_t>(nt) - 1) / static_cast<size_t>(nt);
+    for (int t = 0; t < nt; ++t) {
+        const size_t b = std::min(todo.size(), per * static_cast<size_t>(t));
+        const size_t e = std::min(todo.size(), b + per);
+        if (b < e) threads.emplace_back(work, b, e);
+    }
+    for (auto& th : threads) th.join();
+}
+
+void HostExpertStore::check_integrity() const {
+    placement_.check_integrity();
+    int64_t n = 0;
+    for (int64_t l = 0; l < placement_.n_layers(); ++l)
+        for (int64_t e = 0; e < placement_.n_experts; ++e) {
+            const int64_t r = record_of_[static_cast<size_t>(l)][static_cast<size_t>(e)];
+            ONECARD_CHECK((r >= 0) == !placement_.is_on_gpu(l, e),
+                          "host experts: record map disagrees with the placement at (layer {}, expert {})", l, e);
+            if (r >= 0) ++n;
+        }
+    ONECARD_CHECK(n == n_records_ && bytes_ == per_expert_ * static_cast<uint64_t>(n_records_) &&
+                      (bytes_ == 0) == (base_ == nullptr),
+                  "host experts: {} records counted, {} recorded, {} bytes", n, n_records_, bytes_);
+}
+
+void attach_host_experts(GpuModelWeights& w, const HostExpertStore& store, cuda::DeviceArena& arena) {
+    const ExpertPlacement& p = store.placement();
+    ONECARD_CHECK(static_cast<int64_t>(w.layers.size()) == p.n_layers(),
+                  "host experts: the weights have {} layers, the placement {}", w.layers.size(), p.n_layers());
+    for (GpuBlock& b : w.layers) {
+        const int64_t l = b.layer_id;
+        GpuMoE& m = b.ffn;
+        ONECARD_CHECK(m.experts.n_experts == p.n_gpu(l),
+                      "host experts: layer {} holds {} GPU experts but the placement puts {} there", l,
+                      m.experts.n_experts, p.n_gpu(l));
+        if (p.n_host(l) == 0) continue;  // stays an all-GPU layer
+        m.expert_slot_host.assign(static_cast<size_t>(p.n_experts), -1);
+        m.host_experts.assign(static_cast<size_t>(p.n_experts), cuda::MxHostExpert{});
+        int32_t slot = 0;
+        for (int64_t e = 0; e < p.n_experts; ++e) {
+            if (p.is_on_gpu(l, e))
+                m.expert_slot_host[static_cast<size_t>(e)] = slot++;
+            else
+                m.host_experts[static_cast<size_t>(e)] = store.expert(l, e);
+        }
+        auto* d = arena.alloc_n<int32_t>(m.expert_slot_host.size(), "layers." + std::to_string(l) + ".expert_slot");
+        cuda::copy_to_device(d, m.expert_slot_host);
+        m.expert_slot = d;
+    }
+}
+
+}  // namespace onecard
