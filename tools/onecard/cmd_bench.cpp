@@ -20,12 +20,16 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/stream.h"
 #include "engine/memory_plan.h"
+#include "engine_cuda/gpu_plan.h"
 #include "kvcache/kv_spec.h"
 #include "loader/checkpoint.h"
 #include "model/weights.h"
 #include "model_cuda/gpu_model.h"
 #include "model_cuda/gpu_synth.h"
 #include "model_cuda/gpu_weights.h"
+#include "model_cuda/host_expert_store.h"
+#include "model/expert_placement.h"
+#include "backend/host/host_experts.h"
 #endif
 
 #include <nlohmann/json.hpp>
@@ -38,6 +42,9 @@
 #include <memory>
 #include <random>
 #include <sstream>
+#include <cstring>
+#include <optional>
+#include <thread>
 
 namespace onecard::cli {
 namespace {
@@ -46,7 +53,11 @@ struct BenchArgs {
     std::string preset;
     std::string model;
     int64_t layers = 0;   // 0: the preset's
-    int64_t experts = 0;  // 0: as many as fit
+    int64_t experts = 0;  // 0: as many as fit (the model itself then has fewer experts)
+    int64_t gpu_experts = -1;  // with --experts: GPU-resident experts per layer (-1: as many as fit; the rest in host RAM)
+    std::string routing = "uniform";  // uniform | skewed (router biases and hash tables favour the GPU experts)
+    double skew_coverage = 0.985;     // skewed: the share of picks aimed at GPU-resident experts
+    int host_threads = 0;             // host expert threads (0: hardware threads - 1)
     std::string decode_batches = "1,8,64";
     int64_t context = 1024;
     int64_t prefill = 8192;
@@ -101,6 +112,100 @@ double measure_copy_bandwidth(cuda::DeviceArena& arena, cudaStream_t s) {
     }
     arena.release(m);
     return 2.0 * bytes / median(t);
+}
+
+// Host-to-device copies from pinned host memory (what staging a host expert for a prefill costs), 256 MiB.
+double measure_pinned_h2d(cuda::DeviceArena& arena, cudaStream_t s) {
+    const size_t bytes = size_t{256} << 20;
+    void* host = nullptr;
+    CUDA_CHECK(cudaHostAlloc(&host, bytes, cudaHostAllocPortable));
+    std::memset(host, 1, bytes);
+    const auto m = arena.mark();
+    void* dev = arena.alloc(bytes, "pinned copy probe");
+    std::vector<double> t;
+    for (int i = 0; i < 8; ++i) {
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        const auto t0 = std::chrono::steady_clock::now();
+        CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s));
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        if (i >= 2) t.push_back(seconds_since(t0));
+    }
+    arena.release(m);
+    cudaFreeHost(host);
+    return bytes / median(t);
+}
+
+// Share of the counted picks that went to host experts.
+double host_share(const std::vector<uint64_t>& counts, const ExpertPlacement& p) {
+    uint64_t all = 0, host = 0;
+    for (int64_t l = 0; l < p.n_layers(); ++l)
+        for (int64_t e = 0; e < p.n_experts; ++e) {
+            const uint64_t c = counts[static_cast<size_t>(l * p.n_experts + e)];
+            all += c;
+            if (!p.is_on_gpu(l, e)) host += c;
+        }
+    return all ? static_cast<double>(host) / static_cast<double>(all) : 0.0;
+}
+
+// Skewed routing for the hybrid benchmark, aimed at `coverage` of all picks on GPU-resident experts:
+// each hash layer's tid2eid keeps a host pick with probability (1 − coverage)/(host share of
+// uniform picks) and otherwise swaps it for a random GPU expert not already in the row; each learned
+// layer's router bias gains +delta on its GPU experts (the bias only selects, so the routing
+// weights keep their form), delta found by bisection on the picks measured by `measure` (a few
+// steps). Returns delta.
+template <typename Measure>
+double apply_skewed_routing(const ModelConfig& cfg, GpuModelWeights& w, const ExpertPlacement& p, double coverage,
+                            uint64_t seed, Measure measure) {
+    const int64_t E = cfg.n_routed_experts, K = cfg.num_experts_per_tok, V = cfg.vocab_size;
+    std::mt19937_64 rng(seed ^ 0x5EEDull);
+    std::vector<std::vector<float>> bias0(w.layers.size());
+    for (GpuBlock& b : w.layers) {
+        const int64_t l = b.layer_id;
+        const std::vector<int32_t> gpu = p.gpu_experts(l);
+        if (b.ffn.tid2eid) {
+            std::vector<int32_t> t(static_cast<size_t>(V * K));
+            CUDA_CHECK(cudaMemcpy(t.data(), b.ffn.tid2eid, t.size() * 4, cudaMemcpyDeviceToHost));
+            const double uniform_host = static_cast<double>(p.n_host(l)) / static_cast<double>(E);
+            const double keep = uniform_host > 0 ? std::min(1.0, (1.0 - coverage) / uniform_host) : 1.0;
+            std::uniform_real_distribution<double> u01(0.0, 1.0);
+            for (int64_t v = 0; v < V; ++v) {
+                int32_t* row = t.data() + v * K;
+                for (int64_t k = 0; k < K; ++k) {
+                    if (p.is_on_gpu(l, row[k]) || u01(rng) < keep || gpu.empty()) continue;
+                    for (;;) {  // a GPU expert the row does not have yet
+                        const int32_t c = gpu[rng() % gpu.size()];
+                        if (std::find(row, row + K, c) == row + K) {
+                            row[k] = c;
+                            break;
+                        }
+                    }
+                }
+            }
+            CUDA_CHECK(cudaMemcpy(const_cast<int32_t*>(b.ffn.tid2eid), t.data(), t.size() * 4, cudaMemcpyHostToDevice));
+        } else if (b.ffn.bias) {
+            bias0[static_cast<size_t>(l)].resize(static_cast<size_t>(E));
+            CUDA_CHECK(cudaMemcpy(bias0[static_cast<size_t>(l)].data(), b.ffn.bias, E * 4, cudaMemcpyDeviceToHost));
+        }
+    }
+    auto set_delta = [&](double delta) {
+        for (GpuBlock& b : w.layers) {
+            const auto& b0 = bias0[static_cast<size_t>(b.layer_id)];
+            if (b0.empty()) continue;
+            std::vector<float> nb = b0;
+            for (int64_t e = 0; e < E; ++e)
+                if (p.is_on_gpu(b.layer_id, e)) nb[static_cast<size_t>(e)] += static_cast<float>(delta);
+            CUDA_CHECK(cudaMemcpy(const_cast<float*>(b.ffn.bias), nb.data(), E * 4, cudaMemcpyHostToDevice));
+        }
+    };
+    double lo = 0.0, hi = 4.0;
+    for (int it = 0; it < 8; ++it) {
+        const double mid = 0.5 * (lo + hi);
+        set_delta(mid);
+        const double cov = 1.0 - measure();
+        (cov < coverage ? lo : hi) = mid;
+    }
+    set_delta(hi);  // the smallest tried delta that reached the coverage
+    return hi;
 }
 
 // Weight bytes one decode step reads with B tokens: everything but the routed experts once, plus
@@ -171,7 +276,7 @@ void run_bench(const BenchArgs& a) {
         if (a.layers > 0) so.layers = a.layers;
         if (a.experts > 0) so.experts = a.experts;
         cfg = synth_config(so);
-        if (a.experts <= 0) {
+        if (a.experts <= 0) {  // the old meaning: a model with as many experts as fit, all on the GPU
             // As many routed experts as fit beside the KV pool and workspace (the full 256 do not fit one H200).
             const double budget = static_cast<double>(dev.free_bytes) - a.headroom_gib * (1ull << 30) - 12.0 * (1ull << 30);
             for (int64_t e = cfg.n_routed_experts; e >= cfg.num_experts_per_tok; e -= 8) {
@@ -183,6 +288,43 @@ void run_bench(const BenchArgs& a) {
     }
     check_gpu_model_shape(cfg);
     const GpuWeightBytes wb = gpu_weight_bytes(cfg);
+    const int64_t L = cfg.num_hidden_layers, E = cfg.n_routed_experts;
+    // --experts E with the synthetic shape: all E experts exist; the memory planner (the one serve
+    // and plan use) decides how many (layer, expert) pairs the GPU holds beside the bench's KV pool
+    // and the model's exact workspace, and the rest live in host RAM. --gpu-experts overrides the count.
+    const KvCacheSpec spec = make_kv_cache_spec(kv_model_shape_from_config(cfg), 256);
+    const int64_t decode_len = a.context + (a.warmup + a.repeats) * a.steps + 8;
+    const int64_t max_len = std::max(decode_len, a.prefill) + 256;
+    const int64_t seq_blocks = spec.blocks_for_tokens(max_len);
+    GpuModelOptions mo;
+    mo.max_step_tokens = a.chunk;
+    mo.max_seqs = max_b + 1;
+    mo.max_model_len = max_len;
+    mo.count_expert_picks = true;
+    mo.host_experts.n_threads = a.host_threads;
+    std::optional<ExpertPlacement> placement;
+    std::string plan_line;
+    if (a.model.empty() && a.experts > 0) {
+        MemoryPlanOptions po;
+        po.device_bytes = dev.free_bytes;
+        po.headroom_bytes = static_cast<uint64_t>(a.headroom_gib * (1ull << 30));
+        po.include_mtp = false;
+        po.max_sequences = max_b + 1;
+        po.kv_block_size = spec.block_size;
+        po.kv_tokens = max_b * seq_blocks * spec.block_size;  // + one slot's spare block each: (max_b + 1) sequences
+        po.max_step_tokens = a.chunk;
+        po.max_context = max_len;
+        po.allow_host_experts = true;
+        po.workspace_bytes = static_cast<uint64_t>(GpuModel::workspace_bytes_for(cfg, mo, spec, true));
+        const MemoryPlan plan = make_memory_plan(cfg, gpu_planned_tensors(checkpoint_layout(cfg)), po);
+        std::fputs(memory_plan_report(plan).c_str(), stdout);
+        require_plan_fits(plan);
+        plan_line = memory_plan_line(plan);
+        if (a.gpu_experts >= 0 && a.gpu_experts < E)
+            placement = place_experts(L, E, a.gpu_experts * L, nullptr);
+        else if (a.gpu_experts < 0 && plan.host_experts())
+            placement = plan.placement;
+    }
     std::printf("bench: %s, %lld layers, %lld routed experts (top-%lld), device %s, %.1f GiB free\n",
                 a.model.empty() ? "synthetic Flash shape" : a.model.c_str(), static_cast<long long>(cfg.num_hidden_layers),
                 static_cast<long long>(cfg.n_routed_experts), static_cast<long long>(cfg.num_experts_per_tok),
@@ -194,8 +336,14 @@ void run_bench(const BenchArgs& a) {
     cuda::DeviceArena arena(cap, "bench");
     const auto t_load = std::chrono::steady_clock::now();
     GpuModelWeights w;
+    std::unique_ptr<HostExpertStore> host_store;
     if (a.model.empty()) {
-        w = synth_weights_on_device(cfg, arena, a.seed, s);
+        w = synth_weights_on_device(cfg, arena, a.seed, s, placement ? &*placement : nullptr);
+        if (placement) {
+            host_store = std::make_unique<HostExpertStore>(cfg, *placement);
+            host_store->fill_synthetic(a.seed, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+            attach_host_experts(w, *host_store, arena);
+        }
     } else {
         ckpt = std::make_unique<Checkpoint>(Checkpoint::open(a.model));
         w = upload_weights(cfg, bind_weights(cfg, *ckpt), arena);
@@ -204,22 +352,25 @@ void run_bench(const BenchArgs& a) {
     const double load_s = seconds_since(t_load);
     const uint64_t weight_bytes = arena.used();
     const double bw = measure_copy_bandwidth(arena, s);
+    const double pinned_h2d = placement ? measure_pinned_h2d(arena, s) : 0.0;
 
     // KV: one slot per decode sequence plus one for the prefill prompt.
-    const KvCacheSpec spec = make_kv_cache_spec(kv_model_shape_from_config(cfg), 256);
-    const int64_t decode_len = a.context + (a.warmup + a.repeats) * a.steps + 8;
-    const int64_t max_len = std::max(decode_len, a.prefill) + 256;
-    const int64_t seq_blocks = spec.blocks_for_tokens(max_len);
     KvPoolSize size;
     size.n_slots = max_b + 1;
     size.n_blocks = (max_b + 1) * seq_blocks;
     GpuKvPool pool(spec, size, a.chunk, arena);
-    GpuModelOptions mo;
-    mo.max_step_tokens = a.chunk;
-    mo.max_seqs = max_b + 1;
-    mo.max_model_len = max_len;
     GpuModel model(cfg, w, pool, mo, arena);
     const uint64_t arena_used = arena.used();
+    // Host side of hybrid experts: read bandwidth with the pool's thread count (the pinned copy rate
+    // was measured with the copy bandwidth, while the arena still had room).
+    double host_bw = 0;
+    if (model.host_experts()) {
+        host_bw = host::measure_host_read_bandwidth(model.host_experts()->n_threads(), size_t{4} << 30, 5);
+        std::printf("host experts: %s, %d threads (%s), %.2f GiB pinned; host read bandwidth %.1f GB/s, pinned "
+                    "host-to-device copies %.1f GB/s\n",
+                    placement->summary().c_str(), model.host_experts()->n_threads(), model.host_experts()->isa(),
+                    host_store->bytes() / double(1ull << 30), host_bw / 1e9, pinned_h2d / 1e9);
+    }
 
     std::mt19937 rng(static_cast<uint32_t>(a.seed));
     std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(cfg.vocab_size) - 1);
@@ -248,8 +399,33 @@ void run_bench(const BenchArgs& a) {
         }
         model.argmax_last(s);
         stream.sync();
+        model.check_host_experts();
         return seconds_since(t0);
     };
+
+    // Skewed routing (hybrid only): calibrated on 4 steps of 64 prompt tokens of a fresh sequence.
+    double skew_delta = 0;
+    if (placement && a.routing == "skewed") {
+        auto measure = [&] {
+            model.reset_expert_pick_counts(s);
+            const std::vector<int32_t> prompt = random_tokens(256);
+            for (int64_t p0 = 0; p0 < 256; p0 += 64) {
+                GpuStepSeq q;
+                q.slot = static_cast<int32_t>(max_b);
+                q.block_table = tables[static_cast<size_t>(max_b)];
+                q.start_pos = p0;
+                q.tokens = std::span<const int32_t>(prompt).subspan(static_cast<size_t>(p0), 64);
+                q.want_logits = true;
+                model.step(std::span<const GpuStepSeq>(&q, 1), false, s);
+            }
+            stream.sync();
+            model.check_host_experts();
+            return host_share(model.expert_pick_counts(s), *placement);
+        };
+        skew_delta = apply_skewed_routing(cfg, w, *placement, a.skew_coverage, a.seed, measure);
+        std::printf("skewed routing: +%.4f router bias on GPU experts, hash tables rewritten; calibrated host share "
+                    "%.2f%%\n", skew_delta, 100.0 * measure());
+    }
 
     nlohmann::json decode_json = nlohmann::json::object();
     std::printf("\n%-8s %12s %12s %14s %16s %10s\n", "batch", "step ms", "tok/s", "GB read/step", "frac of copy BW",
@@ -275,7 +451,16 @@ void run_bench(const BenchArgs& a) {
         std::vector<int32_t> next = random_tokens(B), ids(static_cast<size_t>(B));
         int64_t pos = a.context;
         std::vector<double> times;
+        double host_s0 = 0;
+        uint64_t host_pairs0 = 0;
         for (int64_t r = 0; r < a.warmup + a.repeats; ++r) {
+            if (r == a.warmup) {  // host expert figures over the timed steps only
+                model.reset_expert_pick_counts(s);
+                if (model.host_experts()) {
+                    host_s0 = model.host_experts()->host_seconds();
+                    host_pairs0 = model.host_experts()->host_pairs();
+                }
+            }
             for (int64_t t = 0; t < a.steps; ++t, ++pos) {
                 std::vector<GpuStepSeq> step(static_cast<size_t>(B));
                 for (int64_t q = 0; q < B; ++q) {
@@ -291,6 +476,7 @@ void run_bench(const BenchArgs& a) {
                 CUDA_CHECK(cudaMemcpyAsync(ids.data(), d_ids, static_cast<size_t>(B) * 4, cudaMemcpyDeviceToHost, s));
                 stream.sync();
                 if (r >= a.warmup) times.push_back(seconds_since(t0));
+                model.check_host_experts();
                 next = ids;  // greedy feedback, as serving does
             }
         }
@@ -311,6 +497,22 @@ void run_bench(const BenchArgs& a) {
             prof = print_profile("decode batch " + std::to_string(B), model.profile_result());
         }
         const double t = median(times);
+        nlohmann::json hybrid_json = nullptr;
+        if (model.host_experts()) {
+            const double n_steps = static_cast<double>(times.size());
+            const double host_ms = (model.host_experts()->host_seconds() - host_s0) * 1e3 / n_steps;
+            const double pairs = static_cast<double>(model.host_experts()->host_pairs() - host_pairs0) / n_steps;
+            const double share = host_share(model.expert_pick_counts(s), *placement);
+            const double rate = pairs * host_store->bytes_per_expert() / std::max(host_ms * 1e-3, 1e-12);
+            std::printf("         host experts: %.2f%% of picks, %.1f pairs/step, %.3f ms/step of host work, %.1f GB/s "
+                        "of expert weights (%.0f%% of host read bandwidth)\n",
+                        100.0 * share, pairs, host_ms, rate / 1e9, 100.0 * rate / std::max(host_bw, 1.0));
+            hybrid_json = {{"host_share_of_picks", share},
+                           {"host_pairs_per_step", pairs},
+                           {"host_ms_per_step", host_ms},
+                           {"host_weight_bytes_per_s", rate},
+                           {"fraction_of_host_read_bandwidth", rate / std::max(host_bw, 1.0)}};
+        }
         const int64_t graph_nodes = model.last_graph_nodes();  // the timed steps' graph (captured for this B)
         const double bytes = decode_weight_bytes(cfg, wb, B) + B * decode_kv_bytes(cfg, spec, a.context + a.steps);
         const double frac = bytes / t / bw;
@@ -321,7 +523,8 @@ void run_bench(const BenchArgs& a) {
         decode_json[std::to_string(B)] = {
             {"graph_nodes", graph_nodes},   {"step_ms_median", t * 1e3},         {"tok_s", B / t},
             {"bytes_read_per_step", bytes}, {"bytes_read_per_token", bytes / B}, {"fraction_of_copy_bandwidth", frac},
-            {"context", a.context},         {"timed_steps", times.size()},       {"profile_ms", prof}};
+            {"context", a.context},         {"timed_steps", times.size()},       {"profile_ms", prof},
+            {"host_experts", hybrid_json}};
     }
 
     // Prefill: one warm-up prompt, then repeats on fresh prompts (a new sequence each time).
@@ -368,6 +571,20 @@ void run_bench(const BenchArgs& a) {
         {"arena_used_gib", arena_used / double(1ull << 30)},
         {"device_used_gib", (total_b - free_b) / double(1ull << 30)},
         {"copy_bandwidth_tb_s", bw / 1e12},
+        {"hybrid", placement ? nlohmann::json{{"placement", placement->summary()},
+                                               {"memory_plan", plan_line},
+                                               {"gpu_experts_per_layer_min", [&] { int64_t m = E; for (int64_t l = 0; l < L; ++l) m = std::min(m, placement->n_gpu(l)); return m; }()},
+                                               {"gpu_expert_pairs", placement->total_gpu()},
+                                               {"host_expert_pairs", placement->total_host()},
+                                               {"host_ram_gib", host_store->bytes() / double(1ull << 30)},
+                                               {"host_threads", model.host_experts()->n_threads()},
+                                               {"host_isa", model.host_experts()->isa()},
+                                               {"host_read_bandwidth_gb_s", host_bw / 1e9},
+                                               {"pinned_h2d_gb_s", pinned_h2d / 1e9},
+                                               {"routing", a.routing},
+                                               {"skew_target_coverage", a.routing == "skewed" ? a.skew_coverage : 0.0},
+                                               {"skew_router_bias_delta", skew_delta}}
+                             : nlohmann::json(nullptr)},
         {"decode", decode_json},
         {"prefill", {{"tokens", a.prefill},
                      {"chunk", a.chunk},
@@ -399,7 +616,14 @@ void add_cmd_bench(CLI::App& app) {
         ->check(CLI::IsMember({"flash"}));
     cmd->add_option("--model", a->model, "checkpoint directory instead of --synth");
     cmd->add_option("--layers", a->layers, "main layers of the synthetic shape (default 43)");
-    cmd->add_option("--experts", a->experts, "routed experts per layer (default: as many as fit)");
+    cmd->add_option("--experts", a->experts,
+                    "routed experts per layer of the synthetic model; those that do not fit the GPU live in host RAM "
+                    "(default: a model with as many experts as fit, all on the GPU)");
+    cmd->add_option("--gpu-experts", a->gpu_experts, "with --experts: GPU-resident experts per layer (default: as many as fit)");
+    cmd->add_option("--routing", a->routing, "hybrid routing: uniform (the synthetic router's own) or skewed")
+        ->check(CLI::IsMember({"uniform", "skewed"}));
+    cmd->add_option("--skew-coverage", a->skew_coverage, "skewed: share of picks aimed at GPU experts (default 0.985)");
+    cmd->add_option("--host-threads", a->host_threads, "host expert threads (default: hardware threads - 1)");
     cmd->add_option("--decode-batch", a->decode_batches, "decode batch sizes, comma-separated (default 1,8,64)");
     cmd->add_option("--context", a->context, "tokens each decode sequence holds before timing (default 1024)");
     cmd->add_option("--prefill", a->prefill, "prompt tokens of the prefill measurement (default 8192)");

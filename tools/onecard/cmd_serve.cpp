@@ -225,6 +225,7 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         pin.gpu_memory_utilization = a.gpu_memory_utilization;
         pin.headroom_gib = a.gpu_headroom_gib;
         pin.profile = profile ? &*profile : nullptr;
+        pin.count_expert_picks = !a.expert_profile.empty();
         const MemoryPlan plan = plan_serve_on_gpu(*cfg, ckpt, pin);
         std::fputs(memory_plan_report(plan).c_str(), stderr);
         require_plan_fits(plan);
@@ -240,6 +241,8 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         ro.max_num_batched_tokens = a.max_num_batched_tokens;
         ro.headroom_bytes = static_cast<uint64_t>(a.gpu_headroom_gib * (1ull << 30));
         ro.expert_placement = plan.placement;
+        // The arena is the plan's GPU budget less its headroom (--gpu-memory-utilization bounds what we take).
+        ro.arena_bytes = plan.device_bytes - plan.headroom_bytes;
         ro.kv_cache_bytes = static_cast<int64_t>(plan.kv_pool_bytes);
         ro.count_expert_picks = !a.expert_profile.empty();
         auto cr = std::make_unique<CudaModelRunner>(*cfg, w, ro);

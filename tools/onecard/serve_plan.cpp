@@ -3,6 +3,7 @@
 #ifdef ONECARD_HAVE_CUDA
 #include "backend/cuda/device.h"
 #include "core/error.h"
+#include "engine_cuda/cuda_model_runner.h"
 #include "engine_cuda/gpu_plan.h"
 #include "model/weights.h"
 
@@ -33,7 +34,22 @@ MemoryPlan plan_serve_on_gpu(const ModelConfig& cfg, const Checkpoint& ckpt, con
     o.min_kv_tokens = in.max_model_len;  // offloading keeps room for one full-length request
     o.allow_host_experts = true;
     o.expert_profile = in.profile;
-    return make_memory_plan(cfg, gpu_planned_tensors(specs), o);
+    // The workspace is what the runner's GpuModel will carve (exact), with the host-expert extras
+    // (staging buffer, mailbox counters) only when the plan keeps experts in host RAM.
+    CudaRunnerOptions ro;
+    ro.max_model_len = in.max_model_len;
+    ro.max_num_seqs = in.max_num_seqs;
+    ro.max_num_batched_tokens = in.max_num_batched_tokens;
+    ro.count_expert_picks = in.count_expert_picks;
+    const KvCacheSpec spec = make_kv_cache_spec(kv_model_shape_from_config(cfg), in.kv_block_size);
+    const std::vector<PlannedTensor> tensors = gpu_planned_tensors(specs);
+    o.workspace_bytes = static_cast<uint64_t>(CudaModelRunner::workspace_bytes(cfg, ro, spec, false));
+    MemoryPlan plan = make_memory_plan(cfg, tensors, o);
+    if (plan.host_experts()) {
+        o.workspace_bytes = static_cast<uint64_t>(CudaModelRunner::workspace_bytes(cfg, ro, spec, true));
+        plan = make_memory_plan(cfg, tensors, o);
+    }
+    return plan;
 }
 
 }  // namespace onecard::cli

@@ -21,6 +21,7 @@ struct ServePlanInputs {
     double gpu_memory_utilization = 0;
     double headroom_gib = 2.0;
     const ExpertUseProfile* profile = nullptr;  // not owned
+    bool count_expert_picks = false;            // the runner keeps pick counts (a few KB of workspace)
 };
 
 #ifdef ONECARD_HAVE_CUDA
