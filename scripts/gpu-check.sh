@@ -37,12 +37,14 @@ pack() {
     local build=${BUILD_DIR:-build-gpu}
     local tests
     tests=$(ls tests/ops/*_test.cpp | xargs -n1 basename | sed 's/\.cpp$//; s/^/test_ops_/')
-    BUILD_DIR=$build JOBS=${JOBS:-2} bash scripts/build.sh $tests gemv_cuda_bench onecard
+    BUILD_DIR=$build JOBS=${JOBS:-2} bash scripts/build.sh $tests gemv_cuda_bench onecard host_experts_bench
     rm -rf "$CARRY_DIR"
     mkdir -p "$CARRY_DIR/bin" "$CARRY_DIR/lib"
     for t in $tests; do strip --strip-unneeded -o "$CARRY_DIR/bin/$t" "$build/tests/$t"; done
     strip --strip-unneeded -o "$CARRY_DIR/bin/onecard" "$build/onecard"
     strip --strip-unneeded -o "$CARRY_DIR/bin/gemv_cuda_bench" "$build/bench/gemv_cuda_bench"
+    # The host expert kernels' benchmark (CPU only): its thread sweep needs the GPU machine's 16 cores.
+    strip --strip-unneeded -o "$CARRY_DIR/bin/host_experts_bench" "$build/bench/host_experts_bench"
     # Shared libraries outside glibc and the CUDA driver/toolkit (cuBLASLt comes from pip there).
     for b in "$CARRY_DIR"/bin/*; do
         ldd "$b" | awk '/=> \//{print $3}'

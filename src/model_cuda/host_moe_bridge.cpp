@@ -66,6 +66,7 @@ HostMoeBridge::HostMoeBridge(const ModelConfig& cfg, const GpuModelWeights& weig
     isa_ = host::best_isa();
     pool_ = std::make_unique<host::HostExpertPool>(n_threads_, isa_, opt.pin_threads);
     pairs_buf_.reserve(static_cast<size_t>(P));
+    distinct_buf_.reserve(static_cast<size_t>(P));
     poller_ = std::thread([this] { poll_loop(); });
 }
 
@@ -150,6 +151,12 @@ void HostMoeBridge::serve(uint32_t seq) {
             pool_->run(job);
         }
         pairs_.fetch_add(pairs_buf_.size(), std::memory_order_relaxed);
+        distinct_buf_.clear();
+        for (const host::HostExpertPair& q : pairs_buf_) distinct_buf_.push_back(q.expert.w1.packed);
+        std::sort(distinct_buf_.begin(), distinct_buf_.end());
+        expert_reads_.fetch_add(static_cast<uint64_t>(std::unique(distinct_buf_.begin(), distinct_buf_.end()) -
+                                                      distinct_buf_.begin()),
+                                std::memory_order_relaxed);
     } catch (const std::exception& e) {
         status = 1;
         std::lock_guard<std::mutex> lk(mu_);

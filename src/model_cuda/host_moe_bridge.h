@@ -49,6 +49,8 @@ public:
     // Requests served and host pairs computed since construction (benchmarks).
     uint64_t requests() const { return requests_.load(); }
     uint64_t host_pairs() const { return pairs_.load(); }
+    // Host experts read per request summed (pairs sharing an expert in one request read it once).
+    uint64_t host_expert_reads() const { return expert_reads_.load(); }
     double host_seconds() const { return static_cast<double>(host_ns_.load()) * 1e-9; }
     int n_threads() const { return n_threads_; }
     const char* isa() const { return host::isa_name(isa_); }
@@ -76,7 +78,8 @@ private:
     cuda::HostMoeDeviceView view_;
     std::vector<host::HostExpertPair> pairs_buf_;  // the poller's, reused
     std::atomic<bool> stop_{false};
-    std::atomic<uint64_t> requests_{0}, pairs_{0}, host_ns_{0};
+    std::atomic<uint64_t> requests_{0}, pairs_{0}, expert_reads_{0}, host_ns_{0};
+    std::vector<const uint8_t*> distinct_buf_;  // the poller's, reused
     mutable std::mutex mu_;
     std::condition_variable wake_;
     uint64_t kicks_ = 0;     // guarded by mu_
