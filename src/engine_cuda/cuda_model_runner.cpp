@@ -149,9 +149,56 @@ RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
                                    cudaMemcpyDeviceToHost, stream_.get()));
     stream_.sync();
     model_->check_host_experts();  // a host expert layer that did not answer fails the step
+    if (host_store_ && opt_.expert_swap_interval > 0 && ++steps_since_swap_check_ >= opt_.expert_swap_interval) {
+        steps_since_swap_check_ = 0;
+        maybe_swap_experts();
+    }
     for (int64_t i : host_rows)
         if (!out.tokens.empty()) out.tokens[static_cast<size_t>(i)] = -1;
     return out;
+}
+
+// One swap at most per check: in the layer where a host expert's recent picks most exceed its
+// coldest GPU expert's, if by more than 2x + 8 picks (hysteresis, so experts do not flap). Recent
+// picks decay by half each check.
+void CudaModelRunner::maybe_swap_experts() {
+    const std::vector<uint64_t> now = model_->expert_pick_counts(stream_.get());
+    const int64_t L = cfg_.num_hidden_layers, E = cfg_.n_routed_experts;
+    if (last_counts_.size() != now.size()) {
+        last_counts_.assign(now.size(), 0);
+        recent_picks_.assign(now.size(), 0.0);
+    }
+    for (size_t i = 0; i < now.size(); ++i) {
+        recent_picks_[i] = 0.5 * recent_picks_[i] + static_cast<double>(now[i] - last_counts_[i]);
+        last_counts_[i] = now[i];
+    }
+    const ExpertPlacement& p = host_store_->placement();
+    double best_gain = 0;
+    int64_t best_layer = -1;
+    int32_t best_host = -1, best_gpu = -1;
+    for (int64_t l = 0; l < L; ++l) {
+        if (p.n_host(l) == 0 || p.n_gpu(l) == 0) continue;
+        int32_t hot = -1, cold = -1;
+        for (int64_t e = 0; e < E; ++e) {
+            const double c = recent_picks_[static_cast<size_t>(l * E + e)];
+            if (p.is_on_gpu(l, e)) {
+                if (cold < 0 || c < recent_picks_[static_cast<size_t>(l * E + cold)]) cold = static_cast<int32_t>(e);
+            } else if (hot < 0 || c > recent_picks_[static_cast<size_t>(l * E + hot)]) {
+                hot = static_cast<int32_t>(e);
+            }
+        }
+        const double h = recent_picks_[static_cast<size_t>(l * E + hot)], g = recent_picks_[static_cast<size_t>(l * E + cold)];
+        if (h > 2.0 * g + 8.0 && h - g > best_gain) {
+            best_gain = h - g;
+            best_layer = l;
+            best_host = hot;
+            best_gpu = cold;
+        }
+    }
+    if (best_layer < 0) return;
+    swap_host_expert(weights_, *host_store_, best_layer, best_host, best_gpu, model_->host_staging(), stream_.get());
+    ++report_.expert_swaps;
+    report_.placement = host_store_->placement().summary();
 }
 
 std::vector<uint64_t> CudaModelRunner::expert_pick_counts() {

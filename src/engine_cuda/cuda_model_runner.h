@@ -38,6 +38,10 @@ struct CudaRunnerOptions {
     int64_t kv_cache_bytes = 0;  // the plan's KV pool budget (0: the caller sizes the pool itself)
     HostMoeOptions host_experts;
     bool count_expert_picks = false;  // keep per-(layer, expert) pick counts (expert_pick_counts)
+    // Re-placement while serving (hybrid only; needs count_expert_picks): every this many steps the
+    // runner compares recent picks and swaps at most one host expert that became hot with the
+    // coldest GPU expert of its layer. 0 = off.
+    int64_t expert_swap_interval = 0;
 };
 
 // What the startup report prints (serve): where the memory went and how long loading took.
@@ -46,6 +50,7 @@ struct CudaRunnerReport {
     uint64_t arena_bytes = 0, weight_bytes = 0, kv_pool_bytes = 0, workspace_bytes = 0, free_after = 0;
     uint64_t host_expert_bytes = 0;  // pinned host RAM holding the experts kept off the GPU
     std::string placement;           // ExpertPlacement::summary(), or empty when every expert is on the GPU
+    int64_t expert_swaps = 0;        // re-placements done while serving
     int64_t kv_token_capacity = 0, kv_slots = 0;
     double upload_seconds = 0;
 };
@@ -86,6 +91,11 @@ private:
     std::unique_ptr<GpuKvPool> pool_;
     std::unique_ptr<GpuModel> model_;
     std::unordered_map<RequestId, int64_t> n_tokens_;  // live requests: tokens computed so far
+    // Re-placement: steps since the last check, the cumulative counts read then, and decayed recent picks.
+    void maybe_swap_experts();
+    int64_t steps_since_swap_check_ = 0;
+    std::vector<uint64_t> last_counts_;
+    std::vector<double> recent_picks_;
     CudaRunnerReport report_;
 };
 

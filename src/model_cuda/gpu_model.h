@@ -85,6 +85,8 @@ public:
     // After the last step's stream has synchronised: throws onecard::Error if the host expert pool
     // did not answer a layer of it (its output is then invalid). No-op without host experts.
     void check_host_experts() const;
+    // Device staging buffer of one host expert (hybrid weights only; swap_host_expert uses it between steps).
+    uint8_t* host_staging() const { return host_staging_; }
     // The host expert pool, or nullptr when every expert is on the GPU.
     const HostMoeBridge* host_experts() const { return host_.get(); }
     // Picks per (layer, expert) since the last reset, [layers · E] (count_expert_picks; synchronises).

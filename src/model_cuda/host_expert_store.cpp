@@ -1,6 +1,7 @@
 #include "model_cuda/host_expert_store.h"
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops/mxfp4_layout.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -158,6 +159,16 @@ void HostExpertStore::fill_synthetic(uint64_t seed, int n_threads) {
     for (auto& th : threads) th.join();
 }
 
+void HostExpertStore::reassign(int64_t layer, int64_t from, int64_t to) {
+    ONECARD_CHECK(!placement_.is_on_gpu(layer, from) && placement_.is_on_gpu(layer, to),
+                  "host experts: cannot swap expert {} (host) with {} (GPU) in layer {}: wrong sides", from, to, layer);
+    auto& row = record_of_[static_cast<size_t>(layer)];
+    row[static_cast<size_t>(to)] = row[static_cast<size_t>(from)];
+    row[static_cast<size_t>(from)] = -1;
+    placement_.on_gpu[static_cast<size_t>(layer)][static_cast<size_t>(from)] = 1;
+    placement_.on_gpu[static_cast<size_t>(layer)][static_cast<size_t>(to)] = 0;
+}
+
 void HostExpertStore::check_integrity() const {
     placement_.check_integrity();
     int64_t n = 0;
@@ -171,6 +182,66 @@ void HostExpertStore::check_integrity() const {
     ONECARD_CHECK(n == n_records_ && bytes_ == per_expert_ * static_cast<uint64_t>(n_records_) &&
                       (bytes_ == 0) == (base_ == nullptr),
                   "host experts: {} records counted, {} recorded, {} bytes", n, n_records_, bytes_);
+}
+
+void swap_host_expert(GpuModelWeights& w, HostExpertStore& store, int64_t layer, int32_t host_expert,
+                      int32_t gpu_expert, uint8_t* staging, cudaStream_t stream) {
+    ONECARD_CHECK(layer >= 0 && layer < static_cast<int64_t>(w.layers.size()) && staging != nullptr,
+                  "host experts: swap in layer {} of {} (staging {})", layer, w.layers.size(),
+                  staging ? "set" : "missing");
+    GpuMoE& m = w.layers[static_cast<size_t>(layer)].ffn;
+    const int64_t E = static_cast<int64_t>(m.expert_slot_host.size());
+    ONECARD_CHECK(m.hybrid() && host_expert >= 0 && host_expert < E && gpu_expert >= 0 && gpu_expert < E,
+                  "host experts: layer {} is not hybrid or experts {} / {} are out of range", layer, host_expert,
+                  gpu_expert);
+    const int32_t slot = m.expert_slot_host[static_cast<size_t>(gpu_expert)];
+    ONECARD_CHECK(slot >= 0 && m.expert_slot_host[static_cast<size_t>(host_expert)] < 0,
+                  "host experts: expert {} must be on the host and {} on the GPU in layer {}", host_expert, gpu_expert,
+                  layer);
+    const cuda::MxExpertWeights& x = m.experts;
+    const int64_t D = x.dim, I = x.inter;
+    const cuda::MxHostExpert h = store.expert(layer, host_expert);
+    // (codes, scales) of w1, w3, w2: the host record's parts, the GPU slot's tiled arrays, and shapes.
+    const uint8_t* host_part[6] = {h.w1, h.s1, h.w3, h.s3, h.w2, h.s2};
+    const uint8_t* gpu_base[6] = {x.w1, x.s1, x.w3, x.s3, x.w2, x.s2};
+    const int64_t rows[3] = {I, I, D}, cols[3] = {D, D, I};
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<uint8_t> tiled_c, tiled_s, plain_c[3], plain_s[3];
+    size_t staged = 0;
+    for (int i = 0; i < 3; ++i) {
+        const size_t cb = static_cast<size_t>(rows[i] * cols[i] / 2), sb = static_cast<size_t>(rows[i] * cols[i] / 32);
+        auto* dst_c = const_cast<uint8_t*>(gpu_base[2 * i]) + cb * static_cast<size_t>(slot);
+        auto* dst_s = const_cast<uint8_t*>(gpu_base[2 * i + 1]) + sb * static_cast<size_t>(slot);
+        // The GPU expert leaves: its tiled bytes back to the checkpoint layout on the host.
+        tiled_c.resize(cb);
+        tiled_s.resize(sb);
+        CUDA_CHECK(cudaMemcpy(tiled_c.data(), dst_c, cb, cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(tiled_s.data(), dst_s, sb, cudaMemcpyDeviceToHost));
+        plain_c[i].resize(cb);
+        plain_s[i].resize(sb);
+        cuda::mxfp4_untile_host(tiled_c.data(), tiled_s.data(), rows[i], cols[i], plain_c[i].data(), plain_s[i].data());
+        // The host expert arrives: staged, then tiled into the slot.
+        CUDA_CHECK(cudaMemcpy(staging + staged, host_part[2 * i], cb, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(staging + staged + cb, host_part[2 * i + 1], sb, cudaMemcpyHostToDevice));
+        cuda::mxfp4_tile_device(staging + staged, staging + staged + cb, rows[i], cols[i], dst_c, dst_s, stream);
+        staged += cb + sb;
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    // The record that held host_expert now holds gpu_expert, in the checkpoint's bytes.
+    store.reassign(layer, host_expert, gpu_expert);
+    const cuda::MxHostExpert g = store.expert(layer, gpu_expert);
+    uint8_t* parts[6] = {const_cast<uint8_t*>(g.w1), const_cast<uint8_t*>(g.s1), const_cast<uint8_t*>(g.w3),
+                         const_cast<uint8_t*>(g.s3), const_cast<uint8_t*>(g.w2), const_cast<uint8_t*>(g.s2)};
+    for (int i = 0; i < 3; ++i) {
+        std::memcpy(parts[2 * i], plain_c[i].data(), plain_c[i].size());
+        std::memcpy(parts[2 * i + 1], plain_s[i].data(), plain_s[i].size());
+    }
+    m.expert_slot_host[static_cast<size_t>(host_expert)] = slot;
+    m.expert_slot_host[static_cast<size_t>(gpu_expert)] = -1;
+    m.host_experts[static_cast<size_t>(host_expert)] = cuda::MxHostExpert{};
+    m.host_experts[static_cast<size_t>(gpu_expert)] = g;
+    CUDA_CHECK(cudaMemcpy(const_cast<int32_t*>(m.expert_slot), m.expert_slot_host.data(),
+                          m.expert_slot_host.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
 }
 
 void attach_host_experts(GpuModelWeights& w, const HostExpertStore& store, cuda::DeviceArena& arena) {

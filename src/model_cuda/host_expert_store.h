@@ -37,6 +37,9 @@ public:
     uint64_t bytes_per_expert() const { return per_expert_; }
     int64_t n_host_experts() const { return n_records_; }
     const ExpertPlacement& placement() const { return placement_; }
+    // The record of host expert `from` now holds expert `to` of the same layer (a swap: `to` came
+    // off the GPU, `from` went onto it); the placement follows. The caller rewrites the bytes.
+    void reassign(int64_t layer, int64_t from, int64_t to);
     void check_integrity() const;
 
 private:
@@ -49,6 +52,16 @@ private:
     uint64_t per_expert_ = 0, bytes_ = 0;
     uint8_t* base_ = nullptr;  // pinned
 };
+
+// Re-placement while serving: host expert `host_expert` of `layer` moves into the GPU slot of
+// `gpu_expert`, which moves into host RAM in its place (its tiled HBM bytes untiled back to the
+// checkpoint layout, so the record holds exactly what the checkpoint shipped). One swap, between
+// steps: it synchronises `stream`, and the next step must not have been queued. `staging` is a device
+// buffer of MxHybridExperts::staging_bytes_for(D, I) bytes. The slot maps change in place (device and
+// host), so captured graphs stay valid; the GPU and the host compute an expert with the same rounding
+// points, so outputs do not depend on where it lives beyond fp32 summation order.
+void swap_host_expert(GpuModelWeights& w, HostExpertStore& store, int64_t layer, int32_t host_expert,
+                      int32_t gpu_expert, uint8_t* staging, cudaStream_t stream);
 
 // Makes `w`'s MoE layers hybrid where `store` holds experts of theirs: the slot maps (device and
 // host) and the host experts' pointers. `w` must have been made with the same placement
