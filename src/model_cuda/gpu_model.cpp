@@ -198,7 +198,8 @@ void GpuModel::carve(const ModelConfig& cfg, const GpuModelOptions& opt, int64_t
                   c.moe_scratch_bytes >> 20, T, moe_need >> 20);
     c.moe_scratch = arena.alloc(c.moe_scratch_bytes, "moe scratch");
     if (hybrid) {
-        c.host_staging = static_cast<uint8_t*>(arena.alloc(cuda::MxHybridExperts::staging_bytes_for(D, I), "host expert staging"));
+        c.host_staging = static_cast<uint8_t*>(arena.alloc(
+            cuda::MxHybridExperts::kStagingBuffers * cuda::MxHybridExperts::staging_bytes_for(D, I), "host expert staging"));
         c.host_counters = arena.alloc_n<uint32_t>(HostMoeBridge::kDeviceCounters, "host experts: request counters");
     }
 }

@@ -248,6 +248,10 @@ struct MoeExperts::Impl {
     int32_t* host_experts = nullptr;  // pinned [max_rows]: the routing, read back once per run
     int32_t* host_index = nullptr;    // pinned [3·max_rows]: pair_token, pair_slot, token_pairs
     cudaEvent_t index_uploaded = nullptr;  // host_index may be rewritten once this has completed
+    // Host experts (hybrid): copies into the staging buffers run on their own stream; copied[b]
+    // orders a buffer's dequantisation after its copy, consumed[b] the next copy after it.
+    cudaStream_t copy_stream = nullptr;
+    cudaEvent_t copied[MxHybridExperts::kStagingBuffers] = {}, consumed[MxHybridExperts::kStagingBuffers] = {};
 };
 
 MoeExperts::MoeExperts(void* scratch, size_t scratch_bytes, int64_t max_rows) : impl_(std::make_unique<Impl>()) {
@@ -263,6 +267,11 @@ MoeExperts::MoeExperts(void* scratch, size_t scratch_bytes, int64_t max_rows) : 
     CUDA_CHECK(cudaMallocHost(&impl_->host_experts, static_cast<size_t>(max_rows) * sizeof(int32_t)));
     CUDA_CHECK(cudaMallocHost(&impl_->host_index, static_cast<size_t>(3 * max_rows) * sizeof(int32_t)));
     CUDA_CHECK(cudaEventCreateWithFlags(&impl_->index_uploaded, cudaEventDisableTiming));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->copy_stream, cudaStreamNonBlocking));
+    for (int b = 0; b < MxHybridExperts::kStagingBuffers; ++b) {
+        CUDA_CHECK(cudaEventCreateWithFlags(&impl_->copied[b], cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&impl_->consumed[b], cudaEventDisableTiming));
+    }
 }
 
 MoeExperts::~MoeExperts() {
@@ -271,6 +280,14 @@ MoeExperts::~MoeExperts() {
     if (impl_->index_uploaded) {
         cudaEventSynchronize(impl_->index_uploaded);
         cudaEventDestroy(impl_->index_uploaded);
+    }
+    if (impl_->copy_stream) {
+        cudaStreamSynchronize(impl_->copy_stream);
+        cudaStreamDestroy(impl_->copy_stream);
+    }
+    for (int b = 0; b < MxHybridExperts::kStagingBuffers; ++b) {
+        if (impl_->copied[b]) cudaEventDestroy(impl_->copied[b]);
+        if (impl_->consumed[b]) cudaEventDestroy(impl_->consumed[b]);
     }
     if (impl_->host_index) cudaFreeHost(impl_->host_index);
     if (impl_->host_experts) cudaFreeHost(impl_->host_experts);
@@ -378,6 +395,20 @@ void MoeExperts::run(const __nv_bfloat16* x, const int32_t* experts, const float
     const int64_t groups = F * D / 32;  // scale groups per matrix
     const __nv_bfloat16* w13 = wdq;     // [2F, D]: w1 rows then w3 rows, so one GEMM gives gate | up
     const __nv_bfloat16* w2b = wdq + 2 * F * D;  // [D, F]
+    // Host experts this run uses, in loop order; the first kStagingBuffers copies start now.
+    std::vector<int64_t> host_order;
+    if (hybrid)
+        for (int64_t e = 0; e < E; ++e)
+            if (count[e + 1] > 0 && hybrid->slot_of[e] < 0) host_order.push_back(e);
+    const size_t stage_bytes = MxHybridExperts::staging_bytes_for(D, F);
+    auto issue_copy = [&](size_t j) {
+        const int b = static_cast<int>(j % MxHybridExperts::kStagingBuffers);
+        CUDA_CHECK(cudaStreamWaitEvent(im.copy_stream, im.consumed[b], 0));  // its last reader is done
+        stage_host_expert(hybrid->host[host_order[j]], D, F, hybrid->staging + b * stage_bytes, im.copy_stream);
+        CUDA_CHECK(cudaEventRecord(im.copied[b], im.copy_stream));
+    };
+    for (size_t j = 0; j < host_order.size() && j < MxHybridExperts::kStagingBuffers; ++j) issue_copy(j);
+    size_t host_j = 0;
     for (int64_t e = 0; e < E; ++e) {
         const int64_t m = count[e + 1], off = start[e];
         if (m == 0) continue;
@@ -388,12 +419,15 @@ void MoeExperts::run(const __nv_bfloat16* x, const int32_t* experts, const float
                        w.s3, w.w2, w.s2, slot, D, F, wdq);
             CUDA_CHECK_LAUNCH("dequant_expert_kernel");
         } else {
-            // Stream order keeps the staging buffer safe: the previous host expert's dequantisation
-            // has finished before this copy starts.
-            stage_host_expert(hybrid->host[e], D, F, hybrid->staging, stream);
-            launch_pdl(dequant_shipped_kernel, grid_for(3 * groups, threads), threads, 0, stream, hybrid->staging, D, F,
-                       wdq);
+            const int b = static_cast<int>(host_j % MxHybridExperts::kStagingBuffers);
+            CUDA_CHECK(cudaStreamWaitEvent(stream, im.copied[b], 0));
+            launch_pdl(dequant_shipped_kernel, grid_for(3 * groups, threads), threads, 0, stream,
+                       hybrid->staging + b * stage_bytes, D, F, wdq);
             CUDA_CHECK_LAUNCH("dequant_shipped_kernel");
+            CUDA_CHECK(cudaEventRecord(im.consumed[b], stream));
+            if (host_j + MxHybridExperts::kStagingBuffers < host_order.size())
+                issue_copy(host_j + MxHybridExperts::kStagingBuffers);
+            ++host_j;
         }
         // Row-major y[m, N] = x[m, K]·W[N, K]ᵀ is column-major yᵀ = Wᵀ·xᵀ with W read as [K, N] (op T).
         // gu[off.., 2F] = xs[off.., D] · w13ᵀ

@@ -45,8 +45,11 @@ struct MxHybridExperts {
     int64_t n_global = 0;
     const int32_t* slot_of = nullptr;    // host [n_global]
     const MxHostExpert* host = nullptr;  // host [n_global], valid where slot_of < 0
-    uint8_t* staging = nullptr;          // device
-    static size_t staging_bytes_for(int64_t dim, int64_t inter);
+    uint8_t* staging = nullptr;          // device, kStagingBuffers × staging_bytes_for(dim, inter)
+    // Two buffers: the next host expert's copy (on MoeExperts' copy stream) overlaps the GEMMs of the
+    // current one and of the GPU experts between them.
+    static constexpr int kStagingBuffers = 2;
+    static size_t staging_bytes_for(int64_t dim, int64_t inter);  // one buffer
 };
 
 // In place on x [rows, k] bf16 (row stride ld, 0 = k): each 1×128 block through FP8 E4M3 with its
