@@ -23,12 +23,39 @@ const char* error_type_for_status(int status) {
     }
 }
 
+const char* error_code_for_status(int status) {
+    switch (status) {
+        case 400:
+            return "invalid_request";
+        case 401:
+            return "invalid_api_key";
+        case 403:
+            return "permission_denied";
+        case 404:
+            return "not_found";
+        case 405:
+            return "method_not_allowed";
+        case 408:
+            return "request_timeout";
+        case 413:
+            return "request_too_large";
+        case 415:
+            return "unsupported_media_type";
+        case 429:
+            return "rate_limit_exceeded";
+        case 503:
+            return "service_unavailable";
+        default:
+            return status >= 500 ? "internal_error" : "invalid_request";
+    }
+}
+
 nlohmann::json error_body(int status, const std::string& message, const std::string& param, const std::string& code) {
     nlohmann::json e;
     e["message"] = message;
     e["type"] = error_type_for_status(status);
     e["param"] = param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param);
-    e["code"] = code.empty() ? nlohmann::json(status) : nlohmann::json(code);
+    e["code"] = code.empty() ? std::string(error_code_for_status(status)) : code;
     return nlohmann::json{{"error", std::move(e)}};
 }
 

@@ -1,5 +1,5 @@
 // OpenAI-style API errors: every failure the server reports becomes
-//   {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}
+//   {"error": {"message": ..., "type": ..., "param": ..., "code": "..."}}   (code: always a string)
 // with the HTTP status OpenAI (and vLLM) use for that class. Handlers throw ApiError; the server
 // turns it into the response. Input problems are always 4xx and name the offending field in `param`.
 #pragma once
@@ -41,7 +41,11 @@ inline ApiError bad_request(std::string message, std::string param = {}) {
 // The OpenAI error type string for an HTTP status ("invalid_request_error", "authentication_error", ...).
 const char* error_type_for_status(int status);
 
-// The error body for a status and message (param/code omitted -> null).
+// The `code` an error without a specific one gets: always a string, as OpenAI's own codes are
+// ("invalid_request" for 400, "not_found" for 404, "internal_error" for 5xx, ...), never the status number.
+const char* error_code_for_status(int status);
+
+// The error body for a status and message (param omitted -> null; code omitted -> error_code_for_status).
 nlohmann::json error_body(int status, const std::string& message, const std::string& param = {},
                           const std::string& code = {});
 inline nlohmann::json error_body(const ApiError& e) {

@@ -15,6 +15,7 @@
 #include "server/sse.h"
 #include "tokenizer/reasoning_parser.h"
 
+#include <algorithm>
 #include <ctime>
 
 namespace onecard::server {
@@ -132,8 +133,21 @@ ChatRequest parse_chat_request(const OpenAIServer::State& s, const Json& body) {
     }
     if (auto kw = body.find("chat_template_kwargs"); kw != body.end() && !kw->is_null() && !kw->is_object())
         throw bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
-    if (auto re = body.find("reasoning_effort"); re != body.end() && !re->is_null() && !re->is_string())
-        throw bad_request("'reasoning_effort' must be a string", "reasoning_effort");
+    // The encoder maps every OpenAI effort onto V4's (unset / high / max); any other word would be
+    // rendered as "high" without a word said, so it is refused, naming the accepted ones.
+    static constexpr const char* kEfforts[] = {"none", "minimal", "low", "medium", "high", "xhigh", "max"};
+    auto check_effort = [](const Json& holder, const std::string& param) {
+        auto re = holder.find("reasoning_effort");
+        if (re == holder.end() || re->is_null()) return;
+        if (!re->is_string()) throw bad_request(fmt::format("'{}' must be a string", param), param);
+        const std::string v = re->get<std::string>();
+        if (std::find(std::begin(kEfforts), std::end(kEfforts), v) != std::end(kEfforts)) return;
+        throw bad_request(fmt::format("'{}' is '{}'; accepted: none, minimal, low, medium, high, xhigh, max", param, v),
+                          param);
+    };
+    check_effort(body, "reasoning_effort");
+    if (auto kw = body.find("chat_template_kwargs"); kw != body.end() && kw->is_object())
+        check_effort(*kw, "chat_template_kwargs.reasoning_effort");
     return r;
 }
 
@@ -251,8 +265,11 @@ void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req
         ParsedCompletion pc;
         Json logprobs = Json::array();
         std::optional<EngineEvent> last;
+        ReasoningTokenCount reasoning;
         while (auto ev = ar->next()) {
+            reasoning.before_event(parser.in_reasoning());
             for (const auto& pe : parser.push(ev->text_delta)) apply_event(pc, pe);
+            reasoning.after_event(*ev);
             if (cr.gen.logprobs)
                 for (auto& e : chat_logprobs_json(s.tokenizer, ev->token_ids, ev->logprobs))
                     logprobs.push_back(Json(e));
@@ -288,7 +305,7 @@ void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req
                     {"created", created},
                     {"model", s.info.served_model_name},
                     {"choices", Json::array({std::move(choice)})},
-                    {"usage", Json(usage_json(last->usage))}};
+                    {"usage", Json(usage_json(last->usage, reasoning.count()))}};
         auto& f = access_log_context().fields;
         f["completion_tokens"] = last->usage.completion_tokens;
         f["finish_reason"] = out["choices"][0]["finish_reason"];
@@ -325,6 +342,7 @@ void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req
                 return false;
             }
             std::optional<EngineEvent> last;
+            ReasoningTokenCount reasoning;
             for (;;) {
                 std::optional<EngineEvent> ev = ar->next_for(kSsePingInterval);
                 if (!ev) {
@@ -336,7 +354,9 @@ void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req
                     }
                     continue;
                 }
+                reasoning.before_event(parser.in_reasoning());
                 std::vector<ParseEvent> pes = parser.push(ev->text_delta);
+                reasoning.after_event(*ev);
                 if (ev->finished()) {
                     auto tail = parser.finish();
                     pes.insert(pes.end(), tail.begin(), tail.end());
@@ -370,7 +390,7 @@ void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req
             if (include_usage) {
                 Json u = {
                     {"id", id},       {"object", "chat.completion.chunk"}, {"created", created},
-                    {"model", model}, {"choices", Json::array()},          {"usage", Json(usage_json(last->usage))}};
+                    {"model", model}, {"choices", Json::array()},          {"usage", Json(usage_json(last->usage, reasoning.count()))}};
                 w.send(u);
             }
             auto& f = access_log_context().fields;

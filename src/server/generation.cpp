@@ -4,6 +4,7 @@
 #include "engine/engine_core.h"
 #include "server/api_error.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace onecard::server {
@@ -19,6 +20,14 @@ ActiveRequest::ActiveRequest(OpenAIServer::State& s, GenerateRequest request) : 
         throw ApiError(429, fmt::format("too many requests: {} are already queued or running", limit), {},
                        "rate_limit_exceeded")
             .with_retry_after(1);
+    }
+    // --seed (vLLM's): a request without its own seed gets one from the server's seed and its
+    // admission number, so a server restarted with the same seed replays the same request order alike.
+    if (s_.opts.seed && !request.sampling.seed) {
+        uint64_t x = *s_.opts.seed + 0x9E3779B97F4A7C15ull * s_.seed_serial.fetch_add(1);
+        x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+        x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+        request.sampling.seed = x ^ (x >> 31);
     }
     n_prompt_ = static_cast<int64_t>(request.prompt_token_ids.size());
     t_start_ = t_last_ = std::chrono::steady_clock::now();
@@ -59,8 +68,15 @@ void ActiveRequest::cancel() {
 void ActiveRequest::record_end(const std::string& reason, int64_t prompt, int64_t completion, int64_t cached) {
     if (recorded_) return;
     recorded_ = true;
-    const double e2e = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start_).count();
-    s_.metrics.record_finished(reason, prompt, completion, cached, e2e);
+    // The usage count includes a final EOS/stop token that no event carried: count it now.
+    if (completion > n_generated_) s_.metrics.record_generation_tokens(completion - n_generated_);
+    RequestTiming t;
+    t.e2e_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start_).count();
+    if (got_first_) {
+        t.prefill_s = std::chrono::duration<double>(t_first_ - t_start_).count();
+        t.decode_s = std::chrono::duration<double>(t_last_ - t_first_).count();
+    }
+    s_.metrics.record_finished(reason, prompt, completion, cached, t);
 }
 
 std::optional<EngineEvent> ActiveRequest::next() {
@@ -83,11 +99,17 @@ std::optional<EngineEvent> ActiveRequest::next_for(std::chrono::milliseconds tim
 std::optional<EngineEvent> ActiveRequest::account(EngineEvent e) {
     std::optional<EngineEvent> ev(std::move(e));
     const auto now = std::chrono::steady_clock::now();
+    // The first event of a request means its prefill is done: its prompt tokens count from now.
+    if (!prompt_counted_) {
+        prompt_counted_ = true;
+        s_.metrics.record_prompt_tokens(n_prompt_);
+    }
     if (!ev->token_ids.empty()) {
         const double dt = std::chrono::duration<double>(now - t_last_).count();
         if (!got_first_) {
             s_.metrics.record_ttft(dt);
             got_first_ = true;
+            t_first_ = now;
             for (size_t i = 1; i < ev->token_ids.size(); ++i) s_.metrics.record_inter_token(0.0);
         } else {
             // Tokens that arrive together share the interval.
@@ -96,6 +118,7 @@ std::optional<EngineEvent> ActiveRequest::account(EngineEvent e) {
         }
         t_last_ = now;
         n_generated_ += static_cast<int64_t>(ev->token_ids.size());
+        s_.metrics.record_generation_tokens(static_cast<int64_t>(ev->token_ids.size()));
     }
     if (ev->finished()) {
         finished_ = true;
@@ -127,11 +150,14 @@ const char* api_finish_reason(FinishReason r) {
     return "";
 }
 
-nlohmann::json usage_json(const Usage& u) {
-    return {{"prompt_tokens", u.prompt_tokens},
-            {"completion_tokens", u.completion_tokens},
-            {"total_tokens", u.prompt_tokens + u.completion_tokens},
-            {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+nlohmann::json usage_json(const Usage& u, std::optional<int64_t> reasoning_tokens) {
+    nlohmann::json j = {{"prompt_tokens", u.prompt_tokens},
+                        {"completion_tokens", u.completion_tokens},
+                        {"total_tokens", u.prompt_tokens + u.completion_tokens},
+                        {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+    if (reasoning_tokens)
+        j["completion_tokens_details"] = {{"reasoning_tokens", std::min(*reasoning_tokens, u.completion_tokens)}};
+    return j;
 }
 
 namespace {

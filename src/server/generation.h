@@ -42,7 +42,8 @@ private:
     int64_t n_generated_ = 0;
     bool finished_ = false;
     bool recorded_ = false;
-    std::chrono::steady_clock::time_point t_start_, t_last_;
+    bool prompt_counted_ = false;
+    std::chrono::steady_clock::time_point t_start_, t_last_, t_first_;
     bool got_first_ = false;
 };
 
@@ -61,7 +62,24 @@ void log_finish_reason(const std::string& reason);
 // "stop" / "length" / "abort" / "error" for the API (tool calls are decided by the chat handler).
 const char* api_finish_reason(FinishReason r);
 
-// Usage object {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details{cached_tokens}}.
-nlohmann::json usage_json(const Usage& u);
+// Usage object {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details{cached_tokens}},
+// plus completion_tokens_details{reasoning_tokens} when `reasoning_tokens` is given (chat).
+nlohmann::json usage_json(const Usage& u, std::optional<int64_t> reasoning_tokens = std::nullopt);
+
+// Counts a chat completion's reasoning tokens as its events pass through the reasoning parser: an
+// event's tokens are reasoning when the parser was inside the reasoning as the event began (so the
+// token that closes it counts too, as in vLLM's count of the tokens up to </think>).
+class ReasoningTokenCount {
+public:
+    void before_event(bool parser_in_reasoning) { in_ = parser_in_reasoning; }
+    void after_event(const EngineEvent& ev) {
+        if (in_) n_ += static_cast<int64_t>(ev.token_ids.size());
+    }
+    int64_t count() const { return n_; }
+
+private:
+    bool in_ = false;
+    int64_t n_ = 0;
+};
 
 }  // namespace onecard::server

@@ -1,4 +1,4 @@
-// GET /v1/models, POST /tokenize, POST /detokenize (vLLM's shapes).
+// GET /v1/models, /v1/models/{id}, /version, POST /tokenize, POST /detokenize (vLLM's shapes).
 #include "core/error.h"
 #include "server/api_error.h"
 #include "server/request_params.h"
@@ -16,16 +16,33 @@ void check_model_field(const OpenAIServer::State& s, const Json& body) {
             "model", "model_not_found");
 }
 
-void handle_models(OpenAIServer::State& s, const httplib::Request&, httplib::Response& res) {
+namespace {
+Json model_card(const OpenAIServer::State& s) {
     static_assert(sizeof(std::time_t) >= 8);
-    Json model = {{"id", s.info.served_model_name},
-                  {"object", "model"},
-                  {"created", static_cast<int64_t>(std::time(nullptr))},
-                  {"owned_by", "onecard"},
-                  {"root", s.info.root},
-                  {"parent", nullptr},
-                  {"max_model_len", s.info.max_model_len}};
-    res.set_content(dump_json(Json{{"object", "list"}, {"data", Json::array({std::move(model)})}}), "application/json");
+    return {{"id", s.info.served_model_name},
+            {"object", "model"},
+            {"created", static_cast<int64_t>(std::time(nullptr))},
+            {"owned_by", "onecard"},
+            {"root", s.info.root},
+            {"parent", nullptr},
+            {"max_model_len", s.info.max_model_len}};
+}
+}  // namespace
+
+void handle_models(OpenAIServer::State& s, const httplib::Request&, httplib::Response& res) {
+    res.set_content(dump_json(Json{{"object", "list"}, {"data", Json::array({model_card(s)})}}), "application/json");
+}
+
+// GET /v1/models/{id}: OpenAI's retrieve-model; the id may hold '/' ("deepseek-ai/DeepSeek-V4").
+void handle_model(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches.size() > 1 ? std::string(req.matches[1]) : std::string();
+    if (id != s.info.served_model_name)
+        throw ApiError(404, fmt::format("The model '{}' does not exist", id), "model", "model_not_found");
+    res.set_content(dump_json(model_card(s)), "application/json");
+}
+
+void handle_version(OpenAIServer::State&, const httplib::Request&, httplib::Response& res) {
+    res.set_content(dump_json(Json{{"version", ONECARD_VERSION}, {"server", "onecard"}}), "application/json");
 }
 
 void handle_tokenize(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res) {

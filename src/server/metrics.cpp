@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace onecard::server {
 
 Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
@@ -50,8 +52,17 @@ std::string prom_escape(const std::string& s) {
     return o;
 }
 
+std::vector<double> buckets_1_2_5(int64_t max_value) {
+    std::vector<double> out;
+    for (int64_t exp = 1;; exp *= 10)
+        for (int64_t m : {1, 2, 5}) {
+            if (m * exp > max_value) return out;
+            out.push_back(static_cast<double>(m * exp));
+        }
+}
+
 namespace {
-// vLLM's bucket edges (seconds), so dashboards built for it read ours unchanged.
+// vLLM's bucket edges (seconds, vllm/v1/metrics/loggers.py), so dashboards built for it read ours unchanged.
 std::vector<double> ttft_buckets() {
     return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
             1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
@@ -59,34 +70,57 @@ std::vector<double> ttft_buckets() {
 std::vector<double> itl_buckets() {
     return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
 }
-std::vector<double> e2e_buckets() {
+// vLLM uses these for e2e, queue, prefill, decode and inference time alike.
+std::vector<double> request_latency_buckets() {
     return {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
             30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 }
 }  // namespace
 
-ServerMetrics::ServerMetrics(std::string model_name)
+ServerMetrics::ServerMetrics(std::string model_name, int64_t max_model_len)
     : model_name_(std::move(model_name)),
       labels_("model_name=\"" + prom_escape(model_name_) + "\""),
       ttft_(ttft_buckets()),
       itl_(itl_buckets()),
-      e2e_(e2e_buckets()) {}
+      tpot_(itl_buckets()),
+      e2e_(request_latency_buckets()),
+      prefill_(request_latency_buckets()),
+      decode_(request_latency_buckets()),
+      inference_(request_latency_buckets()),
+      req_prompt_(buckets_1_2_5(max_model_len)),
+      req_gen_(buckets_1_2_5(max_model_len)) {}
 
 void ServerMetrics::record_http(const std::string& route, int status) {
     std::lock_guard lk(mu_);
     ++http_[{route, status}];
 }
 
+void ServerMetrics::record_prompt_tokens(int64_t n) {
+    std::lock_guard lk(mu_);
+    prompt_tokens_ += static_cast<uint64_t>(std::max<int64_t>(n, 0));
+}
+
+void ServerMetrics::record_generation_tokens(int64_t n) {
+    std::lock_guard lk(mu_);
+    generation_tokens_ += static_cast<uint64_t>(std::max<int64_t>(n, 0));
+}
+
 void ServerMetrics::record_finished(const std::string& finish_reason, int64_t prompt_tokens, int64_t generation_tokens,
-                                    int64_t cached_tokens, double e2e_s) {
+                                    int64_t cached_tokens, const RequestTiming& t) {
     {
         std::lock_guard lk(mu_);
         ++finished_[finish_reason];
-        prompt_tokens_ += static_cast<uint64_t>(prompt_tokens);
-        generation_tokens_ += static_cast<uint64_t>(generation_tokens);
-        cached_tokens_ += static_cast<uint64_t>(cached_tokens);
+        cached_tokens_ += static_cast<uint64_t>(std::max<int64_t>(cached_tokens, 0));
     }
-    e2e_.observe(e2e_s);
+    e2e_.observe(t.e2e_s);
+    req_prompt_.observe(static_cast<double>(prompt_tokens));
+    req_gen_.observe(static_cast<double>(generation_tokens));
+    if (t.prefill_s >= 0) {
+        prefill_.observe(t.prefill_s);
+        decode_.observe(t.decode_s);
+        inference_.observe(t.prefill_s + t.decode_s);
+        if (generation_tokens > 1) tpot_.observe(t.decode_s / static_cast<double>(generation_tokens - 1));
+    }
 }
 
 void ServerMetrics::record_nonfinite_logits() {
@@ -97,40 +131,44 @@ void ServerMetrics::record_nonfinite_logits() {
 std::string ServerMetrics::render(const EngineStats& es, int64_t n_http_inflight) const {
     std::string o;
     const std::string& L = labels_;
-    auto gauge = [&](const char* name, const char* help, double v) {
-        o += fmt::format("# HELP onecard:{} {}\n# TYPE onecard:{} gauge\nonecard:{}{{{}}} {}\n", name, help, name, name,
-                         L, v);
+    auto line = [&](const char* prefix, const char* type, const char* name, const char* help, double v) {
+        o += fmt::format("# HELP {0}:{1} {2}\n# TYPE {0}:{1} {3}\n{0}:{1}{{{4}}} {5}\n", prefix, name, help, type, L, v);
     };
-    gauge("num_requests_running", "Requests in the running batch.", static_cast<double>(es.n_running));
-    gauge("num_requests_waiting", "Requests waiting to be scheduled.", static_cast<double>(es.n_waiting));
+    auto vllm_gauge = [&](const char* name, const char* help, double v) { line("vllm", "gauge", name, help, v); };
+    auto vllm_counter = [&](const char* name, const char* help, double v) { line("vllm", "counter", name, help, v); };
+    auto gauge = [&](const char* name, const char* help, double v) { line("onecard", "gauge", name, help, v); };
+    auto counter = [&](const char* name, const char* help, double v) { line("onecard", "counter", name, help, v); };
+
+    vllm_gauge("num_requests_running", "Number of requests in model execution batches.",
+               static_cast<double>(es.n_running));
+    vllm_gauge("num_requests_waiting", "Number of requests waiting to be processed.",
+               static_cast<double>(es.n_waiting));
     const double usage = es.n_total_kv_blocks > 0 ? 1.0 - static_cast<double>(es.n_free_kv_blocks) /
                                                               static_cast<double>(es.n_total_kv_blocks)
                                                   : 0.0;
-    gauge("kv_cache_usage_perc", "KV-cache block usage, 1 = full.", usage);
+    vllm_gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage);
+    vllm_counter("num_preemptions_total", "Cumulative number of preemptions from the engine.",
+                 static_cast<double>(es.n_preemptions));
     gauge("kv_cache_free_blocks", "Free KV-cache blocks.", static_cast<double>(es.n_free_kv_blocks));
     gauge("kv_cache_total_blocks", "KV-cache blocks in the pool.", static_cast<double>(es.n_total_kv_blocks));
     gauge("kv_cache_free_slots", "Free per-sequence KV slots.", static_cast<double>(es.n_free_kv_slots));
     gauge("num_http_requests_inflight", "Generation requests the HTTP side holds (queued or running).",
           static_cast<double>(n_http_inflight));
-    auto counter = [&](const char* name, const char* help, double v) {
-        o += fmt::format("# HELP onecard:{} {}\n# TYPE onecard:{} counter\nonecard:{}{{{}}} {}\n", name, help, name,
-                         name, L, v);
-    };
-    counter("num_preemptions_total", "Preemptions (recompute) so far.", static_cast<double>(es.n_preemptions));
     counter("engine_steps_total", "Engine steps so far.", static_cast<double>(es.n_steps));
     {
         std::lock_guard lk(mu_);
-        counter("prompt_tokens_total", "Prefill tokens processed.", static_cast<double>(prompt_tokens_));
-        counter("generation_tokens_total", "Generation tokens processed.", static_cast<double>(generation_tokens_));
+        vllm_counter("prompt_tokens_total", "Number of prefill tokens processed.", static_cast<double>(prompt_tokens_));
+        vllm_counter("generation_tokens_total", "Number of generation tokens processed.",
+                     static_cast<double>(generation_tokens_));
         counter("prompt_tokens_cached_total", "Prompt tokens served from the prefix cache.",
                 static_cast<double>(cached_tokens_));
         counter("nonfinite_logits_total", "Requests stopped because the model gave them NaN or Inf logits.",
                 static_cast<double>(nonfinite_logits_));
-        o += "# HELP onecard:request_success_total Finished generation requests by finish reason.\n"
-             "# TYPE onecard:request_success_total counter\n";
+        o += "# HELP vllm:request_success_total Count of successfully processed requests.\n"
+             "# TYPE vllm:request_success_total counter\n";
         for (const char* r : {"stop", "length", "abort", "error"}) {
             auto it = finished_.find(r);
-            o += fmt::format("onecard:request_success_total{{{},finished_reason=\"{}\"}} {}\n", L, r,
+            o += fmt::format("vllm:request_success_total{{{},finished_reason=\"{}\"}} {}\n", L, r,
                              it == finished_.end() ? 0 : it->second);
         }
         o += "# HELP onecard:http_requests_total HTTP responses by route and status code.\n"
@@ -139,9 +177,18 @@ std::string ServerMetrics::render(const EngineStats& es, int64_t n_http_inflight
             o += fmt::format("onecard:http_requests_total{{{},route=\"{}\",status=\"{}\"}} {}\n", L,
                              prom_escape(key.first), key.second, n);
     }
-    ttft_.render(o, "onecard:time_to_first_token_seconds", "Time to first token.", L);
-    itl_.render(o, "onecard:inter_token_latency_seconds", "Time between streamed tokens.", L);
-    e2e_.render(o, "onecard:e2e_request_latency_seconds", "End-to-end request latency.", L);
+    ttft_.render(o, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", L);
+    itl_.render(o, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", L);
+    tpot_.render(o, "vllm:request_time_per_output_token_seconds",
+                 "Histogram of time_per_output_token_seconds per request.", L);
+    e2e_.render(o, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", L);
+    prefill_.render(o, "vllm:request_prefill_time_seconds",
+                    "Histogram of time spent in PREFILL phase for request (from admission: includes queueing).", L);
+    decode_.render(o, "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", L);
+    inference_.render(o, "vllm:request_inference_time_seconds",
+                      "Histogram of time spent in RUNNING phase for request (from admission).", L);
+    req_prompt_.render(o, "vllm:request_prompt_tokens", "Number of prefill tokens processed.", L);
+    req_gen_.render(o, "vllm:request_generation_tokens", "Number of generation tokens processed.", L);
     return o;
 }
 

@@ -11,7 +11,9 @@
 
 #include <sys/socket.h>
 
+#include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <limits>
 #include <random>
@@ -49,23 +51,48 @@ enum class Method { Get, Post };
 struct Route {
     const char* path;
     Method method;
-    bool public_route;  // reachable without an API key (liveness/readiness probes)
+    bool public_route;  // reachable without an API key (liveness/readiness probes, version)
+    bool probe;         // polled by monitors: no access-log line unless log_probe_requests
+    bool prefix = false;  // matches every path that starts with `path` ("/v1/models/" + id)
 };
 constexpr Route kRoutes[] = {
-    {"/v1/chat/completions", Method::Post, false},
-    {"/v1/completions", Method::Post, false},
-    {"/v1/models", Method::Get, false},
-    {"/tokenize", Method::Post, false},
-    {"/detokenize", Method::Post, false},
-    {"/metrics", Method::Get, false},
-    {"/health", Method::Get, true},
-    {"/ready", Method::Get, true},
+    {"/v1/chat/completions", Method::Post, false, false},
+    {"/v1/completions", Method::Post, false, false},
+    {"/v1/models", Method::Get, false, false},
+    {"/v1/models/", Method::Get, false, false, true},
+    {"/tokenize", Method::Post, false, false},
+    {"/detokenize", Method::Post, false, false},
+    {"/metrics", Method::Get, false, true},  // public unless metrics_require_auth (see pre-routing)
+    {"/health", Method::Get, true, true},
+    {"/ready", Method::Get, true, true},
+    {"/version", Method::Get, true, true},
 };
 
 const Route* find_route(const std::string& path) {
     for (const auto& r : kRoutes)
-        if (path == r.path) return &r;
+        if (r.prefix ? path.size() > std::strlen(r.path) && path.rfind(r.path, 0) == 0 : path == r.path) return &r;
     return nullptr;
+}
+
+// POST bodies are JSON: a Content-Type naming another media type is refused (415), with parameters
+// (charset) allowed and case ignored, as in HTTP's own rules. No Content-Type is taken as JSON.
+bool is_json_content_type(const std::string& value) {
+    std::string media = value.substr(0, value.find(';'));
+    const size_t b = media.find_first_not_of(" \t");
+    const size_t e = media.find_last_not_of(" \t");
+    media = b == std::string::npos ? "" : media.substr(b, e - b + 1);
+    for (char& c : media) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return media == "application/json";
+}
+
+// The Access-Control-Allow-Origin value for a request's Origin under --allowed-origins ("" = none).
+std::string cors_origin(const ServerOptions& o, const std::string& origin) {
+    if (o.allowed_origins.empty() || origin.empty()) return {};
+    for (const auto& a : o.allowed_origins) {
+        if (a == "*") return "*";
+        if (a == origin) return origin;
+    }
+    return {};
 }
 
 // UTC wall-clock time with milliseconds, ISO 8601 ("2026-11-29T15:32:01.123Z"): requests finish
@@ -164,6 +191,21 @@ OpenAIServer::OpenAIServer(ServerOptions options, Engine& engine, const Tokenize
         if (!s.allow.allows(req.remote_addr))
             return reject(res, 403, fmt::format("address {} is not allowed", req.remote_addr), "address_not_allowed");
         const Route* route = find_route(req.path);
+        const std::string origin = cors_origin(s.opts, req.get_header_value("Origin"));
+        if (!origin.empty()) {
+            res.set_header("Access-Control-Allow-Origin", origin);
+            if (origin != "*") res.set_header("Vary", "Origin");
+        }
+        // A CORS preflight carries no credentials: answered before the API key is asked for.
+        if (req.method == "OPTIONS" && !origin.empty() && route != nullptr &&
+            req.has_header("Access-Control-Request-Method")) {
+            res.status = 204;
+            res.set_header("Access-Control-Allow-Methods", route->method == Method::Get ? "GET, OPTIONS" : "POST, OPTIONS");
+            const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+            res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
+            res.set_header("Access-Control-Max-Age", "600");
+            return httplib::Server::HandlerResponse::Handled;
+        }
         if (route == nullptr) return reject(res, 404, fmt::format("no route for {}", req.path), "not_found");
         const char* want = route->method == Method::Get ? "GET" : "POST";
         if (req.method != want) {
@@ -171,13 +213,20 @@ OpenAIServer::OpenAIServer(ServerOptions options, Engine& engine, const Tokenize
             return reject(res, 405, fmt::format("{} {} is not allowed; use {}", req.method, req.path, want),
                           "method_not_allowed");
         }
-        if (!route->public_route && s.keys.enabled() && !s.keys.check_bearer(req.get_header_value("Authorization"))) {
+        const bool open = route->public_route || (std::strcmp(route->path, "/metrics") == 0 && !s.opts.metrics_require_auth);
+        if (!open && s.keys.enabled() && !s.keys.check_bearer(req.get_header_value("Authorization"))) {
             res.set_header("WWW-Authenticate", "Bearer");
             return reject(res, 401,
                           req.has_header("Authorization") ? "incorrect API key provided"
                                                           : "missing API key: send 'Authorization: Bearer <key>'",
                           "invalid_api_key");
         }
+        if (route->method == Method::Post && req.has_header("Content-Type") &&
+            !is_json_content_type(req.get_header_value("Content-Type")))
+            return reject(res, 415,
+                          fmt::format("Content-Type '{}' is not supported: send 'Content-Type: application/json'",
+                                      req.get_header_value("Content-Type")),
+                          "unsupported_media_type");
         return httplib::Server::HandlerResponse::Unhandled;
     });
 
@@ -200,6 +249,8 @@ OpenAIServer::OpenAIServer(ServerOptions options, Engine& engine, const Tokenize
     http.Post("/tokenize", wrap(handle_tokenize));
     http.Post("/detokenize", wrap(handle_detokenize));
     http.Get("/v1/models", wrap(handle_models));
+    http.Get(R"(/v1/models/(.+))", wrap(handle_model));
+    http.Get("/version", wrap(handle_version));
     http.Get("/health",
              [](const httplib::Request&, httplib::Response& res) { res.set_content("{}", "application/json"); });
     http.Get("/ready", [&s](const httplib::Request&, httplib::Response& res) {
@@ -238,6 +289,8 @@ OpenAIServer::OpenAIServer(ServerOptions options, Engine& engine, const Tokenize
         const Route* route = find_route(req.path);
         s.metrics.record_http(route ? route->path : "other", res.status);
         if (!s.opts.access_log) return;
+        // Monitors poll these every few seconds: their lines would drown the requests' ones.
+        if (route && route->probe && !s.opts.log_probe_requests && res.status < 400) return;
         nlohmann::json line = {
             {"ts", log_timestamp()},
             {"remote", req.remote_addr},

@@ -1,7 +1,8 @@
-// The OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/models, /tokenize,
-// /detokenize, /health, /ready, /metrics, over one Engine (one engine thread) and a pool of HTTP
+// The OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/models[/{id}], /tokenize,
+// /detokenize, /health, /ready, /metrics, /version, over one Engine (one engine thread) and a pool of HTTP
 // threads. Every request passes, in order: the CIDR allowlist (403), the path allowlist (404/405),
-// the API key (401), the body-size limit (413), then its handler; admission is bounded (429 when
+// the API key (401; /health, /ready, /version and, unless metrics_require_auth, /metrics are open),
+// the JSON Content-Type of POST bodies (415), the body-size limit (413), then its handler; admission is bounded (429 when
 // the queue is full, 503 while starting or draining, both with Retry-After).
 //
 //   OpenAIServer server(options, engine, tokenizer, model_info);
@@ -18,6 +19,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,10 @@ struct ServerOptions {
     int64_t max_queued_requests = 256;     // generation requests beyond max_num_seqs before 429
     bool log_requests_text = false;        // access log includes prompt and completion text
     bool access_log = true;                // one JSON line per request on stderr
+    bool log_probe_requests = false;       // access-log /health, /ready, /metrics and /version too
+    bool metrics_require_auth = false;     // /metrics behind the API key (default: open, like /health)
+    std::vector<std::string> allowed_origins;  // CORS: origins allowed ("*" = any); empty -> no CORS headers
+    std::optional<uint64_t> seed;          // vLLM's --seed: seeds requests that bring no seed
 };
 
 // What the server tells clients about the model it serves.

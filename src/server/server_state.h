@@ -26,7 +26,7 @@ struct OpenAIServer::State {
           info(std::move(i)),
           allow(opts.allow_cidrs),
           keys(opts.api_keys),
-          metrics(info.served_model_name) {}
+          metrics(info.served_model_name, info.max_model_len > 0 ? info.max_model_len : 8192) {}
 
     ServerOptions opts;
     Engine& engine;
@@ -43,6 +43,7 @@ struct OpenAIServer::State {
     std::atomic<bool> draining{false};
     std::atomic<int64_t> inflight{0};  // admitted generation requests not yet released
     std::atomic<uint64_t> next_serial{1};
+    std::atomic<uint64_t> seed_serial{0};  // requests given a seed derived from --seed
     uint64_t id_salt = 0;  // random per process: response ids are not guessable sequences
 
     // Live engine streams, so shutdown can cancel what did not drain in time.
@@ -73,5 +74,7 @@ void handle_completions(OpenAIServer::State& s, const httplib::Request& req, htt
 void handle_models(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
 void handle_tokenize(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
 void handle_detokenize(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
+void handle_model(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);  // /v1/models/{id}
+void handle_version(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
 
 }  // namespace onecard::server

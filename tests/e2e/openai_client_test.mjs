@@ -258,10 +258,11 @@ await test('error objects become typed client errors', async () => {
 
 await test('metrics and probes over raw fetch', async () => {
   assert.equal((await fetch(`http://127.0.0.1:${port}/health`)).status, 200);
-  assert.equal((await fetch(`http://127.0.0.1:${port}/metrics`)).status, 401);
+  // /metrics is open like /health (as in vLLM) unless --metrics-require-auth.
+  assert.equal((await fetch(`http://127.0.0.1:${port}/metrics`)).status, 200);
   const m = await (await fetch(`http://127.0.0.1:${port}/metrics`, { headers: { Authorization: `Bearer ${KEY}` } })).text();
-  assert.match(m, /onecard:num_requests_running\{model_name="onecard-e2e"\} 0/);
-  assert.match(m, /onecard:time_to_first_token_seconds_count\{model_name="onecard-e2e"\} [1-9]/);
+  assert.match(m, /vllm:num_requests_running\{model_name="onecard-e2e"\} 0/);
+  assert.match(m, /vllm:time_to_first_token_seconds_count\{model_name="onecard-e2e"\} [1-9]/);
   assert.match(m, /onecard:http_requests_total\{model_name="onecard-e2e",route="\/v1\/chat\/completions",status="400"\} [1-9]/);
 });
 

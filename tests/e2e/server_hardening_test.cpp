@@ -228,7 +228,7 @@ TEST(ServerHardening, NonFiniteLogitsFailOneRequestAndAreCounted) {
     expect_serving(s);
     const std::string metrics = s.client().Get("/metrics")->body;
     EXPECT_EQ(metric_value(metrics, "onecard:nonfinite_logits_total"), 2) << metrics;
-    EXPECT_NE(metrics.find("onecard:request_success_total{model_name=\"test-model\",finished_reason=\"error\"} 2"),
+    EXPECT_NE(metrics.find("vllm:request_success_total{model_name=\"test-model\",finished_reason=\"error\"} 2"),
               std::string::npos)
         << metrics;
     EXPECT_NO_THROW(s.srv->check_integrity());

@@ -391,7 +391,7 @@ TEST(ServerHttp, ApiKeysGuardEverythingButProbes) {
     EXPECT_EQ(post(s, "/v1/chat/completions", body, {{"Authorization", "Bearer sk-test-2"}})->status, 200);
     auto c = s.client();
     expect_error(c.Get("/v1/models"), 401);
-    expect_error(c.Get("/metrics"), 401);
+    EXPECT_EQ(c.Get("/metrics")->status, 200);  // open, as in vLLM, unless --metrics-require-auth
     EXPECT_EQ(c.Get("/health")->status, 200);
     EXPECT_EQ(c.Get("/ready")->status, 200);
     c.set_bearer_token_auth("sk-test-2");

@@ -115,17 +115,17 @@ TEST(ServerLoad, SixtyFourConcurrentStreamsWithRandomAborts) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     for (;;) {
         m = c0.Get("/metrics")->body;
-        const bool idle = metric_value(m, "onecard:num_requests_running") == 0 &&
-                          metric_value(m, "onecard:num_requests_waiting") == 0 &&
+        const bool idle = metric_value(m, "vllm:num_requests_running") == 0 &&
+                          metric_value(m, "vllm:num_requests_waiting") == 0 &&
                           metric_value(m, "onecard:kv_cache_free_blocks") == free0 &&
                           metric_value(m, "onecard:num_http_requests_inflight") == 0;
         if (idle || std::chrono::steady_clock::now() > deadline) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    EXPECT_EQ(metric_value(m, "onecard:num_requests_running"), 0) << m;
-    EXPECT_EQ(metric_value(m, "onecard:num_requests_waiting"), 0);
+    EXPECT_EQ(metric_value(m, "vllm:num_requests_running"), 0) << m;
+    EXPECT_EQ(metric_value(m, "vllm:num_requests_waiting"), 0);
     EXPECT_EQ(metric_value(m, "onecard:kv_cache_free_blocks"), free0);
-    EXPECT_EQ(metric_value(m, "onecard:kv_cache_usage_perc"), 0);
+    EXPECT_EQ(metric_value(m, "vllm:kv_cache_usage_perc"), 0);
     EXPECT_EQ(metric_value(m, "onecard:num_http_requests_inflight"), 0);
     EXPECT_NO_THROW(s.srv->check_integrity());
     EXPECT_EQ(m.find("status=\"5"), std::string::npos) << m;

@@ -1,7 +1,9 @@
 // `onecard serve`: the OpenAI-compatible server (src/server) over the engine and the CPU model.
 // Every flag also comes from the environment (ONECARD_<FLAG>, e.g. ONECARD_MAX_MODEL_LEN) and from a
-// JSON config file (--config FILE: {"port": 8001, "allow-cidr": ["10.0.0.0/8"], ...}; keys are flag
-// names without "--", '-' or '_'). Precedence: command line, then environment, then config file.
+// JSON or vLLM-style YAML config file (--config FILE: {"port": 8001, "allow-cidr": ["10.0.0.0/8"]} or
+// `port: 8001`; keys are flag names without "--", '-' or '_'). Precedence: command line, then
+// environment, then config file. `vllm serve` command lines work unchanged: the positional model path
+// and vLLM's common flags are accepted (server/vllm_compat.h decides which values are refused).
 #include "commands.h"
 #include "core/error.h"
 #include "engine/cpu_model_runner.h"
@@ -13,9 +15,11 @@
 #include "model/weights.h"
 #include "onecard/engine.h"
 #include "server/access_control.h"
+#include "server/config_file.h"
 #include "server/openai_server.h"
 #include "server/scripted_runner.h"
 #include "server/text_decoder.h"
+#include "server/vllm_compat.h"
 #include "serve_plan.h"
 #include "tokenizer/deepseek_v4_vocab.h"
 #include "tokenizer/tokenizer.h"
@@ -60,44 +64,83 @@ struct ServeArgs {
     double gpu_memory_utilization = 0;  // > 0: the fraction of the GPU's total memory to plan (vLLM)
     std::string expert_profile;         // use counts ranking experts for the GPU; written back at shutdown
     bool no_access_log = false;
+    // vLLM compatibility (server/vllm_compat.h): the positional model, and flags onecard only checks.
+    std::string model_positional;
+    server::VllmFlags vllm;
+    std::vector<std::string> allowed_origins;
+    bool disable_uvicorn_access_log = false;
+    uint64_t seed = 0;
+    bool compat_bool = false;        // target of the accepted-and-ignored vLLM flags
+    std::string compat_value;        // target of the accepted-and-ignored vLLM options with a value
 };
 
-// Applies a JSON config file to every option the command line and environment left unset.
+// vLLM flags accepted with no effect here, each named in one startup line when given. Every one of
+// them is either what onecard does anyway or does not change what a client gets back.
+constexpr const char* kIgnoredVllmFlags[] = {
+    "--trust-remote-code",      "--enable-prefix-caching", "--no-enable-prefix-caching", "--enable-auto-tool-choice",
+    "--disable-log-requests",   "--disable-log-stats",     "--enforce-eager",             "--enable-chunked-prefill",
+    "--no-enable-chunked-prefill", "--swap-space",         "--block-size",                "--download-dir",
+    "--load-format",            "--tokenizer-mode",        "--distributed-executor-backend", "--disable-fastapi-docs",
+    "--tool-call-parser",       "--reasoning-parser",      "--kv-cache-dtype",            "--dtype",
+    "--tensor-parallel-size",   "--pipeline-parallel-size", "--data-parallel-size",       "--chat-template",
+};
+
+// Applies a JSON or YAML config file to every option the command line and environment left unset.
 void apply_config_file(CLI::App* cmd, const std::string& path) {
-    std::ifstream in(path);
-    ONECARD_CHECK(in.good(), "--config '{}': cannot open", path);
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-        fail("--config '{}': not valid JSON: {}", path, e.what());
-    }
-    ONECARD_CHECK(j.is_object(), "--config '{}': top level must be an object of flag names", path);
-    for (const auto& [key, value] : j.items()) {
-        std::string name = key;
-        for (char& c : name)
-            if (c == '_') c = '-';
+    for (const server::ConfigValue& cv : server::read_config_file(path)) {
+        const std::string name = server::config_key_to_flag(cv.key);
+        // vLLM's YAML names the model as `model:`; the positional argument has no flag name.
         CLI::Option* opt = cmd->get_option_no_throw("--" + name);
-        ONECARD_CHECK(opt != nullptr && name != "config", "--config '{}': unknown option '{}'", path, key);
+        ONECARD_CHECK(opt != nullptr && name != "config", "--config '{}': unknown option '{}'", path, cv.key);
         if (opt->count() > 0) continue;  // the command line or environment wins
-        auto as_text = [&](const nlohmann::json& v) {
-            ONECARD_CHECK(v.is_string() || v.is_number() || v.is_boolean(),
-                          "--config '{}': '{}' must be a string, number "
-                          "or boolean (or an array of them)",
-                          path, key);
-            return v.is_string() ? v.get<std::string>() : v.dump();
-        };
-        if (value.is_array()) {
-            for (const auto& v : value) opt->add_result(as_text(v));
-        } else {
-            opt->add_result(as_text(value));
-        }
+        // A boolean flag set to false in the file is simply not set.
+        if (opt->get_expected_max() == 0 && cv.values.size() == 1 && cv.values[0] == "false") continue;
+        for (const auto& v : cv.values) opt->add_result(v);
         try {
             opt->run_callback();
         } catch (const CLI::Error& e) {
-            fail("--config '{}': option '{}': {}", path, key, e.what());
+            fail("--config '{}': option '{}': {}", path, cv.key, e.what());
         }
     }
+}
+
+// The vLLM-only flags: refused when they ask for what onecard would not do, otherwise named once.
+void apply_vllm_flags(CLI::App* cmd, ServeArgs& a) {
+    if (!a.model_positional.empty()) {
+        ONECARD_CHECK(a.model.empty() || a.model == a.model_positional,
+                      "serve: the model is given twice ('{}' and --model '{}')", a.model_positional, a.model);
+        a.model = a.model_positional;
+    }
+    server::check_vllm_flags(a.vllm, a.model);
+    const server::LogLevel level = server::parse_log_level(a.vllm.log_level);
+    // Access-log lines are info-level: above info (warning, error, critical) they are off.
+    if (level > server::LogLevel::Info || a.disable_uvicorn_access_log) a.no_access_log = true;
+    std::vector<std::string> ignored;
+    for (const char* f : kIgnoredVllmFlags)
+        if (cmd->get_option(f)->count() > 0) ignored.emplace_back(f);
+    std::fputs(server::ignored_flags_line(ignored).c_str(), stderr);
+}
+
+// --allowed-origins takes vLLM's JSON list ('["https://a.example"]') or plain origins, repeatable.
+std::vector<std::string> parse_allowed_origins(const std::vector<std::string>& given) {
+    std::vector<std::string> out;
+    for (const auto& g : given) {
+        if (!g.empty() && g.front() == '[') {
+            nlohmann::json j;
+            try {
+                j = nlohmann::json::parse(g);
+            } catch (const nlohmann::json::exception&) {
+                fail("serve: --allowed-origins '{}': not a JSON list of origins", g);
+            }
+            for (const auto& o : j) {
+                ONECARD_CHECK(o.is_string(), "serve: --allowed-origins '{}': not a JSON list of origins", g);
+                out.push_back(o.get<std::string>());
+            }
+        } else {
+            out.push_back(g);
+        }
+    }
+    return out;
 }
 
 fs::path demo_dir() {
@@ -161,6 +204,7 @@ bool use_cuda(const ServeArgs& a, const ModelConfig& cfg, std::string& why) {
 
 void run_serve(CLI::App* cmd, ServeArgs& a) {
     if (!a.config.empty()) apply_config_file(cmd, a.config);
+    apply_vllm_flags(cmd, a);
     sigset_t stop_signals;
     block_stop_signals(stop_signals);
     const auto t0 = std::chrono::steady_clock::now();
@@ -317,6 +361,8 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     so.api_keys = keys;
     so.max_num_seqs = a.max_num_seqs;
     so.access_log = !a.no_access_log;
+    so.allowed_origins = parse_allowed_origins(a.allowed_origins);
+    if (cmd->get_option("--seed")->count() > 0) so.seed = a.seed;
     info.served_model_name =
         a.served_model_name.empty() ? (a.model.empty() ? "onecard-demo" : a.model) : a.served_model_name;
     info.root = model_dir.string();
@@ -365,7 +411,8 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     std::printf("%s\nready\n", line.dump().c_str());
     std::printf(
         "try: curl %s%s://%s:%d/v1/chat/completions -H 'Content-Type: application/json'%s -d "
-        "'{\"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}], \"max_tokens\": 32}'\n",
+        "'{\"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}], \"max_tokens\": 64, "
+        "\"chat_template_kwargs\": {\"thinking\": false}}'\n",
         srv.is_tls() ? "-k " : "", scheme.c_str(), so.host.c_str(), port,
         keys.empty() ? "" : " -H \"Authorization: Bearer $ONECARD_API_KEY\"");
     std::fflush(stdout);
@@ -464,7 +511,38 @@ void add_cmd_serve(CLI::App& app) {
     cmd->add_option("--test-script", a->test_script,
                     "TESTS ONLY (needs ONECARD_TEST_MODE=1): replace the model with a scripted runner "
                     "(src/server/scripted_runner.h)");
-    cmd->add_option("--config", a->config, "JSON file of flag values (command line and environment win)");
+    cmd->add_option("--config", a->config,
+                    "JSON or YAML file of flag values, as vLLM's --config (command line and environment win)");
+    cmd->add_flag("--metrics-require-auth", o.metrics_require_auth,
+                  "/metrics asks for the API key too (default: open, like /health)");
+    cmd->add_flag("--log-probe-requests", o.log_probe_requests,
+                  "access-log /health, /ready, /metrics and /version as well (default: only their errors)");
+    cmd->add_option("--allowed-origins", a->allowed_origins,
+                    "CORS: origins browsers may call from (repeatable, or vLLM's JSON list; \"*\" = any)");
+    // vLLM's flags (`vllm serve` lines start onecard unchanged; server/vllm_compat.h has the policy).
+    auto& v = a->vllm;
+    cmd->add_option("model_path", a->model_positional, "checkpoint directory, as `vllm serve MODEL` takes it");
+    cmd->add_option("--seed", a->seed, "seed for requests that bring none (vLLM's --seed): reproducible runs");
+    cmd->add_option("--log-level,--uvicorn-log-level", v.log_level,
+                    "trace | debug | info | warning | error | critical (above info: no access log)");
+    cmd->add_flag("--disable-uvicorn-access-log", a->disable_uvicorn_access_log, "vLLM: same as --no-access-log");
+    cmd->add_option("--tool-call-parser", v.tool_call_parser, "vLLM: deepseek_v4 (onecard always parses DSML)");
+    cmd->add_option("--reasoning-parser", v.reasoning_parser, "vLLM: deepseek_v4 (onecard always splits <think>)");
+    cmd->add_option("--kv-cache-dtype", v.kv_cache_dtype, "vLLM: auto | fp8 (onecard's KV cache is always FP8)");
+    cmd->add_option("--dtype", v.dtype, "vLLM: auto | bfloat16 (the checkpoint's own formats)");
+    cmd->add_option("--chat-template", v.chat_template,
+                    "vLLM: only the model's own template (onecard renders DeepSeek-V4's format itself)");
+    cmd->add_option("--tensor-parallel-size", v.tensor_parallel_size, "vLLM: 1 (one GPU)");
+    cmd->add_option("--pipeline-parallel-size", v.pipeline_parallel_size, "vLLM: 1 (one GPU)");
+    cmd->add_option("--data-parallel-size", v.data_parallel_size, "vLLM: 1 (one onecard per GPU)");
+    for (const char* f : {"--trust-remote-code", "--enable-prefix-caching", "--no-enable-prefix-caching",
+                          "--enable-auto-tool-choice", "--disable-log-requests", "--disable-log-stats",
+                          "--enforce-eager", "--enable-chunked-prefill", "--no-enable-chunked-prefill",
+                          "--disable-fastapi-docs"})
+        cmd->add_flag(f, a->compat_bool, "vLLM: accepted, no effect in onecard")->group("vLLM compatibility");
+    for (const char* f : {"--swap-space", "--block-size", "--download-dir", "--load-format", "--tokenizer-mode",
+                          "--distributed-executor-backend"})
+        cmd->add_option(f, a->compat_value, "vLLM: accepted, no effect in onecard")->group("vLLM compatibility");
     // Environment: ONECARD_<FLAG> for every flag (--max-model-len -> ONECARD_MAX_MODEL_LEN).
     for (CLI::Option* opt : cmd->get_options()) {
         if (opt->get_lnames().empty() || opt->get_lnames()[0] == "help") continue;

@@ -1,0 +1,134 @@
+// `vllm serve` command lines start `onecard serve` unchanged, through the real binary on the CPU
+// backend: the positional model path and vLLM's common flags, a vLLM YAML --config, one startup line
+// naming the flags that change nothing here, and clear refusals for what onecard would not do.
+#include "support/test_support.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <signal.h>
+
+#include <chrono>
+#include <functional>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+namespace onecard {
+namespace {
+
+std::string slurp(const std::filesystem::path& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+class ServeVllmCli : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        dir_ = new test::TempDir("serve_vllm_cli");
+        const auto r = test::run_command(test::onecard_binary().string() + " synth --preset small --seed 3 --out " +
+                                         (dir_->path() / "model").string() + " --quiet 2>&1");
+        ASSERT_EQ(r.rc, 0) << r.out;
+    }
+    static void TearDownTestSuite() {
+        delete dir_;
+        dir_ = nullptr;
+    }
+    static std::string model() { return (dir_->path() / "model").string(); }
+
+    // Starts `onecard serve <args>` in the background, waits for its ready line, hands its JSON to
+    // `check`, then stops it with SIGTERM. Returns everything it printed.
+    static std::string serve_and(const std::string& args, const std::function<void(const nlohmann::json&)>& check) {
+        const auto out = dir_->path() / "serve.out";
+        const auto pidf = dir_->path() / "serve.pid";
+        std::filesystem::remove(out);
+        const std::string cmd = "(timeout 180 " + test::onecard_binary().string() + " serve " + args + " > " +
+                                out.string() + " 2>&1 </dev/null & echo $! > " + pidf.string() + ")";
+        EXPECT_EQ(std::system(cmd.c_str()), 0);
+        const int pid = std::stoi(slurp(pidf));
+        nlohmann::json ready;
+        for (int i = 0; i < 1200 && ready.is_null() && ::kill(pid, 0) == 0; ++i) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            std::istringstream lines(slurp(out));
+            for (std::string l; std::getline(lines, l);)
+                if (l.find("\"event\":\"ready\"") != std::string::npos) ready = nlohmann::json::parse(l);
+        }
+        if (!ready.is_null()) check(ready);
+        ::kill(pid, SIGTERM);
+        for (int i = 0; i < 300 && ::kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        const std::string text = slurp(out);
+        EXPECT_FALSE(ready.is_null()) << "no ready line:\n" << text;
+        return text;
+    }
+    static test::TempDir* dir_;
+};
+test::TempDir* ServeVllmCli::dir_ = nullptr;
+
+TEST_F(ServeVllmCli, AVllmLaunchLineStartsUnchanged) {
+    const std::string text = serve_and(
+        model() +
+            " --served-model-name ds --max-model-len 4096 --gpu-memory-utilization 0.9 --enable-prefix-caching "
+            "--tool-call-parser deepseek_v4 --reasoning-parser deepseek_v4 --enable-auto-tool-choice "
+            "--kv-cache-dtype fp8 --trust-remote-code --tensor-parallel-size 1 --dtype auto --disable-log-requests "
+            "--max-num-seqs 4 --max-num-batched-tokens 512 --host 127.0.0.1 --port 0 --seed 0 --api-key sk-x "
+            "--uvicorn-log-level info --device cpu",
+        [](const nlohmann::json& ready) {
+            EXPECT_EQ(ready["model"], "ds");
+            EXPECT_EQ(ready["max_model_len"], 4096);
+            EXPECT_EQ(ready["auth"], true);
+            httplib::Client c("127.0.0.1", ready["port"].get<int>());
+            c.set_read_timeout(60);
+            auto m = c.Get("/v1/models/ds", {{"Authorization", "Bearer sk-x"}});
+            ASSERT_TRUE(m);
+            EXPECT_EQ(m->status, 200) << m->body;
+            auto met = c.Get("/metrics");  // open without the key, as in vLLM
+            ASSERT_TRUE(met);
+            EXPECT_EQ(met->status, 200);
+            EXPECT_NE(met->body.find("vllm:num_requests_running{model_name=\"ds\"} 0"), std::string::npos);
+        });
+    // One line names every flag that changes nothing here.
+    const std::string line = "serve: accepted for vLLM compatibility, no effect in onecard: ";
+    const size_t p = text.find(line);
+    ASSERT_NE(p, std::string::npos) << text;
+    const std::string listed = text.substr(p, text.find('\n', p) - p);
+    for (const char* f : {"--trust-remote-code", "--enable-prefix-caching", "--enable-auto-tool-choice",
+                          "--disable-log-requests", "--kv-cache-dtype", "--tensor-parallel-size", "--dtype"})
+        EXPECT_NE(listed.find(f), std::string::npos) << f << " missing from: " << listed;
+    EXPECT_EQ(text.find(line, p + 1), std::string::npos) << "one line only";
+    // The printed try-line asks for visible content (thinking off), not a cut-off reasoning.
+    EXPECT_NE(text.find("\"chat_template_kwargs\": {\"thinking\": false}"), std::string::npos) << text;
+}
+
+TEST_F(ServeVllmCli, AVllmYamlConfigStarts) {
+    const auto cfg = dir_->path() / "vllm.yaml";
+    std::ofstream(cfg) << "model: " << model() << "\n"
+                       << "served-model-name: from-yaml\n"
+                       << "max_model_len: 2048\n"
+                       << "enable-prefix-caching: true\n"
+                       << "trust-remote-code: false\n"
+                       << "port: 0\n"
+                       << "device: cpu\n";
+    const std::string text = serve_and("--config " + cfg.string(), [](const nlohmann::json& ready) {
+        EXPECT_EQ(ready["model"], "from-yaml");
+        EXPECT_EQ(ready["max_model_len"], 2048);
+    });
+    EXPECT_NE(text.find("no effect in onecard: --enable-prefix-caching\n"), std::string::npos) << text;
+}
+
+TEST_F(ServeVllmCli, WhatOnecardWouldNotDoIsRefusedBeforeServing) {
+    for (const std::string flags : {"--tensor-parallel-size 2", "--kv-cache-dtype fp8_e5m2", "--dtype float16",
+                                    "--tool-call-parser hermes", "--chat-template /tmp/x.jinja"}) {
+        const auto r = test::run_command("timeout 60 " + test::onecard_binary().string() + " serve " + model() +
+                                         " --port 0 --device cpu " + flags + " 2>&1 </dev/null");
+        EXPECT_NE(r.rc, 0) << flags << "\n" << r.out;
+        EXPECT_NE(r.out.find(flags.substr(0, flags.find(' '))), std::string::npos) << r.out;
+        EXPECT_EQ(r.out.find("ready"), std::string::npos) << flags << ": must refuse before serving\n" << r.out;
+    }
+}
+
+}  // namespace
+}  // namespace onecard

@@ -1,0 +1,226 @@
+// What a vLLM user meets first, against a real in-process server over the TEST-ONLY scripted runner:
+// vLLM's metric names (token counters moving per token, not at the end), /version, /v1/models/{id},
+// usage.completion_tokens_details.reasoning_tokens, string error codes, 415 for non-JSON bodies,
+// reasoning_effort validation, CORS, open /metrics.
+#include "server_test_util.h"
+
+using namespace onecard;
+using namespace onecard::test;
+using Json = nlohmann::json;
+
+namespace {
+
+const char* kThinkText = "Weighing the options.</think>Hello there, friend!";
+
+Json script(int step_delay_ms = 0) {
+    return {{"step_delay_ms", step_delay_ms}, {"default", Json{{"text", kThinkText}}}};
+}
+
+Json chat_body(Json extra = Json::object()) {
+    Json b = {{"model", "test-model"}, {"messages", Json::array({Json{{"role", "user"}, {"content", "Say hello"}}})}};
+    for (auto& [k, v] : extra.items()) b[k] = v;
+    return b;
+}
+
+httplib::Result post_json(const TestServer& s, const Json& body, const httplib::Headers& h = {}) {
+    auto c = s.client();
+    return c.Post("/v1/chat/completions", h, body.dump(), "application/json");
+}
+
+// The reasoning part of kThinkText in tokens, as the server sees them ("</think>" included).
+int64_t reasoning_tokens_of(const Tokenizer& tok) {
+    return static_cast<int64_t>(tok.encode("Weighing the options.</think>", true).size());
+}
+
+}  // namespace
+
+TEST(ServerVllmOps, MetricsUseVllmNamesAndTokenCountersMovePerToken) {
+    ONECARD_NEED_TOKENIZER();
+    TestServer s({}, scripted(tok, script(40), "vllm_metrics"), tok, 4096);
+    Json body = chat_body({{"stream", true}});
+    std::atomic<bool> done{false};
+    std::thread t([&] {
+        auto r = post_json(s, body);
+        EXPECT_TRUE(r && r->status == 200);
+        done = true;
+    });
+    // While the (slow, 40 ms per token) request runs, generation tokens already show.
+    double mid = -1;
+    for (int i = 0; i < 200 && !done; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        const double g = metric_value(s.client().Get("/metrics")->body, "vllm:generation_tokens_total");
+        if (g >= 3) {
+            mid = g;
+            break;
+        }
+    }
+    const bool finished_before = done.load();
+    t.join();
+    ASSERT_FALSE(finished_before) << "the request ended before tokens were seen mid-generation";
+    EXPECT_GE(mid, 3);
+    const std::string m = s.client().Get("/metrics")->body;
+    const auto n_script = static_cast<double>(tok.encode(kThinkText, true).size());
+    EXPECT_EQ(metric_value(m, "vllm:generation_tokens_total"), n_script + 1) << m;  // + EOS
+    EXPECT_GT(metric_value(m, "vllm:prompt_tokens_total"), 3);
+    EXPECT_EQ(metric_value(m, "vllm:num_requests_running"), 0);
+    EXPECT_EQ(metric_value(m, "vllm:num_requests_waiting"), 0);
+    EXPECT_EQ(metric_value(m, "vllm:kv_cache_usage_perc"), 0);
+    for (const char* name :
+         {"vllm:request_success_total{model_name=\"test-model\",finished_reason=\"stop\"} 1",
+          "vllm:time_to_first_token_seconds_count{model_name=\"test-model\"} 1",
+          "vllm:inter_token_latency_seconds_bucket{model_name=\"test-model\",le=\"+Inf\"}",
+          "vllm:e2e_request_latency_seconds_count{model_name=\"test-model\"} 1",
+          "vllm:request_prefill_time_seconds_count{model_name=\"test-model\"} 1",
+          "vllm:request_decode_time_seconds_count{model_name=\"test-model\"} 1",
+          "vllm:request_prompt_tokens_count{model_name=\"test-model\"} 1",
+          "vllm:request_generation_tokens_bucket{model_name=\"test-model\",le=\"1\"} 0",
+          "vllm:request_generation_tokens_count{model_name=\"test-model\"} 1",
+          "onecard:http_requests_total{model_name=\"test-model\",route=\"/v1/chat/completions\",status=\"200\"} 1",
+          "onecard:kv_cache_free_blocks{model_name=\"test-model\"}"})
+        EXPECT_NE(m.find(name), std::string::npos) << name << "\n" << m;
+    EXPECT_EQ(m.find("onecard:num_requests_running"), std::string::npos) << "vLLM's metrics live under vllm:";
+}
+
+TEST(ServerVllmOps, MetricsAndHealthAreOpenUnlessAsked) {
+    ONECARD_NEED_TOKENIZER();
+    server::ServerOptions o;
+    o.api_keys = {"sk-test"};
+    {
+        TestServer s(o, scripted(tok, script(), "vllm_open"), tok, 4096);
+        auto c = s.client();
+        EXPECT_EQ(c.Get("/metrics")->status, 200);
+        EXPECT_EQ(c.Get("/health")->status, 200);
+        EXPECT_EQ(c.Get("/version")->status, 200);
+        EXPECT_EQ(c.Get("/v1/models")->status, 401);
+    }
+    o.metrics_require_auth = true;
+    TestServer s(o, scripted(tok, script(), "vllm_closed"), tok, 4096);
+    auto c = s.client();
+    EXPECT_EQ(c.Get("/metrics")->status, 401);
+    EXPECT_EQ(c.Get("/metrics", {{"Authorization", "Bearer sk-test"}})->status, 200);
+    EXPECT_EQ(c.Get("/health")->status, 200);
+}
+
+TEST(ServerVllmOps, VersionAndRetrieveModel) {
+    ONECARD_NEED_TOKENIZER();
+    TestServer s({}, scripted(tok, script(), "vllm_version"), tok, 4096);
+    auto c = s.client();
+    auto v = c.Get("/version");
+    ASSERT_EQ(v->status, 200);
+    const Json vj = Json::parse(v->body);
+    EXPECT_TRUE(vj["version"].is_string());
+    EXPECT_FALSE(vj["version"].get<std::string>().empty());
+    auto m = c.Get("/v1/models/test-model");
+    ASSERT_EQ(m->status, 200) << m->body;
+    EXPECT_EQ(Json::parse(m->body)["id"], "test-model");
+    EXPECT_EQ(Json::parse(m->body)["object"], "model");
+    auto missing = c.Get("/v1/models/other-model");
+    ASSERT_EQ(missing->status, 404);
+    const Json e = Json::parse(missing->body)["error"];
+    EXPECT_EQ(e["code"], "model_not_found");
+    EXPECT_EQ(e["type"], "not_found_error");
+    EXPECT_TRUE(e["message"].is_string());
+}
+
+TEST(ServerVllmOps, ReasoningTokensInUsageWholeAndStreamed) {
+    ONECARD_NEED_TOKENIZER();
+    TestServer s({}, scripted(tok, script(), "vllm_reasoning"), tok, 4096);
+    const int64_t want = reasoning_tokens_of(tok);
+    auto r = post_json(s, chat_body());
+    ASSERT_EQ(r->status, 200) << r->body;
+    const Json j = Json::parse(r->body);
+    EXPECT_EQ(j["usage"]["completion_tokens_details"]["reasoning_tokens"], want) << r->body;
+
+    auto st = post_json(s, chat_body({{"stream", true}, {"stream_options", {{"include_usage", true}}}}));
+    ASSERT_EQ(st->status, 200);
+    Json usage;
+    for (const auto& d : sse_data(st->body)) {
+        if (d == "[DONE]") continue;
+        const Json c = Json::parse(d);
+        if (c.contains("usage") && c["usage"].is_object()) usage = c["usage"];
+    }
+    ASSERT_TRUE(usage.is_object()) << st->body;
+    EXPECT_EQ(usage["completion_tokens_details"]["reasoning_tokens"], want);
+
+    // Thinking off: no reasoning at all.
+    auto off = post_json(s, chat_body({{"chat_template_kwargs", {{"thinking", false}}}}));
+    EXPECT_EQ(Json::parse(off->body)["usage"]["completion_tokens_details"]["reasoning_tokens"], 0);
+}
+
+TEST(ServerVllmOps, ErrorCodesAreAlwaysStrings) {
+    ONECARD_NEED_TOKENIZER();
+    TestServer s({}, scripted(tok, script(), "vllm_codes"), tok, 4096);
+    auto c = s.client();
+    auto string_code = [](const httplib::Result& r) {
+        ASSERT_TRUE(r);
+        const Json e = Json::parse(r->body)["error"];
+        EXPECT_TRUE(e["code"].is_string()) << r->body;
+    };
+    string_code(post_json(s, chat_body({{"temperature", "hot"}})));
+    string_code(c.Get("/nothing"));
+    string_code(c.Post("/v1/chat/completions", "{not json", "application/json"));
+    string_code(c.Get("/v1/chat/completions"));
+    EXPECT_EQ(Json::parse(post_json(s, chat_body({{"temperature", "hot"}}))->body)["error"]["code"], "invalid_request");
+}
+
+TEST(ServerVllmOps, NonJsonContentTypeIs415) {
+    ONECARD_NEED_TOKENIZER();
+    TestServer s({}, scripted(tok, script(), "vllm_415"), tok, 4096);
+    auto c = s.client();
+    const std::string body = chat_body({{"max_tokens", 3}}).dump();
+    auto form = c.Post("/v1/chat/completions", body, "application/x-www-form-urlencoded");
+    ASSERT_EQ(form->status, 415) << form->body;
+    EXPECT_EQ(Json::parse(form->body)["error"]["code"], "unsupported_media_type");
+    EXPECT_EQ(c.Post("/v1/chat/completions", body, "text/plain")->status, 415);
+    EXPECT_EQ(c.Post("/v1/chat/completions", body, "application/json; charset=utf-8")->status, 200);
+    EXPECT_EQ(c.Post("/v1/chat/completions", body, "Application/JSON")->status, 200);
+    EXPECT_EQ(c.Post("/tokenize", "{\"prompt\": \"hi\"}", "text/plain")->status, 415);
+}
+
+TEST(ServerVllmOps, UnknownReasoningEffortIs400ListingTheAccepted) {
+    ONECARD_NEED_TOKENIZER();
+    TestServer s({}, scripted(tok, script(), "vllm_effort"), tok, 4096);
+    auto bad = post_json(s, chat_body({{"reasoning_effort", "extreme"}}));
+    ASSERT_EQ(bad->status, 400);
+    const Json e = Json::parse(bad->body)["error"];
+    EXPECT_EQ(e["param"], "reasoning_effort");
+    EXPECT_NE(e["message"].get<std::string>().find("none, minimal, low, medium, high, xhigh, max"), std::string::npos);
+    auto kw = post_json(s, chat_body({{"chat_template_kwargs", {{"reasoning_effort", "ultra"}}}}));
+    EXPECT_EQ(kw->status, 400);
+    for (const char* ok : {"none", "low", "medium", "high", "max"})
+        EXPECT_EQ(post_json(s, chat_body({{"reasoning_effort", ok}, {"max_tokens", 2}}))->status, 200) << ok;
+}
+
+TEST(ServerVllmOps, MinTokensIsRefusedUntilTheEngineHonoursIt) {
+    ONECARD_NEED_TOKENIZER();
+    TestServer s({}, scripted(tok, script(), "vllm_min_tokens"), tok, 4096);
+    auto r = post_json(s, chat_body({{"min_tokens", 5}}));
+    EXPECT_EQ(r->status, 400);
+    EXPECT_EQ(Json::parse(r->body)["error"]["param"], "min_tokens");
+    EXPECT_EQ(post_json(s, chat_body({{"min_tokens", 0}, {"max_tokens", 2}}))->status, 200);
+}
+
+TEST(ServerVllmOps, CorsPreflightAndAllowOrigin) {
+    ONECARD_NEED_TOKENIZER();
+    server::ServerOptions o;
+    o.api_keys = {"sk-test"};
+    o.allowed_origins = {"https://app.example"};
+    TestServer s(o, scripted(tok, script(), "vllm_cors"), tok, 4096);
+    auto c = s.client();
+    auto pre = c.Options("/v1/chat/completions", {{"Origin", "https://app.example"},
+                                                   {"Access-Control-Request-Method", "POST"},
+                                                   {"Access-Control-Request-Headers", "authorization, content-type"}});
+    ASSERT_TRUE(pre);
+    EXPECT_EQ(pre->status, 204) << pre->body;
+    EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Origin"), "https://app.example");
+    EXPECT_NE(pre->get_header_value("Access-Control-Allow-Methods").find("POST"), std::string::npos);
+    EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Headers"), "authorization, content-type");
+    auto r = c.Post("/v1/chat/completions",
+                    {{"Origin", "https://app.example"}, {"Authorization", "Bearer sk-test"}},
+                    chat_body({{"max_tokens", 2}}).dump(), "application/json");
+    ASSERT_EQ(r->status, 200);
+    EXPECT_EQ(r->get_header_value("Access-Control-Allow-Origin"), "https://app.example");
+    // Another origin gets no CORS headers (the browser then refuses the response).
+    auto other = c.Get("/health", {{"Origin", "https://evil.example"}});
+    EXPECT_FALSE(other->has_header("Access-Control-Allow-Origin"));
+}
