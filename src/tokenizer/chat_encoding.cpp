@@ -553,8 +553,23 @@ ChatPrompt render_chat_request(const OrderedJson& request, ChatVariant variant) 
 }
 
 ChatPrompt render_chat_request_text(std::string_view request_json, ChatVariant variant) {
-    OrderedJson request = OrderedJson::parse(request_json, nullptr, false);
-    ONECARD_CHECK(!request.is_discarded(), "chat request: not valid JSON");
+    // A request nested past this depth is refused while it is parsed (the parser itself is iterative),
+    // so no recursive copy, render or destruction ever meets attacker-controlled depth; the server
+    // refuses at a lower depth before it gets here (server/request_json.h), this guards the CLI.
+    constexpr int kMaxDepth = 256;
+    bool too_deep = false;
+    const OrderedJson::parser_callback_t depth_guard = [&](int depth, OrderedJson::parse_event_t, OrderedJson&) {
+        if (depth > kMaxDepth) too_deep = true;
+        return !too_deep;
+    };
+    OrderedJson request;
+    try {
+        request = OrderedJson::parse(request_json, depth_guard, true);
+    } catch (const OrderedJson::exception&) {
+        ONECARD_CHECK(!too_deep, "chat request: nested deeper than the limit of {} levels", kMaxDepth);
+        fail("chat request: not valid JSON");
+    }
+    ONECARD_CHECK(!too_deep, "chat request: nested deeper than the limit of {} levels", kMaxDepth);
     return render_chat_request(request, variant);
 }
 

@@ -160,3 +160,25 @@ TEST(ChatJson, MatchesPythonJsonDumps) {
 
 }  // namespace
 }  // namespace onecard
+
+namespace onecard {
+namespace {
+
+// A million levels of nesting anywhere in the request is refused while it is parsed (no stack
+// overflow in `onecard render-chat`), with the limit named; a modest depth still renders.
+TEST(ChatEncoding, DeeplyNestedRequestIsRefusedNotCrashed) {
+    const std::string deep = R"({"messages": [{"role": "user", "content": "hi"}], "x": )" + std::string(1000000, '[') +
+                             std::string(1000000, ']') + "}";
+    try {
+        (void)render_chat_request_text(deep, ChatVariant::V4);
+        FAIL() << "a million-level request was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("deeper than the limit of 256"), std::string::npos) << e.what();
+    }
+    const std::string ok = R"({"messages": [{"role": "user", "content": "hi"}], "x": )" + std::string(100, '[') +
+                           std::string(100, ']') + "}";
+    EXPECT_NE(render_chat_request_text(ok, ChatVariant::V4).text.find("hi"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace onecard
