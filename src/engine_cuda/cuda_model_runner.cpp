@@ -206,23 +206,6 @@ std::vector<uint64_t> CudaModelRunner::expert_pick_counts() {
     return model_->expert_pick_counts(stream_.get());
 }
 
-int64_t CudaModelRunner::kv_budget_hint() const {
-    const ModelConfig& c = cfg_;
-    const int64_t T = opt_.max_num_batched_tokens, D = c.hidden_size, Hd = c.num_attention_heads * c.head_dim;
-    // Per step token: streams, q/o, projections, key lists, router and expert rows (see GpuModel::Buffers),
-    // rounded up by half for the terms not listed; plus the fixed scratch areas.
-    const int64_t per_token = 8 * D + 12 * D + 6 * Hd + 16 * c.head_dim + 2 * c.index_n_heads * c.index_head_dim +
-                              8 * (c.sliding_window + c.index_topk + opt_.max_model_len / 128) +
-                              4 * c.n_routed_experts + 6 * c.moe_intermediate_size + 4 * 32768;
-    const int64_t moe = static_cast<int64_t>(
-        opt_.moe_scratch_bytes ? opt_.moe_scratch_bytes
-                               : cuda::MoeExperts::scratch_bytes_for(c.hidden_size, c.moe_intermediate_size,
-                                                                     T * c.num_experts_per_tok));
-    const int64_t fixed = moe + (int64_t{640} << 20) +
-                          std::min<int64_t>(opt_.max_num_seqs, T) * c.vocab_size * (4 + 8);  // logits, sampling
-    const int64_t workspace = per_token * T * 3 / 2 + fixed;
-    return std::max<int64_t>(0, static_cast<int64_t>(arena_->remaining()) - workspace);
-}
 
 void CudaModelRunner::check_integrity() const {
     arena_->check_integrity();

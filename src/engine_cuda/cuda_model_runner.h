@@ -75,9 +75,6 @@ public:
                                    bool hybrid);
     // Picks per (layer, expert) counted on the GPU since start (CudaRunnerOptions::count_expert_picks).
     std::vector<uint64_t> expert_pick_counts();
-    // KV budget that leaves room for the step workspace in what the weights left of the arena (the
-    // default KV size when the user sets none, as vLLM sizes its pool from what is left).
-    int64_t kv_budget_hint() const;
     // Throws unless every live request's token count is within max_model_len and the arena is sound.
     void check_integrity() const;
 

@@ -63,6 +63,7 @@ struct ServeArgs {
     double gpu_headroom_gib = 2.0;
     double gpu_memory_utilization = 0;  // > 0: the fraction of the GPU's total memory to plan (vLLM)
     std::string expert_profile;         // use counts ranking experts for the GPU; written back at shutdown
+    int64_t expert_swap_interval = 256;  // hybrid: steps between re-placement checks (0 = never move experts)
     bool no_access_log = false;
     // vLLM compatibility (server/vllm_compat.h): the positional model, and flags onecard only checks.
     std::string model_positional;
@@ -269,7 +270,7 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         pin.gpu_memory_utilization = a.gpu_memory_utilization;
         pin.headroom_gib = a.gpu_headroom_gib;
         pin.profile = profile ? &*profile : nullptr;
-        pin.count_expert_picks = !a.expert_profile.empty();
+        pin.count_expert_picks = !a.expert_profile.empty() || a.expert_swap_interval > 0;
         const MemoryPlan plan = plan_serve_on_gpu(*cfg, ckpt, pin);
         std::fputs(memory_plan_report(plan).c_str(), stderr);
         require_plan_fits(plan);
@@ -288,17 +289,12 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         // The arena is the plan's GPU budget less its headroom (--gpu-memory-utilization bounds what we take).
         ro.arena_bytes = plan.device_bytes - plan.headroom_bytes;
         ro.kv_cache_bytes = static_cast<int64_t>(plan.kv_pool_bytes);
-        ro.count_expert_picks = !a.expert_profile.empty();
+        ro.count_expert_picks = !a.expert_profile.empty() || a.expert_swap_interval > 0;
+        ro.expert_swap_interval = plan.host_experts() ? a.expert_swap_interval : 0;
         auto cr = std::make_unique<CudaModelRunner>(*cfg, w, ro);
         a.kv_cache_memory_bytes = static_cast<int64_t>(plan.kv_pool_bytes);
-        // Until the GPU side hands the planner its exact workspace, the plan's is an estimate: never
-        // give the KV pool more than the runner leaves beside its real workspace.
-        if (!plan.workspace_exact && cr->kv_budget_hint() < a.kv_cache_memory_bytes) {
-            std::fprintf(stderr, "serve: KV pool %.2f GiB instead of the plan's %.2f GiB (the runner's workspace is "
-                                 "larger than the plan's estimate)\n",
-                         cr->kv_budget_hint() / double(1ull << 30), a.kv_cache_memory_bytes / double(1ull << 30));
-            a.kv_cache_memory_bytes = cr->kv_budget_hint();
-        }
+        // The plan's workspace is the runner's own (CudaModelRunner::workspace_bytes): its KV budget stands.
+        ONECARD_CHECK(plan.workspace_exact, "serve: the GPU plan has no exact workspace");
         std::fprintf(stderr, "serve: weights on the GPU (%.2f GiB in %.1fs); KV pool budget %.2f GiB\n",
                      cr->report().weight_bytes / double(1ull << 30), cr->report().upload_seconds,
                      a.kv_cache_memory_bytes / double(1ull << 30));
@@ -506,6 +502,10 @@ void add_cmd_serve(CLI::App& app) {
     cmd->add_option("--expert-profile", a->expert_profile,
                     "expert-use profile (onecard profile-experts) ranking the experts kept on the GPU when not all "
                     "fit; the picks counted while serving are added to it at shutdown");
+    cmd->add_option("--expert-swap-interval", a->expert_swap_interval,
+                    "with experts in host RAM: every N steps move at most one host expert that became hot onto the GPU "
+                    "in place of the coldest GPU expert of its layer (0: never; default 256)")
+        ->check(CLI::NonNegativeNumber);
     cmd->add_flag("--log-requests-text", o.log_requests_text, "access log includes prompt and completion text");
     cmd->add_flag("--no-access-log", a->no_access_log, "no per-request JSON log lines");
     cmd->add_option("--test-script", a->test_script,
