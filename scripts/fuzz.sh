@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# libFuzzer targets (tests/fuzz/*_fuzz.cpp): builds them in build-fuzz with clang, ASan and UBSan
+# (the project's libraries with -fsanitize=fuzzer-no-link,address,undefined), then runs each target
+# for SECONDS_PER_TARGET (default 60) from its seed corpus (tests/fuzz/corpus/<target>/), and prints
+# executions and crashes per target. Exit status 1 when any target crashed (the crashing input is
+# written to $FUZZ_ARTIFACTS, default build-fuzz/artifacts/<target>/).
+#
+#   bash scripts/fuzz.sh            # 60 s per target
+#   bash scripts/fuzz.sh 5          # what CI runs (scripts/test.sh, FUZZ_SECONDS)
+#   FUZZ_TARGETS="config_fuzz" bash scripts/fuzz.sh 600
+#   FUZZ_ONLY_BUILD=1 bash scripts/fuzz.sh
+#
+# Inputs the targets have found are kept in build-fuzz/corpus/<target>/ (not committed), so a later run
+# continues from there. When clang or its libFuzzer runtime is missing it prints why and exits 0
+# (FUZZ_REQUIRE=1 makes that an error).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SECS="${1:-60}"
+BUILD="${FUZZ_BUILD_DIR:-build-fuzz}"
+JOBS="${JOBS:-2}"
+ART="${FUZZ_ARTIFACTS:-$BUILD/artifacts}"
+
+skip() {
+    echo "fuzz: SKIPPED: $*"
+    [ "${FUZZ_REQUIRE:-0}" = 1 ] && exit 1
+    exit 0
+}
+
+CC_BIN="${FUZZ_CC:-$(command -v clang || command -v clang-14 || true)}"
+CXX_BIN="${FUZZ_CXX:-$(command -v clang++ || command -v clang++-14 || true)}"
+[ -n "$CC_BIN" ] && [ -n "$CXX_BIN" ] || skip "clang is not installed (apt-get install clang libclang-rt-14-dev)"
+# libFuzzer's runtime ships in libclang-rt-*-dev: check it links before configuring anything.
+probe="$(mktemp -d)"
+trap 'rm -rf "$probe"' EXIT
+printf '#include <cstdint>\n#include <cstddef>\nextern "C" int LLVMFuzzerTestOneInput(const uint8_t*, size_t) { return 0; }\n' \
+    > "$probe/p.cpp"
+"$CXX_BIN" -fsanitize=fuzzer,address,undefined "$probe/p.cpp" -o "$probe/p" 2>"$probe/err" ||
+    skip "$CXX_BIN cannot link -fsanitize=fuzzer,address,undefined (libclang-rt-dev missing?): $(head -c 300 "$probe/err")"
+
+SAN="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+if [ ! -f "$BUILD/CMakeCache.txt" ]; then
+    CC="$CC_BIN" CXX="$CXX_BIN" cmake -S . -B "$BUILD" -G Ninja \
+        -DCMAKE_BUILD_TYPE=RelWithDebInfo -DONECARD_FUZZ=ON -DONECARD_CUDA=OFF -DONECARD_TESTS=OFF -DONECARD_BENCH=OFF \
+        -DCMAKE_C_FLAGS="$SAN" -DCMAKE_CXX_FLAGS="$SAN" >/dev/null
+fi
+if [ "${FUZZ_SKIP_BUILD:-0}" != 1 ]; then
+echo "fuzz: building in $BUILD (JOBS=$JOBS)"
+cmake --build "$BUILD" --target fuzz_all -j "$JOBS" | tail -n 3
+fi
+[ "${FUZZ_ONLY_BUILD:-0}" = 1 ] && exit 0
+
+targets=()
+if [ -n "${FUZZ_TARGETS:-}" ]; then
+    read -r -a targets <<<"$FUZZ_TARGETS"
+else
+    for f in tests/fuzz/*_fuzz.cpp; do targets+=("$(basename "$f" .cpp)"); done
+fi
+
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:symbolize=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
+failed=0
+printf 'fuzz: %s s per target\n' "$SECS"
+summary=()
+for t in "${targets[@]}"; do
+    name="${t%_fuzz}"
+    seeds="tests/fuzz/corpus/$name"
+    work="$BUILD/corpus/$name"
+    mkdir -p "$work" "$ART/$name"
+    dict=()
+    [ -f "tests/fuzz/$name.dict" ] && dict=(-dict="tests/fuzz/$name.dict")
+    log="$BUILD/$t.log"
+    set +e
+    # -rss_limit_mb: the tokenizer tables under ASan take a few hundred MB.
+    "$BUILD/tests/fuzz/$t" "$work" "$seeds" "${dict[@]}" -max_total_time="$SECS" -timeout=25 -rss_limit_mb=4096 \
+        -max_len="${FUZZ_MAX_LEN:-8192}" -print_final_stats=1 -artifact_prefix="$ART/$name/" >"$log" 2>&1
+    rc=$?
+    set -e
+    execs="$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -n 1)"
+    cov="$(grep -o 'cov: [0-9]*' "$log" | tail -n 1 | grep -o '[0-9]*')"
+    if [ "$rc" -ne 0 ]; then
+        failed=1
+        line="$(printf '%-18s FAILED (exit %d: crash=1) execs=%s cov=%s; log %s' "$t" "$rc" "${execs:-?}" "${cov:-?}" "$log")"
+        grep -E 'ERROR: |FUZZ CHECK FAILED|runtime error|Test unit written' "$log" | head -n 5 || true
+    else
+        line="$(printf '%-18s ok  execs=%s cov=%s crashes=0' "$t" "${execs:-?}" "${cov:-?}")"
+    fi
+    echo "fuzz: $line"
+    summary+=("$line")
+done
+echo "fuzz: summary"
+printf '  %s\n' "${summary[@]}"
+exit "$failed"
