@@ -40,6 +40,9 @@ struct SamplingParams {
     std::vector<std::string> stop;        // stop strings; need the engine's text decoder
     bool include_stop_str_in_output = false;
     bool ignore_eos = false;
+    // EOS and stop_token_ids cannot be sampled before this many output tokens (vLLM's min_tokens:
+    // their logits are masked on the host sampler's path); stop strings still end generation.
+    int64_t min_tokens = 0;
 };
 
 struct GenerateRequest {

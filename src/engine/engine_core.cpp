@@ -121,6 +121,10 @@ void EngineCore::finish_text(Request& req, EngineEvent& ev) {
     }
 }
 
+bool EngineCore::holds_back_stop_tokens(const Request& req) const {
+    return static_cast<int64_t>(req.output.size()) < req.params.min_tokens;
+}
+
 bool EngineCore::process_token(Request& req, const SampleResult& s, EngineEvent& ev) {
     const SamplingParams& p = req.params;
     const int32_t t = s.token;
@@ -206,7 +210,7 @@ std::vector<EngineEvent> EngineCore::step() {
         if (req == nullptr) continue;
         const SamplingParams& p = req->params;
         if (p.logprobs >= 0 || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
-            p.repetition_penalty != 1.0f)
+            p.repetition_penalty != 1.0f || holds_back_stop_tokens(*req))
             continue;
         e.sampling = RowSampling{p.temperature, p.top_k, p.top_p, p.min_p, req->seed, req->output.size()};
     }
@@ -257,7 +261,17 @@ std::vector<EngineEvent> EngineCore::step() {
                                       kNonFiniteLogitsError, req->output.size(), bad, row[static_cast<size_t>(bad)])));
                 continue;
             }
-            s = sampler_.sample(row, req->params, req->prompt, req->output, req->seed);
+            if (holds_back_stop_tokens(*req)) {
+                // min_tokens: EOS and the stop ids get no probability until enough tokens are out.
+                masked_row_.assign(row.begin(), row.end());
+                if (!req->params.ignore_eos && config_.eos_token_id >= 0 && config_.eos_token_id < vocab_size_)
+                    masked_row_[static_cast<size_t>(config_.eos_token_id)] = -INFINITY;
+                for (int32_t t : req->params.stop_token_ids)
+                    if (t >= 0 && t < vocab_size_) masked_row_[static_cast<size_t>(t)] = -INFINITY;
+                s = sampler_.sample(masked_row_, req->params, req->prompt, req->output, req->seed);
+            } else {
+                s = sampler_.sample(row, req->params, req->prompt, req->output, req->seed);
+            }
         }
         EngineEvent ev;
         ev.request_id = req->id;

@@ -59,6 +59,8 @@ private:
         std::optional<StopChecker> stop_checker;
     };
     // Appends the sampled token to req and fills ev; returns true if the request finished.
+    // min_tokens not yet reached: EOS and stop ids are masked, so the row is sampled on the host.
+    bool holds_back_stop_tokens(const Request& req) const;
     bool process_token(Request& req, const SampleResult& s, EngineEvent& ev);
     void finish_text(Request& req, EngineEvent& ev);
     void fail_batch(const SchedulerOutput& out, const std::string& what, std::vector<EngineEvent>& events);
@@ -78,6 +80,7 @@ private:
     SchedulerOutput last_output_;
     bool last_step_scheduled_ = false;
     int64_t n_steps_ = 0;
+    std::vector<float> masked_row_;  // a logits row with EOS / stop ids masked (min_tokens), reused
 };
 
 }  // namespace onecard

@@ -152,6 +152,8 @@ void validate_sampling_params(const SamplingParams& p, int64_t vocab_size) {
                   "sampling: presence/frequency penalties must be finite");
     ONECARD_CHECK(p.logprobs >= -1 && p.logprobs <= 64, "sampling: logprobs must be in [-1, 64], got {}", p.logprobs);
     ONECARD_CHECK(p.max_tokens > 0, "sampling: max_tokens must be positive, got {}", p.max_tokens);
+    ONECARD_CHECK(p.min_tokens >= 0 && p.min_tokens <= p.max_tokens,
+                  "sampling: min_tokens must be in [0, max_tokens = {}], got {}", p.max_tokens, p.min_tokens);
     for (int32_t t : p.stop_token_ids)
         ONECARD_CHECK(t >= 0 && t < vocab_size, "sampling: stop_token_ids entry {} outside the vocabulary [0, {})", t,
                       vocab_size);

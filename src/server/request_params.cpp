@@ -118,10 +118,8 @@ GenerationOptions parse_generation_options(const Json& b, ApiKind kind) {
             sp.stop_token_ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
         }
     }
-    // min_tokens needs the engine to hold back EOS and stop ids until then (engine_core's
-    // process_token); until it does, a request asking for it is refused rather than silently cut short.
-    if (auto m = opt_int(b, "min_tokens", 0, std::numeric_limits<int64_t>::max()); m && *m > 0)
-        throw bad_request("min_tokens > 0 is not supported yet (generation may end before it)", "min_tokens");
+    // min_tokens: the engine masks EOS and the stop ids until this many tokens are out (vLLM's meaning).
+    if (auto m = opt_int(b, "min_tokens", 0, std::numeric_limits<int64_t>::max()); m) sp.min_tokens = *m;
     sp.ignore_eos = opt_bool(b, "ignore_eos").value_or(false);
     sp.include_stop_str_in_output = opt_bool(b, "include_stop_str_in_output").value_or(false);
 
