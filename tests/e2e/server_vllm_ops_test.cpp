@@ -4,6 +4,9 @@
 // reasoning_effort validation, CORS, open /metrics.
 #include "server_test_util.h"
 
+#include <chrono>
+#include <thread>
+
 using namespace onecard;
 using namespace onecard::test;
 using Json = nlohmann::json;
@@ -58,7 +61,15 @@ TEST(ServerVllmOps, MetricsUseVllmNamesAndTokenCountersMovePerToken) {
     t.join();
     ASSERT_FALSE(finished_before) << "the request ended before tokens were seen mid-generation";
     EXPECT_GE(mid, 3);
-    const std::string m = s.client().Get("/metrics")->body;
+    // The HTTP layer counts a response after writing it, so the client can see the body first: wait
+    // (bounded) for that count before reading the rest.
+    std::string m = s.client().Get("/metrics")->body;
+    const std::string http_line =
+        "onecard:http_requests_total{model_name=\"test-model\",route=\"/v1/chat/completions\",status=\"200\"} 1";
+    for (int i = 0; i < 200 && m.find(http_line) == std::string::npos; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        m = s.client().Get("/metrics")->body;
+    }
     const auto n_script = static_cast<double>(tok.encode(kThinkText, true).size());
     EXPECT_EQ(metric_value(m, "vllm:generation_tokens_total"), n_script + 1) << m;  // + EOS
     EXPECT_GT(metric_value(m, "vllm:prompt_tokens_total"), 3);
