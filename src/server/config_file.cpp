@@ -21,7 +21,11 @@ std::vector<ConfigValue> from_json(const std::string& path, const std::string& t
     }
     ONECARD_CHECK(j.is_object(), "--config '{}': top level must be an object of flag names", path);
     std::vector<ConfigValue> out;
-    for (const auto& [key, value] : j.items()) {
+    for (const auto& item : j.items()) {
+        // Plain names, not a structured binding: clang 14 cannot capture those in a lambda (the
+        // fuzz build uses clang).
+        const std::string& key = item.key();
+        const nlohmann::ordered_json& value = item.value();
         auto as_text = [&](const nlohmann::ordered_json& v) {
             ONECARD_CHECK(v.is_string() || v.is_number() || v.is_boolean(),
                           "--config '{}': '{}' must be a string, number or boolean (or an array of them)", path, key);
