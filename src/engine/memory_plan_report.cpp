@@ -15,12 +15,7 @@ double gib(uint64_t b) { return static_cast<double>(b) / 1073741824.0; }
 // Fewest and most GPU experts over the main layers (0, 0 without layers).
 std::pair<int64_t, int64_t> gpu_experts_per_layer(const ExpertPlacement& p) {
     if (p.n_layers() == 0) return {0, 0};
-    int64_t lo = p.n_experts, hi = 0;
-    for (int64_t l = 0; l < p.n_layers(); ++l) {
-        lo = std::min(lo, p.n_gpu(l));
-        hi = std::max(hi, p.n_gpu(l));
-    }
-    return {lo, hi};
+    return {p.min_gpu(), p.max_gpu()};
 }
 
 }  // namespace

@@ -51,13 +51,21 @@ std::vector<int32_t> ExpertPlacement::host_experts(int64_t layer) const {
     return ids;
 }
 
+int64_t ExpertPlacement::min_gpu() const {
+    int64_t lo = n_experts;
+    for (int64_t l = 0; l < n_layers(); ++l) lo = std::min(lo, n_gpu(l));
+    return lo;
+}
+
+int64_t ExpertPlacement::max_gpu() const {
+    int64_t hi = 0;
+    for (int64_t l = 0; l < n_layers(); ++l) hi = std::max(hi, n_gpu(l));
+    return hi;
+}
+
 std::string ExpertPlacement::summary() const {
     if (on_gpu.empty()) return "no layers";
-    int64_t lo = n_experts, hi = 0;
-    for (int64_t l = 0; l < n_layers(); ++l) {
-        lo = std::min(lo, n_gpu(l));
-        hi = std::max(hi, n_gpu(l));
-    }
+    const int64_t lo = min_gpu(), hi = max_gpu();
     const std::string per = lo == hi ? fmt::format("{}", lo) : fmt::format("{}-{}", lo, hi);
     return fmt::format("{} of {} experts per layer on the GPU over {} layers ({} (layer, expert) pairs in host RAM)", per,
                        n_experts, n_layers(), total_host());

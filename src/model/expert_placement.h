@@ -25,6 +25,8 @@ struct ExpertPlacement {
     int64_t n_gpu(int64_t layer) const;
     int64_t n_host(int64_t layer) const { return n_experts - n_gpu(layer); }
     int64_t total_gpu() const;
+    int64_t min_gpu() const;  // fewest GPU experts of any layer (n_experts when there are no layers)
+    int64_t max_gpu() const;
     int64_t total_host() const { return n_layers() * n_experts - total_gpu(); }
     bool all_gpu() const { return total_host() == 0; }
     std::vector<int32_t> gpu_experts(int64_t layer) const;   // ascending ids

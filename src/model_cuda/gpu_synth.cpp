@@ -280,14 +280,10 @@ void launch_fill(const FillJob& j, uint64_t seed, const ModelConfig& cfg, cudaSt
             cuda::synth_fill_random_bytes(static_cast<uint8_t*>(j.ptr), n / 2, key, stream);
             return;
         case Fill::MxScales: {
-            // Uniform E2M1 codes have E[v²] = (0 + 0.25 + 1 + 2.25 + 4 + 9 + 16 + 36) / 8 = 8.5625. The block
-            // scale s needs E[s²] = 1/(8.5625·fan_in) =: t; with s = 2^e_lo, or 2^(e_lo+1) with probability p,
-            // E[s²] = 4^e_lo·(1 + 3p) = t for e_lo = floor(log2(t)/2), p = (t/4^e_lo − 1)/3 ∈ [0, 1).
-            const double t = 1.0 / (8.5625 * static_cast<double>(j.cols));
-            const int e_lo = static_cast<int>(std::floor(0.5 * std::log2(t)));
-            const double p = (t / std::ldexp(1.0, 2 * e_lo) - 1.0) / 3.0;
-            cuda::synth_fill_mx_scales(static_cast<uint8_t*>(j.ptr), n / 32, key, 127 + e_lo, static_cast<float>(p),
-                                       stream);
+            int base = 0;
+            double p = 0;
+            synth_mx_scale_rule(j.cols, base, p);
+            cuda::synth_fill_mx_scales(static_cast<uint8_t*>(j.ptr), n / 32, key, base, static_cast<float>(p), stream);
             return;
         }
         case Fill::Bf16Normal:
@@ -313,6 +309,16 @@ void launch_fill(const FillJob& j, uint64_t seed, const ModelConfig& cfg, cudaSt
 }
 
 }  // namespace
+
+void synth_mx_scale_rule(int64_t fan_in, int& base_byte, double& p_high) {
+    // Uniform E2M1 codes have E[v²] = (0 + 0.25 + 1 + 2.25 + 4 + 9 + 16 + 36) / 8 = 8.5625. The block
+    // scale s needs E[s²] = 1/(8.5625·fan_in) =: t; with s = 2^e_lo, or 2^(e_lo+1) with probability p,
+    // E[s²] = 4^e_lo·(1 + 3p) = t for e_lo = floor(log2(t)/2), p = (t/4^e_lo − 1)/3 ∈ [0, 1).
+    const double t = 1.0 / (8.5625 * static_cast<double>(fan_in));
+    const int e_lo = static_cast<int>(std::floor(0.5 * std::log2(t)));
+    p_high = (t / std::ldexp(1.0, 2 * e_lo) - 1.0) / 3.0;
+    base_byte = 127 + e_lo;
+}
 
 int64_t synth_weights_device_bytes(const ModelConfig& cfg, const ExpertPlacement* placement) {
     Builder b(cfg, nullptr, placement);

@@ -30,6 +30,11 @@ namespace onecard {
 
 // Bytes synth_weights_on_device (and alloc_synth_weights) take from an arena whose used() is a
 // multiple of 256 (a fresh one): every tensor plus the 256-byte alignment padding between them.
+// The synthetic MXFP4 experts' block scales for a matrix of input width fan_in: the UE8M0 byte is
+// base_byte, or base_byte + 1 with probability p_high, so that E[w²] = 1/fan_in for uniform E2M1
+// codes. One rule for the device fill and the host experts (HostExpertStore::fill_synthetic).
+void synth_mx_scale_rule(int64_t fan_in, int& base_byte, double& p_high);
+
 // With a placement, only its GPU-resident routed experts (the rest: HostExpertStore::fill_synthetic).
 int64_t synth_weights_device_bytes(const ModelConfig& cfg, const ExpertPlacement* placement = nullptr);
 

@@ -4,6 +4,7 @@
 #include "backend/cuda/ops/mxfp4_layout.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
+#include "model_cuda/gpu_synth.h"
 
 #include <cuda_runtime.h>
 
@@ -114,13 +115,6 @@ void HostExpertStore::fill_from(const ModelWeights& w) {
 void HostExpertStore::fill_synthetic(uint64_t seed, int n_threads) {
     const int64_t D = cfg_.hidden_size, I = cfg_.moe_intermediate_size;
     const RecordLayout L = record_layout(D, I);
-    // gpu_synth.cpp's MxScales rule: s = 2^e_lo, or 2^(e_lo+1) with probability p, so E[w²] = 1/fan_in.
-    auto scale_rule = [](int64_t fan_in, int& base, double& p) {
-        const double t = 1.0 / (8.5625 * static_cast<double>(fan_in));
-        const int e_lo = static_cast<int>(std::floor(0.5 * std::log2(t)));
-        p = (t / std::ldexp(1.0, 2 * e_lo) - 1.0) / 3.0;
-        base = 127 + e_lo;
-    };
     std::vector<std::pair<int64_t, int32_t>> todo;
     for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l)
         for (int32_t e : placement_.host_experts(l)) todo.emplace_back(l, e);
@@ -140,7 +134,7 @@ void HostExpertStore::fill_synthetic(uint64_t seed, int n_threads) {
                 } else {
                     int base = 0;
                     double p = 0;
-                    scale_rule(i == 5 ? I : D, base, p);
+                    synth_mx_scale_rule(i == 5 ? I : D, base, p);
                     const uint64_t thr = static_cast<uint64_t>(p * 18446744073709551615.0);
                     for (uint64_t j = 0; j < L.len[i]; ++j)
                         dst[j] = static_cast<uint8_t>(base + (mix(part + j) < thr ? 1 : 0));

@@ -35,7 +35,6 @@ public:
     cuda::MxHostExpert expert(int64_t layer, int64_t expert) const;
     uint64_t bytes() const { return bytes_; }
     uint64_t bytes_per_expert() const { return per_expert_; }
-    int64_t n_host_experts() const { return n_records_; }
     const ExpertPlacement& placement() const { return placement_; }
     // The record of host expert `from` now holds expert `to` of the same layer (a swap: `to` came
     // off the GPU, `from` went onto it); the placement follows. The caller rewrites the bytes.

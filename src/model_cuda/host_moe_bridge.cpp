@@ -150,23 +150,25 @@ void HostMoeBridge::serve(uint32_t seq) {
             job.n_pairs = static_cast<int64_t>(pairs_buf_.size());
             pool_->run(job);
         }
-        pairs_.fetch_add(pairs_buf_.size(), std::memory_order_relaxed);
-        distinct_buf_.clear();
-        for (const host::HostExpertPair& q : pairs_buf_) distinct_buf_.push_back(q.expert.w1.packed);
-        std::sort(distinct_buf_.begin(), distinct_buf_.end());
-        expert_reads_.fetch_add(static_cast<uint64_t>(std::unique(distinct_buf_.begin(), distinct_buf_.end()) -
-                                                      distinct_buf_.begin()),
-                                std::memory_order_relaxed);
     } catch (const std::exception& e) {
         status = 1;
         std::lock_guard<std::mutex> lk(mu_);
         last_error_ = e.what();
     }
-    requests_.fetch_add(1, std::memory_order_relaxed);
-    host_ns_.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+    const uint64_t t1 = now_ns();
     ctl_->host_status = status;
     std::atomic_thread_fence(std::memory_order_release);  // the rows and the status before the number
     ctl_->done_seq = seq;
+    // Statistics after the GPU has its answer, off its critical path.
+    host_ns_.fetch_add(t1 - t0, std::memory_order_relaxed);
+    if (status != 0) return;
+    pairs_.fetch_add(pairs_buf_.size(), std::memory_order_relaxed);
+    distinct_buf_.clear();
+    for (const host::HostExpertPair& q : pairs_buf_) distinct_buf_.push_back(q.expert.w1.packed);
+    std::sort(distinct_buf_.begin(), distinct_buf_.end());
+    expert_reads_.fetch_add(
+        static_cast<uint64_t>(std::unique(distinct_buf_.begin(), distinct_buf_.end()) - distinct_buf_.begin()),
+        std::memory_order_relaxed);
 }
 
 void HostMoeBridge::check_step() const {

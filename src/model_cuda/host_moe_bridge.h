@@ -46,8 +46,7 @@ public:
     // After the step's stream has synchronised: throws onecard::Error if a GPU wait timed out or the
     // host failed (the message says which and the host's last error).
     void check_step() const;
-    // Requests served and host pairs computed since construction (benchmarks).
-    uint64_t requests() const { return requests_.load(); }
+    // Host pairs computed since construction (benchmarks, tests).
     uint64_t host_pairs() const { return pairs_.load(); }
     // Host experts read per request summed (pairs sharing an expert in one request read it once).
     uint64_t host_expert_reads() const { return expert_reads_.load(); }
@@ -78,7 +77,7 @@ private:
     cuda::HostMoeDeviceView view_;
     std::vector<host::HostExpertPair> pairs_buf_;  // the poller's, reused
     std::atomic<bool> stop_{false};
-    std::atomic<uint64_t> requests_{0}, pairs_{0}, expert_reads_{0}, host_ns_{0};
+    std::atomic<uint64_t> pairs_{0}, expert_reads_{0}, host_ns_{0};
     std::vector<const uint8_t*> distinct_buf_;  // the poller's, reused
     mutable std::mutex mu_;
     std::condition_variable wake_;

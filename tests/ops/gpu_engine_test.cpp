@@ -26,19 +26,7 @@ namespace {
 
 // The 4-layer Flash-dims synthetic checkpoint both tests use, written to `dir`.
 ModelConfig write_checkpoint(const test::TempDir& dir) {
-    SynthOptions o;
-    o.preset = SynthPreset::Flash;
-    o.seed = 5150;
-    o.layers = 4;
-    o.experts = 8;
-    o.experts_per_tok = 6;
-    o.vocab = 1024;
-    o.moe_inter = 1024;
-    o.index_topk = 16;
-    o.mtp = 0;
-    const ModelConfig cfg = synth_config(o);
-    synth_write(cfg, o.seed, dir.path(), synth_default_shard_bytes(SynthPreset::Flash), false);
-    return cfg;
+    return test::write_flash_dims_checkpoint(dir.path(), 5150, 8, 16);
 }
 
 EngineConfig engine_config() {

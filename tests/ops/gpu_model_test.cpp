@@ -80,18 +80,7 @@ Fixture& fixture() {
     static Fixture* f = [] {
         auto* fx = new Fixture;
         test::TempDir dir("gpu_model");
-        SynthOptions o;
-        o.preset = SynthPreset::Flash;
-        o.seed = 424242;
-        o.layers = 4;
-        o.experts = 16;
-        o.experts_per_tok = 6;
-        o.vocab = 1024;
-        o.moe_inter = 1024;
-        o.index_topk = 32;
-        o.mtp = 0;
-        fx->cfg = synth_config(o);
-        synth_write(fx->cfg, o.seed, dir.path(), synth_default_shard_bytes(SynthPreset::Flash), false);
+        fx->cfg = test::write_flash_dims_checkpoint(dir.path(), 424242, 16, 32);
         const Checkpoint ckpt = Checkpoint::open(dir.path());
         const ModelWeights w = bind_weights(fx->cfg, ckpt);
         std::mt19937 rng(7);

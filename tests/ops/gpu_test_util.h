@@ -12,14 +12,36 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/stream.h"
 #include "core/fp_formats.h"
+#include "model/synth.h"
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
 
 namespace onecard::test {
+
+// The whole-model GPU tests' checkpoint, written to `dir`: 4 layers at the real per-layer Flash
+// dimensions (three hash-routed layers, one learned-routing layer), `experts` routed experts with
+// top-6, vocabulary 1024, moe_intermediate 1024, no MTP.
+inline ModelConfig write_flash_dims_checkpoint(const std::filesystem::path& dir, uint64_t seed, int64_t experts,
+                                               int64_t index_topk) {
+    SynthOptions o;
+    o.preset = SynthPreset::Flash;
+    o.seed = seed;
+    o.layers = 4;
+    o.experts = experts;
+    o.experts_per_tok = 6;
+    o.vocab = 1024;
+    o.moe_inter = 1024;
+    o.index_topk = index_topk;
+    o.mtp = 0;
+    const ModelConfig cfg = synth_config(o);
+    synth_write(cfg, o.seed, dir, synth_default_shard_bytes(SynthPreset::Flash), false);
+    return cfg;
+}
 
 // Calls GTEST_SKIP() (from the calling test body) when no GPU is usable.
 #define ONECARD_REQUIRE_GPU()                                                     \

@@ -76,18 +76,7 @@ Fixture& fixture() {
     static Fixture* f = [] {
         auto* fx = new Fixture;
         fx->dir = std::make_unique<test::TempDir>("hybrid_experts");
-        SynthOptions o;
-        o.preset = SynthPreset::Flash;
-        o.seed = 31337;
-        o.layers = 4;  // three hash-routed layers and one learned-routing layer
-        o.experts = 16;
-        o.experts_per_tok = 6;
-        o.vocab = 1024;
-        o.moe_inter = 1024;
-        o.index_topk = 32;
-        o.mtp = 0;
-        fx->cfg = synth_config(o);
-        synth_write(fx->cfg, o.seed, fx->dir->path(), synth_default_shard_bytes(SynthPreset::Flash), false);
+        fx->cfg = test::write_flash_dims_checkpoint(fx->dir->path(), 31337, 16, 32);
         fx->ckpt = std::make_unique<Checkpoint>(Checkpoint::open(fx->dir->path()));
         fx->weights = std::make_unique<ModelWeights>(bind_weights(fx->cfg, *fx->ckpt));
         // Half of every layer's experts in host RAM, a different half per layer (odd ids on even

@@ -29,6 +29,7 @@
 #include "model_cuda/gpu_weights.h"
 #include "model_cuda/host_expert_store.h"
 #include "model/expert_placement.h"
+#include "model/expert_profile.h"
 #include "backend/host/host_experts.h"
 #endif
 
@@ -135,27 +136,17 @@ double measure_pinned_h2d(cuda::DeviceArena& arena, cudaStream_t s) {
     return bytes / median(t);
 }
 
-// Share of the counted picks that went to host experts.
+// Share of the counted picks ([layers · E], the GPU's pick counters) that went to host experts.
 double host_share(const std::vector<uint64_t>& counts, const ExpertPlacement& p) {
-    uint64_t all = 0, host = 0;
-    for (int64_t l = 0; l < p.n_layers(); ++l)
-        for (int64_t e = 0; e < p.n_experts; ++e) {
-            const uint64_t c = counts[static_cast<size_t>(l * p.n_experts + e)];
-            all += c;
-            if (!p.is_on_gpu(l, e)) host += c;
-        }
-    return all ? static_cast<double>(host) / static_cast<double>(all) : 0.0;
+    return 1.0 - ExpertUseProfile::from_counts(p.n_layers(), p.n_experts, counts).coverage(p);
 }
 
-// Share of routing picks that the most-used `resident` share of (layer, expert) pairs takes on
-// DeepSeek's V4.1-Flash traces (field notes: 52% -> 90%, 65% -> 95%, 78% -> 98.5%), linear between
-// the published points and (0, 0), (1, 1).
-double published_coverage(double resident) {
-    static constexpr double x[] = {0.0, 0.52, 0.65, 0.78, 1.0}, y[] = {0.0, 0.90, 0.95, 0.985, 1.0};
-    resident = std::clamp(resident, 0.0, 1.0);
-    for (int i = 1; i < 5; ++i)
-        if (resident <= x[i]) return y[i - 1] + (y[i] - y[i - 1]) * (resident - x[i - 1]) / (x[i] - x[i - 1]);
-    return 1.0;
+// Share of routing picks that the most-used `gpu_pairs` (layer, expert) pairs take under the
+// published V4.1-Flash coverage curve (model/expert_profile.h's synthetic_skewed_profile is its one
+// model here): the coverage of the best placement of that many pairs under that profile.
+double published_coverage(int64_t n_layers, int64_t n_experts, int64_t gpu_pairs) {
+    const ExpertUseProfile skewed = synthetic_skewed_profile(n_layers, n_experts, 1);
+    return skewed.coverage(place_experts(n_layers, n_experts, gpu_pairs, &skewed));
 }
 
 // Skewed routing for the hybrid benchmark, aimed at `coverage` of all picks on GPU-resident experts:
@@ -435,8 +426,7 @@ void run_bench(const BenchArgs& a) {
             return host_share(model.expert_pick_counts(s), *placement);
         };
         skew_target = a.skew_coverage > 0 ? a.skew_coverage
-                                           : published_coverage(static_cast<double>(placement->total_gpu()) /
-                                                                static_cast<double>(L * E));
+                                           : published_coverage(L, E, placement->total_gpu());
         skew_delta = apply_skewed_routing(cfg, w, *placement, skew_target, a.seed, measure);
         std::printf("skewed routing: +%.4f router bias on GPU experts, hash tables rewritten; calibrated host share "
                     "%.2f%%\n", skew_delta, 100.0 * measure());
@@ -604,7 +594,7 @@ void run_bench(const BenchArgs& a) {
         {"copy_bandwidth_tb_s", bw / 1e12},
         {"hybrid", placement ? nlohmann::json{{"placement", placement->summary()},
                                                {"memory_plan", plan_line},
-                                               {"gpu_experts_per_layer_min", [&] { int64_t m = E; for (int64_t l = 0; l < L; ++l) m = std::min(m, placement->n_gpu(l)); return m; }()},
+                                               {"gpu_experts_per_layer_min", placement->min_gpu()},
                                                {"gpu_expert_pairs", placement->total_gpu()},
                                                {"host_expert_pairs", placement->total_host()},
                                                {"host_ram_gib", host_store->bytes() / double(1ull << 30)},
@@ -654,8 +644,8 @@ void add_cmd_bench(CLI::App& app) {
     cmd->add_option("--routing", a->routing, "hybrid routing: uniform (the synthetic router's own) or skewed")
         ->check(CLI::IsMember({"uniform", "skewed"}));
     cmd->add_option("--skew-coverage", a->skew_coverage,
-                    "skewed: share of picks aimed at GPU experts (default: the published V4.1 coverage curve at the "
-                    "placement's GPU share)");
+                    "skewed: share of picks aimed at GPU experts (default: the published V4.1 coverage curve, as "
+                    "synthetic_skewed_profile models it, at the placement's GPU pair count)");
     cmd->add_option("--host-threads", a->host_threads, "host expert threads (default: hardware threads - 1)");
     cmd->add_option("--decode-batch", a->decode_batches, "decode batch sizes, comma-separated (default 1,8,64)");
     cmd->add_option("--context", a->context, "tokens each decode sequence holds before timing (default 1024)");

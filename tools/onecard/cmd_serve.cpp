@@ -270,7 +270,8 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         pin.gpu_memory_utilization = a.gpu_memory_utilization;
         pin.headroom_gib = a.gpu_headroom_gib;
         pin.profile = profile ? &*profile : nullptr;
-        pin.count_expert_picks = !a.expert_profile.empty() || a.expert_swap_interval > 0;
+        pin.count_expert_picks = !a.expert_profile.empty();
+        pin.count_picks_if_hybrid = a.expert_swap_interval > 0;
         const MemoryPlan plan = plan_serve_on_gpu(*cfg, ckpt, pin);
         std::fputs(memory_plan_report(plan).c_str(), stderr);
         require_plan_fits(plan);
@@ -289,8 +290,9 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         // The arena is the plan's GPU budget less its headroom (--gpu-memory-utilization bounds what we take).
         ro.arena_bytes = plan.device_bytes - plan.headroom_bytes;
         ro.kv_cache_bytes = static_cast<int64_t>(plan.kv_pool_bytes);
-        ro.count_expert_picks = !a.expert_profile.empty() || a.expert_swap_interval > 0;
+        // Counting costs a kernel per MoE layer: only for a profile, or to re-place host experts.
         ro.expert_swap_interval = plan.host_experts() ? a.expert_swap_interval : 0;
+        ro.count_expert_picks = !a.expert_profile.empty() || ro.expert_swap_interval > 0;
         auto cr = std::make_unique<CudaModelRunner>(*cfg, w, ro);
         a.kv_cache_memory_bytes = static_cast<int64_t>(plan.kv_pool_bytes);
         // The plan's workspace is the runner's own (CudaModelRunner::workspace_bytes): its KV budget stands.

@@ -22,6 +22,7 @@ struct ServePlanInputs {
     double headroom_gib = 2.0;
     const ExpertUseProfile* profile = nullptr;  // not owned
     bool count_expert_picks = false;            // the runner keeps pick counts (a few KB of workspace)
+    bool count_picks_if_hybrid = false;         // ... also when some experts end up in host RAM (re-placement)
 };
 
 #ifdef ONECARD_HAVE_CUDA
