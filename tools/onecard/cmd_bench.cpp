@@ -36,6 +36,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -134,6 +135,39 @@ double measure_pinned_h2d(cuda::DeviceArena& arena, cudaStream_t s) {
     arena.release(m);
     cudaFreeHost(host);
     return bytes / median(t);
+}
+
+// The host's read bandwidth while pinned host-to-device copies run without pause, and those copies'
+// rate meanwhile: whether the DMA engine's reads of host RAM and the CPU's share one bandwidth (what
+// splitting a large batch's host experts between the CPU and PCIe streaming can gain). {cpu, dma}, B/s.
+// Runs after the model is built: the device buffer comes from the headroom outside the arena.
+std::pair<double, double> measure_host_read_during_copies(int n_threads) {
+    const size_t bytes = size_t{256} << 20;
+    void* host = nullptr;
+    CUDA_CHECK(cudaHostAlloc(&host, bytes, cudaHostAllocPortable));
+    std::memset(host, 1, bytes);
+    void* dev = nullptr;
+    CUDA_CHECK(cudaMalloc(&dev, bytes));
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> copied{0};
+    double copy_seconds = 0;
+    std::thread copier([&] {
+        cuda::Stream cs;
+        const auto t0 = std::chrono::steady_clock::now();
+        while (!stop.load()) {
+            CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, cs.get()));
+            CUDA_CHECK(cudaStreamSynchronize(cs.get()));
+            copied.fetch_add(bytes);
+        }
+        copy_seconds = seconds_since(t0);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const double cpu = host::measure_host_read_bandwidth(n_threads, size_t{4} << 30, 5);
+    stop.store(true);
+    copier.join();
+    CUDA_CHECK(cudaFree(dev));
+    cudaFreeHost(host);
+    return {cpu, static_cast<double>(copied.load()) / std::max(copy_seconds, 1e-9)};
 }
 
 // Share of the counted picks ([layers · E], the GPU's pick counters) that went to host experts.
@@ -367,8 +401,15 @@ void run_bench(const BenchArgs& a) {
     // Host side of hybrid experts: read bandwidth with the pool's thread count (the pinned copy rate
     // was measured with the copy bandwidth, while the arena still had room).
     double host_bw = 0;
+    nlohmann::json contention = nlohmann::json::array();
     if (model.host_experts()) {
         host_bw = host::measure_host_read_bandwidth(model.host_experts()->n_threads(), size_t{4} << 30, 5);
+        for (int t : {model.host_experts()->n_threads(), std::max(1, model.host_experts()->n_threads() / 2)}) {
+            const auto [cpu, dma] = measure_host_read_during_copies(t);
+            std::printf("host read bandwidth with %d threads while pinned copies run: %.1f GB/s; copies meanwhile %.1f GB/s\n",
+                        t, cpu / 1e9, dma / 1e9);
+            contention.push_back({{"threads", t}, {"host_read_gb_s", cpu / 1e9}, {"pinned_h2d_gb_s", dma / 1e9}});
+        }
         std::printf("host experts: %s, %d threads (%s), %.2f GiB pinned; host read bandwidth %.1f GB/s, pinned "
                     "host-to-device copies %.1f GB/s\n",
                     placement->summary().c_str(), model.host_experts()->n_threads(), model.host_experts()->isa(),
@@ -602,6 +643,7 @@ void run_bench(const BenchArgs& a) {
                                                {"host_isa", model.host_experts()->isa()},
                                                {"host_read_bandwidth_gb_s", host_bw / 1e9},
                                                {"pinned_h2d_gb_s", pinned_h2d / 1e9},
+                                               {"host_read_during_copies", contention},
                                                {"routing", a.routing},
                                                {"skew_target_coverage", skew_target},
                                                {"skew_router_bias_delta", skew_delta}}
