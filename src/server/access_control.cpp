@@ -94,9 +94,13 @@ ApiKeys::ApiKeys(std::vector<std::string> keys) : keys_(std::move(keys)) {
 bool ApiKeys::check_bearer(std::string_view authorization) const {
     constexpr std::string_view kBearer = "Bearer ";
     if (authorization.size() <= kBearer.size() || authorization.substr(0, kBearer.size()) != kBearer) return false;
-    const std::string_view presented = authorization.substr(kBearer.size());
+    return check_key(authorization.substr(kBearer.size()));
+}
+
+bool ApiKeys::check_key(std::string_view key) const {
+    if (key.empty()) return false;
     bool ok = false;
-    for (const auto& k : keys_) ok |= constant_time_equal(presented, k);
+    for (const auto& k : keys_) ok |= constant_time_equal(key, k);
     return ok;
 }
 

@@ -55,6 +55,8 @@ public:
     // `authorization` is the Authorization header value ("Bearer <key>"); every configured key is
     // compared (no early exit) so timing does not tell which key nearly matched.
     bool check_bearer(std::string_view authorization) const;
+    // `key` is the bare key (the x-api-key header of the Anthropic routes); compared as check_bearer does.
+    bool check_key(std::string_view key) const;
 
 private:
     std::vector<std::string> keys_;

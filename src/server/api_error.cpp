@@ -59,4 +59,30 @@ nlohmann::json error_body(int status, const std::string& message, const std::str
     return nlohmann::json{{"error", std::move(e)}};
 }
 
+const char* anthropic_error_type_for_status(int status) {
+    switch (status) {
+        case 401:
+            return "authentication_error";
+        case 403:
+            return "permission_error";
+        case 404:
+            return "not_found_error";
+        case 413:
+            return "request_too_large";
+        case 429:
+            return "rate_limit_error";
+        case 503:
+            return "overloaded_error";
+        default:
+            return status >= 500 ? "api_error" : "invalid_request_error";
+    }
+}
+
+nlohmann::json error_body(ErrorShape shape, int status, const std::string& message, const std::string& param,
+                          const std::string& code) {
+    if (shape == ErrorShape::OpenAI) return error_body(status, message, param, code);
+    return nlohmann::json{{"type", "error"},
+                          {"error", {{"type", anthropic_error_type_for_status(status)}, {"message", message}}}};
+}
+
 }  // namespace onecard::server

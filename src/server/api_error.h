@@ -52,4 +52,17 @@ inline nlohmann::json error_body(const ApiError& e) {
     return error_body(e.status(), e.what(), e.param(), e.code());
 }
 
+// Which error object a route answers with: OpenAI's, or Anthropic's on the /v1/messages routes
+//   {"type": "error", "error": {"type": "invalid_request_error", "message": ...}}
+// (the Anthropic clients read error.type and error.message; they have no param or code).
+enum class ErrorShape { OpenAI, Anthropic };
+
+// The Anthropic error type for an HTTP status (invalid_request_error, authentication_error,
+// permission_error, not_found_error, request_too_large, rate_limit_error, api_error, overloaded_error).
+const char* anthropic_error_type_for_status(int status);
+
+// The error body in `shape`. Anthropic has no field for param: the message names the field already.
+nlohmann::json error_body(ErrorShape shape, int status, const std::string& message, const std::string& param = {},
+                          const std::string& code = {});
+
 }  // namespace onecard::server

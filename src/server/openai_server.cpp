@@ -36,11 +36,16 @@ std::string OpenAIServer::State::new_response_id(const char* prefix) {
 
 void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param,
                 const std::string& code, int retry_after_s) {
+    send_error(res, ErrorShape::OpenAI, status, message, param, code, retry_after_s);
+}
+
+void send_error(httplib::Response& res, ErrorShape shape, int status, const std::string& message,
+                const std::string& param, const std::string& code, int retry_after_s) {
     res.status = status;
     if (retry_after_s > 0) res.set_header("Retry-After", std::to_string(retry_after_s));
-    res.set_content(
-        error_body(status, message, param, code).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-        "application/json");
+    res.set_content(error_body(shape, status, message, param, code)
+                        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                    "application/json");
     auto& f = access_log_context().fields;
     f["error"] = message.size() > 200 ? message.substr(0, 200) : message;
 }
@@ -54,10 +59,15 @@ struct Route {
     bool public_route;  // reachable without an API key (liveness/readiness probes, version)
     bool probe;         // polled by monitors: no access-log line unless log_probe_requests
     bool prefix = false;  // matches every path that starts with `path` ("/v1/models/" + id)
+    // Anthropic routes answer errors in Anthropic's shape and take the key from x-api-key as well.
+    ErrorShape shape = ErrorShape::OpenAI;
 };
 constexpr Route kRoutes[] = {
     {"/v1/chat/completions", Method::Post, false, false},
     {"/v1/completions", Method::Post, false, false},
+    {"/v1/responses", Method::Post, false, false},
+    {"/v1/messages", Method::Post, false, false, false, ErrorShape::Anthropic},
+    {"/v1/messages/count_tokens", Method::Post, false, false, false, ErrorShape::Anthropic},
     {"/v1/models", Method::Get, false, false},
     {"/v1/models/", Method::Get, false, false, true},
     {"/tokenize", Method::Post, false, false},
@@ -110,8 +120,8 @@ std::string log_timestamp() {
 // Rejections happen before the body is read: close the connection so an unread body is never parsed
 // as the next request.
 httplib::Server::HandlerResponse reject(httplib::Response& res, int status, const std::string& message,
-                                        const std::string& code) {
-    send_error(res, status, message, {}, code);
+                                        const std::string& code, ErrorShape shape = ErrorShape::OpenAI) {
+    send_error(res, shape, status, message, {}, code);
     res.set_header("Connection", "close");
     return httplib::Server::HandlerResponse::Handled;
 }
@@ -187,10 +197,13 @@ OpenAIServer::OpenAIServer(ServerOptions options, Engine& engine, const Tokenize
         AccessLogContext& ctx = access_log_context();
         ctx.start = std::chrono::steady_clock::now();
         ctx.fields = nlohmann::json::object();
-        // Address first: a client outside the allowlist learns nothing else, not even which paths exist.
-        if (!s.allow.allows(req.remote_addr))
-            return reject(res, 403, fmt::format("address {} is not allowed", req.remote_addr), "address_not_allowed");
         const Route* route = find_route(req.path);
+        const ErrorShape shape = route ? route->shape : ErrorShape::OpenAI;
+        // Address first: a client outside the allowlist learns nothing else, not even which paths exist
+        // (the error's shape follows the path, but the answer is the same for every path).
+        if (!s.allow.allows(req.remote_addr))
+            return reject(res, 403, fmt::format("address {} is not allowed", req.remote_addr), "address_not_allowed",
+                          shape);
         const std::string origin = cors_origin(s.opts, req.get_header_value("Origin"));
         if (!origin.empty()) {
             res.set_header("Access-Control-Allow-Origin", origin);
@@ -211,41 +224,51 @@ OpenAIServer::OpenAIServer(ServerOptions options, Engine& engine, const Tokenize
         if (req.method != want) {
             res.set_header("Allow", want);
             return reject(res, 405, fmt::format("{} {} is not allowed; use {}", req.method, req.path, want),
-                          "method_not_allowed");
+                          "method_not_allowed", shape);
         }
         const bool open = route->public_route || (std::strcmp(route->path, "/metrics") == 0 && !s.opts.metrics_require_auth);
-        if (!open && s.keys.enabled() && !s.keys.check_bearer(req.get_header_value("Authorization"))) {
+        // The Anthropic clients send the key as x-api-key; Bearer is accepted there too (DeepSeek's
+        // and vLLM's Anthropic endpoints take both).
+        const bool anthropic = shape == ErrorShape::Anthropic;
+        if (!open && s.keys.enabled() && !s.keys.check_bearer(req.get_header_value("Authorization")) &&
+            !(anthropic && req.has_header("x-api-key") && s.keys.check_key(req.get_header_value("x-api-key")))) {
             res.set_header("WWW-Authenticate", "Bearer");
+            const bool sent = req.has_header("Authorization") || (anthropic && req.has_header("x-api-key"));
             return reject(res, 401,
-                          req.has_header("Authorization") ? "incorrect API key provided"
-                                                          : "missing API key: send 'Authorization: Bearer <key>'",
-                          "invalid_api_key");
+                          sent        ? "incorrect API key provided"
+                          : anthropic ? "missing API key: send 'x-api-key: <key>' or 'Authorization: Bearer <key>'"
+                                      : "missing API key: send 'Authorization: Bearer <key>'",
+                          "invalid_api_key", shape);
         }
         if (route->method == Method::Post && req.has_header("Content-Type") &&
             !is_json_content_type(req.get_header_value("Content-Type")))
             return reject(res, 415,
                           fmt::format("Content-Type '{}' is not supported: send 'Content-Type: application/json'",
                                       req.get_header_value("Content-Type")),
-                          "unsupported_media_type");
+                          "unsupported_media_type", shape);
         return httplib::Server::HandlerResponse::Unhandled;
     });
 
-    auto wrap = [&s](void (*fn)(State&, const httplib::Request&, httplib::Response&)) {
-        return [&s, fn](const httplib::Request& req, httplib::Response& res) {
+    auto wrap = [&s](void (*fn)(State&, const httplib::Request&, httplib::Response&),
+                     ErrorShape shape = ErrorShape::OpenAI) {
+        return [&s, fn, shape](const httplib::Request& req, httplib::Response& res) {
             try {
                 fn(s, req, res);
             } catch (const ApiError& e) {
-                send_error(res, e.status(), e.what(), e.param(), e.code(), e.retry_after_s());
+                send_error(res, shape, e.status(), e.what(), e.param(), e.code(), e.retry_after_s());
             } catch (const nlohmann::json::exception& e) {
-                send_error(res, 400, fmt::format("invalid request: {}", e.what()));
+                send_error(res, shape, 400, fmt::format("invalid request: {}", e.what()));
             } catch (const Error& e) {
                 // onecard::Error from the tokenizer, chat encoder or engine validation: the input was refused.
-                send_error(res, 400, e.what());
+                send_error(res, shape, 400, e.what());
             }
         };
     };
     http.Post("/v1/chat/completions", wrap(handle_chat_completions));
     http.Post("/v1/completions", wrap(handle_completions));
+    http.Post("/v1/responses", wrap(handle_responses));
+    http.Post("/v1/messages", wrap(handle_messages, ErrorShape::Anthropic));
+    http.Post("/v1/messages/count_tokens", wrap(handle_messages_count_tokens, ErrorShape::Anthropic));
     http.Post("/tokenize", wrap(handle_tokenize));
     http.Post("/detokenize", wrap(handle_detokenize));
     http.Get("/v1/models", wrap(handle_models));
@@ -267,14 +290,15 @@ OpenAIServer::OpenAIServer(ServerOptions options, Engine& engine, const Tokenize
 
     // Whatever httplib answers by itself (413 body too large, 400 unparsable request line, ...) gets
     // an OpenAI error body too; responses that already have one are left alone.
-    http.set_error_handler(httplib::Server::HandlerWithResponse([&s](const httplib::Request&, httplib::Response& res) {
+    http.set_error_handler(httplib::Server::HandlerWithResponse([&s](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
         std::string msg = fmt::format("HTTP error {}", res.status);
         if (res.status == 413) msg = fmt::format("request body exceeds the limit of {} bytes", s.opts.max_body_bytes);
-        send_error(res, res.status, msg);
+        const Route* route = find_route(req.path);
+        send_error(res, route ? route->shape : ErrorShape::OpenAI, res.status, msg);
         return httplib::Server::HandlerResponse::Handled;
     }));
-    http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    http.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
         std::string what = "internal error";
         try {
             std::rethrow_exception(ep);
@@ -282,7 +306,8 @@ OpenAIServer::OpenAIServer(ServerOptions options, Engine& engine, const Tokenize
             what = e.what();
         } catch (...) {
         }
-        send_error(res, 500, "internal error: " + what);
+        const Route* route = find_route(req.path);
+        send_error(res, route ? route->shape : ErrorShape::OpenAI, 500, "internal error: " + what);
     });
     http.set_logger([&s](const httplib::Request& req, const httplib::Response& res) {
         AccessLogContext& ctx = access_log_context();
@@ -348,6 +373,7 @@ void OpenAIServer::check_integrity() const {
     ONECARD_CHECK(n >= 0, "server: in-flight count is negative ({})", n);
     ONECARD_CHECK(static_cast<int64_t>(s.live.size()) <= n,
                   "server: {} live engine streams but only {} admitted requests", s.live.size(), n);
+    s.responses.check_integrity();
 }
 
 int64_t OpenAIServer::shutdown(std::chrono::milliseconds drain) {

@@ -1,4 +1,5 @@
-// The OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/models[/{id}], /tokenize,
+// The OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/responses, the Anthropic
+// /v1/messages[/count_tokens], /v1/models[/{id}], /tokenize,
 // /detokenize, /health, /ready, /metrics, /version, over one Engine (one engine thread) and a pool of HTTP
 // threads. Every request passes, in order: the CIDR allowlist (403), the path allowlist (404/405),
 // the API key (401; /health, /ready, /version and, unless metrics_require_auth, /metrics are open),

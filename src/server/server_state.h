@@ -2,9 +2,11 @@
 #pragma once
 
 #include "server/access_control.h"
+#include "server/api_error.h"
 #include "server/metrics.h"
 #include "server/openai_server.h"
 #include "server/request_params.h"
+#include "server/response_store.h"
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -46,6 +48,9 @@ struct OpenAIServer::State {
     std::atomic<uint64_t> seed_serial{0};  // requests given a seed derived from --seed
     uint64_t id_salt = 0;  // random per process: response ids are not guessable sequences
 
+    // Finished /v1/responses for previous_response_id (bounded LRU, response_store.h).
+    ResponseStore responses;
+
     // Live engine streams, so shutdown can cancel what did not drain in time.
     std::mutex live_mu;
     std::map<uint64_t, std::weak_ptr<RequestStream>> live;
@@ -64,6 +69,9 @@ AccessLogContext& access_log_context();
 // Writes an OpenAI error object as the response.
 void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param = {},
                 const std::string& code = {}, int retry_after_s = 0);
+// Writes the error in the given shape (the Anthropic routes answer with Anthropic's error object).
+void send_error(httplib::Response& res, ErrorShape shape, int status, const std::string& message,
+                const std::string& param = {}, const std::string& code = {}, int retry_after_s = 0);
 
 // 404 model_not_found when the body's "model" names another model (absent "model" is accepted).
 void check_model_field(const OpenAIServer::State& s, const Json& body);
@@ -71,6 +79,10 @@ void check_model_field(const OpenAIServer::State& s, const Json& body);
 // Route handlers (chat_api.cpp, completions_api.cpp, info_api.cpp).
 void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
 void handle_completions(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
+// responses_api.cpp (OpenAI Responses), messages_api.cpp (Anthropic Messages).
+void handle_responses(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
+void handle_messages(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
+void handle_messages_count_tokens(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
 void handle_models(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
 void handle_tokenize(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
 void handle_detokenize(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);

@@ -22,6 +22,15 @@ public:
         return send_raw("data: " + data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n");
     }
     bool send(const Json& data) { return send_raw("data: " + dump_json(data) + "\n\n"); }
+    // A named event ("event: <name>" then its data), as the Anthropic and Responses streams send them.
+    bool send_event(const char* event, const Json& data) {
+        return send_raw(std::string("event: ") + event + "\ndata: " + dump_json(data) + "\n\n");
+    }
+    // Ends a stream that has no [DONE] sentinel (Anthropic, Responses): their last event says it.
+    bool end() {
+        if (ok_) sink_.done();
+        return ok_;
+    }
     bool done() {
         const bool ok = send_raw("data: [DONE]\n\n");
         if (ok) sink_.done();
