@@ -161,7 +161,8 @@ Json convert_tool_choice(const Json& tc) {
     if (type == "none") return "none";
     if (type == "tool")
         return Json{{"type", "function"}, {"function", {{"name", required_string(tc, "name", "tool_choice")}}}};
-    throw bad_request(shape + fmt::format(", got '{}'", type), "tool_choice.type");
+    throw bad_request(fmt::format("tool_choice.type must be auto, any, tool or none, got '{}'", type),
+                      "tool_choice.type");
 }
 
 }  // namespace
