@@ -1,0 +1,44 @@
+// Building blocks of JSON grammars: the lexical pieces (one string character, bounded strings,
+// numbers, integers in a range, string formats, the any-value rule) added to a Grammar between two
+// nodes. Everything is compact JSON: no insignificant whitespace anywhere (see json_schema.h).
+#pragma once
+
+#include "grammar/grammar.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace onecard::grammar {
+
+// from --one JSON string character--> to: an unescaped code point as valid UTF-8 (no overlongs or
+// surrogates; '"', '\\' and controls below 0x20 excluded), or an escape (\" \\ \/ \b \f \n \r \t,
+// \uXXXX with surrogates only as a high+low pair). `no_escapes` leaves escapes out (extra object keys
+// use it so a key cannot spell a declared name in escapes).
+void add_string_char(Grammar& g, uint32_t from, uint32_t to, bool no_escapes = false);
+
+// A quoted string of min_len..max_len characters (code points; an escape is one). max_len empty:
+// unbounded. Characters are unrolled one node chain per counted position.
+void add_string(Grammar& g, uint32_t from, uint32_t to, uint64_t min_len, std::optional<uint64_t> max_len);
+
+// A quoted string (no escapes) whose content is none of `excluded` (byte-wise).
+void add_string_excluding(Grammar& g, uint32_t from, uint32_t to, const std::vector<std::string>& excluded);
+
+// JSON number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?. non_negative: no leading '-'.
+void add_number(Grammar& g, uint32_t from, uint32_t to, bool non_negative);
+
+// A JSON integer (-?(0|[1-9][0-9]*), "-0" excluded) in [lo, hi] (either bound may be absent).
+// Throws onecard::Error when lo > hi.
+void add_integer(Grammar& g, uint32_t from, uint32_t to, std::optional<int64_t> lo, std::optional<int64_t> hi);
+
+// Quoted strings of a format: "date" (YYYY-MM-DD, month 01-12, day 01-31), "time"
+// (HH:MM:SS[.frac](Z|+HH:MM|-HH:MM)), "date-time" (date 'T' time, RFC 3339), "uuid" (8-4-4-4-12 hex).
+// Returns false (adding nothing) for any other format.
+bool add_string_format(Grammar& g, uint32_t from, uint32_t to, std::string_view format);
+
+// The rule for any JSON value (objects with any string keys, arrays, strings, numbers, literals).
+// Creates it on first use; `cached` holds its id between calls.
+uint32_t any_value_rule(Grammar& g, std::optional<uint32_t>& cached);
+
+}  // namespace onecard::grammar

@@ -1,0 +1,54 @@
+// JSON Schema -> Grammar. The accepted subset is what OpenAI's strict mode allows plus what users
+// commonly send; anything that would constrain output in a way the grammar cannot express is refused
+// with a SchemaError naming the keyword (the server answers 400 with it).
+//
+// Output policy (what the grammar generates; every such document validates against the schema):
+// - Compact JSON, no insignificant whitespace anywhere. A model cannot loop on whitespace (the known
+//   failure of grammars that allow it), masks stay small, and the bytes are deterministic.
+// - Object properties in `properties` order; required ones mandatory, optional ones may be left out.
+//   additionalProperties absent is read as false (as OpenAI strict mode and xgrammar do: output
+//   without extra keys is valid either way). With true or a schema, extra keys come after the
+//   declared ones, have no escapes and are none of the declared names (duplicates among extra keys
+//   are not prevented).
+// - Integers as -?(0|[1-9][0-9]*) without "-0"; numbers as JSON numbers.
+// - oneOf is treated as anyOf (exclusivity is not enforced); allOf only with one schema.
+// - Formats date, time, date-time (RFC 3339, upper-case T/Z) and uuid are enforced; every other
+//   format is a plain string. A string with one of those formats ignores minLength/maxLength.
+// - Unknown keywords are annotations (JSON Schema's rule) and ignored; known assertions the grammar
+//   cannot enforce (pattern, not, if/then/else, uniqueItems, multipleOf, ...) are refused.
+#pragma once
+
+#include "core/error.h"
+#include "grammar/grammar.h"
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace onecard::grammar {
+
+// Length and item-count bounds are unrolled into one node per counted position (each gets its own
+// token-set cache entry); larger bounds are refused rather than silently dropped.
+inline constexpr uint64_t kMaxUnrolledCount = 512;
+
+class SchemaError : public Error {
+public:
+    SchemaError(std::string keyword, const std::string& message)
+        : Error("json schema: " + message), keyword_(std::move(keyword)) {}
+    const std::string& keyword() const { return keyword_; }
+
+private:
+    std::string keyword_;
+};
+
+// `schema` must have been parsed as ordered_json: property order is output order.
+std::shared_ptr<const Grammar> compile_json_schema(const nlohmann::ordered_json& schema);
+// Parses `schema_text` (throws SchemaError with keyword "" when it is not JSON) and compiles it.
+std::shared_ptr<const Grammar> compile_json_schema_text(std::string_view schema_text);
+
+// Any JSON object at top level, any values inside (response_format: {"type": "json_object"}).
+std::shared_ptr<const Grammar> json_object_grammar();
+
+}  // namespace onecard::grammar
