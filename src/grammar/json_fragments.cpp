@@ -127,6 +127,17 @@ void add_same_len(Grammar& g, uint32_t from, uint32_t to, const std::string& a, 
     add_same_len(g, m3, to, zeros, rb);
 }
 
+// from --1..max_n digits--> to
+void add_digits_upto(Grammar& g, uint32_t from, uint32_t to, int max_n) {
+    uint32_t cur = from;
+    for (int i = 0; i < max_n; ++i) {
+        const uint32_t next = g.add_node();
+        g.add_bytes(cur, '0', '9', next);
+        g.add_eps(next, to);
+        cur = next;
+    }
+}
+
 uint64_t pow10(size_t n) {
     uint64_t p = 1;
     for (size_t i = 0; i < n; ++i) p *= 10;
@@ -143,13 +154,15 @@ void add_uint_range(Grammar& g, uint32_t from, uint32_t to, uint64_t lo, std::op
         const uint64_t a = std::max(lo, first), b = hi ? std::min(*hi, last) : last;
         if (a <= b) add_same_len(g, from, to, std::to_string(a), std::to_string(b));
     }
-    if (!hi && len_lo < 20) {
-        // Every number with more digits than lo is larger: [1-9][0-9]{len_lo}[0-9]*.
+    if (!hi && static_cast<int>(len_lo) < kMaxIntegerDigits) {
+        // Every number with more digits than lo is larger: [1-9][0-9]{len_lo}, then optional digits
+        // up to kMaxIntegerDigits in all.
         const uint32_t m = g.add_node(), tail = g.add_node();
         g.add_bytes(from, '1', '9', m);
         add_digits(g, m, tail, static_cast<int>(len_lo));
-        g.add_bytes(tail, '0', '9', tail);
         g.add_eps(tail, to);
+        const int more = kMaxIntegerDigits - static_cast<int>(len_lo) - 1;
+        if (more > 0) add_digits_upto(g, tail, to, more);
     }
 }
 
@@ -252,10 +265,10 @@ void add_number(Grammar& g, uint32_t from, uint32_t to, bool non_negative) {
     if (!non_negative) g.add_bytes(from, '-', '-', sign);
     g.add_bytes(sign, '0', '0', zero);
     g.add_bytes(sign, '1', '9', digits);
-    g.add_bytes(digits, '0', '9', digits);
     const uint32_t int_end = g.add_node();
     g.add_eps(zero, int_end);
     g.add_eps(digits, int_end);
+    add_digits_upto(g, digits, int_end, kMaxIntegerDigits - 1);
     const uint32_t dot = g.add_node(), frac = g.add_node(), frac_end = g.add_node();
     g.add_bytes(int_end, '.', '.', dot);
     g.add_bytes(dot, '0', '9', frac);
@@ -268,8 +281,7 @@ void add_number(Grammar& g, uint32_t from, uint32_t to, bool non_negative) {
     g.add_eps(e, esign);
     g.add_bytes(e, '+', '+', esign);
     g.add_bytes(e, '-', '-', esign);
-    g.add_bytes(esign, '0', '9', exp);
-    g.add_bytes(exp, '0', '9', exp);
+    add_digits_upto(g, esign, exp, kMaxExponentDigits);
     g.add_eps(frac_end, to);
     g.add_eps(exp, to);
 }

@@ -25,10 +25,15 @@ void add_string(Grammar& g, uint32_t from, uint32_t to, uint64_t min_len, std::o
 // A quoted string (no escapes) whose content is none of `excluded` (byte-wise).
 void add_string_excluding(Grammar& g, uint32_t from, uint32_t to, const std::vector<std::string>& excluded);
 
-// JSON number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?. non_negative: no leading '-'.
+// Digit limits on generated numbers: every number the grammar allows is a finite double (a JSON
+// parser such as nlohmann's refuses 1E400 as an overflow, and a model looping on digits ends).
+inline constexpr int kMaxIntegerDigits = 20;   // integer part; uint64 has 20 digits
+inline constexpr int kMaxExponentDigits = 2;   // so |value| < 1e120
+
+// JSON number: -?(0|[1-9][0-9]{0,19})(\.[0-9]+)?([eE][+-]?[0-9]{1,2})?. non_negative: no leading '-'.
 void add_number(Grammar& g, uint32_t from, uint32_t to, bool non_negative);
 
-// A JSON integer (-?(0|[1-9][0-9]*), "-0" excluded) in [lo, hi] (either bound may be absent).
+// A JSON integer (-?(0|[1-9][0-9]{0,19}), "-0" excluded) in [lo, hi] (either bound may be absent).
 // Throws onecard::Error when lo > hi.
 void add_integer(Grammar& g, uint32_t from, uint32_t to, std::optional<int64_t> lo, std::optional<int64_t> hi);
 

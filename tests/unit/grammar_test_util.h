@@ -312,7 +312,19 @@ public:
                 return false;
             }
         }
-        return valid(RawParser(text).parse(), root_);
+        const RawVal v = RawParser(text).parse();
+        return numbers_in_policy(v) && valid(v, root_);
+    }
+
+    // Every number anywhere (typed or inside an any-value) within the digit limits of json_fragments.h.
+    static bool numbers_in_policy(const RawVal& v) {
+        static const std::regex number("-?(0|[1-9][0-9]{0,19})(\\.[0-9]+)?([eE][+-]?[0-9]{1,2})?");
+        if (v.kind == RawVal::Number && !std::regex_match(v.raw, number)) return false;
+        for (const auto& x : v.items)
+            if (!numbers_in_policy(x)) return false;
+        for (const auto& [k, x] : v.members)
+            if (!numbers_in_policy(x)) return false;
+        return true;
     }
 
     bool valid(const RawVal& v, const ojson& s) const {
@@ -374,7 +386,7 @@ private:
             return n >= s.value("minLength", 0u) && n <= s.value("maxLength", SIZE_MAX);
         }
         if (t == "integer") {
-            if (v.kind != RawVal::Number || !std::regex_match(v.raw, std::regex("-?(0|[1-9][0-9]*)")) || v.raw == "-0")
+            if (v.kind != RawVal::Number || !std::regex_match(v.raw, std::regex("-?(0|[1-9][0-9]{0,19})")) || v.raw == "-0")
                 return false;
             const long double x = std::stold(v.raw);
             if (s.contains("minimum") && x < s["minimum"].get<long double>()) return false;
