@@ -46,7 +46,7 @@ CudaModelRunner::CudaModelRunner(const ModelConfig& cfg, const ModelWeights& w, 
     if (placement) {
         host_store_ = std::make_unique<HostExpertStore>(cfg, *placement);
         host_store_->fill_from(w);
-        attach_host_experts(weights_, *host_store_, *arena_);
+        attach_host_experts(weights_, *host_store_, *arena_, opt.host_experts.stream_experts);
         report_.host_expert_bytes = host_store_->bytes();
         report_.placement = placement->summary();
     }

@@ -58,7 +58,9 @@ struct GpuModel::Buffers {
     float *xs = nullptr, *hs = nullptr;
     int32_t* pair_token = nullptr;  // [gemv_rows·K]: pair i belongs to token i / K
     int32_t* pair_groups = nullptr;                     // the decode pairs grouped by expert (mxfp4_group_pairs)
-    int32_t* local_ids = nullptr;   // [gemv_rows·K]: hybrid layers' GPU slot per pair (-1: host expert)
+    int32_t* local_ids = nullptr;   // [gemv_rows·K]: hybrid layers' GPU slot per pair (kHostPair, kStreamedPair)
+    int32_t* stream_ids = nullptr;  // [gemv_rows·K]: the staged expert's slot per pair, or -1 (HostExpertStreamer)
+    int32_t* stream_groups = nullptr;  // the staged experts' pairs grouped by slot
     uint32_t* pick_counts = nullptr;  // [layers, E] (count_expert_picks)
     // head
     bf16 *head_rows = nullptr, *head_y = nullptr;  // [logits_rows, 4, D], [logits_rows, D]
@@ -108,6 +110,7 @@ struct GpuModel::Carved {
     size_t moe_scratch_bytes = 0;
     uint8_t* host_staging = nullptr;
     uint32_t* host_counters = nullptr;  // [HostMoeBridge::kDeviceCounters]
+    uint8_t* stream_staging = nullptr;  // HostExpertStreamer::staging_bytes
 };
 
 void GpuModel::carve(const ModelConfig& cfg, const GpuModelOptions& opt, int64_t max_blocks_per_seq, bool hybrid,
@@ -176,7 +179,10 @@ void GpuModel::carve(const ModelConfig& cfg, const GpuModelOptions& opt, int64_t
     A(b.hs, P * I / 128, "expert hs");
     A(b.pair_token, P, "pair token");
     A(b.pair_groups, cuda::mxfp4_group_scratch_ints(P), "pair groups");
+    const bool streams = hybrid && opt.host_experts.stream_experts > 0;
     if (hybrid) A(b.local_ids, P, "expert slots of the pairs");
+    if (streams) A(b.stream_ids, P, "staged expert slots of the pairs");
+    if (streams) A(b.stream_groups, cuda::mxfp4_group_scratch_ints(P), "staged pair groups");
     if (opt.count_expert_picks) A(b.pick_counts, cfg.num_hidden_layers * E, "expert pick counts");
     A(b.head_rows, b.logits_rows * 4 * D, "head rows");
     A(b.head_y, b.logits_rows * D, "head y");
@@ -202,6 +208,9 @@ void GpuModel::carve(const ModelConfig& cfg, const GpuModelOptions& opt, int64_t
             cuda::MxHybridExperts::kStagingBuffers * cuda::MxHybridExperts::staging_bytes_for(D, I), "host expert staging"));
         c.host_counters = arena.alloc_n<uint32_t>(HostMoeBridge::kDeviceCounters, "host experts: request counters");
     }
+    if (streams)
+        c.stream_staging = static_cast<uint8_t*>(arena.alloc(
+            HostExpertStreamer::staging_bytes(D, I, opt.host_experts.stream_experts), "host experts staged over PCIe"));
 }
 
 int64_t GpuModel::workspace_bytes_for(const ModelConfig& cfg, const GpuModelOptions& opt, const KvCacheSpec& spec,
@@ -248,6 +257,14 @@ GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKv
         host_staging_ = c.host_staging;
         host_ = std::make_unique<HostMoeBridge>(cfg, weights, b.gemv_rows, opt.host_experts, c.host_counters);
     }
+    int64_t staged_layers = 0;
+    for (const GpuBlock& blk : weights.layers) staged_layers += blk.ffn.n_stream > 0;
+    ONECARD_CHECK(staged_layers == 0 || c.stream_staging,
+                  "gpu model: the weights stage host experts over PCIe in {} layers but host_experts.stream_experts is 0",
+                  staged_layers);
+    if (staged_layers > 0)
+        streamer_ = std::make_unique<HostExpertStreamer>(cfg, weights, opt.host_experts.stream_experts,
+                                                         opt.host_experts.stream_min_tokens, c.stream_staging);
     if (b.pick_counts)
         CUDA_CHECK(cudaMemset(b.pick_counts, 0, static_cast<size_t>(cfg.num_hidden_layers * E) * sizeof(uint32_t)));
     workspace_bytes_ = static_cast<int64_t>(arena.used() - used_before);
@@ -298,6 +315,7 @@ void GpuModel::check_integrity() const {
                       "gpu model: a captured graph for {} tokens / bound {} is out of range", key.n, key.pos_bound);
     ONECARD_CHECK(meta_->n <= opt_.max_step_tokens && meta_->n_out <= meta_->n,
                   "gpu model: the last step's metadata ({} tokens, {} rows) exceeds the capacity", meta_->n, meta_->n_out);
+    if (streamer_) streamer_->check_integrity();
 }
 
 void GpuModel::drop_graphs() {
@@ -458,10 +476,13 @@ void GpuModel::moe(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t 
     // Hybrid layer, GEMV path: hand the host its pairs first, so the host experts run while the GPU
     // computes the shared expert and its own routed experts.
     const bool host_pairs = routed_gemv && m.hybrid();
+    // On a streaming step this layer's staged host experts run on the GPU too (HostExpertStreamer).
+    const bool staged = host_pairs && stream_step_ && m.n_stream > 0;
     if (host_pairs) {
         if (!x_quantized_) cuda::quantize_fp8_1x128(xn, b.xq, b.xs, n, D, cuda::ActScaleLayout::RowMajor, s);
         x_quantized_ = true;
-        cuda::host_moe_publish(b.xq, b.xs, b.experts, b.weights, m.expert_slot, b.local_ids, n, K, D,
+        cuda::host_moe_publish(b.xq, b.xs, b.experts, b.weights, m.expert_slot, staged ? m.expert_stream_slot : nullptr,
+                               b.local_ids, staged ? b.stream_ids : nullptr, n, K, D,
                                static_cast<int32_t>(blk.layer_id), host_->view(), s);
         tick("moe: host experts publish", s);
     }
@@ -489,14 +510,23 @@ void GpuModel::moe(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t 
     if (routed_gemv) {
         const int64_t P = n * K;
         if (!x_once && !x_quantized_) cuda::quantize_fp8_1x128(xn, b.xq, b.xs, n, D, cuda::ActScaleLayout::RowMajor, s);
-        // On a hybrid layer the GPU groups its own slots (host pairs are -1: left out, rows not written).
+        // On a hybrid layer the GPU groups its own slots (host and staged pairs are negative: left out).
         const int32_t* ids = host_pairs ? b.local_ids : b.experts;
-        if (e.n_experts > 0) {
-            const cuda::MoePairGroups groups = cuda::mxfp4_group_pairs(
-                ids, P, e.n_experts, n, b.pair_groups, cuda::mxfp4_group_scratch_ints(b.gemv_rows * K), s);
-            cuda::mxfp4_grouped_gemv(b.xq, b.xs, b.pair_token, groups, e.w1, e.s1, b.y1, e.w3, e.s3, b.y3, I, D, s);
-            cuda::swiglu_clamp_quant(b.y1, b.y3, I, b.weights, b.hq, b.hs, P, I, limit, s);
-            cuda::mxfp4_grouped_gemv(b.hq, b.hs, nullptr, groups, e.w2, e.s2, b.y2, nullptr, nullptr, nullptr, D, I, s);
+        const int64_t scratch = cuda::mxfp4_group_scratch_ints(b.gemv_rows * K);
+        const bool gpu = e.n_experts > 0;
+        cuda::MoePairGroups groups, sgroups;
+        if (gpu) groups = cuda::mxfp4_group_pairs(ids, P, e.n_experts, n, b.pair_groups, scratch, s);
+        if (staged) sgroups = cuda::mxfp4_group_pairs(b.stream_ids, P, m.n_stream, n, b.stream_groups, scratch, s);
+        if (gpu) cuda::mxfp4_grouped_gemv(b.xq, b.xs, b.pair_token, groups, e.w1, e.s1, b.y1, e.w3, e.s3, b.y3, I, D, s);
+        // The staged experts' gate/up rows go into y1/y3 next to the GPU experts' (other pairs), so one
+        // SwiGLU pass covers both; the wait for their copy comes after the GPU experts are queued.
+        const cuda::MxExpertWeights* t = staged ? &streamer_->acquire(blk.layer_id, s) : nullptr;
+        if (t) cuda::mxfp4_grouped_gemv(b.xq, b.xs, b.pair_token, sgroups, t->w1, t->s1, b.y1, t->w3, t->s3, b.y3, I, D, s);
+        if (gpu || t) cuda::swiglu_clamp_quant(b.y1, b.y3, I, b.weights, b.hq, b.hs, P, I, limit, s);
+        if (gpu) cuda::mxfp4_grouped_gemv(b.hq, b.hs, nullptr, groups, e.w2, e.s2, b.y2, nullptr, nullptr, nullptr, D, I, s);
+        if (t) {
+            cuda::mxfp4_grouped_gemv(b.hq, b.hs, nullptr, sgroups, t->w2, t->s2, b.y2, nullptr, nullptr, nullptr, D, I, s);
+            streamer_->release(blk.layer_id, s);
         }
         tick("moe: routed experts (gemv)", s);
         if (host_pairs) {
@@ -577,6 +607,8 @@ void GpuModel::forward(cudaStream_t s) {
     const float eps = static_cast<float>(c.rms_norm_eps);
     tick("start", s);
     cuda::embed_streams(meta_->tokens, w_.embed, b.X, n, D, 4, s);
+    stream_step_ = streamer_ && n <= b.gemv_rows && moe_gemv_ && streamer_->active(n);
+    if (stream_step_) streamer_->begin_step(s);
     for (const GpuBlock& blk : w_.layers) {
         // x = attn_norm(collapse of the streams); the norm is fused into hc_pre's finishing kernel, and
         // so is x's FP8 quantisation where the first linears that read x take it (the GEMV paths).
@@ -596,6 +628,7 @@ void GpuModel::forward(cudaStream_t s) {
         cuda::hc_post_bf16(b.a, b.X, b.post, b.comb, b.X, n, hd, s);
         tick("hyper-connections + norms", s);
     }
+    if (stream_step_) streamer_->end_step(s);
     // Head on the wanted rows only.
     const int64_t r = meta_->n_out;
     if (r == 0) return;

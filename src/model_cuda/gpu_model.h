@@ -17,6 +17,7 @@
 #include "model_cuda/gpu_linear.h"
 #include "model_cuda/gpu_step.h"
 #include "model_cuda/gpu_weights.h"
+#include "model_cuda/host_expert_stream.h"
 #include "model_cuda/host_moe_bridge.h"
 
 #include <cuda_runtime.h>
@@ -89,6 +90,8 @@ public:
     uint8_t* host_staging() const { return host_staging_; }
     // The host expert pool, or nullptr when every expert is on the GPU.
     const HostMoeBridge* host_experts() const { return host_.get(); }
+    // Host experts staged over PCIe on large decode steps, or nullptr.
+    const HostExpertStreamer* host_expert_streamer() const { return streamer_.get(); }
     // Picks per (layer, expert) since the last reset, [layers · E] (count_expert_picks; synchronises).
     std::vector<uint64_t> expert_pick_counts(cudaStream_t stream) const;
     void reset_expert_pick_counts(cudaStream_t stream);
@@ -121,6 +124,8 @@ private:
     std::unique_ptr<GpuLinears> lin_;
     std::unique_ptr<cuda::MoeExperts> experts_;
     std::unique_ptr<HostMoeBridge> host_;  // hybrid layers only
+    std::unique_ptr<HostExpertStreamer> streamer_;  // weights that stage host experts over PCIe only
+    bool stream_step_ = false;  // the current step stages host experts (streamer_->active)
     uint8_t* host_staging_ = nullptr;      // the many-token path's staging buffer for host experts
     std::unique_ptr<Buffers> buf_;
     int64_t workspace_bytes_ = 0;

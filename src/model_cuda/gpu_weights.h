@@ -85,6 +85,13 @@ struct GpuMoE {
     const int32_t* expert_slot = nullptr;          // device [E]
     std::vector<int32_t> expert_slot_host;         // [E]
     std::vector<cuda::MxHostExpert> host_experts;  // [E], set where expert_slot_host < 0
+    // Host experts staged into HBM on large decode steps (HostExpertStreamer): the layer's first
+    // n_stream host records (pinned, contiguous, HostExpertStore::bytes_per_expert() apart) and the
+    // stream slot of each global expert id held in one of them, or -1, on the device and the host.
+    int64_t n_stream = 0;
+    const uint8_t* stream_records = nullptr;
+    const int32_t* expert_stream_slot = nullptr;   // device [E]
+    std::vector<int32_t> expert_stream_slot_host;  // [E]
     bool hybrid() const { return expert_slot != nullptr; }
     GpuFp8Linear shared_w1, shared_w3;  // [inter, D]
     GpuFp8Linear shared_w13;            // w1 and w3 as one [2·inter, D] linear (fuse_rows), or w == nullptr

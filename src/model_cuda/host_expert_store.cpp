@@ -1,6 +1,7 @@
 #include "model_cuda/host_expert_store.h"
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops/host_moe.cuh"
 #include "backend/cuda/ops/mxfp4_layout.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
@@ -16,24 +17,9 @@
 namespace onecard {
 namespace {
 
-// The record's six parts, in order: (codes, scales) of w1, w3, w2.
-struct RecordLayout {
-    uint64_t off[6] = {}, len[6] = {};
-    uint64_t total = 0;
-};
+using RecordLayout = cuda::MxExpertRecordLayout;
 
-RecordLayout record_layout(int64_t D, int64_t I) {
-    RecordLayout r;
-    const uint64_t codes = static_cast<uint64_t>(D * I / 2), scales = static_cast<uint64_t>(D * I / 32);
-    for (int i = 0; i < 6; ++i) {
-        r.off[i] = r.total;
-        r.len[i] = i % 2 == 0 ? codes : scales;
-        r.total += r.len[i];
-    }
-    // Records start on 64-byte boundaries (cache lines; 16-byte vector loads in the host kernels).
-    r.total = (r.total + 63) / 64 * 64;
-    return r;
-}
+RecordLayout record_layout(int64_t D, int64_t I) { return cuda::mx_expert_record_layout(D, I); }
 
 // splitmix64: a counter-based generator, so each (seed, layer, expert, part, word) value is fixed.
 uint64_t mix(uint64_t x) {
@@ -57,8 +43,11 @@ HostExpertStore::HostExpertStore(const ModelConfig& cfg, const ExpertPlacement& 
     per_expert_ = record_layout(cfg.hidden_size, cfg.moe_intermediate_size).total;
     record_of_.assign(static_cast<size_t>(cfg.num_hidden_layers),
                       std::vector<int64_t>(static_cast<size_t>(cfg.n_routed_experts), -1));
-    for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
+    for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+        first_record_.push_back(n_records_);
         for (int32_t e : placement_.host_experts(l)) record_of_[static_cast<size_t>(l)][static_cast<size_t>(e)] = n_records_++;
+    }
+    first_record_.push_back(n_records_);
     bytes_ = per_expert_ * static_cast<uint64_t>(n_records_);
     if (bytes_ > 0) {
         void* p = nullptr;
@@ -80,6 +69,20 @@ uint8_t* HostExpertStore::record(int64_t layer, int64_t expert) const {
     const int64_t r = record_of_[static_cast<size_t>(layer)][static_cast<size_t>(expert)];
     ONECARD_CHECK(r >= 0, "host experts: expert {} of layer {} is on the GPU, not in host RAM", expert, layer);
     return base_ + static_cast<uint64_t>(r) * per_expert_;
+}
+
+const uint8_t* HostExpertStore::layer_records(int64_t layer) const {
+    ONECARD_CHECK(layer >= 0 && layer < static_cast<int64_t>(record_of_.size()), "host experts: layer {} out of range",
+                  layer);
+    return base_ + static_cast<uint64_t>(first_record_[static_cast<size_t>(layer)]) * per_expert_;
+}
+
+int64_t HostExpertStore::record_in_layer(int64_t layer, int64_t expert) const {
+    ONECARD_CHECK(layer >= 0 && layer < static_cast<int64_t>(record_of_.size()) && expert >= 0 &&
+                      expert < cfg_.n_routed_experts,
+                  "host experts: (layer {}, expert {}) out of range", layer, expert);
+    const int64_t r = record_of_[static_cast<size_t>(layer)][static_cast<size_t>(expert)];
+    return r < 0 ? -1 : r - first_record_[static_cast<size_t>(layer)];
 }
 
 cuda::MxHostExpert HostExpertStore::expert(int64_t layer, int64_t expert) const {
@@ -172,6 +175,8 @@ void HostExpertStore::check_integrity() const {
             ONECARD_CHECK((r >= 0) == !placement_.is_on_gpu(l, e),
                           "host experts: record map disagrees with the placement at (layer {}, expert {})", l, e);
             if (r >= 0) ++n;
+            ONECARD_CHECK(r < 0 || (r >= first_record_[static_cast<size_t>(l)] && r < first_record_[static_cast<size_t>(l) + 1]),
+                          "host experts: record {} of (layer {}, expert {}) is outside the layer's records", r, l, e);
         }
     ONECARD_CHECK(n == n_records_ && bytes_ == per_expert_ * static_cast<uint64_t>(n_records_) &&
                       (bytes_ == 0) == (base_ == nullptr),
@@ -232,13 +237,21 @@ void swap_host_expert(GpuModelWeights& w, HostExpertStore& store, int64_t layer,
     }
     m.expert_slot_host[static_cast<size_t>(host_expert)] = slot;
     m.expert_slot_host[static_cast<size_t>(gpu_expert)] = -1;
+    if (m.expert_stream_slot) {  // a staged record stays staged: its new expert takes its stream slot
+        m.expert_stream_slot_host[static_cast<size_t>(gpu_expert)] = m.expert_stream_slot_host[static_cast<size_t>(host_expert)];
+        m.expert_stream_slot_host[static_cast<size_t>(host_expert)] = -1;
+        CUDA_CHECK(cudaMemcpy(const_cast<int32_t*>(m.expert_stream_slot), m.expert_stream_slot_host.data(),
+                              m.expert_stream_slot_host.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    }
     m.host_experts[static_cast<size_t>(host_expert)] = cuda::MxHostExpert{};
     m.host_experts[static_cast<size_t>(gpu_expert)] = g;
     CUDA_CHECK(cudaMemcpy(const_cast<int32_t*>(m.expert_slot), m.expert_slot_host.data(),
                           m.expert_slot_host.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
 }
 
-void attach_host_experts(GpuModelWeights& w, const HostExpertStore& store, cuda::DeviceArena& arena) {
+void attach_host_experts(GpuModelWeights& w, const HostExpertStore& store, cuda::DeviceArena& arena,
+                         int64_t stream_per_layer) {
+    ONECARD_CHECK(stream_per_layer >= 0, "host experts: {} streamed experts per layer", stream_per_layer);
     const ExpertPlacement& p = store.placement();
     ONECARD_CHECK(static_cast<int64_t>(w.layers.size()) == p.n_layers(),
                   "host experts: the weights have {} layers, the placement {}", w.layers.size(), p.n_layers());
@@ -261,6 +274,19 @@ void attach_host_experts(GpuModelWeights& w, const HostExpertStore& store, cuda:
         auto* d = arena.alloc_n<int32_t>(m.expert_slot_host.size(), "layers." + std::to_string(l) + ".expert_slot");
         cuda::copy_to_device(d, m.expert_slot_host);
         m.expert_slot = d;
+        // The layer's first records are staged into HBM on large decode steps (HostExpertStreamer):
+        // which expert a record holds may change (swaps), the records copied do not.
+        m.n_stream = std::min(stream_per_layer, p.n_host(l));
+        if (m.n_stream == 0) continue;
+        m.stream_records = store.layer_records(l);
+        m.expert_stream_slot_host.assign(static_cast<size_t>(p.n_experts), -1);
+        for (int64_t e = 0; e < p.n_experts; ++e) {
+            const int64_t r = store.record_in_layer(l, e);
+            if (r >= 0 && r < m.n_stream) m.expert_stream_slot_host[static_cast<size_t>(e)] = static_cast<int32_t>(r);
+        }
+        auto* ds = arena.alloc_n<int32_t>(m.expert_stream_slot_host.size(), "layers." + std::to_string(l) + ".expert_stream_slot");
+        cuda::copy_to_device(ds, m.expert_stream_slot_host);
+        m.expert_stream_slot = ds;
     }
 }
 

@@ -33,6 +33,11 @@ public:
 
     // Pinned pointers of a host expert; throws if (layer, expert) is on the GPU.
     cuda::MxHostExpert expert(int64_t layer, int64_t expert) const;
+    // The records of a layer's host experts, back to back (stride bytes_per_expert()), and the index
+    // of an expert's record among them (-1 on the GPU). A swap moves experts between records; the
+    // records themselves stay where they are.
+    const uint8_t* layer_records(int64_t layer) const;
+    int64_t record_in_layer(int64_t layer, int64_t expert) const;
     uint64_t bytes() const { return bytes_; }
     uint64_t bytes_per_expert() const { return per_expert_; }
     const ExpertPlacement& placement() const { return placement_; }
@@ -47,6 +52,7 @@ private:
     ModelConfig cfg_;
     ExpertPlacement placement_;
     std::vector<std::vector<int64_t>> record_of_;  // [layer][expert]: record index, or -1 on the GPU
+    std::vector<int64_t> first_record_;            // [layers + 1]: layer l's records are [first[l], first[l + 1])
     int64_t n_records_ = 0;
     uint64_t per_expert_ = 0, bytes_ = 0;
     uint8_t* base_ = nullptr;  // pinned
@@ -64,7 +70,10 @@ void swap_host_expert(GpuModelWeights& w, HostExpertStore& store, int64_t layer,
 
 // Makes `w`'s MoE layers hybrid where `store` holds experts of theirs: the slot maps (device and
 // host) and the host experts' pointers. `w` must have been made with the same placement
-// (upload_weights / synth_weights_on_device). The slot maps come from `arena`.
-void attach_host_experts(GpuModelWeights& w, const HostExpertStore& store, cuda::DeviceArena& arena);
+// (upload_weights / synth_weights_on_device). The slot maps come from `arena`. stream_per_layer:
+// up to that many of each layer's host records are staged over PCIe into HBM on large decode steps
+// instead of computed by the host (GpuMoE::n_stream; GpuModelOptions::host_experts must allow as many).
+void attach_host_experts(GpuModelWeights& w, const HostExpertStore& store, cuda::DeviceArena& arena,
+                         int64_t stream_per_layer = 0);
 
 }  // namespace onecard

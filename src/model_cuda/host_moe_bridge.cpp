@@ -127,9 +127,12 @@ void HostMoeBridge::serve(uint32_t seq) {
         ONECARD_CHECK(m.hybrid(), "host experts: layer {} has no host experts", layer);
         pairs_buf_.clear();
         for (int64_t p = 0; p < n * K; ++p) {
+            // The GPU hands over the ids of the host's pairs only: -1 marks a pair computed on the GPU
+            // (a GPU expert, or a host expert staged into HBM this step).
             const int32_t e = experts_[p];
-            ONECARD_CHECK(e >= 0 && e < E, "host experts: expert id {} out of range at pair {}", e, p);
-            if (m.expert_slot_host[static_cast<size_t>(e)] >= 0) continue;  // a GPU pair
+            if (e < 0) continue;
+            ONECARD_CHECK(e < E && m.expert_slot_host[static_cast<size_t>(e)] < 0,
+                          "host experts: pair {} names expert {}, which is not a host expert of layer {}", p, e, layer);
             const cuda::MxHostExpert& h = m.host_experts[static_cast<size_t>(e)];
             host::HostExpertPair q;
             q.token = static_cast<int32_t>(p / K);

@@ -25,6 +25,12 @@ struct HostMoeOptions {
     bool pin_threads = true;
     uint64_t timeout_ns = 10'000'000'000ull;  // a GPU wait longer than this fails the step
     uint64_t spin_ns = 5'000'000ull;          // the poller spins this long after a request before sleeping
+    // Large decode steps stage up to stream_experts host experts per layer over PCIe into HBM and
+    // compute them on the GPU, while the host computes the rest (the DMA engine's reads of host RAM
+    // come on top of the CPU's: HostExpertStreamer). Steps of fewer than stream_min_tokens tokens
+    // leave every host expert to the host. 0: never.
+    int64_t stream_experts = 0;
+    int64_t stream_min_tokens = 32;
 };
 
 class HostMoeBridge {

@@ -7,7 +7,11 @@
 //  * decode steps (CUDA graphs): the host computes its pairs with the GPU path's rounding points but
 //    its own fp32 summation order, so the logits agree to the parity tolerance of a few layers, and
 //    the greedy tokens agree;
-//  * the device counts every pick, and the host serves exactly the host picks.
+//  * the device counts every pick, and the host serves exactly the host picks;
+//  * decode steps of >= 2 tokens with host experts staged over PCIe (HostExpertStreamer): with every
+//    host expert staged the GPU computes all pairs with its own kernels, so the logits are
+//    bit-identical to the all-GPU model; with half staged they agree to parity and the host serves
+//    exactly the picks of the experts not staged.
 #include "gpu_test_util.h"
 
 #ifdef ONECARD_HAVE_CUDA
@@ -47,16 +51,19 @@ struct Fixture {
     ExpertPlacement placement;
     std::vector<int32_t> tokens;
     Side all_gpu, hybrid;
+    Side staged_half, staged_all;  // hybrid placement, 8 resp. all 16 host experts per layer staged
 };
 
-void make_side(Fixture& f, Side& side, const ExpertPlacement* placement) {
+constexpr int64_t kHostPerLayer = 16;  // half of the test model's 32 experts
+
+void make_side(Fixture& f, Side& side, const ExpertPlacement* placement, int64_t stream = 0) {
     side.arena = std::make_unique<cuda::DeviceArena>(size_t{10} << 30, "hybrid test");
     side.w = upload_weights(f.cfg, *f.weights, *side.arena, placement);
     if (placement) {
         side.store = std::make_unique<HostExpertStore>(f.cfg, *placement);
         side.store->fill_from(*f.weights);
         side.store->check_integrity();
-        attach_host_experts(side.w, *side.store, *side.arena);
+        attach_host_experts(side.w, *side.store, *side.arena, stream);
     }
     const KvCacheSpec spec = make_kv_cache_spec(kv_model_shape_from_config(f.cfg), 256);
     KvPoolSize size;
@@ -68,6 +75,8 @@ void make_side(Fixture& f, Side& side, const ExpertPlacement* placement) {
     mo.max_model_len = 1024;
     mo.count_expert_picks = true;
     mo.host_experts.n_threads = 4;
+    mo.host_experts.stream_experts = stream;
+    mo.host_experts.stream_min_tokens = 2;
     side.pool = std::make_unique<GpuKvPool>(spec, size, mo.max_step_tokens, *side.arena);
     side.model = std::make_unique<GpuModel>(f.cfg, side.w, *side.pool, mo, *side.arena);
 }
@@ -90,6 +99,8 @@ Fixture& fixture() {
         for (int64_t i = 0; i < kPrompt + 32; ++i) fx->tokens.push_back(tok(rng));
         make_side(*fx, fx->all_gpu, nullptr);
         make_side(*fx, fx->hybrid, &fx->placement);
+        make_side(*fx, fx->staged_half, &fx->placement, kHostPerLayer / 2);
+        make_side(*fx, fx->staged_all, &fx->placement, kHostPerLayer);
         return fx;
     }();
     return *f;
@@ -224,6 +235,141 @@ TEST(HybridExperts, BatchedDecodeMatchesAllGpu) {
                 rel[rel.size() / 2], rel.back(), static_cast<long long>(same), static_cast<long long>(rows));
     EXPECT_LE(rel[rel.size() / 2], 2e-2);
     EXPECT_GE(same, rows - 2);
+}
+
+// Two sequences in slots 2 and 3: prefilled with 64 and 96 tokens, then decoded together; rows [2 · V]
+// per decode step.
+void prefill_two(Side& side, cuda::Stream& s) {
+    step(side, 2, 0, 64, s);
+    step(side, 3, 0, 96, s);
+}
+
+std::vector<std::vector<float>> decode_two(Side& side, int64_t n_steps, cuda::Stream& s) {
+    Fixture& f = fixture();
+    const int64_t V = f.cfg.vocab_size;
+    std::vector<std::vector<float>> out;
+    for (int64_t t = 0; t < n_steps; ++t) {
+        GpuStepSeq q[2];
+        const int64_t pos[2] = {64 + t, 96 + t};
+        for (int i = 0; i < 2; ++i) {
+            q[i].slot = 2 + i;
+            q[i].block_table = blocks_for(2 + i);
+            q[i].start_pos = pos[i];
+            q[i].tokens = std::span<const int32_t>(f.tokens).subspan(static_cast<size_t>(pos[i]), 1);
+            q[i].want_logits = true;
+        }
+        const float* d = side.model->step(std::span<const GpuStepSeq>(q, 2), false, s.get());
+        std::vector<float> r(static_cast<size_t>(2 * V));
+        s.sync();
+        side.model->check_host_experts();
+        cuda::copy_to_host(r.data(), d, r.size() * 4);
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
+// Median rel. L2 and argmax agreements of b's rows against a's (2 rows per step).
+std::pair<double, int64_t> compare_two(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
+                                       const char* what) {
+    const int64_t V = fixture().cfg.vocab_size;
+    std::vector<double> rel;
+    int64_t same = 0;
+    for (size_t t = 0; t < a.size(); ++t)
+        for (int i = 0; i < 2; ++i) {
+            const std::vector<float> x(a[t].begin() + i * V, a[t].begin() + (i + 1) * V);
+            const std::vector<float> y(b[t].begin() + i * V, b[t].begin() + (i + 1) * V);
+            rel.push_back(test::rel_l2(y, x));
+            same += argmax(x.data(), V) == argmax(y.data(), V);
+        }
+    std::sort(rel.begin(), rel.end());
+    std::printf("%s vs all-GPU batched decode: median rel L2 %.3e, worst %.3e, argmax %lld/%zu\n", what,
+                rel[rel.size() / 2], rel.back(), static_cast<long long>(same), rel.size());
+    return {rel[rel.size() / 2], same};
+}
+
+TEST(HybridExperts, AllHostExpertsStagedIsBitIdenticalToAllGpu) {
+    ONECARD_REQUIRE_GPU();
+    Fixture& f = fixture();
+    cuda::Stream s;
+    ASSERT_NE(f.staged_all.model->host_expert_streamer(), nullptr);
+    EXPECT_EQ(f.staged_all.model->host_expert_streamer()->experts_per_step(), kHostPerLayer * f.cfg.num_hidden_layers);
+    prefill_two(f.all_gpu, s);
+    prefill_two(f.staged_all, s);
+    const uint64_t pairs0 = f.staged_all.model->host_experts()->host_pairs();
+    const auto a = decode_two(f.all_gpu, 6, s);
+    const auto b = decode_two(f.staged_all, 6, s);
+    for (size_t t = 0; t < a.size(); ++t) {
+        for (float x : b[t]) ASSERT_TRUE(std::isfinite(x)) << "step " << t << ": unwritten or broken logits";
+        EXPECT_EQ(std::memcmp(a[t].data(), b[t].data(), a[t].size() * 4), 0)
+            << "step " << t << ": a staged expert must compute like its HBM copy";
+    }
+    // Every host expert was staged on these two-token steps: the host computed nothing.
+    EXPECT_EQ(f.staged_all.model->host_experts()->host_pairs(), pairs0) << "the host computed pairs of staged experts";
+    f.staged_all.model->check_integrity();
+}
+
+TEST(HybridExperts, HalfStagedMatchesAllGpuAndTheHostServesTheRest) {
+    ONECARD_REQUIRE_GPU();
+    Fixture& f = fixture();
+    cuda::Stream s;
+    const int64_t E = f.cfg.n_routed_experts, L = f.cfg.num_hidden_layers;
+    prefill_two(f.all_gpu, s);
+    prefill_two(f.staged_half, s);
+    f.staged_half.model->reset_expert_pick_counts(s.get());
+    const uint64_t pairs0 = f.staged_half.model->host_experts()->host_pairs();
+    const auto a = decode_two(f.all_gpu, 8, s);
+    const auto b = decode_two(f.staged_half, 8, s);
+    const auto [median, same] = compare_two(a, b, "half staged");
+    EXPECT_LE(median, 2e-2);
+    EXPECT_GE(same, 16 - 2);
+    // The host served exactly the picks of the host experts not staged; both kinds had picks.
+    const std::vector<uint64_t> counts = f.staged_half.model->expert_pick_counts(s.get());
+    uint64_t host = 0, staged = 0;
+    for (int64_t l = 0; l < L; ++l) {
+        const GpuMoE& m = f.staged_half.w.layers[static_cast<size_t>(l)].ffn;
+        EXPECT_EQ(m.n_stream, kHostPerLayer / 2);
+        for (int64_t e = 0; e < E; ++e) {
+            if (f.placement.is_on_gpu(l, e)) continue;
+            (m.expert_stream_slot_host[static_cast<size_t>(e)] >= 0 ? staged : host) += counts[static_cast<size_t>(l * E + e)];
+        }
+    }
+    EXPECT_GT(staged, 0u) << "no pick reached a staged expert";
+    EXPECT_GT(host, 0u) << "no pick reached a host-computed expert";
+    EXPECT_EQ(host, f.staged_half.model->host_experts()->host_pairs() - pairs0);
+    f.staged_half.model->check_integrity();
+}
+
+// A swap moves experts between records; a staged record stays staged and its new expert takes its
+// stream slot, so captured graphs stay valid and outputs still match.
+TEST(HybridExperts, SwappingAStagedExpertKeepsItsRecordStaged) {
+    ONECARD_REQUIRE_GPU();
+    Fixture& f = fixture();
+    cuda::Stream s;
+    Side& h = f.staged_half;
+    const int64_t layer = f.cfg.num_hidden_layers - 1;
+    GpuMoE& m = h.w.layers[static_cast<size_t>(layer)].ffn;
+    int32_t staged_e = -1;
+    for (int32_t e : h.store->placement().host_experts(layer))
+        if (m.expert_stream_slot_host[static_cast<size_t>(e)] == 0) staged_e = e;
+    ASSERT_GE(staged_e, 0);
+    const int32_t gpu_e = h.store->placement().gpu_experts(layer).front();
+    prefill_two(f.all_gpu, s);
+    prefill_two(h, s);
+    decode_two(h, 1, s);  // the two-token graph is captured before the swap
+    swap_host_expert(h.w, *h.store, layer, staged_e, gpu_e, h.model->host_staging(), s.get());
+    EXPECT_EQ(m.expert_stream_slot_host[static_cast<size_t>(gpu_e)], 0);
+    EXPECT_EQ(m.expert_stream_slot_host[static_cast<size_t>(staged_e)], -1);
+    h.store->check_integrity();
+    h.model->check_integrity();
+    prefill_two(h, s);
+    const auto a = decode_two(f.all_gpu, 4, s);
+    const auto b = decode_two(h, 4, s);
+    const auto [median, same] = compare_two(a, b, "half staged after a swap");
+    EXPECT_LE(median, 2e-2);
+    EXPECT_GE(same, 8 - 1);
+    swap_host_expert(h.w, *h.store, layer, gpu_e, staged_e, h.model->host_staging(), s.get());
+    EXPECT_EQ(m.expert_stream_slot_host[static_cast<size_t>(staged_e)], 0);
+    h.model->check_integrity();
 }
 
 // Re-placement: swap a host expert with a GPU expert of a learned-routing layer between steps, check

@@ -60,6 +60,8 @@ struct BenchArgs {
     std::string routing = "uniform";  // uniform | skewed (router biases and hash tables favour the GPU experts)
     double skew_coverage = 0;         // skewed: share of picks aimed at GPU experts (0: the published curve at the GPU share)
     int host_threads = 0;             // host expert threads (0: hardware threads - 1)
+    int64_t stream_experts = 0;       // host experts per layer staged over PCIe on large decode steps
+    int64_t stream_min_tokens = 32;
     std::string decode_batches = "1,8,64";
     int64_t context = 1024;
     int64_t prefill = 8192;
@@ -338,6 +340,8 @@ void run_bench(const BenchArgs& a) {
     mo.max_model_len = max_len;
     mo.count_expert_picks = true;
     mo.host_experts.n_threads = a.host_threads;
+    mo.host_experts.stream_experts = a.stream_experts;  // kept only when some experts end up in host RAM
+    mo.host_experts.stream_min_tokens = a.stream_min_tokens;
     std::optional<ExpertPlacement> placement;
     std::string plan_line;
     if (a.model.empty() && a.experts > 0) {
@@ -361,6 +365,7 @@ void run_bench(const BenchArgs& a) {
         else if (a.gpu_experts < 0 && plan.host_experts())
             placement = plan.placement;
     }
+    if (!placement) mo.host_experts.stream_experts = 0;
     std::printf("bench: %s, %lld layers, %lld routed experts (top-%lld), device %s, %.1f GiB free\n",
                 a.model.empty() ? "synthetic Flash shape" : a.model.c_str(), static_cast<long long>(cfg.num_hidden_layers),
                 static_cast<long long>(cfg.n_routed_experts), static_cast<long long>(cfg.num_experts_per_tok),
@@ -381,7 +386,7 @@ void run_bench(const BenchArgs& a) {
         if (placement) {
             host_store = std::make_unique<HostExpertStore>(cfg, *placement);
             host_store->fill_synthetic(a.seed, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-            attach_host_experts(w, *host_store, arena);
+            attach_host_experts(w, *host_store, arena, mo.host_experts.stream_experts);
         }
     } else {
         ckpt = std::make_unique<Checkpoint>(Checkpoint::open(a.model));
@@ -644,6 +649,10 @@ void run_bench(const BenchArgs& a) {
                                                {"host_read_bandwidth_gb_s", host_bw / 1e9},
                                                {"pinned_h2d_gb_s", pinned_h2d / 1e9},
                                                {"host_read_during_copies", contention},
+                                               {"stream_experts_per_layer", mo.host_experts.stream_experts},
+                                               {"stream_min_tokens", mo.host_experts.stream_min_tokens},
+                                               {"streamed_experts_per_step",
+                                                model.host_expert_streamer() ? model.host_expert_streamer()->experts_per_step() : 0},
                                                {"routing", a.routing},
                                                {"skew_target_coverage", skew_target},
                                                {"skew_router_bias_delta", skew_delta}}
@@ -689,6 +698,10 @@ void add_cmd_bench(CLI::App& app) {
                     "skewed: share of picks aimed at GPU experts (default: the published V4.1 coverage curve, as "
                     "synthetic_skewed_profile models it, at the placement's GPU pair count)");
     cmd->add_option("--host-threads", a->host_threads, "host expert threads (default: hardware threads - 1)");
+    cmd->add_option("--stream-experts", a->stream_experts,
+                    "with --experts: host experts per layer staged over PCIe into HBM on decode steps of at least "
+                    "--stream-min-tokens tokens (default 0)");
+    cmd->add_option("--stream-min-tokens", a->stream_min_tokens, "smallest decode step that stages host experts (default 32)");
     cmd->add_option("--decode-batch", a->decode_batches, "decode batch sizes, comma-separated (default 1,8,64)");
     cmd->add_option("--context", a->context, "tokens each decode sequence holds before timing (default 1024)");
     cmd->add_option("--prefill", a->prefill, "prompt tokens of the prefill measurement (default 8192)");

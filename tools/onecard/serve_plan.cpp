@@ -47,6 +47,7 @@ MemoryPlan plan_serve_on_gpu(const ModelConfig& cfg, const Checkpoint& ckpt, con
     MemoryPlan plan = make_memory_plan(cfg, tensors, o);
     if (plan.host_experts()) {
         ro.count_expert_picks = in.count_expert_picks || in.count_picks_if_hybrid;
+        ro.host_experts.stream_experts = in.stream_experts;  // its staging buffers are workspace too
         o.workspace_bytes = static_cast<uint64_t>(CudaModelRunner::workspace_bytes(cfg, ro, spec, true));
         plan = make_memory_plan(cfg, tensors, o);
     }

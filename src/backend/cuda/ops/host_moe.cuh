@@ -17,6 +17,8 @@
 // produces a fresh number each time. Host side: model_cuda/host_moe_bridge.h.
 #pragma once
 
+#include "backend/cuda/ops/moe_experts.cuh"
+
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
@@ -51,15 +53,36 @@ struct HostMoeDeviceView {
 };
 
 // n tokens, K picks each, hidden D (% 128 == 0). slot_of [E] (device): GPU-local slot of a global
-// expert id or -1; local_ids [n·K] (device) receives slot_of[experts[p]].
+// expert id or -1; local_ids [n·K] (device) receives slot_of[experts[p]] for a GPU expert,
+// kStreamedPair for a host expert staged into HBM this step (stream_slot_of[e] >= 0) and kHostPair
+// for one the host computes; stream_ids [n·K] receives the staged expert's slot (else -1). The
+// mailbox's ids hold the global id of the host's pairs only (-1 elsewhere): the host computes
+// exactly those. stream_slot_of == nullptr: nothing is staged (stream_ids may be nullptr then).
+constexpr int32_t kHostPair = -1;
+constexpr int32_t kStreamedPair = -2;
 void host_moe_publish(const uint8_t* xq, const float* xs, const int32_t* experts, const float* weights,
-                      const int32_t* slot_of, int32_t* local_ids, int64_t n, int64_t top_k, int64_t dim, int32_t layer,
-                      const HostMoeDeviceView& box, cudaStream_t stream);
+                      const int32_t* slot_of, const int32_t* stream_slot_of, int32_t* local_ids, int32_t* stream_ids,
+                      int64_t n, int64_t top_k, int64_t dim, int32_t layer, const HostMoeDeviceView& box,
+                      cudaStream_t stream);
 
-// For every pair p with local_ids[p] < 0: waits (once per block) for the host's answer to the last
-// published request, at most timeout_ns, then y2[p, :] = box.y[p, :]. y2 [n·K, D] bf16.
+// For every pair p with local_ids[p] == kHostPair: waits (once per block) for the host's answer to
+// the last published request, at most timeout_ns, then y2[p, :] = box.y[p, :]. y2 [n·K, D] bf16.
 void host_moe_wait_gather(const int32_t* local_ids, int64_t n_pairs, int64_t dim, const HostMoeDeviceView& box,
                           __nv_bfloat16* y2, uint64_t timeout_ns, cudaStream_t stream);
+
+// One host expert in pinned host RAM (HostExpertStore's record): the checkpoint's parts back to back,
+// w1 codes [I, D/2] | w1 scales [I, D/32] | w3 codes | w3 scales | w2 codes [D, I/2] | w2 scales
+// [D, I/32], each record padded to 64 bytes (cache lines for the host kernels).
+struct MxExpertRecordLayout {
+    uint64_t off[6] = {}, len[6] = {};
+    uint64_t total = 0;  // the record stride
+};
+MxExpertRecordLayout mx_expert_record_layout(int64_t dim, int64_t inter);
+
+// Device: n_records host expert records, copied as they are into `records` (device, stride
+// mx_expert_record_layout(dst.dim, dst.inter).total), into dst's tiled arrays (experts 0..n_records-1,
+// mxfp4_layout.cuh), where the decode GEMV reads them. One launch for all records and matrices.
+void tile_expert_records(const uint8_t* records, int64_t n_records, const MxExpertWeights& dst, cudaStream_t stream);
 
 // counts[experts[p]] += 1 for p < n_pairs (uint32, device): the engine's expert-use profile.
 void count_expert_picks(const int32_t* experts, int64_t n_pairs, uint32_t* counts, cudaStream_t stream);
