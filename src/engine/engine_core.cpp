@@ -63,6 +63,15 @@ void EngineCore::validate(const GenerateRequest& req) const {
 }
 
 void EngineCore::add_request(RequestId id, GenerateRequest gr) {
+    add_request(id, std::move(gr), nullptr);
+}
+
+TokenConstraint* EngineCore::constraint_of(RequestId id) {
+    auto it = outputs_.find(id);
+    return it == outputs_.end() ? nullptr : it->second.constraint.get();
+}
+
+void EngineCore::add_request(RequestId id, GenerateRequest gr, std::unique_ptr<TokenConstraint> constraint) {
     validate(gr);
     auto req = std::make_unique<Request>();
     req->id = id;
@@ -74,6 +83,7 @@ void EngineCore::add_request(RequestId id, GenerateRequest gr) {
     OutputState os;
     if (config_.make_text_decoder) os.decoder = config_.make_text_decoder();
     if (!req->params.stop.empty()) os.stop_checker.emplace(req->params.stop, req->params.include_stop_str_in_output);
+    os.constraint = std::move(constraint);
     scheduler_->add_request(std::move(req));
     outputs_[id] = std::move(os);
 }
@@ -184,6 +194,37 @@ EngineEvent EngineCore::fail_request(Request& req, std::string what) {
     return ev;
 }
 
+std::optional<SampleResult> EngineCore::sample_host(Request& req, std::span<const float> row, std::string& reason) {
+    TokenConstraint* constraint = constraint_of(req.id);
+    if (!holds_back_stop_tokens(req) && constraint == nullptr)
+        return sampler_.sample(row, req.params, req.prompt, req.output, req.seed);
+    masked_row_.assign(row.begin(), row.end());
+    const bool eos_usable = !req.params.ignore_eos && config_.eos_token_id >= 0 && config_.eos_token_id < vocab_size_;
+    if (constraint != nullptr) {
+        const int64_t n_allowed =
+            apply_token_constraint(*constraint, masked_row_, eos_usable ? config_.eos_token_id : -1, constraint_mask_);
+        if (n_allowed == 0) {
+            reason = constraint->can_terminate()
+                         ? "constraint: the constrained output is complete but EOS cannot be sampled (ignore_eos or "
+                           "no eos_token_id)"
+                         : "constraint: no token of the vocabulary continues the constrained output";
+            return std::nullopt;
+        }
+    }
+    if (holds_back_stop_tokens(req)) {
+        // min_tokens: EOS and the stop ids get no probability until enough tokens are out.
+        if (eos_usable) masked_row_[static_cast<size_t>(config_.eos_token_id)] = -INFINITY;
+        for (int32_t t : req.params.stop_token_ids)
+            if (t >= 0 && t < vocab_size_) masked_row_[static_cast<size_t>(t)] = -INFINITY;
+        if (constraint != nullptr && std::none_of(masked_row_.begin(), masked_row_.end(),
+                                                  [](float x) { return x > -INFINITY; })) {
+            reason = "constraint: the constrained output is complete before min_tokens";
+            return std::nullopt;
+        }
+    }
+    return sampler_.sample(masked_row_, req.params, req.prompt, req.output, req.seed);
+}
+
 namespace {
 // The first non-finite entry of a row, or -1.
 int64_t first_non_finite(std::span<const float> row) {
@@ -210,7 +251,7 @@ std::vector<EngineEvent> EngineCore::step() {
         if (req == nullptr) continue;
         const SamplingParams& p = req->params;
         if (p.logprobs >= 0 || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
-            p.repetition_penalty != 1.0f || holds_back_stop_tokens(*req))
+            p.repetition_penalty != 1.0f || holds_back_stop_tokens(*req) || constraint_of(e.id) != nullptr)
             continue;
         e.sampling = RowSampling{p.temperature, p.top_k, p.top_p, p.min_p, req->seed, req->output.size()};
     }
@@ -261,17 +302,21 @@ std::vector<EngineEvent> EngineCore::step() {
                                       kNonFiniteLogitsError, req->output.size(), bad, row[static_cast<size_t>(bad)])));
                 continue;
             }
-            if (holds_back_stop_tokens(*req)) {
-                // min_tokens: EOS and the stop ids get no probability until enough tokens are out.
-                masked_row_.assign(row.begin(), row.end());
-                if (!req->params.ignore_eos && config_.eos_token_id >= 0 && config_.eos_token_id < vocab_size_)
-                    masked_row_[static_cast<size_t>(config_.eos_token_id)] = -INFINITY;
-                for (int32_t t : req->params.stop_token_ids)
-                    if (t >= 0 && t < vocab_size_) masked_row_[static_cast<size_t>(t)] = -INFINITY;
-                s = sampler_.sample(masked_row_, req->params, req->prompt, req->output, req->seed);
-            } else {
-                s = sampler_.sample(row, req->params, req->prompt, req->output, req->seed);
+            std::string reason;
+            std::optional<SampleResult> drawn = sample_host(*req, row, reason);
+            if (!drawn) {
+                events.push_back(fail_request(*req, std::move(reason)));
+                continue;
             }
+            s = std::move(*drawn);
+        }
+        TokenConstraint* constraint = constraint_of(req->id);
+        const bool is_eos = config_.eos_token_id >= 0 && s.token == config_.eos_token_id;
+        if (constraint != nullptr && !is_eos && !constraint->accept(s.token)) {
+            events.push_back(fail_request(
+                *req, fmt::format("constraint: sampled token {} is outside its mask (output token {})", s.token,
+                                  req->output.size())));
+            continue;
         }
         EngineEvent ev;
         ev.request_id = req->id;

@@ -7,6 +7,7 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/stop_checker.h"
+#include "engine/token_constraint.h"
 #include "kvcache/kv_manager.h"
 #include "onecard/engine.h"
 
@@ -34,6 +35,10 @@ public:
     // Throws onecard::Error naming the bad field. Reads only immutable state: safe from any thread.
     void validate(const GenerateRequest& req) const;
     void add_request(RequestId id, GenerateRequest req);
+    // With a constraint (a grammar): every sampled token is masked by it, EOS only when it can
+    // terminate; such rows are always sampled on the host. The server's route to this is future work
+    // (the public Engine API does not carry a constraint yet).
+    void add_request(RequestId id, GenerateRequest req, std::unique_ptr<TokenConstraint> constraint);
     // Removes the request; returns its final Cancelled event (nullopt if unknown or already finished).
     std::optional<EngineEvent> abort_request(RequestId id);
     // Skip a running request in scheduling without freeing its KV (its reader is behind).
@@ -51,13 +56,22 @@ public:
     const EngineConfig& config() const { return config_; }
     int64_t max_model_len() const { return max_model_len_; }
     int64_t n_steps() const { return n_steps_; }
-    void check_integrity() const { scheduler_->check_integrity(); }
+    void check_integrity() const {
+        scheduler_->check_integrity();
+        for (const auto& [id, os] : outputs_)
+            if (os.constraint) os.constraint->check_integrity();
+    }
 
 private:
     struct OutputState {
         std::unique_ptr<TextDecoder> decoder;
         std::optional<StopChecker> stop_checker;
+        std::unique_ptr<TokenConstraint> constraint;  // null: unconstrained
     };
+    TokenConstraint* constraint_of(RequestId id);
+    // Masks `row` for req (min_tokens, constraint) into masked_row_ and samples it. An empty result
+    // means no token is allowed: `reason` says why (the request then ends).
+    std::optional<SampleResult> sample_host(Request& req, std::span<const float> row, std::string& reason);
     // Appends the sampled token to req and fills ev; returns true if the request finished.
     // min_tokens not yet reached: EOS and stop ids are masked, so the row is sampled on the host.
     bool holds_back_stop_tokens(const Request& req) const;
@@ -80,7 +94,8 @@ private:
     SchedulerOutput last_output_;
     bool last_step_scheduled_ = false;
     int64_t n_steps_ = 0;
-    std::vector<float> masked_row_;  // a logits row with EOS / stop ids masked (min_tokens), reused
+    std::vector<float> masked_row_;      // [vocab] a logits row with tokens masked (min_tokens, constraint), reused
+    std::vector<uint32_t> constraint_mask_;  // [ceil(vocab / 32)] scratch for the constraint's mask
 };
 
 }  // namespace onecard
