@@ -589,7 +589,8 @@ const float* GpuModel::step(std::span<const GpuStepSeq> seqs, bool all_rows, cud
         size_t nodes = 0;
         if (cudaGraphGetNodes(g, nullptr, &nodes) == cudaSuccess) last_graph_nodes_ = static_cast<int64_t>(nodes);
         cudaGraphExec_t exec = nullptr;
-        const cudaError_t err = cudaGraphInstantiate(&exec, g, 0);
+        // Node priorities as captured: the host-expert copy stream's tiling kernels run ahead of the step's.
+        const cudaError_t err = cudaGraphInstantiateWithFlags(&exec, g, cudaGraphInstantiateFlagUseNodePriority);
         cudaGraphDestroy(g);
         CUDA_CHECK(err);
         it = graphs_.emplace(key, exec).first;

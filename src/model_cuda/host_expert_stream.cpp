@@ -68,11 +68,15 @@ HostExpertStreamer::HostExpertStreamer(const ModelConfig& cfg, const GpuModelWei
     tiled_[1] = carve_tiled(t + tiled_bytes(D, I, per_layer), D, I, per_layer);
     for (cudaEvent_t* e : {&fork_, &join_, &ready_[0], &ready_[1], &free_[0], &free_[1]})
         CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+    int least = 0, greatest = 0;
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    CUDA_CHECK(cudaStreamCreateWithPriority(&copy_, cudaStreamNonBlocking, greatest));
 }
 
 HostExpertStreamer::~HostExpertStreamer() {
     for (cudaEvent_t e : {fork_, join_, ready_[0], ready_[1], free_[0], free_[1]})
         if (e) cudaEventDestroy(e);
+    if (copy_) cudaStreamDestroy(copy_);
 }
 
 int64_t HostExpertStreamer::experts_per_step() const {
@@ -90,7 +94,7 @@ int64_t HostExpertStreamer::ordinal(int64_t layer) const {
 
 void HostExpertStreamer::stage(size_t j) {
     const GpuMoE& m = w_.layers[static_cast<size_t>(layers_[j])].ffn;
-    const cudaStream_t c = copy_.get();
+    const cudaStream_t c = copy_;
     CUDA_CHECK(cudaMemcpyAsync(raw_, m.stream_records, record_bytes_ * static_cast<uint64_t>(m.n_stream),
                                cudaMemcpyHostToDevice, c));
     cuda::MxExpertWeights dst = tiled_[j % 2];
@@ -101,7 +105,7 @@ void HostExpertStreamer::stage(size_t j) {
 void HostExpertStreamer::begin_step(cudaStream_t s) {
     ONECARD_CHECK(!layers_.empty(), "host expert streaming: no layer stages experts");
     CUDA_CHECK(cudaEventRecord(fork_, s));
-    CUDA_CHECK(cudaStreamWaitEvent(copy_.get(), fork_, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(copy_, fork_, 0));
     for (size_t j = 0; j < std::min<size_t>(2, layers_.size()); ++j) stage(j);
     next_acquire_ = 0;
 }
@@ -120,7 +124,7 @@ void HostExpertStreamer::release(int64_t layer, cudaStream_t s) {
     ONECARD_CHECK(j == next_acquire_, "host expert streaming: layer {} released out of order", layer);
     CUDA_CHECK(cudaEventRecord(free_[j % 2], s));
     if (j + 2 < layers_.size()) {
-        CUDA_CHECK(cudaStreamWaitEvent(copy_.get(), free_[j % 2], 0));
+        CUDA_CHECK(cudaStreamWaitEvent(copy_, free_[j % 2], 0));
         stage(j + 2);
     }
     ++next_acquire_;
@@ -129,12 +133,12 @@ void HostExpertStreamer::release(int64_t layer, cudaStream_t s) {
 void HostExpertStreamer::end_step(cudaStream_t s) {
     ONECARD_CHECK(next_acquire_ == layers_.size(), "host expert streaming: the step reached {} of {} streamed layers",
                   next_acquire_, layers_.size());
-    CUDA_CHECK(cudaEventRecord(join_, copy_.get()));
+    CUDA_CHECK(cudaEventRecord(join_, copy_));
     CUDA_CHECK(cudaStreamWaitEvent(s, join_, 0));
 }
 
 void HostExpertStreamer::check_integrity() const {
-    ONECARD_CHECK(raw_ && fork_ && join_ && per_layer_ > 0, "host expert streaming: not set up");
+    ONECARD_CHECK(raw_ && copy_ && fork_ && join_ && per_layer_ > 0, "host expert streaming: not set up");
     for (size_t j = 0; j < layers_.size(); ++j) {
         const GpuMoE& m = w_.layers[static_cast<size_t>(layers_[j])].ffn;
         ONECARD_CHECK(m.n_stream > 0 && m.n_stream <= per_layer_ &&

@@ -18,7 +18,6 @@
 #pragma once
 
 #include "backend/cuda/ops/moe_experts.cuh"
-#include "backend/cuda/stream.h"
 #include "model/config.h"
 #include "model_cuda/gpu_weights.h"
 
@@ -72,7 +71,7 @@ private:
     std::vector<int64_t> ordinal_of_;  // [num_hidden_layers]: index into layers_, or -1
     uint8_t* raw_ = nullptr;
     cuda::MxExpertWeights tiled_[2];
-    cuda::Stream copy_;
+    cudaStream_t copy_ = nullptr;  // highest priority: its tiling kernel must not queue behind the step's GEMVs
     cudaEvent_t fork_ = nullptr, join_ = nullptr, ready_[2] = {}, free_[2] = {};
     size_t next_acquire_ = 0;  // the streamed layer the current step reaches next
 };
