@@ -10,7 +10,8 @@
 namespace onecard::server {
 
 ActiveRequest::ActiveRequest(OpenAIServer::State& s, GenerateRequest request) : s_(s) {
-    if (!s_.ready.load() || s_.draining.load())
+    Engine* engine = s_.engine.load(std::memory_order_acquire);
+    if (!s_.ready.load() || s_.draining.load() || engine == nullptr)
         throw ApiError(503, s_.draining ? "the server is shutting down" : "the model is still loading", {},
                        "service_unavailable")
             .with_retry_after(s_.draining ? 30 : 5);
@@ -32,7 +33,7 @@ ActiveRequest::ActiveRequest(OpenAIServer::State& s, GenerateRequest request) : 
     n_prompt_ = static_cast<int64_t>(request.prompt_token_ids.size());
     t_start_ = t_last_ = std::chrono::steady_clock::now();
     try {
-        stream_ = s_.engine.submit(std::move(request));
+        stream_ = engine->submit(std::move(request));
     } catch (const Error& e) {
         s_.inflight.fetch_sub(1);
         throw bad_request(e.what());

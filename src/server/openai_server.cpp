@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -159,7 +160,12 @@ void apply_tls_profile(SSL_CTX* ctx) {
 }  // namespace
 
 OpenAIServer::OpenAIServer(ServerOptions options, Engine& engine, const Tokenizer& tokenizer, ModelInfo info)
-    : state_(std::make_unique<State>(std::move(options), engine, tokenizer, std::move(info))) {
+    : OpenAIServer(std::move(options), tokenizer, std::move(info)) {
+    attach_engine(engine);
+}
+
+OpenAIServer::OpenAIServer(ServerOptions options, const Tokenizer& tokenizer, ModelInfo info)
+    : state_(std::make_unique<State>(std::move(options), tokenizer, std::move(info))) {
     State& s = *state_;
     s.id_salt = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
     ONECARD_CHECK(s.opts.tls_cert.empty() == s.opts.tls_key.empty(), "serve: --tls-cert and --tls-key go together");
@@ -246,6 +252,12 @@ OpenAIServer::OpenAIServer(ServerOptions options, Engine& engine, const Tokenize
                           fmt::format("Content-Type '{}' is not supported: send 'Content-Type: application/json'",
                                       req.get_header_value("Content-Type")),
                           "unsupported_media_type", shape);
+        // While the model loads only the probes answer (they say so themselves); nothing else has an
+        // engine or the final ModelInfo to work with.
+        if (!route->probe && s.engine.load(std::memory_order_acquire) == nullptr) {
+            res.set_header("Retry-After", "5");
+            return reject(res, 503, "the model is still loading", "service_unavailable", shape);
+        }
         return httplib::Server::HandlerResponse::Unhandled;
     });
 
@@ -274,17 +286,23 @@ OpenAIServer::OpenAIServer(ServerOptions options, Engine& engine, const Tokenize
     http.Get("/v1/models", wrap(handle_models));
     http.Get(R"(/v1/models/(.+))", wrap(handle_model));
     http.Get("/version", wrap(handle_version));
-    http.Get("/health",
-             [](const httplib::Request&, httplib::Response& res) { res.set_content("{}", "application/json"); });
+    // Liveness as vLLM answers it: 200 once the engine is up (and still while draining), 503 before.
+    http.Get("/health", [&s](const httplib::Request&, httplib::Response& res) {
+        if (s.engine.load(std::memory_order_acquire) != nullptr)
+            res.set_content("{}", "application/json");
+        else
+            send_error(res, 503, "the model is still loading", {}, "service_unavailable", 5);
+    });
     http.Get("/ready", [&s](const httplib::Request&, httplib::Response& res) {
-        if (s.ready && !s.draining) {
+        if (s.ready && !s.draining && s.engine.load(std::memory_order_acquire) != nullptr) {
             res.set_content(R"({"status":"ready"})", "application/json");
         } else {
             send_error(res, 503, s.draining ? "shutting down" : "loading", {}, "service_unavailable", 5);
         }
     });
     http.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
-        res.set_content(s.metrics.render(s.engine.stats(), s.inflight.load()),
+        Engine* engine = s.engine.load(std::memory_order_acquire);
+        res.set_content(s.metrics.render(engine ? engine->stats() : EngineStats{}, s.inflight.load()),
                         "text/plain; version=0.0.4; charset=utf-8");
     });
 
@@ -341,8 +359,13 @@ int OpenAIServer::bind() {
         s.bound_port = s.http->bind_to_any_port(s.opts.host);
         ONECARD_CHECK(s.bound_port > 0, "serve: cannot bind {} on an ephemeral port", s.opts.host);
     } else {
-        ONECARD_CHECK(s.http->bind_to_port(s.opts.host, s.opts.port),
-                      "serve: cannot bind {}:{} (in use, or not a local address?)", s.opts.host, s.opts.port);
+        errno = 0;
+        const bool bound = s.http->bind_to_port(s.opts.host, s.opts.port);
+        const int err = errno;  // httplib leaves bind()'s errno in place
+        ONECARD_CHECK(bound, "serve: cannot listen on {}:{}: {}", s.opts.host, s.opts.port,
+                      err == EADDRINUSE ? "the address is already in use (another server on this port?)"
+                      : err != 0        ? std::strerror(err)
+                                        : "not a local address?");
         s.bound_port = s.opts.port;
     }
     // listen() on a listening socket only updates its backlog (the kernel caps it at somaxconn).
@@ -352,6 +375,13 @@ int OpenAIServer::bind() {
 
 void OpenAIServer::run() {
     state_->http->listen_after_bind();
+}
+
+void OpenAIServer::attach_engine(Engine& engine, int64_t max_model_len) {
+    State& s = *state_;
+    ONECARD_CHECK(s.engine.load() == nullptr, "server: attach_engine called twice");
+    if (max_model_len > 0) s.info.max_model_len = max_model_len;
+    s.engine.store(&engine, std::memory_order_release);
 }
 
 void OpenAIServer::set_ready(bool ready) {
@@ -395,6 +425,9 @@ int64_t OpenAIServer::shutdown(std::chrono::milliseconds drain) {
     const auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     while (s.inflight.load() > 0 && std::chrono::steady_clock::now() < grace)
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    // httplib's stop() does nothing before run() has started listening (a load that failed right
+    // after bind()): give run() a moment to start, so the stop reaches it.
+    for (int i = 0; i < 200 && !s.http->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     s.http->stop();
     return n_cancelled;
 }

@@ -6,11 +6,17 @@
 // the JSON Content-Type of POST bodies (415), the body-size limit (413), then its handler; admission is bounded (429 when
 // the queue is full, 503 while starting or draining, both with Retry-After).
 //
-//   OpenAIServer server(options, engine, tokenizer, model_info);
-//   int port = server.bind();      // port 0 -> an ephemeral port
+//   OpenAIServer server(options, tokenizer, model_info);   // no engine yet: "loading"
+//   int port = server.bind();      // port 0 -> an ephemeral port; fails at once when the port is taken
 //   std::thread t([&] { server.run(); });
+//   ... load the model, build the Engine ...
+//   server.attach_engine(engine, max_model_len);
 //   server.set_ready(true);
 //   ... server.shutdown(std::chrono::seconds(30));  t.join();
+//
+// While loading (no engine attached) the port already answers: /health and /ready give 503 (vLLM's
+// /health is 200 only once its engine is up), /version and /metrics answer, every other route gives
+// 503 "the model is still loading" with Retry-After.
 #pragma once
 
 #include "onecard/engine.h"
@@ -62,6 +68,8 @@ public:
     // text, unreadable TLS files, a limit outside its range: max_body_bytes not in [1, 1 GiB], negative
     // http_threads or max_queued_requests, max_num_seqs < 1).
     OpenAIServer(ServerOptions options, Engine& engine, const Tokenizer& tokenizer, ModelInfo info);
+    // A server that starts "loading": bind() and run() work, generation waits for attach_engine().
+    OpenAIServer(ServerOptions options, const Tokenizer& tokenizer, ModelInfo info);
     ~OpenAIServer();
     OpenAIServer(const OpenAIServer&) = delete;
     OpenAIServer& operator=(const OpenAIServer&) = delete;
@@ -70,6 +78,10 @@ public:
     int bind();
     // Serves until shutdown()/stop(); call from one thread after bind().
     void run();
+    // The engine the server runs on, once the model is loaded; `max_model_len` > 0 replaces
+    // ModelInfo::max_model_len (what the loaded engine really holds). Call once, before set_ready(true),
+    // from any thread; `engine` must outlive the server. /health answers 200 from here on.
+    void attach_engine(Engine& engine, int64_t max_model_len = 0);
     // Readiness: /ready answers 200 and generation requests are admitted only while ready.
     void set_ready(bool ready);
     // Graceful: new generation requests get 503, in-flight ones may finish for up to `drain`, the

@@ -47,6 +47,9 @@ ScriptedRunner::ScriptedRunner(const Tokenizer& tokenizer, const std::string& sc
     }
     default_ = j.contains("default") ? load(j["default"], "default") : Script{"", {eos_}};
     step_delay_ = std::chrono::milliseconds(j.value("step_delay_ms", 0));
+    // A slow "model load", for the tests of what the server answers while it loads.
+    if (const int64_t load_ms = j.value("load_delay_ms", int64_t{0}); load_ms > 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(load_ms));
 }
 
 KvModelShape ScriptedRunner::kv_model_shape() const {

@@ -5,12 +5,13 @@
 // environment (the test harness sets it; a deployment never should).
 //
 // Script file (JSON):
-//   {"step_delay_ms": 0,
+//   {"step_delay_ms": 0, "load_delay_ms": 0,
 //    "scripts": [{"when": "weather", "text": "<think>...</think>...", "eos": true}, ...],
 //    "default": {"text": "Hello!", "eos": true}}
 // The first entry whose `when` occurs in the decoded prompt is used; else `default`. Its text is
 // tokenized (special tokens recognised) and emitted one token per step, then EOS (if `eos`), then
-// EOS forever. Logits put the scripted token far above every other, so any sampling setting picks it.
+// EOS forever. `load_delay_ms` makes the constructor sleep (a slow model load). Logits put the
+// scripted token far above every other, so any sampling setting picks it.
 #pragma once
 
 #include "engine/model_runner.h"

@@ -21,9 +21,8 @@
 namespace onecard::server {
 
 struct OpenAIServer::State {
-    State(ServerOptions o, Engine& e, const Tokenizer& t, ModelInfo i)
+    State(ServerOptions o, const Tokenizer& t, ModelInfo i)
         : opts(std::move(o)),
-          engine(e),
           tokenizer(t),
           info(std::move(i)),
           allow(opts.allow_cidrs),
@@ -31,7 +30,9 @@ struct OpenAIServer::State {
           metrics(info.served_model_name, info.max_model_len > 0 ? info.max_model_len : 8192) {}
 
     ServerOptions opts;
-    Engine& engine;
+    // Null while the model loads. Set once (attach_engine) after `info` is final: a handler that saw
+    // it non-null (acquire) reads the final `info`.
+    std::atomic<Engine*> engine{nullptr};
     const Tokenizer& tokenizer;
     ModelInfo info;
     CidrAllowlist allow;

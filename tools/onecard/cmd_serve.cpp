@@ -171,6 +171,9 @@ fs::path ensure_demo(bool need_weights) {
     return dir;
 }
 
+// `onecard serve` exits with this when it cannot listen on --host/--port (98 = EADDRINUSE on Linux).
+constexpr int kExitCannotListen = 98;
+
 void block_stop_signals(sigset_t& set) {
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
@@ -244,6 +247,55 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     // The CPU path has no use for a million-token window by default; --max-model-len raises it.
     const int64_t max_len = a.max_model_len > 0 ? a.max_model_len : std::min<int64_t>(cfg_max, 8192);
     ONECARD_CHECK(max_len <= cfg_max, "serve: --max-model-len {} exceeds the model's {}", max_len, cfg_max);
+    std::vector<std::string> keys = a.api_keys;
+    if (!a.api_key_file.empty()) {
+        auto more = server::read_api_key_file(a.api_key_file);
+        keys.insert(keys.end(), more.begin(), more.end());
+    }
+    server::ServerOptions so = a.opts;
+    so.api_keys = keys;
+    so.max_num_seqs = a.max_num_seqs;
+    so.access_log = !a.no_access_log;
+    so.allowed_origins = parse_allowed_origins(a.allowed_origins);
+    if (cmd->get_option("--seed")->count() > 0) so.seed = a.seed;
+    info.served_model_name =
+        a.served_model_name.empty() ? (a.model.empty() ? "onecard-demo" : a.model) : a.served_model_name;
+    info.root = model_dir.string();
+    info.max_model_len = max_len;
+    info.eos_token_id = eos;
+    // The port is bound before the model loads, so a taken port fails here at once (exit code
+    // kExitCannotListen) instead of after minutes of loading; while the model loads, /health and
+    // /ready answer 503.
+    std::unique_ptr<Engine> engine_owner;  // declared before the server: it outlives the HTTP threads
+    server::OpenAIServer srv(so, tokenizer, info);
+    int port = 0;
+    try {
+        port = srv.bind();
+    } catch (const Error& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        std::exit(kExitCannotListen);
+    }
+    std::thread http([&srv] { srv.run(); });
+    // A load that fails stops the listener and joins its thread before the error unwinds further.
+    struct StopHttpOnUnwind {
+        server::OpenAIServer& srv;
+        std::thread& t;
+        ~StopHttpOnUnwind() {
+            if (!t.joinable()) return;
+            srv.shutdown(std::chrono::milliseconds(0));
+            t.join();
+        }
+    } stop_http{srv, http};
+    {
+        const std::string scheme = srv.is_tls() ? "https" : "http";
+        nlohmann::json listening = {{"event", "listening"},
+                                    {"url", scheme + "://" + so.host + ":" + std::to_string(port)},
+                                    {"port", port}};
+        std::printf("%s\n", listening.dump().c_str());
+        std::fflush(stdout);
+        std::fprintf(stderr, "serve: listening on %s:%d; /ready answers 503 until the model is loaded\n",
+                     so.host.c_str(), port);
+    }
     // The startup report's device part (filled when the CUDA runner is used).
     nlohmann::json device_report = {{"device", "cpu"}};
     std::string device_line;
@@ -330,7 +382,8 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     ec.max_model_len = max_len;
     ec.submit_queue_capacity = static_cast<size_t>(a.max_num_seqs + a.opts.max_queued_requests + 16);
     ec.make_text_decoder = server::make_text_decoder_factory(tokenizer);
-    Engine engine(ec, std::move(runner));
+    engine_owner = std::make_unique<Engine>(ec, std::move(runner));
+    Engine& engine = *engine_owner;
     std::fprintf(stderr, "serve: engine up (%lld KV blocks); warming up\n",
                  static_cast<long long>(engine.stats().n_total_kv_blocks));
 #ifdef ONECARD_HAVE_CUDA
@@ -355,25 +408,7 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     }
 #endif
 
-    std::vector<std::string> keys = a.api_keys;
-    if (!a.api_key_file.empty()) {
-        auto more = server::read_api_key_file(a.api_key_file);
-        keys.insert(keys.end(), more.begin(), more.end());
-    }
-    server::ServerOptions so = a.opts;
-    so.api_keys = keys;
-    so.max_num_seqs = a.max_num_seqs;
-    so.access_log = !a.no_access_log;
-    so.allowed_origins = parse_allowed_origins(a.allowed_origins);
-    if (cmd->get_option("--seed")->count() > 0) so.seed = a.seed;
-    info.served_model_name =
-        a.served_model_name.empty() ? (a.model.empty() ? "onecard-demo" : a.model) : a.served_model_name;
-    info.root = model_dir.string();
-    info.max_model_len = max_len;
-    info.eos_token_id = eos;
-    server::OpenAIServer srv(so, engine, tokenizer, info);
-    const int port = srv.bind();
-    std::thread http([&srv] { srv.run(); });
+    srv.attach_engine(engine, max_len);
 
     // Warm-up: one token through the whole engine path before /ready says yes.
     {
