@@ -37,7 +37,14 @@ public:
 
     std::shared_ptr<const Grammar> run() {
         g_->set_root(rule_for(root_, "#"));
-        g_->check_integrity();
+        try {
+            g_->check_integrity();
+        } catch (const SchemaError&) {
+            throw;
+        } catch (const Error& e) {
+            // The one schema-made fault check_integrity finds is a $ref cycle that consumes nothing.
+            throw SchemaError("$ref", fmt::format("'$ref' cycle that matches no text before recursing ({})", e.what()));
+        }
         return g_;
     }
 
@@ -116,9 +123,11 @@ private:
         if (s.contains("enum")) {
             const auto& e = s["enum"];
             if (!e.is_array() || e.empty()) refuse("enum", path, "must be a non-empty array");
+            // With a sibling `type`, values of other types are left out (they would not validate).
             std::set<std::string> seen;
             for (const auto& v : e)
-                if (seen.insert(compact(v)).second) g_->add_literal(from, compact(v), to);
+                if (enum_value_has_type(v, s) && seen.insert(compact(v)).second) g_->add_literal(from, compact(v), to);
+            if (seen.empty()) refuse("enum", path, "no enum value has the schema's type");
             return;
         }
         for (const char* comb : {"anyOf", "oneOf"}) {
@@ -154,6 +163,22 @@ private:
             types = inferred_types(s);
         }
         for (const auto& t : types) typed(s, t, path, from, to);
+    }
+
+    static bool enum_value_has_type(const ojson& v, const ojson& s) {
+        if (!s.contains("type")) return true;
+        std::vector<std::string> types;
+        if (s["type"].is_string()) types.push_back(s["type"].get<std::string>());
+        if (s["type"].is_array())
+            for (const auto& t : s["type"])
+                if (t.is_string()) types.push_back(t.get<std::string>());
+        for (const auto& t : types) {
+            if ((t == "string" && v.is_string()) || (t == "number" && v.is_number()) ||
+                (t == "integer" && v.is_number_integer()) || (t == "boolean" && v.is_boolean()) ||
+                (t == "null" && v.is_null()) || (t == "object" && v.is_object()) || (t == "array" && v.is_array()))
+                return true;
+        }
+        return false;
     }
 
     static std::vector<std::string> inferred_types(const ojson& s) {

@@ -87,6 +87,7 @@ TEST(GrammarSchema, IntegerRangesAndNumbers) {
 }
 
 TEST(GrammarSchema, EnumConstAnyOfRefAndFormats) {
+    expect_cases(R"({"type":"string","enum":["x",1]})", {{R"("x")", 3, true}, {"1", 0, false}});
     expect_cases(R"({"enum":["red","green",3,null]})",
                  {{R"("red")", 5, true}, {R"("gre")", 4, false}, {"3", 1, true}, {"null", 4, true}, {"4", 0, false}});
     expect_cases(R"({"const":{"k":[1,"x"]}})", {{R"({"k":[1,"x"]})", 13, true}, {R"({"k":[2)", 6, false}});
@@ -153,8 +154,16 @@ TEST(GrammarSchema, UnsupportedKeywordsAreNamed) {
             EXPECT_NE(std::string(e.what()).find(keyword), std::string::npos) << e.what();
         }
     }
-    // Left recursion is refused rather than looping.
-    EXPECT_THROW(compile_json_schema_text(R"({"$ref":"#"})"), Error);
+    // Left recursion is refused rather than looping, as a schema error naming $ref.
+    for (const char* cyclic : {R"({"$ref":"#"})", R"({"anyOf":[{"$ref":"#/anyOf/1"},{"$ref":"#/anyOf/0"}]})"}) {
+        try {
+            compile_json_schema_text(cyclic);
+            ADD_FAILURE() << "accepted " << cyclic;
+        } catch (const SchemaError& e) {
+            EXPECT_EQ(e.keyword(), "$ref") << e.what();
+        }
+    }
+    EXPECT_THROW(compile_json_schema_text(R"({"type":"string","enum":[1,2]})"), SchemaError);
     EXPECT_THROW(compile_json_schema_text("{not json"), SchemaError);
     // Annotations and unknown keywords are ignored.
     EXPECT_NO_THROW(compile_json_schema_text(R"({"type":"string","description":"d","x-vendor":1,"format":"email"})"));
