@@ -173,6 +173,7 @@ void run_mask(benchmark::State& state, const Workload& w, bool warm) {
     state.counters["vocab"] = static_cast<double>(v.trie->vocab_size());
     state.counters["real_vocab"] = v.tok ? 1 : 0;
     state.counters["cached_nodes"] = static_cast<double>(masks->n_cached_nodes());
+    state.counters["cache_KiB"] = static_cast<double>(masks->cache_bytes()) / 1024.0;
     state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * ids.size()));
 }
 

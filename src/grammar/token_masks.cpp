@@ -8,15 +8,8 @@ TokenMasks::TokenMasks(std::shared_ptr<const Grammar> grammar, std::shared_ptr<c
     : grammar_(std::move(grammar)), trie_(std::move(trie)), entries_(grammar_->n_nodes()) {}
 
 namespace {
-void or_words(std::span<uint32_t> dst, const std::vector<uint32_t>& src) {
-    for (size_t i = 0; i < src.size(); ++i) dst[i] |= src[i];
-}
-
-bool any_bit(const std::vector<uint32_t>& v) {
-    for (uint32_t w : v)
-        if (w) return true;
-    return false;
-}
+// Sets with fewer members than this are stored as ids (4 bytes each) instead of a bitset.
+constexpr size_t kSparseMax = 2048;
 
 // The walk from a one-frame stack: records accepted tokens and where the frame ends.
 struct EntryWalk {
@@ -43,16 +36,35 @@ struct EntryWalk {
 };
 }  // namespace
 
+void TokenMasks::TokenSet::compact_from(std::vector<uint32_t>&& dense) {
+    size_t n = 0;
+    for (const uint32_t w : dense) n += static_cast<size_t>(__builtin_popcount(w));
+    if (n > kSparseMax) {
+        words = std::move(dense);
+        return;
+    }
+    ids.reserve(n);
+    for (size_t w = 0; w < dense.size(); ++w)
+        for (uint32_t bits = dense[w]; bits != 0; bits &= bits - 1)
+            ids.push_back(static_cast<int32_t>(w * 32 + static_cast<size_t>(__builtin_ctz(bits))));
+}
+
+void TokenMasks::TokenSet::or_into(std::span<uint32_t> mask) const {
+    for (size_t i = 0; i < words.size(); ++i) mask[i] |= words[i];
+    for (const int32_t id : ids) set_bit(mask, id);
+}
+
 std::unique_ptr<TokenMasks::Entry> TokenMasks::build_entry(uint32_t node) const {
     auto e = std::make_unique<Entry>();
-    e->accepted.assign(n_mask_words(), 0);
-    e->escape_tokens.assign(n_mask_words(), 0);
-    EntryWalk w{*grammar_, *trie_, std::vector<StackSet>(trie_->max_token_len() + 1), {}, &e->accepted,
-                &e->escape_tokens, &e->escape_walks};
+    std::vector<uint32_t> accepted(n_mask_words(), 0), escape_tokens(n_mask_words(), 0);  // [n_mask_words]
+    EntryWalk w{*grammar_, *trie_, std::vector<StackSet>(trie_->max_token_len() + 1), {}, &accepted,
+                &escape_tokens, &e->escape_walks};
     const uint32_t top[1] = {node};
     w.levels[0].add(top);
     w.visit(0, 0);
-    e->has_escape = !e->escape_walks.empty() || any_bit(e->escape_tokens);
+    e->accepted.compact_from(std::move(accepted));
+    e->escape_tokens.compact_from(std::move(escape_tokens));
+    e->has_escape = !e->escape_walks.empty() || !e->escape_tokens.empty();
     return e;
 }
 
@@ -84,7 +96,7 @@ void TokenMasks::fill_mask(const StackSet& state, std::span<uint32_t> mask) cons
         const auto s = state.stack(i);
         if (s.size() == 1) continue;  // [kAcceptNode]: only EOS, which the caller adds
         const Entry& e = entry(s.back());
-        or_words(mask, e.accepted);
+        e.accepted.or_into(mask);
         if (!e.has_escape) continue;
         // The context: the frames below the top, continuing at the caller's return node.
         popped.clear();
@@ -92,12 +104,20 @@ void TokenMasks::fill_mask(const StackSet& state, std::span<uint32_t> mask) cons
         bool escaped = false;
         close_stack(*grammar_, work, popped, escaped);
         if (popped.empty()) continue;
-        or_words(mask, e.escape_tokens);
+        e.escape_tokens.or_into(mask);
         if (e.escape_walks.empty()) continue;
         if (levels.empty()) levels.resize(trie_->max_token_len() + 1);
         // walk_live reads levels[0] as the start state only through `state`; seed it with `popped`.
         for (const uint32_t tn : e.escape_walks) walk_live(tn, popped, mask, levels, 0, work);
     }
+}
+
+size_t TokenMasks::cache_bytes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t n = 0;
+    for (const auto& e : entries_)
+        if (e) n += sizeof(Entry) + e->accepted.bytes() + e->escape_tokens.bytes() + e->escape_walks.size() * 4;
+    return n;
 }
 
 size_t TokenMasks::n_cached_nodes() const {
@@ -113,8 +133,12 @@ void TokenMasks::check_integrity() const {
                   grammar_->n_nodes());
     for (const auto& e : entries_) {
         if (!e) continue;
-        ONECARD_CHECK(e->accepted.size() == n_mask_words() && e->escape_tokens.size() == n_mask_words(),
-                      "token masks: entry bitset of the wrong size");
+        for (const TokenSet* t : {&e->accepted, &e->escape_tokens}) {
+            ONECARD_CHECK(t->words.empty() || (t->words.size() == n_mask_words() && t->ids.empty()),
+                          "token masks: entry bitset of the wrong size");
+            for (const int32_t id : t->ids)
+                ONECARD_CHECK(id >= 0 && static_cast<size_t>(id) < trie_->vocab_size(), "token masks: id {} out of range", id);
+        }
         for (const uint32_t tn : e->escape_walks)
             ONECARD_CHECK(tn < trie_->n_nodes() && trie_->has_children(tn), "token masks: bad escape walk node {}", tn);
     }

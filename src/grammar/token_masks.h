@@ -43,10 +43,23 @@ public:
     // Throws onecard::Error when a cached entry's shape disagrees with the vocabulary.
     void check_integrity() const;
 
+    // Bytes held by the cached entries (the benchmark reports it).
+    size_t cache_bytes() const;
+
 private:
+    // A token set stored densely (a bitset) or, when it has few members, as their ids: most
+    // structural nodes allow a handful of tokens, and 129,280 bits per node would be 16 KiB each.
+    struct TokenSet {
+        std::vector<uint32_t> words;  // [n_mask_words] or empty
+        std::vector<int32_t> ids;     // used when words is empty
+        void compact_from(std::vector<uint32_t>&& dense);
+        void or_into(std::span<uint32_t> mask) const;
+        bool empty() const { return words.empty() && ids.empty(); }
+        size_t bytes() const { return words.size() * 4 + ids.size() * 4; }
+    };
     struct Entry {
-        std::vector<uint32_t> accepted;       // [n_mask_words] live without leaving the frame
-        std::vector<uint32_t> escape_tokens;  // [n_mask_words] tokens ending exactly where the frame ends
+        TokenSet accepted;                    // live without leaving the frame
+        TokenSet escape_tokens;               // tokens ending exactly where the frame ends
         std::vector<uint32_t> escape_walks;   // trie nodes with children where the frame ended
         bool has_escape = false;
     };
