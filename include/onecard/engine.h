@@ -25,6 +25,12 @@ class ModelRunner;  // src/engine/model_runner.h: what executes a scheduled batc
 
 using RequestId = uint64_t;
 
+// Added to one token's logit before sampling (OpenAI's logit_bias: -100 bans, +100 forces in practice).
+struct LogitBias {
+    int32_t token = 0;
+    float bias = 0.0f;  // [-100, 100]
+};
+
 struct SamplingParams {
     float temperature = 1.0f;         // 0 -> greedy (argmax, lowest id on ties)
     int32_t top_k = 0;                // 0 -> off
@@ -43,6 +49,9 @@ struct SamplingParams {
     // EOS and stop_token_ids cannot be sampled before this many output tokens (vLLM's min_tokens:
     // their logits are masked on the host sampler's path); stop strings still end generation.
     int64_t min_tokens = 0;
+    // Added to the raw logits before penalties and temperature (vLLM's order); logprobs stay those of
+    // the raw distribution. Rows with a bias are sampled on the host (the GPU sampler takes none).
+    std::vector<LogitBias> logit_bias;
 };
 
 struct GenerateRequest {

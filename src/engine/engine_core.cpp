@@ -243,16 +243,14 @@ std::vector<EngineEvent> EngineCore::step() {
         return events;
     }
     ++n_steps_;
-    // Rows whose sampling needs nothing of the host (no penalties, no logprobs) may be sampled by the
+    // Rows whose sampling needs nothing of the host (no penalties, logit_bias or logprobs) may be sampled by the
     // runner on its device; it draws with the same (seed, counter) as Sampler, so the choice does not
     // change which token a request gets.
     for (auto& e : out.requests) {
         const Request* req = e.sample ? scheduler_->find(e.id) : nullptr;
         if (req == nullptr) continue;
         const SamplingParams& p = req->params;
-        if (p.logprobs >= 0 || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
-            p.repetition_penalty != 1.0f || holds_back_stop_tokens(*req) || constraint_of(e.id) != nullptr)
-            continue;
+        if (needs_host_sampling(p) || holds_back_stop_tokens(*req) || constraint_of(e.id) != nullptr) continue;
         e.sampling = RowSampling{p.temperature, p.top_k, p.top_p, p.min_p, req->seed, req->output.size()};
     }
     RunnerOutput result;

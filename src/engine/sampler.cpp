@@ -77,6 +77,15 @@ void apply_penalties(std::span<float> logits, const SamplingParams& p, std::span
     }
 }
 
+void apply_logit_bias(std::span<float> logits, const SamplingParams& p) {
+    for (const LogitBias& b : p.logit_bias) logits[static_cast<size_t>(b.token)] += b.bias;
+}
+
+bool needs_host_sampling(const SamplingParams& p) {
+    return p.logprobs >= 0 || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
+           p.repetition_penalty != 1.0f || !p.logit_bias.empty();
+}
+
 Candidates truncate_distribution(std::span<const double> probs, const SamplingParams& p) {
     if (probs.empty()) return {};
     std::vector<int32_t> idx;
@@ -158,11 +167,18 @@ void validate_sampling_params(const SamplingParams& p, int64_t vocab_size) {
         ONECARD_CHECK(t >= 0 && t < vocab_size, "sampling: stop_token_ids entry {} outside the vocabulary [0, {})", t,
                       vocab_size);
     for (const auto& s : p.stop) ONECARD_CHECK(!s.empty(), "sampling: empty stop string");
+    for (const LogitBias& b : p.logit_bias) {
+        ONECARD_CHECK(b.token >= 0 && b.token < vocab_size, "sampling: logit_bias token {} outside the vocabulary [0, {})",
+                      b.token, vocab_size);
+        ONECARD_CHECK(std::isfinite(b.bias) && b.bias >= -100.0f && b.bias <= 100.0f,
+                      "sampling: logit_bias for token {} must be in [-100, 100], got {}", b.token, b.bias);
+    }
 }
 
 Candidates Sampler::target_distribution(std::span<const float> logits, const SamplingParams& p,
                                         std::span<const int32_t> prompt, std::span<const int32_t> output) {
     work_.assign(logits.begin(), logits.end());
+    apply_logit_bias(work_, p);
     apply_penalties(work_, p, prompt, output);
     if (work_.empty()) return {};
     if (p.temperature == 0.0f) return Candidates{{argmax(work_)}, {1.0}};

@@ -1,5 +1,5 @@
 // Token sampling for one logits row. Pipeline (each stage optional), in this order:
-//   raw logits -> repetition / frequency / presence penalties -> temperature (0 = greedy argmax)
+//   raw logits -> logit_bias -> repetition / frequency / presence penalties -> temperature (0 = greedy argmax)
 //   -> softmax -> min-p (keep p >= min_p * p_max) -> top-k -> top-p (on the renormalised survivors)
 //   -> draw from the survivors.
 // Total: any row, NaN and infinities included, gives a token and never an empty candidate set (NaN
@@ -30,6 +30,13 @@ double sampler_uniform(uint64_t seed, uint64_t counter);
 // frequency (per occurrence) and presence (once) to tokens in output only.
 void apply_penalties(std::span<float> logits, const SamplingParams& p, std::span<const int32_t> prompt,
                      std::span<const int32_t> output);
+
+// Adds each logit_bias entry to its token's logit, in place (tokens already validated).
+void apply_logit_bias(std::span<float> logits, const SamplingParams& p);
+
+// Whether a row with these parameters must be sampled by this sampler on the host: penalties,
+// logit_bias and logprobs have no counterpart in a runner's device sampling (RowSampling).
+bool needs_host_sampling(const SamplingParams& p);
 
 // Survivors of min-p / top-k / top-p for a probability vector, with their renormalised
 // probabilities. Ordered by probability descending (ties: lower token id first) when top-k or top-p

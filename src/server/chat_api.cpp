@@ -71,59 +71,84 @@ void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req
     PreparedChat p = prepare_chat(s, body);
     const std::string id = s.new_response_id("chatcmpl-");
     const int64_t created = static_cast<int64_t>(std::time(nullptr));
-    const ReasoningParserOptions popts = parser_options(p, "call_" + id.substr(9, 12) + "_");
-    auto ar = std::make_shared<ActiveRequest>(s, GenerateRequest{std::move(p.ids), p.sampling});
-    access_log_context().fields["id"] = id;
-
     const ChatRequest& cr = p.chat;
+    const int64_t n = cr.gen.n;
+    // Tool-call ids are unique in the response: choice j > 0 gets its own prefix.
+    std::vector<ReasoningParserOptions> popts;
+    for (int64_t j = 0; j < n; ++j)
+        popts.push_back(
+            parser_options(p, "call_" + id.substr(9, 12) + "_" + (j == 0 ? "" : std::to_string(j) + "_")));
+    std::vector<std::shared_ptr<ActiveRequest>> ars = admit_choices(s, {p.ids}, p.sampling, n);
+    access_log_context().fields["id"] = id;
+    // Usage as OpenAI and vLLM count it for n choices: the prompt once, the completions summed.
+    auto total_usage = [](const std::vector<ChatOutcome>& os) {
+        Usage u = os.front().last->usage;
+        int64_t reasoning = 0;
+        u.completion_tokens = 0;
+        for (const auto& o : os) {
+            u.completion_tokens += o.last->usage.completion_tokens;
+            reasoning += o.reasoning_tokens;
+        }
+        return usage_json(u, reasoning);
+    };
 
     if (!cr.gen.stream) {
-        Json logprobs = Json::array();
-        ChatOutcome o = run_chat_generation(*ar, popts, cr.parse_tools, [&](const std::vector<ParseEvent>&,
-                                                                            const EngineEvent& ev) {
-            if (cr.gen.logprobs)
-                for (auto& e : chat_logprobs_json(s.tokenizer, ev.token_ids, ev.logprobs)) logprobs.push_back(Json(e));
-            return true;
-        });
-        if (std::string f = o.failure(); !f.empty()) {
-            if (o.last && o.last->finish_reason == FinishReason::Cancelled) {
-                log_finish_reason("abort");
-                throw ApiError(503, f).with_retry_after(30);
+        std::vector<ChatOutcome> outcomes;
+        Json choices = Json::array();
+        for (int64_t j = 0; j < n; ++j) {
+            Json logprobs = Json::array();
+            ChatOutcome o = run_chat_generation(*ars[static_cast<size_t>(j)], popts[static_cast<size_t>(j)],
+                                                cr.parse_tools, [&](const std::vector<ParseEvent>&, const EngineEvent& ev) {
+                                                    if (cr.gen.logprobs)
+                                                        for (auto& e : chat_logprobs_json(s.tokenizer, ev.token_ids,
+                                                                                          ev.logprobs))
+                                                            logprobs.push_back(Json(e));
+                                                    return true;
+                                                });
+            if (std::string f = o.failure(); !f.empty()) {
+                if (o.last && o.last->finish_reason == FinishReason::Cancelled) {
+                    log_finish_reason("abort");
+                    throw ApiError(503, f).with_retry_after(30);
+                }
+                log_finish_reason("error");
+                throw ApiError(500, f);
             }
-            log_finish_reason("error");
-            throw ApiError(500, f);
+            const ParsedCompletion& pc = o.completion;
+            if (std::string v = tool_choice_violation(cr, pc); !v.empty())
+                throw ApiError(500, v, "tool_choice", "tool_choice_not_followed");
+            Json msg = {{"role", "assistant"}};
+            msg["content"] = pc.content.empty() && !pc.tool_calls.empty() ? Json(nullptr) : Json(pc.content);
+            msg["reasoning_content"] = pc.reasoning.empty() ? Json(nullptr) : Json(pc.reasoning);
+            if (!pc.tool_calls.empty()) {
+                Json calls = Json::array();
+                for (const auto& c : pc.tool_calls)
+                    calls.push_back({{"id", c.id},
+                                     {"type", "function"},
+                                     {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+                msg["tool_calls"] = std::move(calls);
+            }
+            Json choice = {{"index", j}, {"message", std::move(msg)}};
+            choice["logprobs"] = cr.gen.logprobs ? Json{{"content", std::move(logprobs)}} : Json(nullptr);
+            choice["finish_reason"] = finish_reason_of(cr, *o.last, pc);
+            choices.push_back(std::move(choice));
+            outcomes.push_back(std::move(o));
         }
-        const ParsedCompletion& pc = o.completion;
-        if (std::string v = tool_choice_violation(cr, pc); !v.empty())
-            throw ApiError(500, v, "tool_choice", "tool_choice_not_followed");
-        Json msg = {{"role", "assistant"}};
-        msg["content"] = pc.content.empty() && !pc.tool_calls.empty() ? Json(nullptr) : Json(pc.content);
-        msg["reasoning_content"] = pc.reasoning.empty() ? Json(nullptr) : Json(pc.reasoning);
-        if (!pc.tool_calls.empty()) {
-            Json calls = Json::array();
-            for (const auto& c : pc.tool_calls)
-                calls.push_back(
-                    {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
-            msg["tool_calls"] = std::move(calls);
-        }
-        Json choice = {{"index", 0}, {"message", std::move(msg)}};
-        choice["logprobs"] = cr.gen.logprobs ? Json{{"content", std::move(logprobs)}} : Json(nullptr);
-        choice["finish_reason"] = finish_reason_of(cr, *o.last, pc);
         Json out = {{"id", id},
                     {"object", "chat.completion"},
                     {"created", created},
                     {"model", s.info.served_model_name},
-                    {"choices", Json::array({std::move(choice)})},
-                    {"usage", Json(usage_json(o.last->usage, o.reasoning_tokens))}};
+                    {"choices", std::move(choices)},
+                    {"usage", Json(total_usage(outcomes))}};
         auto& f = access_log_context().fields;
-        f["completion_tokens"] = o.last->usage.completion_tokens;
+        f["completion_tokens"] = out["usage"]["completion_tokens"];
         f["finish_reason"] = out["choices"][0]["finish_reason"];
-        if (s.opts.log_requests_text) f["completion"] = pc.content;
+        if (s.opts.log_requests_text) f["completion"] = outcomes.front().completion.content;
         res.set_content(dump_json(out), "application/json");
         return;
     }
 
-    // Streaming: the whole generation runs inside the content provider on this HTTP thread.
+    // Streaming: the whole generation runs inside the content provider on this HTTP thread; the
+    // choices' chunks interleave as their tokens come, each carrying its index.
     const std::string model = s.info.served_model_name;
     const bool include_usage = cr.gen.include_usage, want_logprobs = cr.gen.logprobs;
     const ChatRequest chat = cr;
@@ -131,11 +156,12 @@ void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [&s, ar, popts, id, created, model, include_usage, want_logprobs, chat](size_t, httplib::DataSink& sink) {
+        [&s, ars, popts, id, created, model, include_usage, want_logprobs, chat, total_usage](
+            size_t, httplib::DataSink& sink) mutable {
             SseWriter w(sink);
-            auto chunk = [&](Json delta, Json finish, Json logprobs) {
+            auto chunk = [&](size_t index, Json delta, Json finish, Json logprobs) {
                 Json c = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model}};
-                Json choice = {{"index", 0},
+                Json choice = {{"index", index},
                                {"delta", std::move(delta)},
                                {"logprobs", std::move(logprobs)},
                                {"finish_reason", std::move(finish)}};
@@ -143,53 +169,77 @@ void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req
                 if (include_usage) c["usage"] = nullptr;
                 return c;
             };
-            if (!w.send(chunk(Json{{"role", "assistant"}, {"content", ""}}, nullptr, nullptr))) {
-                ar->cancel();
+            auto gone = [&] {
+                for (auto& ar : ars) ar->cancel();
                 log_finish_reason("abort");  // the status line already said 200
                 return false;
-            }
-            ChatOutcome o = run_chat_generation(
-                *ar, popts, chat.parse_tools,
-                [&](const std::vector<ParseEvent>& pes, const EngineEvent& ev) {
+            };
+            for (size_t j = 0; j < ars.size(); ++j)
+                if (!w.send(chunk(j, Json{{"role", "assistant"}, {"content", ""}}, nullptr, nullptr))) return gone();
+            std::vector<ChatChoiceState> states;
+            for (const auto& po : popts) states.emplace_back(po, chat.parse_tools);
+            std::vector<ChatOutcome> outcomes(ars.size());
+            bool failed = false;
+            const bool all = interleave_events(
+                ars,
+                [&](size_t j, const EngineEvent& ev) {
+                    const std::vector<ParseEvent> pes = states[j].push(ev);
                     Json deltas = deltas_for(pes, chat.parse_tools);
                     Json lp = want_logprobs && !ev.token_ids.empty()
                                   ? Json{{"content", Json(chat_logprobs_json(s.tokenizer, ev.token_ids, ev.logprobs))}}
                                   : Json(nullptr);
                     if (deltas.empty() && !lp.is_null()) deltas.push_back(Json::object());
                     for (size_t i = 0; i < deltas.size(); ++i)
-                        if (!w.send(chunk(deltas[i], nullptr, i == 0 ? lp : Json(nullptr)))) return false;
-                    return true;
+                        if (!w.send(chunk(j, deltas[i], nullptr, i == 0 ? lp : Json(nullptr)))) return false;
+                    if (!ev.finished()) return true;
+                    outcomes[j] = states[j].finish();
+                    const ChatOutcome& o = outcomes[j];
+                    if (!o.last || o.last->finish_reason == FinishReason::Error) {
+                        failed = true;
+                        return true;
+                    }
+                    const ParsedCompletion& pc = o.completion;
+                    if (std::string v = tool_choice_violation(chat, pc); !v.empty())
+                        if (!w.send(Json(error_body(500, v, "tool_choice", "tool_choice_not_followed")))) return false;
+                    return w.send(chunk(j, Json::object(), finish_reason_of(chat, *o.last, pc), nullptr));
                 },
                 [&w] { return w.ping(); });
-            // Client gone: the ActiveRequest's owner cancels and frees the KV.
-            if (o.client_gone) return false;
-            if (!o.last || o.last->finish_reason == FinishReason::Error) {
+            // Client gone: every choice is cancelled (the ActiveRequests' owners free the KV).
+            if (!all) return gone();
+            for (size_t j = 0; j < ars.size(); ++j)
+                if (!outcomes[j].last) {
+                    outcomes[j] = states[j].finish();
+                    failed = true;
+                }
+            if (failed) {
                 log_finish_reason("error");
-                w.send(Json(error_body(500, o.failure())));
+                for (const auto& o : outcomes)
+                    if (std::string f = o.failure(); !f.empty()) {
+                        w.send(Json(error_body(500, f)));
+                        break;
+                    }
                 w.done();
                 return true;
             }
-            const ParsedCompletion& pc = o.completion;
-            if (std::string v = tool_choice_violation(chat, pc); !v.empty())
-                w.send(Json(error_body(500, v, "tool_choice", "tool_choice_not_followed")));
-            w.send(chunk(Json::object(), finish_reason_of(chat, *o.last, pc), nullptr));
             if (include_usage) {
                 Json u = {{"id", id},
                           {"object", "chat.completion.chunk"},
                           {"created", created},
                           {"model", model},
                           {"choices", Json::array()},
-                          {"usage", Json(usage_json(o.last->usage, o.reasoning_tokens))}};
+                          {"usage", Json(total_usage(outcomes))}};
                 w.send(u);
             }
             auto& f = access_log_context().fields;
-            f["completion_tokens"] = o.last->usage.completion_tokens;
-            f["finish_reason"] = finish_reason_of(chat, *o.last, pc);
-            if (s.opts.log_requests_text) f["completion"] = pc.content;
+            int64_t n_completion = 0;
+            for (const auto& o : outcomes) n_completion += o.last->usage.completion_tokens;
+            f["completion_tokens"] = n_completion;
+            f["finish_reason"] = finish_reason_of(chat, *outcomes.front().last, outcomes.front().completion);
+            if (s.opts.log_requests_text) f["completion"] = outcomes.front().completion.content;
             w.done();
             return w.ok();
         },
-        [ar](bool) { /* releasing the last reference cancels an unfinished request */ });
+        [](bool) { /* releasing the last reference cancels an unfinished request */ });
 }
 
 }  // namespace onecard::server

@@ -195,24 +195,51 @@ ReasoningParserOptions parser_options(const PreparedChat& p, const std::string& 
     return o;
 }
 
+ChatChoiceState::ChatChoiceState(const ReasoningParserOptions& popts, bool parse_tools)
+    : parser_(popts), parse_tools_(parse_tools) {}
+
+// A request that does not parse tools drops whatever DSML call the model still writes: the sinks
+// and the outcome never see it (tool_choice "none" returns no call, and no markup as text either).
+bool ChatChoiceState::keep(const ParseEvent& pe) const {
+    return parse_tools_ || (pe.kind != ParseEventKind::ToolCallBegin && pe.kind != ParseEventKind::ToolCallArgs &&
+                            pe.kind != ParseEventKind::ToolCallEnd);
+}
+
+std::vector<ParseEvent> ChatChoiceState::push(const EngineEvent& ev) {
+    reasoning_.before_event(parser_.in_reasoning());
+    std::vector<ParseEvent> pes = parser_.push(ev.text_delta);
+    reasoning_.after_event(ev);
+    if (ev.finished()) {
+        auto rest = parser_.finish();
+        pes.insert(pes.end(), rest.begin(), rest.end());
+        flushed_ = true;
+    }
+    std::erase_if(pes, [&](const ParseEvent& pe) { return !keep(pe); });
+    for (const auto& pe : pes) apply_event(out_.completion, pe);
+    if (ev.finished()) out_.last = ev;
+    return pes;
+}
+
+ChatOutcome ChatChoiceState::finish() {
+    if (!flushed_) {
+        flushed_ = true;
+        for (const auto& pe : parser_.finish())
+            if (keep(pe)) apply_event(out_.completion, pe);
+    }
+    out_.reasoning_tokens = reasoning_.count();
+    return std::move(out_);
+}
+
 ChatOutcome run_chat_generation(ActiveRequest& ar, const ReasoningParserOptions& popts, bool parse_tools,
                                 const ChatEventSink& on_events, const ChatPing& ping) {
-    ChatOutcome out;
-    ReasoningParser parser(popts);
-    ReasoningTokenCount reasoning;
+    ChatChoiceState choice(popts, parse_tools);
     auto gone = [&] {
         ar.cancel();
         log_finish_reason("abort");  // a stream's status line already said 200
+        ChatOutcome out = choice.finish();
         out.client_gone = true;
         return out;
     };
-    // A request that does not parse tools drops whatever DSML call the model still writes: the sinks
-    // and the outcome never see it (tool_choice "none" returns no call, and no markup as text either).
-    auto keep = [parse_tools](const ParseEvent& pe) {
-        return parse_tools || (pe.kind != ParseEventKind::ToolCallBegin && pe.kind != ParseEventKind::ToolCallArgs &&
-                               pe.kind != ParseEventKind::ToolCallEnd);
-    };
-    bool flushed = false;
     for (;;) {
         std::optional<EngineEvent> ev = ping ? ar.next_for(kSsePingInterval) : ar.next();
         if (!ev) {
@@ -220,24 +247,11 @@ ChatOutcome run_chat_generation(ActiveRequest& ar, const ReasoningParserOptions&
             if (!ping()) return gone();  // client gone while nothing was generated yet
             continue;
         }
-        reasoning.before_event(parser.in_reasoning());
-        std::vector<ParseEvent> pes = parser.push(ev->text_delta);
-        reasoning.after_event(*ev);
-        if (ev->finished()) {
-            auto rest = parser.finish();
-            pes.insert(pes.end(), rest.begin(), rest.end());
-            flushed = true;
-        }
-        std::erase_if(pes, [&](const ParseEvent& pe) { return !keep(pe); });
-        for (const auto& pe : pes) apply_event(out.completion, pe);
+        const std::vector<ParseEvent> pes = choice.push(*ev);
         if (!on_events(pes, *ev)) return gone();
-        if (ev->finished()) out.last = std::move(ev);
+        if (ev->finished()) break;
     }
-    if (!flushed)
-        for (const auto& pe : parser.finish())
-            if (keep(pe)) apply_event(out.completion, pe);
-    out.reasoning_tokens = reasoning.count();
-    return out;
+    return choice.finish();
 }
 
 }  // namespace onecard::server

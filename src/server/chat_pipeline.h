@@ -63,6 +63,26 @@ struct ChatOutcome {
     std::string failure() const;
 };
 
+// One choice's generation as it goes: its reasoning/DSML parser, reasoning-token count and outcome.
+// run_chat_generation drives one; a request with n > 1 choices drives n of them, interleaved.
+class ChatChoiceState {
+public:
+    ChatChoiceState(const ReasoningParserOptions& popts, bool parse_tools);
+    // Parses one engine event (the final one also flushes the parser) into the outcome; returns its
+    // parse events, DSML calls left out when the request does not parse tools. Keeps the final event.
+    std::vector<ParseEvent> push(const EngineEvent& ev);
+    // Ends the choice (flushing the parser if no final event came) and hands over the outcome.
+    ChatOutcome finish();
+
+private:
+    bool keep(const ParseEvent& pe) const;
+    ReasoningParser parser_;
+    ReasoningTokenCount reasoning_;
+    ChatOutcome out_;
+    bool parse_tools_;
+    bool flushed_ = false;
+};
+
 // Called with the parse events of each engine event (the final one's include the parser's tail), in
 // order; returns false when the client is gone.
 using ChatEventSink = std::function<bool(const std::vector<ParseEvent>&, const EngineEvent&)>;

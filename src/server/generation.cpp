@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "engine/engine_core.h"
 #include "server/api_error.h"
+#include "server/sse.h"
 
 #include <algorithm>
 #include <cmath>
@@ -129,6 +130,64 @@ std::optional<EngineEvent> ActiveRequest::account(EngineEvent e) {
                    ev->usage.cached_tokens);
     }
     return ev;
+}
+
+std::vector<std::shared_ptr<ActiveRequest>> admit_choices(OpenAIServer::State& s,
+                                                          const std::vector<std::vector<int32_t>>& prompts,
+                                                          const SamplingParams& sampling, int64_t n) {
+    const int64_t total = static_cast<int64_t>(prompts.size()) * n;
+    if (total > s.opts.max_num_seqs)
+        throw bad_request(fmt::format("{} choices ({} prompt(s) x n = {}) exceed --max-num-seqs {}: they could not "
+                                      "run together",
+                                      total, prompts.size(), n, s.opts.max_num_seqs),
+                          "n");
+    std::vector<std::shared_ptr<ActiveRequest>> ars;
+    for (const auto& prompt : prompts)
+        for (int64_t j = 0; j < n; ++j) {
+            SamplingParams sp = sampling;
+            if (sp.seed) *sp.seed += static_cast<uint64_t>(j);
+            ars.push_back(std::make_shared<ActiveRequest>(s, GenerateRequest{prompt, std::move(sp)}));
+        }
+    return ars;
+}
+
+bool interleave_events(std::vector<std::shared_ptr<ActiveRequest>>& ars,
+                       const std::function<bool(size_t, const EngineEvent&)>& on_event,
+                       const std::function<bool()>& ping) {
+    // One request: wait on it alone. Several: poll each briefly in turn, so one choice's tokens never
+    // wait behind another's (the engine runs them in the same steps).
+    const auto wait = ars.size() == 1 ? kSsePingInterval : std::chrono::milliseconds(5);
+    std::vector<bool> done(ars.size(), false);
+    size_t n_done = 0;
+    auto quiet_since = std::chrono::steady_clock::now();
+    while (n_done < ars.size()) {
+        bool any = false;
+        for (size_t i = 0; i < ars.size(); ++i) {
+            if (done[i]) continue;
+            std::optional<EngineEvent> ev = ars[i]->next_for(wait);
+            if (!ev) {
+                if (ars[i]->finished()) {
+                    done[i] = true;
+                    ++n_done;
+                }
+                continue;
+            }
+            any = true;
+            if (!on_event(i, *ev)) return false;
+            if (ev->finished()) {
+                done[i] = true;
+                ++n_done;
+            }
+        }
+        const auto now = std::chrono::steady_clock::now();
+        if (any) {
+            quiet_since = now;
+        } else if (now - quiet_since >= kSsePingInterval) {
+            if (!ping()) return false;
+            quiet_since = now;
+        }
+    }
+    return true;
 }
 
 void log_finish_reason(const std::string& reason) {

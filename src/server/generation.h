@@ -7,9 +7,11 @@
 #include "server/server_state.h"
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace onecard::server {
 
@@ -46,6 +48,26 @@ private:
     std::chrono::steady_clock::time_point t_start_, t_last_, t_first_;
     bool got_first_ = false;
 };
+
+// Admits one engine request per choice of an API request: `n` choices of each prompt, in order
+// (index = prompt * n + choice, as vLLM numbers them). Each is an independent sequence that prefills
+// its prompt itself: sharing the prompt's KV between the choices needs the prefix cache, which does
+// not exist yet. A seeded request gives choice j the seed + j (vLLM's parallel sampling does the
+// same), so the choices differ and still replay alike. Throws ApiError 400 (param `n`) when the
+// choices exceed --max-num-seqs (they could not run together), and whatever admission throws; the
+// requests admitted so far are cancelled then.
+std::vector<std::shared_ptr<ActiveRequest>> admit_choices(OpenAIServer::State& s,
+                                                          const std::vector<std::vector<int32_t>>& prompts,
+                                                          const SamplingParams& sampling, int64_t n);
+
+// Reads the events of several requests as they come (the choices of one streamed request), calling
+// `on_event(i, event)` for request i's events in order; returns false when it does. Without an event
+// from any request for kSsePingInterval it calls `ping` (false: client gone). Returns true once every
+// request has ended. `on_event` sees each final event; a request whose stream ended without one
+// ends silently (its ActiveRequest reports it).
+bool interleave_events(std::vector<std::shared_ptr<ActiveRequest>>& ars,
+                       const std::function<bool(size_t, const EngineEvent&)>& on_event,
+                       const std::function<bool()>& ping);
 
 // Token logprobs in the two OpenAI layouts.
 nlohmann::json chat_logprobs_json(const Tokenizer& tok, const std::vector<int32_t>& ids,

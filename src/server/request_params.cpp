@@ -66,14 +66,34 @@ GenerationOptions parse_generation_options(const Json& b, ApiKind kind) {
     GenerationOptions o;
     SamplingParams& sp = o.sampling;
     constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
-    if (auto n = opt_int(b, "n", 1, kMaxInt); n && *n != 1) throw bad_request("only n = 1 is supported", "n");
-    if (auto n = opt_int(b, "best_of", 1, kMaxInt); n && *n != 1)
-        throw bad_request("only best_of = 1 is supported", "best_of");
-    if (kind == ApiKind::Completion && opt_bool(b, "echo").value_or(false))
-        throw bad_request("echo is not supported", "echo");
+    if (auto n = opt_int(b, "n", 1, kMaxInt)) {
+        if (*n > kMaxChoices)
+            throw bad_request(fmt::format("'n' is {}; at most {} choices per request", *n, kMaxChoices), "n");
+        o.n = *n;
+    }
+    // best_of = n needs no ranking: the same as n alone. A larger best_of would rank sequences by
+    // their cumulative logprob, which onecard does not do (vLLM's V1 engine dropped it too).
+    if (auto n = opt_int(b, "best_of", 1, kMaxInt); n && *n != o.n)
+        throw bad_request(fmt::format("best_of must equal n ({}); ranking extra sequences is not supported", o.n),
+                          "best_of");
+    // logit_bias: {"<token id>": bias in [-100, 100]} (OpenAI's shape); the engine checks the ids
+    // against the vocabulary.
     if (const Json* lb = field(b, "logit_bias")) {
-        if (!lb->is_object()) throw bad_request("'logit_bias' must be an object", "logit_bias");
-        if (!lb->empty()) throw bad_request("logit_bias is not supported", "logit_bias");
+        if (!lb->is_object())
+            throw bad_request("'logit_bias' must be an object mapping token ids to biases", "logit_bias");
+        for (const auto& [key, v] : lb->items()) {
+            int64_t token = -1;
+            const bool digits = !key.empty() && key.size() <= 10 &&
+                                key.find_first_not_of("0123456789") == std::string::npos;
+            if (digits) token = std::stoll(key);
+            if (!digits || token > kMaxInt)
+                throw bad_request(fmt::format("'logit_bias' key '{}' is not a token id", key), "logit_bias");
+            if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < -100.0 ||
+                v.get<double>() > 100.0)
+                throw bad_request(fmt::format("'logit_bias' for token {} must be a number in [-100, 100]", key),
+                                  "logit_bias");
+            sp.logit_bias.push_back({static_cast<int32_t>(token), static_cast<float>(v.get<double>())});
+        }
     }
 
     o.max_tokens = opt_int(b, "max_tokens", 1, std::numeric_limits<int64_t>::max());

@@ -21,9 +21,13 @@ std::optional<std::string> opt_string(const Json& body, const char* key);
 
 enum class ApiKind { Chat, Completion };
 
+// The most choices one request may ask for (`n`); the server also bounds it by --max-num-seqs.
+inline constexpr int64_t kMaxChoices = 16;
+
 // What a generation request asks for besides its prompt.
 struct GenerationOptions {
     SamplingParams sampling;
+    int64_t n = 1;  // choices, each an independent sequence (its own engine request)
     std::optional<int64_t> max_tokens;  // as given (max_completion_tokens for chat wins over max_tokens)
     bool stream = false;
     bool include_usage = false;  // stream_options.include_usage
@@ -33,9 +37,10 @@ struct GenerationOptions {
 
 // Reads every sampling and streaming field (temperature, top_p, top_k, min_p, presence/frequency/
 // repetition penalties, seed, stop, stop_token_ids, ignore_eos, include_stop_str_in_output, logprobs,
-// top_logprobs, n, stream, stream_options, max_tokens / max_completion_tokens, logit_bias, best_of,
-// echo). Text is always decoded without special tokens (BOS/EOS), as vLLM's default skip_special_tokens
-// does; the chat markers the parsers need are not special in the V4 vocabulary. Throws ApiError 400 naming the field.
+// top_logprobs, n, stream, stream_options, max_tokens / max_completion_tokens, logit_bias, best_of).
+// /v1/completions reads echo itself. Text is always decoded without special tokens (BOS/EOS), as
+// vLLM's default skip_special_tokens does; the chat markers the parsers need are not special in the
+// V4 vocabulary. Throws ApiError 400 naming the field.
 GenerationOptions parse_generation_options(const Json& body, ApiKind kind);
 
 }  // namespace onecard::server

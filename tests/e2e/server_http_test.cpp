@@ -297,7 +297,8 @@ TEST(ServerHttp, CompletionsTextTokensStreamAndLogprobs) {
     expect_error(post(s, "/detokenize", Json{{"tokens", {-1}}}.dump()), 400, "tokens");
     expect_error(post(s, "/v1/completions", Json{{"prompt", {999999999}}}.dump()), 400, "prompt");
     expect_error(post(s, "/v1/completions", Json{{"prompt", Json::array()}}.dump()), 400, "prompt");
-    expect_error(post(s, "/v1/completions", Json{{"prompt", {"a", "b"}}}.dump()), 400, "prompt");
+    expect_error(post(s, "/v1/completions", Json{{"prompt", Json::array({"a", Json::array({5})})}}.dump()), 400,
+                 "prompt");  // a batch mixing text and token ids
     expect_error(post(s, "/v1/completions", Json{{"max_tokens", 5}}.dump()), 400, "prompt");
 }
 
@@ -350,7 +351,7 @@ TEST(ServerHttp, EveryInputErrorIsA4xxNamingTheField) {
     expect_error(
         post(s, P, R"({"messages": [{"role": "user", "content": "hi"}], "seed": 123456789012345678901234567890})"), 400,
         "seed");
-    expect_error(post(s, P, chat_body("hi", {{"n", 3}}).dump()), 400, "n");
+    expect_error(post(s, P, chat_body("hi", {{"n", 17}}).dump()), 400, "n");
     expect_error(post(s, P, chat_body("hi", {{"max_tokens", 1000}}).dump()), 400, "max_tokens");
     expect_error(post(s, P, Json{{"messages", "hi"}}.dump()), 400, "messages");
     expect_error(post(s, P, Json{{"temperature", 1}}.dump()), 400, "messages");

@@ -1,5 +1,6 @@
 // Sampler: empirical frequencies match the target distribution (chi-square), min-p / top-k / top-p
-// truncate exactly, seeds reproduce, penalties move logits by hand-computed amounts.
+// truncate exactly, seeds reproduce, penalties move logits by hand-computed amounts, logit_bias applies
+// before them.
 #include "engine/sampler.h"
 #include "core/error.h"
 
@@ -230,6 +231,58 @@ TEST(Penalties, ChangeTheGreedyChoice) {
     p.presence_penalty = 0.2f;
     const std::vector<int32_t> output = {0};
     EXPECT_EQ(s.sample(logits, p, {}, output, 0).token, 1);
+}
+
+TEST(LogitBias, ShiftsTheDistributionBeforePenaltiesAndTemperature) {
+    const std::vector<float> logits = {1.0f, 0.0f, 2.0f, -1.0f};
+    SamplingParams p;
+    p.temperature = 0.0f;
+    Sampler s;
+    EXPECT_EQ(s.sample(logits, p, {}, {}, 0).token, 2);
+    p.logit_bias = {{2, -100.0f}};  // banned in practice
+    EXPECT_EQ(s.sample(logits, p, {}, {}, 0).token, 0);
+    p.logit_bias = {{3, 3.5f}};  // -1 + 3.5 = 2.5 beats 2
+    EXPECT_EQ(s.sample(logits, p, {}, {}, 0).token, 3);
+    // Sampled distribution: softmax((logits + bias) / T), exactly.
+    p.temperature = 0.5f;
+    p.logit_bias = {{0, 1.0f}, {1, -0.5f}};
+    const Candidates c = s.target_distribution(logits, p, {}, {});
+    const std::vector<double> want = softmax({2.0f, -0.5f, 2.0f, -1.0f}, 0.5);
+    ASSERT_EQ(c.tokens.size(), want.size());
+    for (size_t i = 0; i < c.tokens.size(); ++i)
+        EXPECT_NEAR(c.probs[i], want[static_cast<size_t>(c.tokens[i])], 1e-12) << i;
+    // Bias first, then the repetition penalty (vLLM's order): (1 + 1) / 2 = 1 for a seen token 0.
+    // The other order would give 1 / 2 + 1 = 1.5, a tie that token 0 wins.
+    const std::vector<float> row = {1.0f, 1.5f};
+    SamplingParams q;
+    q.temperature = 0.0f;
+    q.logit_bias = {{0, 1.0f}};
+    q.repetition_penalty = 2.0f;
+    const std::vector<int32_t> prompt = {0};
+    EXPECT_EQ(s.sample(row, q, prompt, {}, 0).token, 1);
+    // Logprobs stay those of the raw distribution.
+    p.temperature = 0.0f;
+    p.logprobs = 1;
+    p.logit_bias = {{3, 50.0f}};
+    const auto r = s.sample(logits, p, {}, {}, 0);
+    EXPECT_EQ(r.token, 3);
+    const double lse = std::log(std::exp(1.0) + std::exp(0.0) + std::exp(2.0) + std::exp(-1.0));
+    EXPECT_NEAR(r.logprobs->sampled.logprob, -1.0 - lse, 1e-6);
+    EXPECT_EQ(r.logprobs->top[0].token, 2);
+}
+
+TEST(LogitBias, ValidatedAndRoutedToTheHost) {
+    SamplingParams p;
+    EXPECT_FALSE(needs_host_sampling(p));
+    p.logit_bias = {{9, 100.0f}};
+    EXPECT_NO_THROW(validate_sampling_params(p, 10));
+    EXPECT_TRUE(needs_host_sampling(p));  // the GPU sampler takes no bias: such rows come back as logits
+    p.logit_bias = {{10, 1.0f}};
+    EXPECT_THROW(validate_sampling_params(p, 10), Error);
+    p.logit_bias = {{1, 100.5f}};
+    EXPECT_THROW(validate_sampling_params(p, 10), Error);
+    p.logit_bias = {{1, NAN}};
+    EXPECT_THROW(validate_sampling_params(p, 10), Error);
 }
 
 TEST(Sampler, GreedyTiesAndLogprobs) {

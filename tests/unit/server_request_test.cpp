@@ -47,6 +47,23 @@ TEST(ServerRequest, SamplingFieldsAreRead) {
     EXPECT_TRUE(o.include_usage);
 }
 
+TEST(ServerRequest, ChoicesAndLogitBiasAreRead) {
+    const auto o = parse_generation_options(
+        parse_body(R"({"n": 4, "best_of": 4, "logit_bias": {"17": -100, "3": 2.5, "0": 100}})"), ApiKind::Completion);
+    EXPECT_EQ(o.n, 4);
+    ASSERT_EQ(o.sampling.logit_bias.size(), 3u);
+    float sum = 0;
+    for (const auto& b : o.sampling.logit_bias) {
+        if (b.token == 17) EXPECT_FLOAT_EQ(b.bias, -100.0f);
+        if (b.token == 3) EXPECT_FLOAT_EQ(b.bias, 2.5f);
+        if (b.token == 0) EXPECT_FLOAT_EQ(b.bias, 100.0f);
+        sum += static_cast<float>(b.token);
+    }
+    EXPECT_FLOAT_EQ(sum, 20.0f);
+    EXPECT_EQ(parse_generation_options(parse_body("{}"), ApiKind::Chat).n, 1);
+    EXPECT_TRUE(parse_generation_options(parse_body(R"({"logit_bias": {}})"), ApiKind::Chat).sampling.logit_bias.empty());
+}
+
 TEST(ServerRequest, CompletionsLogprobsIsAnInteger) {
     const auto o =
         parse_generation_options(parse_body(R"({"logprobs": 2, "max_tokens": 5, "stop": "x"})"), ApiKind::Completion);
@@ -55,7 +72,6 @@ TEST(ServerRequest, CompletionsLogprobsIsAnInteger) {
     EXPECT_EQ(o.max_tokens, 5);
     EXPECT_EQ(o.sampling.stop, std::vector<std::string>{"x"});
     EXPECT_EQ(refused_param(R"({"logprobs": true})", ApiKind::Completion), "logprobs");
-    EXPECT_EQ(refused_param(R"({"echo": true})", ApiKind::Completion), "echo");
 }
 
 TEST(ServerRequest, EveryBadFieldIsNamed) {
@@ -70,7 +86,9 @@ TEST(ServerRequest, EveryBadFieldIsNamed) {
     EXPECT_EQ(refused_param(R"({"max_tokens": 1e300})"), "max_tokens");
     EXPECT_EQ(refused_param(R"({"max_tokens": 99999999999999999999})"), "max_tokens");
     EXPECT_EQ(refused_param(R"({"max_completion_tokens": -5})"), "max_completion_tokens");
-    EXPECT_EQ(refused_param(R"({"n": 2})"), "n");
+    EXPECT_EQ(refused_param(R"({"n": 17})"), "n");  // at most kMaxChoices
+    EXPECT_EQ(refused_param(R"({"n": 0})"), "n");
+    EXPECT_EQ(refused_param(R"({"n": 2, "best_of": 3})"), "best_of");
     EXPECT_EQ(refused_param(R"({"n": "1"})"), "n");
     EXPECT_EQ(refused_param(R"({"seed": 1.5})"), "seed");
     EXPECT_EQ(refused_param(R"({"stop": 5})"), "stop");
@@ -82,7 +100,11 @@ TEST(ServerRequest, EveryBadFieldIsNamed) {
     EXPECT_EQ(refused_param(R"({"logprobs": true, "top_logprobs": 21})"), "top_logprobs");
     EXPECT_EQ(refused_param(R"({"stream_options": {"include_usage": true}})"), "stream_options");
     EXPECT_EQ(refused_param(R"({"stream": "yes"})"), "stream");
-    EXPECT_EQ(refused_param(R"({"logit_bias": {"5": 1}})"), "logit_bias");
+    EXPECT_EQ(refused_param(R"({"logit_bias": {"5": 101}})"), "logit_bias");
+    EXPECT_EQ(refused_param(R"({"logit_bias": {"-5": 1}})"), "logit_bias");
+    EXPECT_EQ(refused_param(R"({"logit_bias": {"abc": 1}})"), "logit_bias");
+    EXPECT_EQ(refused_param(R"({"logit_bias": {"5": "1"}})"), "logit_bias");
+    EXPECT_EQ(refused_param(R"({"logit_bias": [1]})"), "logit_bias");
     EXPECT_EQ(refused_param(R"({"n": 1, "temperature": 0, "max_tokens": 2.0})"), "");  // integral float is an integer
 }
 
