@@ -74,6 +74,48 @@ void SequenceState::check_layer_kv(const LayerState& l) const {
                   kv.n_index_keys(l.layer_id), want_keys);
 }
 
+int64_t SequenceState::boundary_carry_floats() const {
+    int64_t n = 0;
+    for (const LayerState& l : layers_) {
+        if (l.compressor) n += l.compressor->carry_floats();
+        if (l.index_compressor) n += l.index_compressor->carry_floats();
+    }
+    return n;
+}
+
+std::vector<float> SequenceState::boundary_carry() const {
+    ONECARD_CHECK(!own_kv_ && n_mtp_tokens_ == 0,
+                  "sequence state: a boundary snapshot needs external KV and an unused MTP block");
+    std::vector<float> out(static_cast<size_t>(boundary_carry_floats()));
+    float* p = out.data();
+    for (const LayerState& l : layers_) {
+        for (const auto* c : {&l.compressor, &l.index_compressor}) {
+            if (!c->has_value()) continue;
+            (*c)->save_carry(p);  // throws off a boundary
+            p += (*c)->carry_floats();
+        }
+    }
+    return out;
+}
+
+void SequenceState::restore_boundary(int64_t n_tokens, const std::vector<float>& carry) {
+    ONECARD_CHECK(!own_kv_ && n_tokens_ == 0 && n_mtp_tokens_ == 0,
+                  "sequence state: a boundary snapshot restores into a fresh state with external KV");
+    ONECARD_CHECK(static_cast<int64_t>(carry.size()) == boundary_carry_floats(),
+                  "sequence state: snapshot carry of {} floats, this model's is {}", carry.size(),
+                  boundary_carry_floats());
+    const float* p = carry.data();
+    for (LayerState& l : layers_) {
+        for (auto* c : {&l.compressor, &l.index_compressor}) {
+            if (!c->has_value()) continue;
+            (*c)->restore_carry(n_tokens, p);
+            p += (*c)->carry_floats();
+        }
+        l.n_tokens = n_tokens;
+    }
+    n_tokens_ = n_tokens;
+}
+
 void SequenceState::check_integrity() const {
     if (own_kv_) {
         own_kv_->check_integrity();

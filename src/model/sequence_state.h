@@ -65,6 +65,18 @@ public:
     std::vector<LayerState>& mtp_layers() { return mtp_layers_; }
     const std::vector<LayerState>& mtp_layers() const { return mtp_layers_; }
     void advance(int64_t n) { n_tokens_ += n; }
+
+    // Prefix-cache snapshots. At a token count that is a multiple of every compress ratio (a KV
+    // block boundary: kvcache's block_size is a multiple of every ratio) all this state carries
+    // besides the stored KV is each compressor's carry (CompressorState::save_carry: the CSA
+    // compressors' closed-window rows; nothing for HCA). boundary_carry() is that, layer by layer
+    // [boundary_carry_floats()]; restore_boundary() puts a fresh state at n_tokens with it. Only for
+    // states whose KV is kept outside (the caller snapshots the window rings it stores) and whose
+    // MTP blocks have not run (their own positions are not snapshotted); both throw otherwise or off
+    // a boundary.
+    int64_t boundary_carry_floats() const;
+    std::vector<float> boundary_carry() const;
+    void restore_boundary(int64_t n_tokens, const std::vector<float>& carry);
     void advance_mtp(int64_t n) { n_mtp_tokens_ += n; }
 
 private:

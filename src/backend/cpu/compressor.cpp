@@ -67,6 +67,28 @@ bool CompressorState::push(const float* kv, const float* score, float* entry) {
     return true;
 }
 
+void CompressorState::save_carry(float* out) const {
+    ONECARD_CHECK(ratio_ > 0 && n_tokens_ % ratio_ == 0, "compressor: carry saved at {} tokens, not a multiple of {}",
+                  n_tokens_, ratio_);
+    if (!overlap()) return;
+    const auto n = static_cast<size_t>(ratio_ * row_width());  // slots [0, ratio): the closed window
+    std::copy(kv_.begin(), kv_.begin() + static_cast<long>(n), out);
+    std::copy(score_.begin(), score_.begin() + static_cast<long>(n), out + n);
+}
+
+void CompressorState::restore_carry(int64_t n_tokens, const float* in) {
+    ONECARD_CHECK(ratio_ > 0 && n_tokens >= 0 && n_tokens % ratio_ == 0,
+                  "compressor: carry restored at {} tokens, not a multiple of {}", n_tokens, ratio_);
+    std::fill(kv_.begin(), kv_.end(), 0.0f);
+    std::fill(score_.begin(), score_.end(), -INFINITY);
+    n_tokens_ = n_tokens;
+    // Before the first window closes the previous slots stay empty (-inf), as in a fresh state.
+    if (!overlap() || n_tokens < ratio_) return;
+    const auto n = static_cast<size_t>(ratio_ * row_width());
+    std::copy(in, in + n, kv_.begin());
+    std::copy(in + n, in + 2 * n, score_.begin());
+}
+
 void CompressorState::check_integrity() const {
     ONECARD_CHECK(ratio_ > 0 && head_dim_ > 0, "compressor state: not initialised");
     const size_t n = static_cast<size_t>((overlap() ? 2 * ratio_ : ratio_) * row_width());

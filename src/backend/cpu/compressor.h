@@ -37,6 +37,17 @@ public:
     // never crosses a window end only has to rewind n_tokens (rows are addressed by position).
     bool push(const float* kv, const float* score, float* entry);
 
+    // Window-boundary snapshots (prefix caching): when n_tokens() is a multiple of ratio, the only
+    // rows a later push still reads are, overlapping, the closed window's `ratio` rows (the next
+    // entry's A halves); a plain compressor reads none (the open window is refilled before it is
+    // pooled). save_carry writes those rows [carry_floats()] (kv rows, then score rows);
+    // restore_carry sets a compressor to n_tokens (a multiple of ratio) with them, the dead rows
+    // reset as in a fresh state. Pushing after a restore gives bit for bit what pushing after the
+    // saved state gives. Both throw off a boundary.
+    int64_t carry_floats() const { return overlap() ? 2 * ratio_ * row_width() : 0; }
+    void save_carry(float* out) const;
+    void restore_carry(int64_t n_tokens, const float* in);
+
     // Throws onecard::Error if the buffers are inconsistent with ratio/head_dim/n_tokens.
     void check_integrity() const;
 
