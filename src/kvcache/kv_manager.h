@@ -5,12 +5,31 @@
 //
 // Lifetime contract: a handle is valid from allocate() until free(); any use after free() throws
 // (handles carry a generation number). Only the engine thread touches the manager.
+//
+// Prefix caching (PrefixCacheConfig::enabled). Two things make a cached prefix resumable exactly:
+//  * paged blocks: a full block whose tokens are computed is registered under its chain hash
+//    (hash_kv_block: parent hash, the block's token ids, extra keys, as vLLM's block hashes) with
+//    its token ids (a hit compares them, so a hash collision is a miss, never wrong KV). A freed
+//    sequence's registered blocks stay cached at refcount 0 in LRU order (tail blocks first) until
+//    an allocation needs them; a hit shares them by refcount, so a running sequence's blocks are
+//    never evicted.
+//  * snapshots of the per-sequence state that is not in blocks (window rings, compressor carries:
+//    the runner's business, ModelRunner::prefix_snapshot_bytes). A snapshot is taken at a block
+//    boundary and keyed by the hash of the block that ends there; the runner stores it under the id
+//    the manager hands out (plan_snapshot), the manager keeps the index, an LRU of at most
+//    max_snapshots, and the ids the runner should drop (take_dropped_snapshots).
+// A hit resumes at the last block boundary b * block_size such that blocks [0, b) are cached and a
+// snapshot exists at b, and b < the sequence's tokens (the last token is always recomputed, so
+// there are logits to sample).
 #pragma once
 
 #include "kvcache/block_pool.h"
 #include "kvcache/kv_spec.h"
 
 #include <cstdint>
+#include <list>
+#include <span>
+#include <unordered_map>
 #include <vector>
 
 namespace onecard {
@@ -34,15 +53,83 @@ struct KvPoolSize {
 // in whole blocks. Throws if the budget cannot hold the slots plus one block.
 KvPoolSize plan_kv_pool(const KvCacheSpec& spec, int64_t memory_budget_bytes, int64_t max_num_seqs);
 
+// Chain hash of one block: its parent's hash (kNoParentHash for block 0), its token ids and extra
+// keys (anything else the block's KV depends on; 0 when none). Collisions are caught by the token
+// comparison of match_prefix, so 64 bits only bound how often a lookup does that comparison.
+using BlockHash = uint64_t;
+inline constexpr BlockHash kNoParentHash = 0x6f6e65636172645fULL;  // "onecard_"
+
+// A sequence's token ids in two pieces (a request's prompt and its output), read without copying.
+struct SequenceTokens {
+    std::span<const int32_t> head, tail;
+    SequenceTokens(std::span<const int32_t> h, std::span<const int32_t> t = {}) : head(h), tail(t) {}
+    SequenceTokens(const std::vector<int32_t>& h) : head(h) {}
+    size_t size() const { return head.size() + tail.size(); }
+    int32_t operator[](size_t i) const { return i < head.size() ? head[i] : tail[i - head.size()]; }
+};
+
+// Hash of block `b` (tokens [b * block_size, (b + 1) * block_size)) given its parent's hash.
+BlockHash hash_kv_block(BlockHash parent, const SequenceTokens& tokens, int64_t block, int64_t block_size,
+                        uint64_t extra = 0);
+// Chain hashes of every full block of `tokens` from block hashes.size() on, appended to hashes.
+void extend_block_hashes(std::vector<BlockHash>& hashes, const SequenceTokens& tokens, int64_t block_size,
+                         uint64_t extra = 0);
+
+struct PrefixCacheConfig {
+    bool enabled = false;
+    int64_t max_snapshots = 0;  // snapshots kept at most (0: none kept, so nothing can hit)
+};
+
+// What a new sequence can reuse: its first blocks (shared) and the snapshot to resume from.
+struct PrefixMatch {
+    std::vector<int32_t> blocks;  // cached blocks covering [0, n_tokens)
+    int64_t n_tokens = 0;         // tokens served from the cache (a multiple of block_size)
+    int64_t snapshot = -1;        // the runner's snapshot id at n_tokens (-1: no hit)
+};
+
+struct PrefixCacheStats {
+    int64_t n_cached_blocks = 0;     // registered blocks, in use or evictable
+    int64_t n_evictable_blocks = 0;  // registered with refcount 0
+    int64_t n_snapshots = 0;
+    int64_t n_evicted_blocks = 0;     // cumulative
+    int64_t n_evicted_snapshots = 0;  // cumulative
+};
+
 class KvCacheManager {
 public:
-    KvCacheManager(KvCacheSpec spec, KvPoolSize size);
+    KvCacheManager(KvCacheSpec spec, KvPoolSize size, PrefixCacheConfig prefix = {});
 
     const KvCacheSpec& spec() const { return spec_; }
+    bool prefix_caching() const { return prefix_.enabled; }
 
     // True if a new sequence with room for n_tokens can be admitted now (a free slot and blocks).
     bool can_allocate(int64_t n_tokens) const;
     KvHandle allocate(int64_t n_tokens);
+
+    // ---- prefix caching (all no-ops / misses when it is off)
+    // The longest usable cached prefix of a sequence with these tokens and their full blocks' chain
+    // hashes (extend_block_hashes). Does not change the cache.
+    PrefixMatch match_prefix(std::span<const BlockHash> hashes, const SequenceTokens& tokens) const;
+    // As can_allocate / allocate, reusing `match` (from match_prefix, with no cache change since):
+    // its blocks are shared, fresh ones cover the rest of n_tokens (>= match.n_tokens).
+    bool can_allocate(const PrefixMatch& match, int64_t n_tokens) const;
+    KvHandle allocate(const PrefixMatch& match, int64_t n_tokens);
+    // Registers h's full blocks whose tokens are computed (the first n_computed tokens) under their
+    // chain hashes, so later sequences can reuse them. A block whose hash is already registered (the
+    // same content computed twice) stays private to h.
+    void cache_blocks(KvHandle h, std::span<const BlockHash> hashes, const SequenceTokens& tokens,
+                      int64_t n_computed);
+    // A new snapshot id for the boundary that ends the block with this hash, or -1 if one exists or
+    // is already planned (or snapshots are off). The id is pending until commit_snapshot.
+    int64_t plan_snapshot(BlockHash block_hash);
+    // The runner stored pending snapshot `id`: it joins the index (evicting the least recently used
+    // beyond max_snapshots; a duplicate of an indexed hash is dropped).
+    void commit_snapshot(int64_t id);
+    // Pending snapshots never committed (their step failed) are dropped.
+    void abandon_pending_snapshots();
+    // Snapshot ids the runner should free (evicted or abandoned) since the last call.
+    std::vector<int64_t> take_dropped_snapshots();
+    PrefixCacheStats prefix_cache_stats() const;
     // True if h can grow by n_new_tokens without running out of blocks.
     bool can_extend(KvHandle h, int64_t n_new_tokens) const;
     void extend(KvHandle h, int64_t n_new_tokens);
@@ -61,7 +148,8 @@ public:
 
     // Throws onecard::Error unless: the pool is consistent; every block refcount equals the number of
     // live block tables that hold it; every live sequence has exactly blocks_for_tokens(n_tokens)
-    // blocks; free slots are distinct and not live.
+    // blocks; free slots are distinct and not live; the hash index and the pool's cached blocks are
+    // the same set; the snapshot index and its LRU agree and hold at most max_snapshots.
     void check_integrity() const;
 
 private:
@@ -70,15 +158,38 @@ private:
         uint32_t generation = 0;
         int64_t n_tokens = 0;
         std::vector<int32_t> blocks;
+        int64_t n_registered = 0;  // leading blocks cache_blocks has looked at (prefix caching)
+    };
+    struct CachedBlock {  // a registered block's identity
+        BlockHash hash = 0;
+        std::vector<int32_t> tokens;  // [block_size]
+    };
+    struct Snapshot {
+        int64_t id = -1;
+        std::list<BlockHash>::iterator lru;
     };
     const Slot& slot_of(KvHandle h, const char* verb) const;
     Slot& slot_of(KvHandle h, const char* verb);
     int64_t extra_blocks(const Slot& s, int64_t n_new_tokens) const;
+    // Blocks of `match` that sit evictable now (allocating the match takes them out of n_free_blocks).
+    int64_t n_evictable_in(const PrefixMatch& match) const;
+    void forget_evicted(const std::vector<int32_t>& evicted);
+    void drop_snapshot(BlockHash hash);
 
     KvCacheSpec spec_;
+    PrefixCacheConfig prefix_;
     BlockPool pool_;
     std::vector<Slot> slots_;
     std::vector<int32_t> free_slots_;  // stack
+    // Prefix caching.
+    std::vector<CachedBlock> cached_;                       // [n_blocks], valid where pool_.is_cached
+    std::unordered_map<BlockHash, int32_t> block_of_hash_;  // registered blocks
+    std::unordered_map<BlockHash, Snapshot> snapshots_;     // by the hash of the block ending at it
+    std::list<BlockHash> snapshot_lru_;                     // front() is evicted next
+    std::unordered_map<int64_t, BlockHash> pending_snapshots_;
+    std::vector<int64_t> dropped_snapshots_;
+    int64_t next_snapshot_id_ = 0;
+    int64_t n_evicted_blocks_ = 0, n_evicted_snapshots_ = 0;
 };
 
 }  // namespace onecard
