@@ -77,7 +77,7 @@ struct TokenLogprobs {
 struct Usage {
     int64_t prompt_tokens = 0;
     int64_t completion_tokens = 0;  // includes a final stop/EOS token
-    int64_t cached_tokens = 0;      // prompt tokens served from a prefix cache (0 until prefix caching lands)
+    int64_t cached_tokens = 0;      // prompt tokens served from the prefix cache (at the request's first admission)
     int64_t n_preemptions = 0;      // times the request was preempted and recomputed
 };
 
@@ -111,6 +111,12 @@ struct EngineConfig {
     int64_t kv_block_size = 128;                  // tokens per paged block (multiple of every compress ratio)
     int64_t max_model_len = 0;                    // prompt + output limit; 0 -> the runner's maximum
     int32_t eos_token_id = -1;                    // -1 -> none
+    // Automatic prefix caching (vLLM's --enable-prefix-caching): used only where the runner supports
+    // it (the CPU runner in reference numerics; not yet the CUDA runner), else ignored.
+    bool enable_prefix_caching = true;
+    // Bytes of per-sequence state snapshots the prefix cache may keep (the runner's store, besides the
+    // KV pool); -1: a quarter of kv_cache_bytes.
+    int64_t prefix_snapshot_bytes = -1;
     size_t submit_queue_capacity = 256;
     size_t event_queue_capacity = 64;
     std::function<std::unique_ptr<TextDecoder>()> make_text_decoder;  // empty -> no text, no stop strings
@@ -124,6 +130,10 @@ struct EngineStats {
     int64_t n_total_kv_blocks = 0;
     int64_t n_free_kv_slots = 0;
     int64_t n_preemptions = 0;
+    // Prefix caching (vLLM's vllm:prefix_cache_queries / _hits: prompt tokens looked up / found).
+    bool prefix_caching = false;  // on in this engine (asked for and supported by the runner)
+    int64_t prefix_cache_queries = 0;
+    int64_t prefix_cache_hits = 0;
 };
 
 class RequestStream;

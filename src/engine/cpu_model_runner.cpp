@@ -25,18 +25,81 @@ void CpuModelRunner::bind_kv_pool(const KvCacheSpec& spec, const KvPoolSize& siz
     spec_ = std::make_unique<KvCacheSpec>(spec);
     layout_ = std::make_unique<PagedKvLayout>(*spec_);
     arena_ = std::make_unique<KvHostArena>(*spec_, size);
+    for (size_t r = 0; r < spec_->fixed.size(); ++r)
+        if (spec_->fixed[r].kind == KvFixedKind::Window) window_regions_.push_back(r);
+}
+
+int64_t CpuModelRunner::prefix_snapshot_bytes(const KvCacheSpec& spec) const {
+    int64_t bytes = 4 * model_.new_sequence_external_kv().boundary_carry_floats();
+    for (const KvFixedRegion& f : spec.fixed)
+        if (f.kind == KvFixedKind::Window) bytes += f.bytes();
+    return bytes;
+}
+
+void CpuModelRunner::save_snapshot(const Live& live, int64_t id) {
+    Snapshot snap;
+    snap.n_tokens = live.state.n_tokens();
+    snap.carry = live.state.boundary_carry();
+    for (size_t r : window_regions_) {
+        const uint8_t* p = arena_->fixed_region(live.slot, r);
+        snap.windows.insert(snap.windows.end(), p, p + spec_->fixed[r].bytes());
+    }
+    snapshots_.insert_or_assign(id, std::move(snap));
+}
+
+CpuModelRunner::Live CpuModelRunner::restore_snapshot(int64_t id, int32_t slot, int64_t start_pos) {
+    auto it = snapshots_.find(id);
+    ONECARD_CHECK(it != snapshots_.end(), "cpu runner: prefix-cache snapshot {} is not stored", id);
+    const Snapshot& snap = it->second;
+    ONECARD_CHECK(snap.n_tokens == start_pos, "cpu runner: snapshot {} was taken at {} tokens, not {}", id,
+                  snap.n_tokens, start_pos);
+    Live live{model_.new_sequence_external_kv(), slot, {}};
+    live.state.restore_boundary(snap.n_tokens, snap.carry);
+    const uint8_t* p = snap.windows.data();
+    for (size_t r : window_regions_) {
+        const auto n = static_cast<size_t>(spec_->fixed[r].bytes());
+        std::copy(p, p + n, arena_->fixed_region(slot, r));
+        p += n;
+    }
+    return live;
+}
+
+std::vector<float> CpuModelRunner::forward_saving(Live& live, const ScheduledRequest& e) {
+    PagedSequenceKv kv(*arena_, *layout_, live.slot, live.block_table);
+    std::vector<float> logits;
+    int64_t done = 0;  // tokens of e computed so far
+    auto advance_to = [&](int64_t end) {  // end: tokens of e computed afterwards
+        if (end <= done) return;
+        logits = model_.forward(live.state, kv,
+                                std::span<const int32_t>(e.token_ids.data() + done, static_cast<size_t>(end - done)));
+        done = end;
+    };
+    for (const auto& save : e.save_snapshots) {
+        ONECARD_CHECK(save.pos > e.start_pos + done && save.pos <= e.start_pos + e.n_tokens(),
+                      "cpu runner: request {} snapshot at {} outside its chunk ({}, {}]", e.id, save.pos,
+                      e.start_pos + done, e.start_pos + e.n_tokens());
+        advance_to(save.pos - e.start_pos);
+        save_snapshot(live, save.id);
+    }
+    advance_to(e.n_tokens());
+    return logits;
 }
 
 RunnerOutput CpuModelRunner::execute(const SchedulerOutput& batch) {
     for (RequestId id : batch.finished_ids) states_.erase(id);
     for (RequestId id : batch.preempted_ids) states_.erase(id);
+    for (int64_t id : batch.dropped_snapshots) snapshots_.erase(id);  // ids never stored are no-ops
     ONECARD_CHECK(paged_kv() || model_.numerics() != Numerics::Reference,
                   "cpu runner: reference numerics keep KV in the engine's pool, but bind_kv_pool() was not called");
     RunnerOutput out;
     out.vocab_size = vocab_size();
     const auto V = static_cast<size_t>(out.vocab_size);
     for (const auto& e : batch.requests) {
-        if (e.start_pos == 0)
+        ONECARD_CHECK((e.restore_snapshot < 0 && e.save_snapshots.empty()) || paged_kv(),
+                      "cpu runner: prefix-cache snapshots need reference numerics (KV in the engine's pool)");
+        if (e.restore_snapshot >= 0)
+            states_.insert_or_assign(e.id, restore_snapshot(e.restore_snapshot, e.kv.slot, e.start_pos));
+        else if (e.start_pos == 0)
             states_.insert_or_assign(
                 e.id, Live{paged_kv() ? model_.new_sequence_external_kv() : model_.new_sequence(), e.kv.slot, {}});
         auto it = states_.find(e.id);
@@ -53,9 +116,8 @@ RunnerOutput CpuModelRunner::execute(const SchedulerOutput& batch) {
             ONECARD_CHECK(e.kv.slot == live.slot, "cpu runner: request {} moved from KV slot {} to {} while live", e.id,
                           live.slot, e.kv.slot);
             live.block_table = e.block_table;
-            PagedSequenceKv kv(*arena_, *layout_, live.slot, live.block_table);
-            kv.check_covers(e.start_pos + e.n_tokens());
-            logits = model_.forward(live.state, kv, e.token_ids);
+            PagedSequenceKv(*arena_, *layout_, live.slot, live.block_table).check_covers(e.start_pos + e.n_tokens());
+            logits = forward_saving(live, e);
         } else {
             logits = model_.forward(live.state, e.token_ids);
         }
@@ -67,17 +129,26 @@ RunnerOutput CpuModelRunner::execute(const SchedulerOutput& batch) {
 }
 
 void CpuModelRunner::check_integrity() const {
-    std::unordered_set<int32_t> slots, blocks;
+    std::unordered_set<int32_t> slots;
+    // Prefix caching shares full blocks (read only); a block still being written has one owner.
+    std::unordered_map<int32_t, int> holders, writers;
     for (const auto& [id, live] : states_) {
         live.state.check_integrity();
         if (!paged_kv()) continue;
         ONECARD_CHECK(slots.insert(live.slot).second, "cpu runner: KV slot {} is used by two live requests", live.slot);
         // Entries are written through the table, so it must cover every token computed so far.
         PagedSequenceKv(*arena_, *layout_, live.slot, live.block_table).check_covers(live.state.n_tokens());
-        for (int32_t b : live.block_table)
-            ONECARD_CHECK(blocks.insert(b).second, "cpu runner: KV block {} is in two live block tables (request {})",
-                          b, id);
+        const int64_t n_full = live.state.n_tokens() / spec_->block_size;
+        for (size_t i = 0; i < live.block_table.size(); ++i) {
+            const int32_t b = live.block_table[i];
+            ++holders[b];
+            if (static_cast<int64_t>(i) >= n_full) ++writers[b];
+        }
     }
+    for (const auto& [b, n] : writers)
+        ONECARD_CHECK(n == 1 && holders[b] == 1,
+                      "cpu runner: KV block {} is still written by a request but in {} live block tables", b,
+                      holders[b]);
 }
 
 }  // namespace onecard

@@ -13,6 +13,19 @@
 //    and blocks still bound admission and drive preemption.
 // The compressors' running state stays fp32 in the SequenceState in both modes (the spec keeps it
 // fp32 as well).
+//
+// Prefix caching (reference numerics: the KV must be in the pool's blocks to be shared). A
+// snapshot at block boundary p (a multiple of block_size, so of 4 and 128) holds what the next
+// token needs that is not in the blocks: every layer's window ring (the slot's Window regions,
+// positions [p - sliding_window, p)) and the CSA compressors' closed-window rows; at p the HCA
+// compressors' open window is empty, which is why a boundary at the HCA ratio is the natural
+// one: a snapshot anywhere else would carry up to 127 fp32 rows per HCA layer. Bytes per
+// snapshot: windows n_layers * sliding_window * entry_bytes + 4 * Σ_CSA 2 * 4 * (2 * head_dim +
+// 2 * index_head_dim); at the Flash shape 44 * 128 * 584 + 4 * 21 * 8 * (1024 + 256) = 4.15 MB,
+// against 493 KB of paged KV per 128-token block: one every block costs ~8x the blocks' bytes, so
+// the engine bounds how many are kept (EngineConfig::prefix_snapshot_bytes, LRU). Restoring one
+// into a fresh state and computing on is bit for bit a cold run (the forward pass is exact under
+// any chunking), as tests/unit/prefix_cache_test.cpp checks at every boundary kind.
 #pragma once
 
 #include "engine/model_runner.h"
@@ -37,9 +50,12 @@ public:
     KvModelShape kv_model_shape() const override;
     // Reference numerics: allocates the host arena the paged KV lives in (once).
     void bind_kv_pool(const KvCacheSpec& spec, const KvPoolSize& size) override;
+    bool supports_prefix_caching() const override { return model_.numerics() == Numerics::Reference; }
+    int64_t prefix_snapshot_bytes(const KvCacheSpec& spec) const override;
     RunnerOutput execute(const SchedulerOutput& batch) override;
 
     size_t n_live_states() const { return states_.size(); }
+    size_t n_snapshots() const { return snapshots_.size(); }
     bool paged_kv() const { return arena_ != nullptr; }
     // Throws onecard::Error unless every live state is consistent and, with paged KV, live requests
     // hold distinct slots and pairwise disjoint block tables (inside the arena) that cover their tokens.
@@ -51,6 +67,16 @@ private:
         int32_t slot = -1;                 // paged KV: the request's slot
         std::vector<int32_t> block_table;  // paged KV: the table of its last step
     };
+    struct Snapshot {  // a sequence's state at a block boundary, besides its blocks
+        int64_t n_tokens = 0;
+        std::vector<float> carry;      // SequenceState::boundary_carry()
+        std::vector<uint8_t> windows;  // the slot's Window regions, in spec order
+    };
+    void save_snapshot(const Live& live, int64_t id);
+    Live restore_snapshot(int64_t id, int32_t slot, int64_t start_pos);
+    // Advances `live` by tokens, returning the logits of the last call; splits the work at the
+    // boundaries where snapshots are to be taken.
+    std::vector<float> forward_saving(Live& live, const ScheduledRequest& e);
 
     const DeepSeekV4& model_;
     int64_t max_model_len_;
@@ -59,6 +85,8 @@ private:
     std::unique_ptr<KvCacheSpec> spec_;
     std::unique_ptr<PagedKvLayout> layout_;
     std::unique_ptr<KvHostArena> arena_;
+    std::unordered_map<int64_t, Snapshot> snapshots_;  // prefix-cache snapshots by id
+    std::vector<size_t> window_regions_;               // the spec's Window regions (fixed indices)
 };
 
 }  // namespace onecard

@@ -132,6 +132,9 @@ struct Engine::Impl {
         stats.n_total_kv_blocks = core.kv().n_total_blocks();
         stats.n_free_kv_slots = core.kv().n_free_slots();
         stats.n_preemptions = core.scheduler().n_preemptions();
+        stats.prefix_caching = core.prefix_caching();
+        stats.prefix_cache_queries = core.scheduler().n_prefix_queries();
+        stats.prefix_cache_hits = core.scheduler().n_prefix_hits();
         idle_cv.notify_all();
     }
 

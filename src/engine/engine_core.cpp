@@ -37,7 +37,15 @@ EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<ModelRunner> 
     ONECARD_CHECK(max_model_len_ > 1, "engine: max_model_len {} too small", max_model_len_);
     KvCacheSpec spec = make_engine_kv_spec(*runner_, config_);
     const KvPoolSize size = plan_kv_pool(spec, config_.kv_cache_bytes, config_.max_num_seqs);
-    kv_ = std::make_unique<KvCacheManager>(std::move(spec), size);
+    PrefixCacheConfig prefix;
+    prefix.enabled = config_.enable_prefix_caching && runner_->supports_prefix_caching();
+    if (prefix.enabled) {
+        const int64_t snapshot_bytes = runner_->prefix_snapshot_bytes(spec);
+        const int64_t budget =
+            config_.prefix_snapshot_bytes >= 0 ? config_.prefix_snapshot_bytes : config_.kv_cache_bytes / 4;
+        prefix.max_snapshots = snapshot_bytes > 0 ? budget / snapshot_bytes : 0;
+    }
+    kv_ = std::make_unique<KvCacheManager>(std::move(spec), size, prefix);
     runner_->bind_kv_pool(kv_->spec(), size);
     scheduler_ = std::make_unique<Scheduler>(
         SchedulerConfig{config_.max_num_batched_tokens, config_.long_prefill_token_threshold, config_.max_num_seqs},
@@ -94,7 +102,7 @@ EngineEvent EngineCore::final_event(const Request& req, FinishReason reason) con
     ev.finish_reason = reason;
     ev.usage.prompt_tokens = req.num_prompt_tokens();
     ev.usage.completion_tokens = static_cast<int64_t>(req.output.size());
-    ev.usage.cached_tokens = 0;  // no prefix cache yet
+    ev.usage.cached_tokens = std::max<int64_t>(req.num_cached_tokens, 0);
     ev.usage.n_preemptions = req.n_preemptions;
     return ev;
 }
@@ -238,7 +246,7 @@ std::vector<EngineEvent> EngineCore::step() {
     std::vector<EngineEvent> events;
     SchedulerOutput out = scheduler_->schedule();
     last_step_scheduled_ = !out.empty();
-    if (out.empty() && out.finished_ids.empty() && out.preempted_ids.empty()) {
+    if (out.empty() && out.finished_ids.empty() && out.preempted_ids.empty() && out.dropped_snapshots.empty()) {
         last_output_ = std::move(out);
         return events;
     }

@@ -56,6 +56,8 @@ public:
     const EngineConfig& config() const { return config_; }
     int64_t max_model_len() const { return max_model_len_; }
     int64_t n_steps() const { return n_steps_; }
+    // Prefix caching is on: asked for (EngineConfig::enable_prefix_caching) and the runner supports it.
+    bool prefix_caching() const { return kv_->prefix_caching(); }
     void check_integrity() const {
         scheduler_->check_integrity();
         for (const auto& [id, os] : outputs_)

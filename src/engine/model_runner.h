@@ -43,6 +43,16 @@ public:
         (void)spec;
         (void)size;
     }
+    // Prefix caching (kvcache/kv_manager.h): a runner that can take snapshots of a sequence's state at
+    // block boundaries and resume a new sequence from one (ScheduledRequest::save_snapshots,
+    // restore_snapshot, SchedulerOutput::dropped_snapshots) says so here; the engine turns prefix
+    // caching on only then, so any other runner never sees those fields set and runs as before.
+    virtual bool supports_prefix_caching() const { return false; }
+    // Bytes one snapshot takes in the runner's store (the engine sizes the snapshot budget with it).
+    virtual int64_t prefix_snapshot_bytes(const KvCacheSpec& spec) const {
+        (void)spec;
+        return 0;
+    }
     virtual RunnerOutput execute(const SchedulerOutput& batch) = 0;
 };
 

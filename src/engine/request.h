@@ -7,7 +7,8 @@
 // A step computes a contiguous range [num_computed_tokens, num_computed_tokens + n) and, when that
 // range reaches num_tokens(), the runner returns logits and one new token is appended. Preemption
 // (recompute) frees the KV and resets num_computed_tokens to 0; the generated tokens are kept, so the
-// resumed request re-prefills prompt + output and continues exactly where it stopped.
+// resumed request re-prefills prompt + output and continues exactly where it stopped. With prefix
+// caching, admission (first or after a preemption) may start num_computed_tokens at a cached prefix.
 #pragma once
 
 #include "kvcache/kv_manager.h"
@@ -33,9 +34,14 @@ struct Request {
     KvHandle kv;          // valid only while Running
     bool paused = false;  // the engine's event queue for it is full: skip it this step
     int64_t n_preemptions = 0;
+    // Prefix caching: chain hashes of the full blocks of prompt + output known so far, and the prompt
+    // tokens its first admission found cached (-1 until admitted; usage.cached_tokens).
+    std::vector<BlockHash> block_hashes;
+    int64_t num_cached_tokens = -1;
 
     int64_t num_tokens() const { return static_cast<int64_t>(prompt.size() + output.size()); }
     int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt.size()); }
+    SequenceTokens tokens() const { return SequenceTokens(prompt, output); }
     int32_t token_at(int64_t pos) const {
         const auto np = num_prompt_tokens();
         return pos < np ? prompt[static_cast<size_t>(pos)] : output[static_cast<size_t>(pos - np)];

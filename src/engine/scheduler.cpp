@@ -35,7 +35,11 @@ Request* Scheduler::find(RequestId id) {
     return it == requests_.end() ? nullptr : it->second.get();
 }
 
-ScheduledRequest Scheduler::make_entry(const Request& r, int64_t n) const {
+void Scheduler::update_block_hashes(Request& r) const {
+    extend_block_hashes(r.block_hashes, r.tokens(), kv_.spec().block_size);
+}
+
+ScheduledRequest Scheduler::make_entry(Request& r, int64_t n) {
     ScheduledRequest e;
     e.id = r.id;
     e.start_pos = r.num_computed_tokens;
@@ -47,6 +51,16 @@ ScheduledRequest Scheduler::make_entry(const Request& r, int64_t n) const {
     }
     e.sample = e.start_pos + n == r.num_tokens();
     e.kv = r.kv;
+    if (kv_.prefix_caching()) {
+        // A snapshot at every block boundary the chunk reaches whose prefix has none yet. Each one
+        // lets a later request with this prefix resume there (kv_manager.h bounds how many stay).
+        update_block_hashes(r);
+        const int64_t bs = kv_.spec().block_size;
+        for (int64_t pos = (e.start_pos / bs + 1) * bs; pos <= e.start_pos + n; pos += bs) {
+            const int64_t id = kv_.plan_snapshot(r.block_hashes[static_cast<size_t>(pos / bs - 1)]);
+            if (id >= 0) e.save_snapshots.push_back({pos, id});
+        }
+    }
     return e;
 }
 
@@ -75,6 +89,8 @@ SchedulerOutput Scheduler::schedule() {
     out.kv_block_size = kv_.spec().block_size;
     out.finished_ids = std::move(finished_since_last_step_);
     finished_since_last_step_.clear();
+    // Snapshots planned for a step that never reached update_from_output (the runner failed).
+    kv_.abandon_pending_snapshots();
     int64_t budget = config_.max_num_batched_tokens;
 
     // Passes 1 and 2 over running requests: decodes (one token left), then prefill chunks.
@@ -109,18 +125,34 @@ SchedulerOutput Scheduler::schedule() {
     while (!waiting_.empty() && budget > 0 && n_running() < config_.max_num_seqs) {
         Request* r = waiting_.front();
         if (std::find(out.preempted_ids.begin(), out.preempted_ids.end(), r->id) != out.preempted_ids.end()) break;
-        const int64_t n = std::min({r->num_tokens(), config_.long_prefill_token_threshold, budget});
-        if (!kv_.can_allocate(n)) break;
+        PrefixMatch match;
+        if (kv_.prefix_caching()) {
+            update_block_hashes(*r);
+            match = kv_.match_prefix(r->block_hashes, r->tokens());
+        }
+        const int64_t start = match.n_tokens;  // < num_tokens(): the last token is always computed
+        const int64_t n = std::min({r->num_tokens() - start, config_.long_prefill_token_threshold, budget});
+        if (!kv_.can_allocate(match, start + n)) break;
         waiting_.pop_front();
-        r->kv = kv_.allocate(n);
+        r->kv = kv_.allocate(match, start + n);
+        r->num_computed_tokens = start;
         r->status = RequestStatus::Running;
+        if (r->num_cached_tokens < 0) {  // first admission: what usage and the hit rate report
+            r->num_cached_tokens = std::min(start, r->num_prompt_tokens());
+            if (kv_.prefix_caching()) {
+                n_prefix_queries_ += r->num_prompt_tokens();
+                n_prefix_hits_ += r->num_cached_tokens;
+            }
+        }
         running_.push_back(r);
         out.requests.push_back(make_entry(*r, n));
+        out.requests.back().restore_snapshot = match.snapshot;
         out.n_scheduled_tokens += n;
         budget -= n;
     }
 
     for (auto& e : out.requests) e.block_table = kv_.block_table(e.kv);
+    out.dropped_snapshots = kv_.take_dropped_snapshots();
     return out;
 }
 
@@ -134,6 +166,9 @@ void Scheduler::update_from_output(const SchedulerOutput& out) {
                       "at {}",
                       r->id, r->num_computed_tokens, e.start_pos);
         r->num_computed_tokens += e.n_tokens();
+        if (!kv_.prefix_caching()) continue;
+        kv_.cache_blocks(r->kv, r->block_hashes, r->tokens(), r->num_computed_tokens);
+        for (const auto& save : e.save_snapshots) kv_.commit_snapshot(save.id);
     }
 }
 

@@ -6,6 +6,11 @@
 // When a running request cannot get KV for its tokens, the newest running request is preempted
 // (recompute: KV freed, back to the front of the waiting queue), possibly the request itself.
 // Admission never preempts. Only the engine thread calls the scheduler.
+//
+// Prefix caching (when the KV manager has it on): admission starts a request at the longest cached
+// prefix of its tokens (KvCacheManager::match_prefix: shared blocks plus a snapshot), every chunk
+// asks the runner for snapshots at the block boundaries it crosses, and update_from_output
+// registers newly computed full blocks and the snapshots taken.
 #pragma once
 
 #include "engine/request.h"
@@ -46,6 +51,9 @@ public:
     int64_t n_waiting() const { return static_cast<int64_t>(waiting_.size()); }
     int64_t n_running() const { return static_cast<int64_t>(running_.size()); }
     int64_t n_preemptions() const { return n_preemptions_; }
+    // Prefix caching, as vLLM counts it: prompt tokens of first admissions looked up, and found cached.
+    int64_t n_prefix_queries() const { return n_prefix_queries_; }
+    int64_t n_prefix_hits() const { return n_prefix_hits_; }
     const SchedulerConfig& config() const { return config_; }
     const KvCacheManager& kv() const { return kv_; }
 
@@ -55,7 +63,8 @@ public:
 
 private:
     void preempt(Request* victim, SchedulerOutput& out, int64_t& budget);
-    ScheduledRequest make_entry(const Request& r, int64_t n) const;
+    ScheduledRequest make_entry(Request& r, int64_t n);
+    void update_block_hashes(Request& r) const;
 
     SchedulerConfig config_;
     KvCacheManager& kv_;
@@ -65,6 +74,7 @@ private:
     std::vector<RequestId> finished_since_last_step_;
     int64_t step_ = 0;
     int64_t n_preemptions_ = 0;
+    int64_t n_prefix_queries_ = 0, n_prefix_hits_ = 0;
 };
 
 }  // namespace onecard

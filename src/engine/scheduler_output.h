@@ -35,6 +35,18 @@ struct ScheduledRequest {
     KvHandle kv;                       // the request's KV (slot = kv.slot)
     std::vector<int32_t> block_table;  // paged blocks covering [0, start_pos + n_tokens)
 
+    // Prefix caching (kvcache/kv_manager.h; only for a runner that supports_prefix_caching()).
+    // >= 0: a prefix hit. The request starts at start_pos > 0 from the runner's snapshot with this id
+    // (taken at start_pos); block_table's first start_pos / block_size blocks hold the prefix.
+    int64_t restore_snapshot = -1;
+    // Snapshots to take while computing this chunk: the state after position pos - 1 (pos a block
+    // boundary in (start_pos, start_pos + n_tokens], ascending), stored under id.
+    struct SnapshotSave {
+        int64_t pos = 0;
+        int64_t id = -1;
+    };
+    std::vector<SnapshotSave> save_snapshots;
+
     int64_t n_tokens() const { return static_cast<int64_t>(token_ids.size()); }
 };
 
@@ -47,6 +59,8 @@ struct SchedulerOutput {
     // since the last step, and requests preempted (they come back later with start_pos 0).
     std::vector<RequestId> finished_ids;
     std::vector<RequestId> preempted_ids;
+    // Snapshot ids the runner frees before this step (evicted from the prefix cache, or abandoned).
+    std::vector<int64_t> dropped_snapshots;
 
     bool empty() const { return requests.empty(); }
 };

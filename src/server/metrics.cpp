@@ -149,6 +149,12 @@ std::string ServerMetrics::render(const EngineStats& es, int64_t n_http_inflight
     vllm_gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage);
     vllm_counter("num_preemptions_total", "Cumulative number of preemptions from the engine.",
                  static_cast<double>(es.n_preemptions));
+    // vLLM's prefix-cache counters (prompt tokens of new requests looked up, and found cached); 0
+    // while prefix caching is off, as in vLLM.
+    vllm_counter("prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.",
+                 static_cast<double>(es.prefix_cache_queries));
+    vllm_counter("prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
+                 static_cast<double>(es.prefix_cache_hits));
     gauge("kv_cache_free_blocks", "Free KV-cache blocks.", static_cast<double>(es.n_free_kv_blocks));
     gauge("kv_cache_total_blocks", "KV-cache blocks in the pool.", static_cast<double>(es.n_total_kv_blocks));
     gauge("kv_cache_free_slots", "Free per-sequence KV slots.", static_cast<double>(es.n_free_kv_slots));
