@@ -58,7 +58,7 @@ ChatRequest parse_chat_request(const OpenAIServer::State& s, const Json& body) {
             throw bad_request(where + ".content must be a string or an array of parts", where + ".content");
     }
     check_tool_call_arguments(*it);
-    r.gen = parse_generation_options(body, ApiKind::Chat);
+    r.gen = parse_generation_options(body, ApiKind::Chat, s.opts.sampling_defaults);
 
     r.render_body = body;
     std::vector<std::string> tool_names;
@@ -172,7 +172,7 @@ PreparedChat prepare_chat(OpenAIServer::State& s, const Json& body, const std::s
                           !max_tokens_param.empty()              ? max_tokens_param
                           : body.contains("max_completion_tokens") ? "max_completion_tokens"
                                                                    : "max_tokens");
-    p.sampling.max_tokens = p.chat.gen.max_tokens.value_or(room);
+    p.sampling.max_tokens = resolve_max_tokens(p.chat.gen, room);
     auto& f = access_log_context().fields;
     f["prompt_tokens"] = n;
     if (s.opts.log_requests_text) f["prompt"] = p.prompt.text;

@@ -78,7 +78,7 @@ std::vector<CompletionPrompt> prompts_of(const OpenAIServer::State& s, const Jso
 void handle_completions(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res) {
     const Json body = parse_body(req.body);
     check_model_field(s, body);
-    GenerationOptions gen = parse_generation_options(body, ApiKind::Completion);
+    GenerationOptions gen = parse_generation_options(body, ApiKind::Completion, s.opts.sampling_defaults);
     if (auto suffix = body.find("suffix"); suffix != body.end() && !suffix->is_null())
         throw bad_request("suffix is not supported", "suffix");
     const bool echo = opt_bool(body, "echo").value_or(false);
@@ -99,15 +99,14 @@ void handle_completions(OpenAIServer::State& s, const httplib::Request& req, htt
                             max_len, n),
                 "prompt");
     }
-    // OpenAI's legacy default is 16 tokens.
-    const int64_t max_tokens = gen.max_tokens.value_or(16);
-    if (max_tokens > max_len - longest)
+    if (gen.max_tokens && *gen.max_tokens > max_len - longest)
         throw bad_request(
             fmt::format("max_tokens is {} but the prompt has {} tokens and the maximum context length is {}",
-                        max_tokens, longest, max_len),
+                        *gen.max_tokens, longest, max_len),
             "max_tokens");
     SamplingParams sp = gen.sampling;
-    sp.max_tokens = max_tokens;
+    // OpenAI's legacy default is 16 tokens.
+    sp.max_tokens = resolve_max_tokens(gen, max_len - longest, 16);
     const std::string id = s.new_response_id("cmpl-");
     const int64_t created = static_cast<int64_t>(std::time(nullptr));
     auto& f = access_log_context().fields;

@@ -4,22 +4,30 @@
 #include "server/request_params.h"
 #include "server/server_state.h"
 
+#include <algorithm>
 #include <ctime>
 
 namespace onecard::server {
 
+namespace {
+bool serves(const OpenAIServer::State& s, const std::string& name) {
+    return name == s.info.served_model_name ||
+           std::find(s.info.model_aliases.begin(), s.info.model_aliases.end(), name) != s.info.model_aliases.end();
+}
+}  // namespace
+
 void check_model_field(const OpenAIServer::State& s, const Json& body) {
     auto m = opt_string(body, "model");
-    if (m && *m != s.info.served_model_name)
+    if (m && !serves(s, *m))
         throw ApiError(
             404, fmt::format("The model '{}' does not exist; this server serves '{}'", *m, s.info.served_model_name),
             "model", "model_not_found");
 }
 
 namespace {
-Json model_card(const OpenAIServer::State& s) {
+Json model_card(const OpenAIServer::State& s, const std::string& name) {
     static_assert(sizeof(std::time_t) >= 8);
-    return {{"id", s.info.served_model_name},
+    return {{"id", name},
             {"object", "model"},
             {"created", static_cast<int64_t>(std::time(nullptr))},
             {"owned_by", "onecard"},
@@ -30,15 +38,17 @@ Json model_card(const OpenAIServer::State& s) {
 }  // namespace
 
 void handle_models(OpenAIServer::State& s, const httplib::Request&, httplib::Response& res) {
-    res.set_content(dump_json(Json{{"object", "list"}, {"data", Json::array({model_card(s)})}}), "application/json");
+    Json data = Json::array({model_card(s, s.info.served_model_name)});
+    for (const auto& alias : s.info.model_aliases) data.push_back(model_card(s, alias));
+    res.set_content(dump_json(Json{{"object", "list"}, {"data", std::move(data)}}), "application/json");
 }
 
 // GET /v1/models/{id}: OpenAI's retrieve-model; the id may hold '/' ("deepseek-ai/DeepSeek-V4").
 void handle_model(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res) {
     const std::string id = req.matches.size() > 1 ? std::string(req.matches[1]) : std::string();
-    if (id != s.info.served_model_name)
+    if (!serves(s, id))
         throw ApiError(404, fmt::format("The model '{}' does not exist", id), "model", "model_not_found");
-    res.set_content(dump_json(model_card(s)), "application/json");
+    res.set_content(dump_json(model_card(s, id)), "application/json");
 }
 
 void handle_version(OpenAIServer::State&, const httplib::Request&, httplib::Response& res) {

@@ -20,6 +20,7 @@
 #pragma once
 
 #include "onecard/engine.h"
+#include "server/generation_config.h"
 #include "tokenizer/chat_encoding.h"
 #include "tokenizer/tokenizer.h"
 
@@ -51,11 +52,13 @@ struct ServerOptions {
     bool metrics_require_auth = false;     // /metrics behind the API key (default: open, like /health)
     std::vector<std::string> allowed_origins;  // CORS: origins allowed ("*" = any); empty -> no CORS headers
     std::optional<uint64_t> seed;          // vLLM's --seed: seeds requests that bring no seed
+    SamplingDefaults sampling_defaults;    // the model's generation_config.json (--generation-config)
 };
 
 // What the server tells clients about the model it serves.
 struct ModelInfo {
-    std::string served_model_name;  // "id" in /v1/models; requests must name it (or omit "model")
+    std::string served_model_name;  // "id" in /v1/models and responses; requests may name it (or omit "model")
+    std::vector<std::string> model_aliases;  // further names (vLLM's --served-model-name a b): listed, accepted
     std::string root;               // checkpoint path
     int64_t max_model_len = 0;      // prompt + output tokens
     int32_t eos_token_id = 1;

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -62,9 +63,22 @@ std::optional<std::string> opt_string(const Json& body, const char* key) {
     return v->get<std::string>();
 }
 
-GenerationOptions parse_generation_options(const Json& b, ApiKind kind) {
+int64_t resolve_max_tokens(const GenerationOptions& o, int64_t room, std::optional<int64_t> request_default) {
+    int64_t m = room;
+    if (auto asked = o.max_tokens ? o.max_tokens : request_default) m = std::min(m, *asked);
+    if (o.default_max_tokens) m = std::min(m, *o.default_max_tokens);
+    return m;
+}
+
+GenerationOptions parse_generation_options(const Json& b, ApiKind kind, const SamplingDefaults& defaults) {
     GenerationOptions o;
     SamplingParams& sp = o.sampling;
+    if (defaults.temperature) sp.temperature = *defaults.temperature;
+    if (defaults.top_p) sp.top_p = *defaults.top_p;
+    if (defaults.top_k) sp.top_k = *defaults.top_k;
+    if (defaults.min_p) sp.min_p = *defaults.min_p;
+    if (defaults.repetition_penalty) sp.repetition_penalty = *defaults.repetition_penalty;
+    o.default_max_tokens = defaults.max_tokens;
     constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
     if (auto n = opt_int(b, "n", 1, kMaxInt)) {
         if (*n > kMaxChoices)

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "onecard/engine.h"
+#include "server/generation_config.h"
 #include "server/request_json.h"
 
 #include <cstdint>
@@ -33,6 +34,7 @@ struct GenerationOptions {
     bool include_usage = false;  // stream_options.include_usage
     bool logprobs = false;
     int32_t top_logprobs = 0;
+    std::optional<int64_t> default_max_tokens;  // the server's bound on max_tokens (generation_config)
 };
 
 // Reads every sampling and streaming field (temperature, top_p, top_k, min_p, presence/frequency/
@@ -41,6 +43,12 @@ struct GenerationOptions {
 // /v1/completions reads echo itself. Text is always decoded without special tokens (BOS/EOS), as
 // vLLM's default skip_special_tokens does; the chat markers the parsers need are not special in the
 // V4 vocabulary. Throws ApiError 400 naming the field.
-GenerationOptions parse_generation_options(const Json& body, ApiKind kind);
+// `defaults` (the model's generation_config) replaces the neutral value of every sampling field
+// the body leaves out, as vLLM does.
+GenerationOptions parse_generation_options(const Json& body, ApiKind kind, const SamplingDefaults& defaults = {});
+
+// max_tokens as vLLM resolves it: the smallest of the context left (`room`), the request's own and the
+// server's default bound; `request_default` stands in for an absent request value (16 for completions).
+int64_t resolve_max_tokens(const GenerationOptions& o, int64_t room, std::optional<int64_t> request_default = {});
 
 }  // namespace onecard::server

@@ -245,7 +245,7 @@ async function expectError(promise, status, param) {
 }
 
 await test('error objects become typed client errors', async () => {
-  const e400 = await expectError(client.chat.completions.create({ model: 'onecard-e2e', messages: [{ role: 'user', content: 'hi' }], n: 2 }), 400, 'n');
+  const e400 = await expectError(client.chat.completions.create({ model: 'onecard-e2e', messages: [{ role: 'user', content: 'hi' }], n: 17 }), 400, 'n');
   assert.ok(e400 instanceof OpenAI.BadRequestError);
   await expectError(client.chat.completions.create({ model: 'onecard-e2e', messages: [{ role: 'user', content: 'hi' }], temperature: 'warm' }), 400, 'temperature');
   await expectError(client.chat.completions.create({ model: 'onecard-e2e', messages: [] }), 400, 'messages');
@@ -254,6 +254,14 @@ await test('error objects become typed client errors', async () => {
   const bad = new OpenAI({ apiKey: 'sk-wrong', baseURL, maxRetries: 0 });
   const e401 = await expectError(bad.models.list(), 401);
   assert.ok(e401 instanceof OpenAI.AuthenticationError);
+});
+
+await test('n choices and logit_bias through the client', async () => {
+  const r = await client.chat.completions.create({ model: 'onecard-e2e', messages: [{ role: 'user', content: 'hi' }], n: 2, max_tokens: 8 });
+  assert.equal(r.choices.length, 2);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1]);
+  const c = await client.completions.create({ model: 'onecard-e2e', prompt: ['a', 'b'], max_tokens: 4, logit_bias: { '0': -100 } });
+  assert.deepEqual(c.choices.map((x) => x.index), [0, 1]);
 });
 
 await test('metrics and probes over raw fetch', async () => {

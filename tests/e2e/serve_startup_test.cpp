@@ -142,5 +142,15 @@ TEST(ServeStartup, WhileTheModelLoadsProbesSay503ThenReady) {
     stop();
 }
 
+TEST(ServeStartup, AGenerationConfigFolderWithoutTheFileIsRefused) {
+    test::TempDir dir("serve_startup_genconfig");
+    const auto r = test::run_command("timeout 60 " + serve_command(dir, 0, "--port 0 --generation-config " +
+                                                                             dir.path().string()) +
+                                     " 2>&1 </dev/null");
+    EXPECT_NE(r.rc, 0) << r.out;
+    EXPECT_NE(r.out.find("--generation-config"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("\"event\":\"listening\""), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace onecard

@@ -71,7 +71,7 @@ test::TempDir* ServeVllmCli::dir_ = nullptr;
 TEST_F(ServeVllmCli, AVllmLaunchLineStartsUnchanged) {
     const std::string text = serve_and(
         model() +
-            " --served-model-name ds --max-model-len 4096 --gpu-memory-utilization 0.9 --enable-prefix-caching "
+            " --served-model-name ds deepseek-v4 --max-model-len 4096 --gpu-memory-utilization 0.9 --enable-prefix-caching "
             "--tool-call-parser deepseek_v4 --reasoning-parser deepseek_v4 --enable-auto-tool-choice "
             "--kv-cache-dtype fp8 --trust-remote-code --tensor-parallel-size 1 --dtype auto --disable-log-requests "
             "--max-num-seqs 4 --max-num-batched-tokens 512 --host 127.0.0.1 --port 0 --seed 0 --api-key sk-x "
@@ -85,6 +85,20 @@ TEST_F(ServeVllmCli, AVllmLaunchLineStartsUnchanged) {
             auto m = c.Get("/v1/models/ds", {{"Authorization", "Bearer sk-x"}});
             ASSERT_TRUE(m);
             EXPECT_EQ(m->status, 200) << m->body;
+            // vLLM's several served names: all listed, any accepted; the first names the model.
+            auto list = c.Get("/v1/models", {{"Authorization", "Bearer sk-x"}});
+            ASSERT_TRUE(list);
+            const auto lj = nlohmann::json::parse(list->body);
+            ASSERT_EQ(lj["data"].size(), 2u) << list->body;
+            EXPECT_EQ(lj["data"][0]["id"], "ds");
+            EXPECT_EQ(lj["data"][1]["id"], "deepseek-v4");
+            auto alias = c.Get("/v1/models/deepseek-v4", {{"Authorization", "Bearer sk-x"}});
+            ASSERT_TRUE(alias);
+            EXPECT_EQ(alias->status, 200) << alias->body;
+            auto tk = c.Post("/tokenize", {{"Authorization", "Bearer sk-x"}},
+                             R"({"model": "deepseek-v4", "prompt": "hi"})", "application/json");
+            ASSERT_TRUE(tk);
+            EXPECT_EQ(tk->status, 200) << tk->body;
             auto met = c.Get("/metrics");  // open without the key, as in vLLM
             ASSERT_TRUE(met);
             EXPECT_EQ(met->status, 200);

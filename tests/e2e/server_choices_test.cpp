@@ -182,3 +182,20 @@ TEST(ServerChoices, LogitBiasSteersTheSampler) {
     EXPECT_NE(bad->body.find("logit_bias"), std::string::npos) << bad->body;
     expect_400(post(s, "/v1/chat/completions", chat_body("hi", {{"logit_bias", {{"5", 500}}}})), "logit_bias");
 }
+
+TEST(ServerChoices, GenerationConfigBoundsMaxTokens) {
+    ONECARD_NEED_TOKENIZER();
+    server::ServerOptions o;
+    o.sampling_defaults.max_tokens = 3;  // generation_config.json's max_new_tokens
+    o.sampling_defaults.temperature = 0.0f;
+    TestServer s(o, scripted(tok, script(), "genconfig"), tok, 4096);
+    for (const Json& extra : {Json::object(), Json{{"max_tokens", 10}}}) {
+        auto r = post(s, "/v1/chat/completions", chat_body("hi", extra));
+        ASSERT_EQ(r->status, 200) << r->body;
+        const Json j = Json::parse(r->body);
+        EXPECT_EQ(j["usage"]["completion_tokens"], 3) << extra.dump();
+        EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+    }
+    auto c = post(s, "/v1/completions", Json{{"prompt", "Once upon"}, {"max_tokens", 2}});
+    EXPECT_EQ(Json::parse(c->body)["usage"]["completion_tokens"], 2);  // the request's smaller bound stands
+}

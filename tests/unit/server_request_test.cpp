@@ -1,9 +1,16 @@
-// Request validation of the OpenAI server (every refusal names its field) and the metrics text.
+// Request validation of the OpenAI server (every refusal names its field), generation_config.json
+// defaults, and the metrics text.
+#include "core/error.h"
 #include "server/api_error.h"
+#include "server/generation_config.h"
 #include "server/metrics.h"
 #include "server/request_params.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 using namespace onecard;
 using namespace onecard::server;
@@ -170,4 +177,50 @@ TEST(ServerMetrics, HistogramBucketsAreCumulativeAndCountersAdd) {
     EXPECT_TRUE(has("vllm:request_prefill_time_seconds_count{" + L + "} 1"));  // the abort had no token
     EXPECT_TRUE(has("vllm:request_prompt_tokens_bucket{" + L + ",le=\"10\"} 2"));
     EXPECT_TRUE(has("vllm:request_prompt_tokens_bucket{" + L + ",le=\"5\"} 0"));
+}
+
+TEST(GenerationConfig, ReadAsVllmReadsIt) {
+    const auto dir = std::filesystem::temp_directory_path() / ("onecard_genconfig_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    EXPECT_TRUE(read_generation_config(dir.string()).empty());  // no file: no defaults
+    std::ofstream(dir / "generation_config.json")
+        << R"({"temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": null, "max_new_tokens": 64,
+              "eos_token_id": [1, 2], "do_sample": true, "bos_token_id": 0})";
+    const SamplingDefaults d = read_generation_config(dir.string());
+    EXPECT_FLOAT_EQ(d.temperature.value(), 0.6f);
+    EXPECT_FLOAT_EQ(d.top_p.value(), 0.95f);
+    EXPECT_EQ(d.top_k.value(), 20);
+    EXPECT_FALSE(d.min_p.has_value());
+    EXPECT_FALSE(d.repetition_penalty.has_value());
+    EXPECT_EQ(d.max_tokens.value(), 64);
+    EXPECT_EQ(d.describe(), "temperature=0.6, top_p=0.95, top_k=20, max_tokens=64");
+    // auto reads the model directory, vllm ignores it, a folder must hold the file.
+    EXPECT_EQ(resolve_generation_config("auto", dir.string()).max_tokens, 64);
+    EXPECT_TRUE(resolve_generation_config("vllm", dir.string()).empty());
+    EXPECT_EQ(resolve_generation_config(dir.string(), "/nowhere").top_k, 20);
+    EXPECT_THROW(resolve_generation_config("/nowhere", dir.string()), Error);
+
+    // Defaults replace the neutral values of fields the request leaves out; the request's own win.
+    const GenerationOptions o = parse_generation_options(parse_body(R"({"top_k": 5})"), ApiKind::Chat, d);
+    EXPECT_FLOAT_EQ(o.sampling.temperature, 0.6f);
+    EXPECT_FLOAT_EQ(o.sampling.top_p, 0.95f);
+    EXPECT_EQ(o.sampling.top_k, 5);
+    EXPECT_FLOAT_EQ(parse_generation_options(parse_body(R"({"temperature": 0})"), ApiKind::Chat, d).sampling.temperature,
+                    0.0f);
+    // max_tokens: the smallest of the context left, the request's and max_new_tokens (vLLM's rule).
+    EXPECT_EQ(resolve_max_tokens(o, 1000), 64);
+    EXPECT_EQ(resolve_max_tokens(o, 30), 30);
+    EXPECT_EQ(resolve_max_tokens(parse_generation_options(parse_body(R"({"max_tokens": 100})"), ApiKind::Chat, d), 1000),
+              64);
+    EXPECT_EQ(resolve_max_tokens(parse_generation_options(parse_body(R"({"max_tokens": 10})"), ApiKind::Chat, d), 1000),
+              10);
+    EXPECT_EQ(resolve_max_tokens(parse_generation_options(parse_body("{}"), ApiKind::Completion, d), 1000, 16), 16);
+    EXPECT_EQ(resolve_max_tokens(parse_generation_options(parse_body("{}"), ApiKind::Chat), 1000), 1000);
+
+    for (const char* bad : {R"({"temperature": "hot"})", R"({"top_p": 0})", R"({"max_new_tokens": 2.5})", "[1]",
+                            "{not json"}) {
+        std::ofstream(dir / "generation_config.json") << bad;
+        EXPECT_THROW(read_generation_config(dir.string()), Error) << bad;
+    }
+    std::filesystem::remove_all(dir);
 }

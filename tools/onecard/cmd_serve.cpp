@@ -16,6 +16,7 @@
 #include "onecard/engine.h"
 #include "server/access_control.h"
 #include "server/config_file.h"
+#include "server/generation_config.h"
 #include "server/openai_server.h"
 #include "server/scripted_runner.h"
 #include "server/text_decoder.h"
@@ -48,7 +49,9 @@ namespace {
 namespace fs = std::filesystem;
 
 struct ServeArgs {
-    std::string model, tokenizer, served_model_name, config, numerics = "reference", test_script;
+    std::string model, tokenizer, config, numerics = "reference", test_script;
+    std::vector<std::string> served_model_names;  // the first is the id in responses; all are accepted
+    std::string generation_config = "auto";  // auto | vllm | DIR (vLLM's --generation-config)
     std::string device = "auto";  // auto | cpu | cuda
     bool demo = false;
     server::ServerOptions opts;
@@ -258,8 +261,15 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     so.access_log = !a.no_access_log;
     so.allowed_origins = parse_allowed_origins(a.allowed_origins);
     if (cmd->get_option("--seed")->count() > 0) so.seed = a.seed;
-    info.served_model_name =
-        a.served_model_name.empty() ? (a.model.empty() ? "onecard-demo" : a.model) : a.served_model_name;
+    // vLLM's --generation-config: the model's recommended sampling defaults, unless "vllm".
+    so.sampling_defaults = server::resolve_generation_config(a.generation_config, model_dir.string());
+    if (!so.sampling_defaults.empty())
+        std::fprintf(stderr, "serve: sampling defaults from generation_config.json: %s (--generation-config vllm "
+                             "ignores them)\n", so.sampling_defaults.describe().c_str());
+    info.served_model_name = a.served_model_names.empty() ? (a.model.empty() ? "onecard-demo" : a.model)
+                                                          : a.served_model_names.front();
+    if (a.served_model_names.size() > 1)
+        info.model_aliases.assign(a.served_model_names.begin() + 1, a.served_model_names.end());
     info.root = model_dir.string();
     info.max_model_len = max_len;
     info.eos_token_id = eos;
@@ -291,10 +301,9 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         nlohmann::json listening = {{"event", "listening"},
                                     {"url", scheme + "://" + so.host + ":" + std::to_string(port)},
                                     {"port", port}};
-        std::printf("%s\n", listening.dump().c_str());
-        std::fflush(stdout);
-        std::fprintf(stderr, "serve: listening on %s:%d; /ready answers 503 until the model is loaded\n",
-                     so.host.c_str(), port);
+        // On stderr: stdout's first JSON line stays the ready line that scripts wait for.
+        std::fprintf(stderr, "%s\nserve: listening on %s:%d; the probes answer 503 while the model loads\n",
+                     listening.dump().c_str(), so.host.c_str(), port);
     }
     // The startup report's device part (filled when the CUDA runner is used).
     nlohmann::json device_report = {{"device", "cpu"}};
@@ -490,7 +499,9 @@ void add_cmd_serve(CLI::App& app) {
     cmd->add_option("--model", a->model, "checkpoint directory (default: the demo checkpoint)");
     cmd->add_flag("--demo", a->demo, "serve the small demo checkpoint, synthesised once into ~/.cache/onecard");
     cmd->add_option("--tokenizer", a->tokenizer, "tokenizer.json (default: <model>/tokenizer.json)");
-    cmd->add_option("--served-model-name", a->served_model_name, "model id clients use (default: the --model path)");
+    cmd->add_option("--served-model-name", a->served_model_names,
+                    "model id(s) clients use, as in vLLM: the first names the model in responses and metrics, every "
+                    "one is listed and accepted (default: the --model path)");
     cmd->add_option("--host", o.host, "listen address (default 127.0.0.1)");
     cmd->add_option("--port", o.port, "listen port (default 8000; 0 = any free port)")->check(CLI::Range(0, 65535));
     cmd->add_option("--api-key", a->api_keys,
@@ -572,6 +583,9 @@ void add_cmd_serve(CLI::App& app) {
     // vLLM's flags (`vllm serve` lines start onecard unchanged; server/vllm_compat.h has the policy).
     auto& v = a->vllm;
     cmd->add_option("model_path", a->model_positional, "checkpoint directory, as `vllm serve MODEL` takes it");
+    cmd->add_option("--generation-config", a->generation_config,
+                    "sampling defaults: auto (the model's generation_config.json), vllm (none) or a folder holding "
+                    "generation_config.json, as in vLLM");
     cmd->add_option("--seed", a->seed, "seed for requests that bring none (vLLM's --seed): reproducible runs");
     cmd->add_option("--log-level,--uvicorn-log-level", v.log_level,
                     "trace | debug | info | warning | error | critical (above info: no access log)");
