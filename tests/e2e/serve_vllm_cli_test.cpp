@@ -109,9 +109,12 @@ TEST_F(ServeVllmCli, AVllmLaunchLineStartsUnchanged) {
     const size_t p = text.find(line);
     ASSERT_NE(p, std::string::npos) << text;
     const std::string listed = text.substr(p, text.find('\n', p) - p);
-    for (const char* f : {"--trust-remote-code", "--enable-prefix-caching", "--enable-auto-tool-choice",
-                          "--disable-log-requests", "--kv-cache-dtype", "--tensor-parallel-size", "--dtype"})
+    for (const char* f : {"--trust-remote-code", "--enable-auto-tool-choice", "--disable-log-requests",
+                          "--kv-cache-dtype", "--tensor-parallel-size", "--dtype"})
         EXPECT_NE(listed.find(f), std::string::npos) << f << " missing from: " << listed;
+    // --enable-prefix-caching is real now (the CPU backend in reference numerics caches).
+    EXPECT_EQ(listed.find("--enable-prefix-caching"), std::string::npos) << listed;
+    EXPECT_NE(text.find("serve: prefix caching on"), std::string::npos) << text;
     EXPECT_EQ(text.find(line, p + 1), std::string::npos) << "one line only";
     // The printed try-line asks for visible content (thinking off), not a cut-off reasoning.
     EXPECT_NE(text.find("\"chat_template_kwargs\": {\"thinking\": false}"), std::string::npos) << text;
@@ -130,7 +133,7 @@ TEST_F(ServeVllmCli, AVllmYamlConfigStarts) {
         EXPECT_EQ(ready["model"], "from-yaml");
         EXPECT_EQ(ready["max_model_len"], 2048);
     });
-    EXPECT_NE(text.find("no effect in onecard: --enable-prefix-caching\n"), std::string::npos) << text;
+    EXPECT_NE(text.find("serve: prefix caching on"), std::string::npos) << text;
 }
 
 TEST_F(ServeVllmCli, WhatOnecardWouldNotDoIsRefusedBeforeServing) {

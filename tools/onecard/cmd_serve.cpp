@@ -76,6 +76,7 @@ struct ServeArgs {
     std::vector<std::string> allowed_origins;
     bool disable_uvicorn_access_log = false;
     uint64_t seed = 0;
+    bool enable_prefix_caching = true;  // vLLM's --enable-prefix-caching / --no-enable-prefix-caching
     bool compat_bool = false;        // target of the accepted-and-ignored vLLM flags
     std::string compat_value;        // target of the accepted-and-ignored vLLM options with a value
 };
@@ -83,7 +84,7 @@ struct ServeArgs {
 // vLLM flags accepted with no effect here, each named in one startup line when given. Every one of
 // them is either what onecard does anyway or does not change what a client gets back.
 constexpr const char* kIgnoredVllmFlags[] = {
-    "--trust-remote-code",      "--enable-prefix-caching", "--no-enable-prefix-caching", "--enable-auto-tool-choice",
+    "--trust-remote-code",      "--enable-auto-tool-choice",
     "--disable-log-requests",   "--disable-log-stats",     "--enforce-eager",             "--enable-chunked-prefill",
     "--no-enable-chunked-prefill", "--swap-space",         "--block-size",                "--download-dir",
     "--load-format",            "--tokenizer-mode",        "--distributed-executor-backend", "--disable-fastapi-docs",
@@ -100,7 +101,10 @@ void apply_config_file(CLI::App* cmd, const std::string& path) {
         ONECARD_CHECK(opt != nullptr && name != "config", "--config '{}': unknown option '{}'", path, cv.key);
         if (opt->count() > 0) continue;  // the command line or environment wins
         // A boolean flag set to false in the file is simply not set.
-        if (opt->get_expected_max() == 0 && cv.values.size() == 1 && cv.values[0] == "false") continue;
+        // (--enable-prefix-caching defaults to on: false there turns it off.)
+        if (opt->get_expected_max() == 0 && cv.values.size() == 1 && cv.values[0] == "false" &&
+            name != "enable-prefix-caching")
+            continue;
         for (const auto& v : cv.values) opt->add_result(v);
         try {
             opt->run_callback();
@@ -391,8 +395,21 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     ec.max_model_len = max_len;
     ec.submit_queue_capacity = static_cast<size_t>(a.max_num_seqs + a.opts.max_queued_requests + 16);
     ec.make_text_decoder = server::make_text_decoder_factory(tokenizer);
+    ec.enable_prefix_caching = a.enable_prefix_caching;
+    const bool prefix_caching_asked = cmd->get_option("--enable-prefix-caching")->count() > 0;
+    const bool runner_caches = runner->supports_prefix_caching();
     engine_owner = std::make_unique<Engine>(ec, std::move(runner));
     Engine& engine = *engine_owner;
+    // Prefix caching: on where asked (the default) and the runner has it; the CUDA runner does not
+    // yet, so GPU serving is exactly as before, and says so when the flag was given.
+    if (!a.enable_prefix_caching)
+        std::fprintf(stderr, "serve: prefix caching off (--no-enable-prefix-caching)\n");
+    else if (runner_caches)
+        std::fprintf(stderr, "serve: prefix caching on (128-token blocks; state snapshots at block boundaries)\n");
+    else if (prefix_caching_asked)
+        std::fprintf(stderr, "serve: --enable-prefix-caching: not supported by the %s yet; serving without a prefix "
+                             "cache\n",
+                     test_mode ? "test-script runner" : model ? "CPU backend in exact numerics" : "CUDA runner");
     std::fprintf(stderr, "serve: engine up (%lld KV blocks); warming up\n",
                  static_cast<long long>(engine.stats().n_total_kv_blocks));
 #ifdef ONECARD_HAVE_CUDA
@@ -448,6 +465,7 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
                            {"kv_blocks", st.n_total_kv_blocks},
                            {"kv_block_tokens", ec.kv_block_size},
                            {"kv_cache_bytes", ec.kv_cache_bytes},
+                           {"prefix_caching", st.prefix_caching},
                            {"max_model_len", max_len},
                            {"tls", srv.is_tls()},
                            {"auth", !keys.empty()},
@@ -599,8 +617,10 @@ void add_cmd_serve(CLI::App& app) {
     cmd->add_option("--tensor-parallel-size", v.tensor_parallel_size, "vLLM: 1 (one GPU)");
     cmd->add_option("--pipeline-parallel-size", v.pipeline_parallel_size, "vLLM: 1 (one GPU)");
     cmd->add_option("--data-parallel-size", v.data_parallel_size, "vLLM: 1 (one onecard per GPU)");
-    for (const char* f : {"--trust-remote-code", "--enable-prefix-caching", "--no-enable-prefix-caching",
-                          "--enable-auto-tool-choice", "--disable-log-requests", "--disable-log-stats",
+    cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", a->enable_prefix_caching,
+                  "automatic prefix caching (default on; the CPU backend in reference numerics has it, the CUDA "
+                  "backend not yet)");
+    for (const char* f : {"--trust-remote-code", "--enable-auto-tool-choice", "--disable-log-requests", "--disable-log-stats",
                           "--enforce-eager", "--enable-chunked-prefill", "--no-enable-chunked-prefill",
                           "--disable-fastapi-docs"})
         cmd->add_flag(f, a->compat_bool, "vLLM: accepted, no effect in onecard")->group("vLLM compatibility");
