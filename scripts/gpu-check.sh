@@ -186,7 +186,7 @@ serve_smoke() {
     done
     grep -q '^ready$' "$out/serve.log" || status=1
     curl -s --max-time 60 "http://127.0.0.1:$port/v1/chat/completions" -H 'Content-Type: application/json' \
-        -d '{"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16}' > "$out/chat.json" || status=1
+        -d '{"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16, "temperature": 0}' > "$out/chat.json" || status=1
     curl -sN --max-time 60 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
         -d '{"prompt": "The capital of France is", "max_tokens": 8, "stream": true}' > "$out/stream.txt" || status=1
     kill -INT $pid; wait $pid

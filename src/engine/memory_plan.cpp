@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <cstdlib>
 #include <fstream>
@@ -409,6 +410,21 @@ MemoryPlan make_memory_plan(const ModelConfig& cfg, const std::vector<PlannedTen
 
 void require_plan_fits(const MemoryPlan& plan) {
     if (!plan.fits) throw Error(plan.refusal);
+}
+
+int64_t default_stream_experts(const MemoryPlan& plan) {
+    const ExpertPlacement& p = plan.placement;
+    if (p.n_layers() == 0 || p.total_host() == 0) return 0;
+    // Without a profile the placement is uniform and so, for planning, is routing: the host's share
+    // of picks is its share of pairs.
+    const double share = plan.has_profile ? plan.host_pick_share
+                                          : static_cast<double>(p.total_host()) /
+                                                static_cast<double>(p.n_layers() * p.n_experts);
+    if (share < kStreamMinHostShare) return 0;
+    int64_t hybrid_layers = 0;
+    for (int64_t l = 0; l < p.n_layers(); ++l) hybrid_layers += p.n_host(l) > 0;
+    const double mean_host = static_cast<double>(p.total_host()) / static_cast<double>(hybrid_layers);
+    return std::max<int64_t>(1, std::llround(kStreamShareOfHost * mean_host));
 }
 
 }  // namespace onecard

@@ -113,6 +113,9 @@ struct MemoryPlan {
     int64_t min_kv_tokens = 0;              // the KV floor the offload path kept
     bool has_profile = false;
     double host_pick_share = 0;             // picks landing on host pairs under the profile (has_profile)
+    // Host experts per layer that large decode steps stage over PCIe into HBM (their staging
+    // buffers are in the workspace above); set by the caller that sized the workspace with them.
+    int64_t stream_experts = 0;
     bool host_experts() const { return host_expert_bytes > 0 || placement.total_host() > 0; }
 
     bool fits = false;
@@ -136,6 +139,17 @@ MemoryPlan make_memory_plan(const ModelConfig& cfg, const std::vector<PlannedTen
                             const MemoryPlanOptions& opt);
 // Throws onecard::Error with plan.refusal when the plan does not fit.
 void require_plan_fits(const MemoryPlan& plan);
+
+// The default number of host experts per layer to stage over PCIe on large decode steps for a plan's
+// placement: 0 when the host takes under kStreamMinHostShare of the picks (a profile-ranked placement
+// covering nearly every pick: the host is not the bottleneck, the copies would be), else
+// kStreamShareOfHost of the mean host experts per hybrid layer, at least 1. Why these numbers: on the
+// H200 at batch 64, uniform routing, ~20.4 host experts per layer, staging 4 / 5 / 7 / 10 / 13 gave
+// 427 / 435 / 582 / 520 / 404 tok/s (docs/results.md), and with a skewed placement covering 99.6% of
+// picks staging 7 took 1,195 tok/s down to 744.
+constexpr double kStreamMinHostShare = 0.02;
+constexpr double kStreamShareOfHost = 0.35;
+int64_t default_stream_experts(const MemoryPlan& plan);
 
 // Startup report: one line per item, GiB with two decimals.
 std::string memory_plan_report(const MemoryPlan& plan);

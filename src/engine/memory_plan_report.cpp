@@ -41,6 +41,8 @@ std::string memory_plan_report(const MemoryPlan& p) {
                            p.host_ram_source);
         if (p.has_profile) out += fmt::format("; host share of picks {:.2f}% (profile)", 100.0 * p.host_pick_share);
         else out += "; placement uniform (no profile)";
+        if (p.stream_experts > 0)
+            out += fmt::format("; {} host experts per layer staged over PCIe on large decode steps", p.stream_experts);
     }
     out += "\n";
     out += fmt::format(
@@ -110,6 +112,7 @@ std::string memory_plan_json(const MemoryPlan& p) {
     pl["host_bytes"] = p.host_expert_bytes;
     pl["host_ram_available_bytes"] = p.host_ram_available_bytes;
     if (p.has_profile) pl["host_pick_share"] = p.host_pick_share;
+    pl["stream_experts_per_layer"] = p.stream_experts;
     pl["summary"] = p.placement.summary();
     j["expert_placement"] = pl;
     j["kv_pool_bytes"] = p.kv_pool_bytes;

@@ -51,10 +51,9 @@ struct Fixture {
     ExpertPlacement placement;
     std::vector<int32_t> tokens;
     Side all_gpu, hybrid;
-    Side staged_half, staged_all;  // hybrid placement, 8 resp. all 16 host experts per layer staged
+    Side staged_half, staged_all;  // hybrid placement, half resp. all of each layer's host experts staged
+    int64_t host_per_layer() const { return cfg.n_routed_experts / 2; }
 };
-
-constexpr int64_t kHostPerLayer = 16;  // half of the test model's 32 experts
 
 void make_side(Fixture& f, Side& side, const ExpertPlacement* placement, int64_t stream = 0) {
     side.arena = std::make_unique<cuda::DeviceArena>(size_t{10} << 30, "hybrid test");
@@ -99,8 +98,8 @@ Fixture& fixture() {
         for (int64_t i = 0; i < kPrompt + 32; ++i) fx->tokens.push_back(tok(rng));
         make_side(*fx, fx->all_gpu, nullptr);
         make_side(*fx, fx->hybrid, &fx->placement);
-        make_side(*fx, fx->staged_half, &fx->placement, kHostPerLayer / 2);
-        make_side(*fx, fx->staged_all, &fx->placement, kHostPerLayer);
+        make_side(*fx, fx->staged_half, &fx->placement, fx->host_per_layer() / 2);
+        make_side(*fx, fx->staged_all, &fx->placement, fx->host_per_layer());
         return fx;
     }();
     return *f;
@@ -292,7 +291,7 @@ TEST(HybridExperts, AllHostExpertsStagedIsBitIdenticalToAllGpu) {
     Fixture& f = fixture();
     cuda::Stream s;
     ASSERT_NE(f.staged_all.model->host_expert_streamer(), nullptr);
-    EXPECT_EQ(f.staged_all.model->host_expert_streamer()->experts_per_step(), kHostPerLayer * f.cfg.num_hidden_layers);
+    EXPECT_EQ(f.staged_all.model->host_expert_streamer()->experts_per_step(), f.host_per_layer() * f.cfg.num_hidden_layers);
     prefill_two(f.all_gpu, s);
     prefill_two(f.staged_all, s);
     const uint64_t pairs0 = f.staged_all.model->host_experts()->host_pairs();
@@ -327,7 +326,7 @@ TEST(HybridExperts, HalfStagedMatchesAllGpuAndTheHostServesTheRest) {
     uint64_t host = 0, staged = 0;
     for (int64_t l = 0; l < L; ++l) {
         const GpuMoE& m = f.staged_half.w.layers[static_cast<size_t>(l)].ffn;
-        EXPECT_EQ(m.n_stream, kHostPerLayer / 2);
+        EXPECT_EQ(m.n_stream, f.host_per_layer() / 2);
         for (int64_t e = 0; e < E; ++e) {
             if (f.placement.is_on_gpu(l, e)) continue;
             (m.expert_stream_slot_host[static_cast<size_t>(e)] >= 0 ? staged : host) += counts[static_cast<size_t>(l * E + e)];

@@ -275,6 +275,38 @@ TEST(MemoryPlan, FullFlashOffloadsExactlyThePairsThatDoNotFit) {
     }
 }
 
+TEST(MemoryPlan, DefaultStreamExpertsFollowsTheHostShareOfPicks) {
+    MemoryPlan p;
+    p.placement = ExpertPlacement::all_on_gpu(43, 256);
+    EXPECT_EQ(default_stream_experts(p), 0) << "nothing in host RAM, nothing to stage";
+    // Uniform placement, 20 host experts per layer, no profile: the host's share of picks is its
+    // share of pairs (7.8%), so 35% of 20 are staged.
+    p.placement = place_experts(43, 256, 236 * 43, nullptr);
+    ASSERT_EQ(p.placement.total_host(), 20 * 43);
+    EXPECT_EQ(default_stream_experts(p), 7);
+    // A profile that leaves the host 0.5% of the picks: the host is not the bottleneck.
+    p.has_profile = true;
+    p.host_pick_share = 0.005;
+    EXPECT_EQ(default_stream_experts(p), 0);
+    p.host_pick_share = kStreamMinHostShare;
+    EXPECT_EQ(default_stream_experts(p), 7);
+    // The mean is over the layers that have host experts: two layers with 20 each.
+    ExpertPlacement two = ExpertPlacement::all_on_gpu(43, 256);
+    for (int64_t l : {3, 40})
+        for (int64_t e = 0; e < 20; ++e) two.on_gpu[static_cast<size_t>(l)][static_cast<size_t>(e)] = 0;
+    p.placement = two;
+    p.host_pick_share = 0.5;
+    EXPECT_EQ(default_stream_experts(p), 7);
+    // Without a profile the same placement leaves the host 40 of 11008 pairs: below the share, off.
+    p.has_profile = false;
+    EXPECT_EQ(default_stream_experts(p), 0);
+    // One host expert per layer with a hot profile still stages at least one.
+    p.placement = place_experts(43, 256, 255 * 43, nullptr);
+    p.has_profile = true;
+    p.host_pick_share = 0.1;
+    EXPECT_EQ(default_stream_experts(p), 1);
+}
+
 TEST(MemoryPlan, ReducedExpertCountPlacesTheExpertsKeptByTheProfile) {
     // --experts (bench) reduces the model itself; the placement is then over those experts.
     const ModelConfig cfg = parse_config(test::flash_official_config_json());

@@ -67,7 +67,7 @@ struct ServeArgs {
     double gpu_memory_utilization = 0;  // > 0: the fraction of the GPU's total memory to plan (vLLM)
     std::string expert_profile;         // use counts ranking experts for the GPU; written back at shutdown
     int64_t expert_swap_interval = 256;  // hybrid: steps between re-placement checks (0 = never move experts)
-    int64_t stream_experts = 0;          // hybrid: host experts per layer staged over PCIe on large decode steps
+    std::string stream_experts = "auto";  // hybrid: host experts per layer staged over PCIe on large decode steps
     int64_t stream_min_tokens = 32;      // ... on steps of at least this many tokens
     bool no_access_log = false;
     // vLLM compatibility (server/vllm_compat.h): the positional model, and flags onecard only checks.
@@ -339,7 +339,7 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         pin.profile = profile ? &*profile : nullptr;
         pin.count_expert_picks = !a.expert_profile.empty();
         pin.count_picks_if_hybrid = a.expert_swap_interval > 0;
-        pin.stream_experts = a.stream_experts;
+        pin.stream_experts = a.stream_experts == "auto" ? -1 : std::stoll(a.stream_experts);
         const MemoryPlan plan = plan_serve_on_gpu(*cfg, ckpt, pin);
         std::fputs(memory_plan_report(plan).c_str(), stderr);
         require_plan_fits(plan);
@@ -361,7 +361,7 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         // Counting costs a kernel per MoE layer: only for a profile, or to re-place host experts.
         ro.expert_swap_interval = plan.host_experts() ? a.expert_swap_interval : 0;
         ro.count_expert_picks = !a.expert_profile.empty() || ro.expert_swap_interval > 0;
-        ro.host_experts.stream_experts = plan.host_experts() ? a.stream_experts : 0;
+        ro.host_experts.stream_experts = plan.host_experts() ? plan.stream_experts : 0;
         ro.host_experts.stream_min_tokens = a.stream_min_tokens;
         auto cr = std::make_unique<CudaModelRunner>(*cfg, w, ro);
         a.kv_cache_memory_bytes = static_cast<int64_t>(plan.kv_pool_bytes);
@@ -580,8 +580,9 @@ void add_cmd_serve(CLI::App& app) {
     cmd->add_option("--stream-experts", a->stream_experts,
                     "with experts in host RAM: on decode steps of at least --stream-min-tokens tokens, copy this many "
                     "of each layer's host experts over PCIe into GPU memory and compute them there, while the host "
-                    "CPU computes the rest (default 0: the host computes all)")
-        ->check(CLI::NonNegativeNumber);
+                    "CPU computes the rest; auto (default): 35% of the host experts per layer when the host takes at "
+                    "least 2% of the picks (no profile, or a profile that leaves it that many), else 0")
+        ->check(CLI::IsMember({"auto"}) | CLI::NonNegativeNumber);
     cmd->add_option("--stream-min-tokens", a->stream_min_tokens,
                     "smallest decode step (tokens) that stages host experts over PCIe (default 32)")
         ->check(CLI::PositiveNumber);

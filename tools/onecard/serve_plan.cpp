@@ -47,9 +47,16 @@ MemoryPlan plan_serve_on_gpu(const ModelConfig& cfg, const Checkpoint& ckpt, con
     MemoryPlan plan = make_memory_plan(cfg, tensors, o);
     if (plan.host_experts()) {
         ro.count_expert_picks = in.count_expert_picks || in.count_picks_if_hybrid;
-        ro.host_experts.stream_experts = in.stream_experts;  // its staging buffers are workspace too
         o.workspace_bytes = static_cast<uint64_t>(CudaModelRunner::workspace_bytes(cfg, ro, spec, true));
         plan = make_memory_plan(cfg, tensors, o);
+        // Host experts staged over PCIe: their buffers are workspace too, so plan again with them.
+        const int64_t stream = in.stream_experts >= 0 ? in.stream_experts : default_stream_experts(plan);
+        if (stream > 0 && plan.host_experts()) {
+            ro.host_experts.stream_experts = stream;
+            o.workspace_bytes = static_cast<uint64_t>(CudaModelRunner::workspace_bytes(cfg, ro, spec, true));
+            plan = make_memory_plan(cfg, tensors, o);
+            plan.stream_experts = stream;
+        }
     }
     return plan;
 }

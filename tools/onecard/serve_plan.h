@@ -23,7 +23,7 @@ struct ServePlanInputs {
     const ExpertUseProfile* profile = nullptr;  // not owned
     bool count_expert_picks = false;            // the runner keeps pick counts (a few KB of workspace)
     bool count_picks_if_hybrid = false;         // ... also when some experts end up in host RAM (re-placement)
-    int64_t stream_experts = 0;                 // host experts per layer staged over PCIe on large decode steps
+    int64_t stream_experts = -1;                // host experts per layer staged over PCIe on large decode steps (-1: default_stream_experts)
 };
 
 #ifdef ONECARD_HAVE_CUDA
