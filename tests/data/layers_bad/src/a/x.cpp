@@ -1,0 +1,2 @@
+#include "core/error.h"
+#include "b/y.h"

@@ -1,0 +1,2 @@
+#include "a/x.h"
+#include "core/error.h"
