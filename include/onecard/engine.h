@@ -21,7 +21,8 @@
 
 namespace onecard {
 
-class ModelRunner;  // src/engine/model_runner.h: what executes a scheduled batch (CPU model, fake, ...)
+class ModelRunner;      // src/engine/model_runner.h: what executes a scheduled batch (CPU model, fake, ...)
+class TokenConstraint;  // src/engine/token_constraint.h: which token may come next (a grammar)
 
 using RequestId = uint64_t;
 
@@ -52,6 +53,12 @@ struct SamplingParams {
     // Added to the raw logits before penalties and temperature (vLLM's order); logprobs stay those of
     // the raw distribution. Rows with a bias are sampled on the host (the GPU sampler takes none).
     std::vector<LogitBias> logit_bias;
+    // Constrained decoding (vLLM's SamplingParams.structured_outputs): when set, the engine calls it
+    // once as it admits the request and masks every sampled token by the constraint it returns (EOS
+    // only when the constraint can terminate; such rows are sampled on the host). A factory, not an
+    // object, so copies of these params (n > 1 choices) each get their own matcher. A throw fails
+    // the request with FinishReason::Error.
+    std::function<std::unique_ptr<TokenConstraint>()> make_constraint;
 };
 
 struct GenerateRequest {

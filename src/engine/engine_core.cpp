@@ -71,7 +71,12 @@ void EngineCore::validate(const GenerateRequest& req) const {
 }
 
 void EngineCore::add_request(RequestId id, GenerateRequest gr) {
-    add_request(id, std::move(gr), nullptr);
+    std::unique_ptr<TokenConstraint> c;
+    if (gr.sampling.make_constraint) {
+        c = gr.sampling.make_constraint();
+        ONECARD_CHECK(c != nullptr, "sampling.make_constraint returned no constraint");
+    }
+    add_request(id, std::move(gr), std::move(c));
 }
 
 TokenConstraint* EngineCore::constraint_of(RequestId id) {

@@ -34,10 +34,11 @@ public:
 
     // Throws onecard::Error naming the bad field. Reads only immutable state: safe from any thread.
     void validate(const GenerateRequest& req) const;
+    // Builds the request's constraint with req.sampling.make_constraint when it is set (the public
+    // Engine's route: Engine::submit lands here on the engine thread).
     void add_request(RequestId id, GenerateRequest req);
     // With a constraint (a grammar): every sampled token is masked by it, EOS only when it can
-    // terminate; such rows are always sampled on the host. The server's route to this is future work
-    // (the public Engine API does not carry a constraint yet).
+    // terminate; such rows are always sampled on the host. (sampling.make_constraint is not called.)
     void add_request(RequestId id, GenerateRequest req, std::unique_ptr<TokenConstraint> constraint);
     // Removes the request; returns its final Cancelled event (nullopt if unknown or already finished).
     std::optional<EngineEvent> abort_request(RequestId id);

@@ -8,8 +8,13 @@ int64_t apply_token_constraint(TokenConstraint& c, std::span<float> row, int32_t
                                std::vector<uint32_t>& mask) {
     mask.assign((row.size() + 31) / 32, 0u);
     c.fill_mask(mask);
-    const bool eos_ok = eos_token_id >= 0 && static_cast<size_t>(eos_token_id) < row.size() && c.can_terminate();
-    if (eos_ok) mask[static_cast<size_t>(eos_token_id) >> 5] |= 1u << (eos_token_id & 31);
+    // EOS exactly when the constraint can terminate, whatever its mask says (a wrapper that lets
+    // every id through, AfterTokenConstraint, leaves EOS to this).
+    if (eos_token_id >= 0 && static_cast<size_t>(eos_token_id) < row.size()) {
+        const uint32_t bit = 1u << (eos_token_id & 31);
+        uint32_t& word = mask[static_cast<size_t>(eos_token_id) >> 5];
+        word = c.can_terminate() ? word | bit : word & ~bit;
+    }
     int64_t n_allowed = 0;
     for (size_t w = 0; w < mask.size(); ++w) {
         const uint32_t bits = mask[w];

@@ -25,8 +25,8 @@ public:
     virtual void check_integrity() const = 0;
 };
 
-// Sets every logit of `row` ([vocab]) the constraint forbids to -inf (EOS kept only when
-// can_terminate() and eos_token_id >= 0). `mask` is scratch, resized as needed. Returns how many
+// Sets every logit of `row` ([vocab]) the constraint forbids to -inf (EOS kept exactly when
+// can_terminate() and eos_token_id >= 0, whether or not the mask has its bit). `mask` is scratch, resized as needed. Returns how many
 // tokens stay allowed.
 int64_t apply_token_constraint(TokenConstraint& c, std::span<float> row, int32_t eos_token_id,
                                std::vector<uint32_t>& mask);
