@@ -51,8 +51,8 @@ private:
 
 // Admits one engine request per choice of an API request: `n` choices of each prompt, in order
 // (index = prompt * n + choice, as vLLM numbers them). Each is an independent sequence that prefills
-// its prompt itself: sharing the prompt's KV between the choices needs the prefix cache, which does
-// not exist yet. A seeded request gives choice j the seed + j (vLLM's parallel sampling does the
+// its prompt itself: the choices are admitted together, before the prefix cache (CPU backend) has
+// registered the prompt's blocks, so they do not share the prompt's KV yet. A seeded request gives choice j the seed + j (vLLM's parallel sampling does the
 // same), so the choices differ and still replay alike. Throws ApiError 400 (param `n`) when the
 // choices exceed --max-num-seqs (they could not run together), and whatever admission throws; the
 // requests admitted so far are cancelled then.
