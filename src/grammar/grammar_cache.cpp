@@ -35,6 +35,13 @@ std::shared_ptr<const TokenMasks> GrammarCache::get(const std::string& key, Make
     return masks;
 }
 
+std::shared_ptr<const TokenMasks> GrammarCache::dsml_tool_calls(const std::vector<DsmlTool>& tools, bool one_call) {
+    nlohmann::ordered_json key = nlohmann::ordered_json::array();
+    for (const auto& t : tools) key.push_back({t.name, t.parameters});
+    return get(std::string(one_call ? "dsml1:" : "dsml:") + key.dump(),
+               [&] { return compile_dsml_tool_calls(tools, one_call); });
+}
+
 std::shared_ptr<const TokenMasks> GrammarCache::json_schema(const nlohmann::ordered_json& schema) {
     // ordered_json's compact dump keeps key order (which is output order) and drops formatting.
     return get("schema:" + schema.dump(), [&] { return compile_json_schema(schema); });

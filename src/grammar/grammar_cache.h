@@ -4,6 +4,7 @@
 // Thread-safe. Not global: the server owns one per tokenizer.
 #pragma once
 
+#include "grammar/dsml_grammar.h"
 #include "grammar/token_masks.h"
 
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 namespace onecard::grammar {
 
@@ -25,6 +27,8 @@ public:
     std::shared_ptr<const TokenMasks> json_schema(const nlohmann::ordered_json& schema);
     std::shared_ptr<const TokenMasks> json_schema_text(std::string_view schema_text);
     std::shared_ptr<const TokenMasks> json_object();
+    // The DSML tool-call grammar of `tools` (dsml_grammar.h), keyed by the tools' names and schemas.
+    std::shared_ptr<const TokenMasks> dsml_tool_calls(const std::vector<DsmlTool>& tools, bool one_call);
 
     size_t size() const;
     size_t n_hits() const;

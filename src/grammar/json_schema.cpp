@@ -33,7 +33,8 @@ std::string compact(const ojson& v) {
 
 class Compiler {
 public:
-    explicit Compiler(const ojson& root) : root_(root), g_(std::make_shared<Grammar>()) {}
+    explicit Compiler(const ojson& root, std::shared_ptr<Grammar> g = std::make_shared<Grammar>())
+        : root_(root), g_(std::move(g)) {}
 
     std::shared_ptr<const Grammar> run() {
         g_->set_root(rule_for(root_, "#"));
@@ -47,6 +48,9 @@ public:
         }
         return g_;
     }
+
+    // The rule of `s` (inside root_) in a grammar that embeds it (add_json_schema_rule).
+    uint32_t embed(const ojson& s, const std::string& path) { return rule_for(s, path); }
 
 private:
     [[noreturn]] void refuse(const std::string& keyword, const std::string& path, const std::string& why) const {
@@ -421,6 +425,11 @@ private:
 
 std::shared_ptr<const Grammar> compile_json_schema(const nlohmann::ordered_json& schema) {
     return Compiler(schema).run();
+}
+
+uint32_t add_json_schema_rule(const std::shared_ptr<Grammar>& g, const nlohmann::ordered_json& root,
+                              const nlohmann::ordered_json& sub, const std::string& path) {
+    return Compiler(root, g).embed(sub, path);
 }
 
 std::shared_ptr<const Grammar> compile_json_schema_text(std::string_view schema_text) {

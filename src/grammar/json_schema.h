@@ -45,6 +45,12 @@ private:
 
 // `schema` must have been parsed as ordered_json: property order is output order.
 std::shared_ptr<const Grammar> compile_json_schema(const nlohmann::ordered_json& schema);
+// Embedding JSON values in other text (the DSML tool-call grammar, dsml_grammar.h): compiles `sub`
+// into `g` and returns the rule matching one value of it. `sub` must be `root` or lie inside it:
+// $refs resolve against `root`, and `path` names the rule in diagnostics. Throws SchemaError. The
+// caller sets the root and runs g->check_integrity() once the whole grammar is built.
+uint32_t add_json_schema_rule(const std::shared_ptr<Grammar>& g, const nlohmann::ordered_json& root,
+                              const nlohmann::ordered_json& sub, const std::string& path);
 // Parses `schema_text` (throws SchemaError with keyword "" when it is not JSON) and compiles it.
 std::shared_ptr<const Grammar> compile_json_schema_text(std::string_view schema_text);
 

@@ -50,11 +50,15 @@ TokenTrie::TokenTrie(std::vector<std::string> token_bytes) : token_bytes_(std::m
     // before any later node is created, so [token_begin_[i], token_begin_[i+1]) is exactly node i's.
 }
 
-std::shared_ptr<const TokenTrie> TokenTrie::from_tokenizer(const Tokenizer& tok) {
+std::shared_ptr<const TokenTrie> TokenTrie::from_tokenizer(const Tokenizer& tok,
+                                                           const std::vector<std::string>& allowed_added) {
     std::vector<std::string> bytes(tok.vocab_size());  // [vocab_size]
+    std::vector<int32_t> keep;
+    for (const auto& text : allowed_added)
+        if (auto id = tok.token_to_id(text); id && tok.is_added(*id)) keep.push_back(*id);
     for (size_t id = 0; id < bytes.size(); ++id) {
         const auto i = static_cast<int32_t>(id);
-        if (tok.is_added(i)) continue;
+        if (tok.is_added(i) && std::find(keep.begin(), keep.end(), i) == keep.end()) continue;
         tok.append_token_bytes(i, false, bytes[id]);
     }
     return std::make_shared<const TokenTrie>(std::move(bytes));

@@ -24,7 +24,10 @@ public:
     // The tokenizer's vocabulary: every BPE token by its raw bytes. Added tokens (BOS/EOS, the chat
     // and DSML markers, <think>) are left out: they are control tokens whose meaning is not their
     // text, so a grammar must never emit one as JSON characters.
-    static std::shared_ptr<const TokenTrie> from_tokenizer(const Tokenizer& tok);
+    // `allowed_added` names added tokens kept anyway, by their text: the DSML grammar's trie keeps
+    // ｜DSML｜, so a forced tool call is written with the marker token the model was trained on.
+    static std::shared_ptr<const TokenTrie> from_tokenizer(const Tokenizer& tok,
+                                                           const std::vector<std::string>& allowed_added = {});
 
     size_t vocab_size() const { return token_bytes_.size(); }
     size_t n_mask_words() const { return (token_bytes_.size() + 31) / 32; }

@@ -1,0 +1,124 @@
+#include "grammar/dsml_grammar.h"
+
+#include "grammar/json_schema.h"
+#include "tokenizer/chat_tokens.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+namespace onecard::grammar {
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+// Keywords on a parameters schema the DSML layout cannot honour: refused, naming the keyword.
+const std::set<std::string> kRefusedParamsKeywords = {
+    "anyOf", "oneOf", "allOf", "$ref", "enum", "const", "not", "if", "then", "else", "patternProperties",
+    "minProperties", "maxProperties", "propertyNames", "dependentRequired", "dependentSchemas", "dependencies",
+    "unevaluatedProperties"};
+
+struct Param {
+    std::string name;
+    const ojson* schema;
+    bool required;
+};
+
+std::vector<Param> params_of(const DsmlTool& tool, const std::string& where) {
+    const ojson& p = tool.parameters;
+    if (p.is_null()) return {};
+    if (!p.is_object())
+        throw SchemaError("parameters", fmt::format("{} must be a JSON Schema object, got {}", where, p.type_name()));
+    for (const auto& [k, v] : p.items())
+        if (kRefusedParamsKeywords.count(k))
+            throw SchemaError(k, fmt::format("'{}' at {}: a tool's parameters must be a plain object schema "
+                                             "(one DSML parameter per property)",
+                                             k, where));
+    if (auto t = p.find("type"); t != p.end() && !(t->is_string() && *t == "object"))
+        throw SchemaError("type", fmt::format("'type' at {}: a tool's parameters must be of type \"object\"", where));
+    std::set<std::string> required;
+    if (auto r = p.find("required"); r != p.end()) {
+        if (!r->is_array()) throw SchemaError("required", fmt::format("'required' at {} must be an array", where));
+        for (const auto& n : *r) {
+            if (!n.is_string()) throw SchemaError("required", fmt::format("'required' at {} must name strings", where));
+            required.insert(n.get<std::string>());
+        }
+    }
+    std::vector<Param> out;
+    if (auto props = p.find("properties"); props != p.end()) {
+        if (!props->is_object())
+            throw SchemaError("properties", fmt::format("'properties' at {} must be an object", where));
+        for (const auto& [k, v] : props->items()) out.push_back({k, &v, required.count(k) > 0});
+    }
+    for (const auto& n : required)
+        if (std::none_of(out.begin(), out.end(), [&](const Param& x) { return x.name == n; }))
+            throw SchemaError("required", fmt::format("'required' at {} names '{}', which is not in 'properties'",
+                                                      where, n));
+    return out;
+}
+
+// One tool's invoke from `from` to `to`: the name tag, its parameters joined by "\n", the closing
+// tag. Position i has node a[i] (nothing written yet) and b[i] (something written); c[i] is "about to
+// write parameter i", reached from a[i] directly and from b[i] after the "\n" that separates two.
+void add_invoke(const std::shared_ptr<Grammar>& g, const DsmlTool& tool, size_t index, uint32_t from, uint32_t to) {
+    const std::string where = fmt::format("tools[{}].function.parameters", index);
+    const std::vector<Param> params = params_of(tool, where);
+    const size_t n = params.size();
+    std::vector<uint32_t> a(n + 1), b(n + 1);
+    for (size_t i = 0; i <= n; ++i) {
+        a[i] = g->add_node();
+        b[i] = g->add_node();
+    }
+    g->add_literal(from, fmt::format("<{}invoke name=\"{}\">\n", dsv4::kDsml, tool.name), a[0]);
+    for (size_t i = 0; i < n; ++i) {
+        const Param& pr = params[i];
+        const uint32_t value = add_json_schema_rule(g, tool.parameters, *pr.schema,
+                                                    fmt::format("{}/properties/{}", where, pr.name));
+        const uint32_t c = g->add_node(), x = g->add_node(), y = g->add_node();
+        g->add_eps(a[i], c);
+        g->add_literal(b[i], "\n", c);
+        g->add_literal(c, fmt::format("<{}parameter name=\"{}\" string=\"false\">", dsv4::kDsml, pr.name), x);
+        g->add_call(x, value, y);
+        g->add_literal(y, fmt::format("</{}parameter>", dsv4::kDsml), b[i + 1]);
+        if (!pr.required) {
+            g->add_eps(a[i], a[i + 1]);
+            g->add_eps(b[i], b[i + 1]);
+        }
+    }
+    const std::string close = fmt::format("\n</{}invoke>", dsv4::kDsml);
+    g->add_literal(a[n], close, to);
+    g->add_literal(b[n], close, to);
+}
+
+}  // namespace
+
+std::shared_ptr<const Grammar> compile_dsml_tool_calls(const std::vector<DsmlTool>& tools, bool one_call) {
+    if (tools.empty()) throw SchemaError("tools", "a DSML tool-call grammar needs at least one tool");
+    auto g = std::make_shared<Grammar>();
+    const uint32_t invoke = g->add_rule("dsml_invoke");
+    for (size_t i = 0; i < tools.size(); ++i) add_invoke(g, tools[i], i, g->rule(invoke).start, g->rule(invoke).end);
+
+    const uint32_t root = g->add_rule("dsml_tool_calls");
+    const uint32_t open = g->add_node(), after = g->add_node();
+    g->add_literal(g->rule(root).start, fmt::format("\n\n<{}{}>\n", dsv4::kDsml, dsv4::kToolCallsBlock), open);
+    g->add_call(open, invoke, after);
+    if (!one_call) {  // further invokes, each after a "\n"
+        const uint32_t sep = g->add_node();
+        g->add_literal(after, "\n", sep);
+        g->add_call(sep, invoke, after);
+    }
+    g->add_literal(after, fmt::format("\n</{}{}>", dsv4::kDsml, dsv4::kToolCallsBlock), g->rule(root).end);
+    g->set_root(root);
+    try {
+        g->check_integrity();
+    } catch (const SchemaError&) {
+        throw;
+    } catch (const Error& e) {
+        throw SchemaError("$ref", fmt::format("'$ref' cycle that matches no text before recursing ({})", e.what()));
+    }
+    return g;
+}
+
+}  // namespace onecard::grammar

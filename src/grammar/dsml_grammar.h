@@ -1,0 +1,38 @@
+// The grammar of a DeepSeek-V4 DSML tool-call block (dsv4-model.md §9.3) whose invokes name one of
+// the given tools and whose parameters match that tool's `parameters` JSON Schema: what the server
+// forces for tool_choice "required" or a named function. The text is the chat encoder's layout:
+//
+//   \n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="NAME">\n
+//   <｜DSML｜parameter name="KEY" string="false">JSON</｜DSML｜parameter>\n...\n</｜DSML｜invoke>
+//   [\n<｜DSML｜invoke ...>...</｜DSML｜invoke>]...\n</｜DSML｜tool_calls>
+//
+// Output policy, on top of json_schema.h's:
+// - One parameter per property, in `properties` order; required ones mandatory, optional ones may be
+//   left out; no other keys (additionalProperties is not honoured here: strict tools have none).
+// - Every value is written string="false" (its JSON text, a string value as a JSON string): the
+//   parser reads it back unchanged, and a raw string="true" value could not be held to its schema.
+// - Only the one block: the grammar is complete after </｜DSML｜tool_calls>, so EOS follows.
+#pragma once
+
+#include "grammar/grammar.h"
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace onecard::grammar {
+
+struct DsmlTool {
+    std::string name;
+    // The tool's parameters schema: null (no parameters), or an object schema whose `properties` are
+    // the parameters ({"type": "object"} alone: none). Anything else is a SchemaError.
+    nlohmann::ordered_json parameters;
+};
+
+// one_call: exactly one invoke (parallel_tool_calls false); otherwise one or more. Throws
+// SchemaError (naming the keyword) for a parameters schema the grammar cannot hold.
+std::shared_ptr<const Grammar> compile_dsml_tool_calls(const std::vector<DsmlTool>& tools, bool one_call);
+
+}  // namespace onecard::grammar

@@ -1,0 +1,112 @@
+// The DSML tool-call grammar (grammar/dsml_grammar.h): accepts exactly the chat encoder's layout with
+// the allowed tools and parameters that match their schemas; what it accepts parses back (DsmlParser)
+// into calls whose arguments are the values written; refusals name the keyword.
+#include "grammar/dsml_grammar.h"
+#include "grammar/json_schema.h"
+#include "grammar/matcher.h"
+#include "tokenizer/dsml_parser.h"
+
+#include <gtest/gtest.h>
+
+namespace onecard::grammar {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+std::shared_ptr<const TokenMasks> masks_of(std::shared_ptr<const Grammar> g) {
+    std::vector<std::string> bytes;
+    for (int b = 0; b < 256; ++b) bytes.push_back(std::string(1, static_cast<char>(b)));
+    return std::make_shared<const TokenMasks>(std::move(g), std::make_shared<const TokenTrie>(std::move(bytes)));
+}
+
+std::vector<DsmlTool> tools() {
+    return {{"get_weather", ojson::parse(R"({"type":"object","properties":{"city":{"type":"string","maxLength":8},
+              "days":{"type":"integer","minimum":1,"maximum":7},"units":{"enum":["C","F"]}},"required":["city","days"]})")},
+            {"ping", nullptr},
+            {"tree", ojson::parse(R"({"type":"object","$defs":{"n":{"type":"object","properties":{"k":{"type":"array",
+              "items":{"$ref":"#/$defs/n"},"maxItems":2}}}},"properties":{"root":{"$ref":"#/$defs/n"}},"required":["root"]})")}};
+}
+
+const std::string kOpen = "\n\n<｜DSML｜tool_calls>\n";
+const std::string kClose = "\n</｜DSML｜tool_calls>";
+std::string invoke(const std::string& name, const std::vector<std::pair<std::string, std::string>>& params) {
+    std::string s = "<｜DSML｜invoke name=\"" + name + "\">\n";
+    for (size_t i = 0; i < params.size(); ++i) {
+        if (i) s += "\n";
+        s += "<｜DSML｜parameter name=\"" + params[i].first + "\" string=\"false\">" + params[i].second +
+             "</｜DSML｜parameter>";
+    }
+    return s + "\n</｜DSML｜invoke>";
+}
+
+bool complete(const std::shared_ptr<const TokenMasks>& m, const std::string& text) {
+    GrammarMatcher g(m);
+    return g.accept_bytes(text) && g.is_complete();
+}
+
+TEST(GrammarDsml, AcceptsTheEncoderLayoutWithValidParameters) {
+    const auto one = masks_of(compile_dsml_tool_calls(tools(), true));
+    const auto many = masks_of(compile_dsml_tool_calls(tools(), false));
+    const std::string w = invoke("get_weather", {{"city", "\"Paris\""}, {"days", "3"}});
+    const std::string w2 = invoke("get_weather", {{"city", "\"Oslo\""}, {"days", "7"}, {"units", "\"F\""}});
+    const std::string p = invoke("ping", {});
+    const std::string t = invoke("tree", {{"root", R"({"k":[{},{"k":[]}]})"}});
+    for (const auto& text : {kOpen + w + kClose, kOpen + w2 + kClose, kOpen + p + kClose, kOpen + t + kClose}) {
+        EXPECT_TRUE(complete(one, text)) << text;
+        EXPECT_TRUE(complete(many, text)) << text;
+    }
+    EXPECT_FALSE(complete(one, kOpen + w + "\n" + p + kClose));  // parallel_tool_calls false: one invoke
+    EXPECT_TRUE(complete(many, kOpen + w + "\n" + p + "\n" + t + kClose));
+    // What it accepts parses back into the calls.
+    DsmlParser parser;
+    ParsedCompletion pc;
+    for (const auto& ev : parser.push(kOpen + w2 + "\n" + p + kClose + "<｜end▁of▁sentence｜>")) apply_event(pc, ev);
+    for (const auto& ev : parser.finish()) apply_event(pc, ev);
+    ASSERT_EQ(pc.tool_calls.size(), 2u) << pc.content;
+    EXPECT_EQ(pc.tool_calls[0].name, "get_weather");
+    EXPECT_EQ(nlohmann::json::parse(pc.tool_calls[0].arguments), nlohmann::json::parse(R"({"city":"Oslo","days":7,"units":"F"})"));
+    EXPECT_EQ(pc.tool_calls[1].name, "ping");
+    EXPECT_EQ(nlohmann::json::parse(pc.tool_calls[1].arguments), nlohmann::json::object());
+    EXPECT_TRUE(pc.content.empty()) << pc.content;
+}
+
+TEST(GrammarDsml, RejectsWhatBreaksTheToolsOrTheirSchemas) {
+    const auto m = masks_of(compile_dsml_tool_calls(tools(), false));
+    const std::vector<std::string> bad = {
+        kOpen + invoke("get_weather", {{"city", "\"Paris\""}}) + kClose,                                // days required
+        kOpen + invoke("get_weather", {{"days", "3"}, {"city", "\"Paris\""}}) + kClose,                // order
+        kOpen + invoke("get_weather", {{"city", "\"Paris\""}, {"days", "9"}}) + kClose,                 // maximum
+        kOpen + invoke("get_weather", {{"city", "\"Copenhagen\""}, {"days", "1"}}) + kClose,            // maxLength
+        kOpen + invoke("get_weather", {{"city", "\"P\""}, {"days", "1"}, {"units", "\"K\""}}) + kClose,  // enum
+        kOpen + invoke("get_weather", {{"city", "\"P\""}, {"days", "1"}, {"x", "1"}}) + kClose,         // extra key
+        kOpen + invoke("nope", {}) + kClose,                                                            // unknown tool
+        kOpen + kClose,                                                                                 // no call
+        "Sure!" + kOpen + invoke("ping", {}) + kClose,                                                  // content first
+    };
+    for (const auto& text : bad) EXPECT_FALSE(complete(m, text)) << text;
+    // Complete: nothing may follow the block.
+    GrammarMatcher g(m);
+    ASSERT_TRUE(g.accept_bytes(kOpen + invoke("ping", {}) + kClose));
+    EXPECT_TRUE(g.is_complete());
+    EXPECT_FALSE(g.accept_bytes("\n"));
+}
+
+TEST(GrammarDsml, RefusalsNameTheKeyword) {
+    auto refused = [](const char* params) -> std::string {
+        try {
+            compile_dsml_tool_calls({{"f", ojson::parse(params)}}, true);
+        } catch (const SchemaError& e) {
+            return e.keyword();
+        }
+        return "(accepted)";
+    };
+    EXPECT_EQ(refused(R"({"type":"object","properties":{"s":{"type":"string","pattern":"a"}}})"), "pattern");
+    EXPECT_EQ(refused(R"({"anyOf":[{"type":"object"}]})"), "anyOf");
+    EXPECT_EQ(refused(R"({"type":"array"})"), "type");
+    EXPECT_EQ(refused(R"({"type":"object","required":["q"]})"), "required");
+    EXPECT_EQ(refused(R"({"type":"object","properties":{"a":{"type":"integer"}}})"), "(accepted)");
+    EXPECT_THROW(compile_dsml_tool_calls({}, true), SchemaError);
+}
+
+}  // namespace
+}  // namespace onecard::grammar
