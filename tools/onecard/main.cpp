@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
     // Each line below is one subcommand group; see commands.h.
     // [commands]
     onecard::cli::add_cmd_bench(app);
+    onecard::cli::add_cmd_bench_serve(app);
+    onecard::cli::add_cmd_validate(app);
     onecard::cli::add_cmd_plan(app);
     onecard::cli::add_cmd_profile_experts(app);
     onecard::cli::add_cmd_serve(app);

@@ -1,0 +1,151 @@
+#include "bench_run.h"
+
+#include <atomic>
+#include <cmath>
+#include <mutex>
+#include <thread>
+
+namespace onecard::client {
+
+namespace {
+
+using Secs = std::chrono::duration<double>;
+
+struct Sample {
+    StreamResult r;
+    int64_t expected_prompt_tokens = -1;
+};
+
+// vLLM's counters on /metrics (absent on other servers: the deltas are then left out).
+Json scrape_counters(HttpClient& http) {
+    const HttpReply m = http.get("/metrics");
+    Json out = Json::object();
+    if (!m.ok()) return out;
+    for (const char* name : {"vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:prefix_cache_hits_total",
+                             "vllm:prefix_cache_queries_total"}) {
+        const double v = prometheus_value(m.body, name);
+        if (v >= 0) out[name] = v;
+    }
+    return out;
+}
+
+}  // namespace
+
+PointResult run_point(const Endpoint& ep, const PointSpec& spec, const std::vector<Session>& sessions) {
+    PointResult res;
+    res.spec = spec;
+    const ApiKind kind = api_kind_of(spec.endpoint);
+    HttpClient probe(ep);
+    const Json before = scrape_counters(probe);
+
+    // Poisson arrivals: exponential gaps, fixed by the seed so runs are repeatable.
+    std::vector<double> arrival(sessions.size(), 0.0);
+    if (spec.request_rate > 0 && std::isfinite(spec.request_rate)) {
+        std::mt19937_64 rng(spec.seed ^ 0x9e3779b97f4a7c15ULL);
+        std::exponential_distribution<double> gap(spec.request_rate);
+        double t = 0;
+        for (double& a : arrival) {
+            a = t;
+            t += gap(rng);
+        }
+    }
+    std::vector<std::vector<Sample>> per_session(sessions.size());
+    std::atomic<size_t> next{0};
+    const auto t0 = Clock::now();
+    const auto n_workers = static_cast<size_t>(std::max<int64_t>(1, std::min<int64_t>(spec.concurrency, sessions.size())));
+    std::vector<std::thread> workers;
+    for (size_t w = 0; w < n_workers; ++w)
+        workers.emplace_back([&] {
+            HttpClient http(ep);
+            for (size_t i; (i = next.fetch_add(1)) < sessions.size();) {
+                std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(Secs(arrival[i])));
+                const Session& s = sessions[i];
+                std::vector<std::string> replies;
+                for (size_t it = 0; it < s.user_turns.size(); ++it) {
+                    Json body = session_body(s, it, replies, kind, spec.model);
+                    for (const auto& [k, v] : spec.extra.items()) body[k] = v;
+                    Sample smp{run_stream(http, spec.endpoint, std::move(body)), it == 0 ? s.expected_prompt_tokens : -1};
+                    replies.push_back(smp.r.output());
+                    const bool ok = smp.r.ok;
+                    per_session[i].push_back(std::move(smp));
+                    if (!ok) break;  // the rest of a conversation needs this reply
+                }
+            }
+        });
+    for (auto& t : workers) t.join();
+    res.duration_s = Secs(Clock::now() - t0).count();
+
+    std::vector<double> ttft, tpot, itl, e2e, rate;
+    for (const auto& samples : per_session)
+        for (const Sample& smp : samples) {
+            const StreamResult& r = smp.r;
+            ++res.n_requests;
+            if (!r.ok) {
+                ++res.n_errors;
+                if (res.error_samples.size() < 5) res.error_samples.push_back(r.error);
+                continue;
+            }
+            ++res.n_ok;
+            res.prompt_tokens += std::max<int64_t>(r.prompt_tokens, 0);
+            res.completion_tokens += std::max<int64_t>(r.completion_tokens, 0);
+            res.cached_tokens += std::max<int64_t>(r.cached_tokens, 0);
+            if (smp.expected_prompt_tokens >= 0 && r.prompt_tokens != smp.expected_prompt_tokens) ++res.n_prompt_len_mismatch;
+            if (r.ttft_s() >= 0) ttft.push_back(r.ttft_s() * 1e3);
+            e2e.push_back(r.e2e_s() * 1e3);
+            for (size_t k = 1; k < r.token_times.size(); ++k)
+                itl.push_back(Secs(r.token_times[k] - r.token_times[k - 1]).count() * 1e3);
+            // TPOT and decode rate as vLLM defines them: time after the first token over the
+            // tokens after it (the server's completion_tokens, chunks may carry several).
+            const int64_t n_out = r.completion_tokens > 0 ? r.completion_tokens : static_cast<int64_t>(r.token_times.size());
+            if (n_out > 1 && r.ttft_s() >= 0) {
+                const double decode_s = r.e2e_s() - r.ttft_s();
+                tpot.push_back(decode_s * 1e3 / static_cast<double>(n_out - 1));
+                if (decode_s > 0) rate.push_back(static_cast<double>(n_out - 1) / decode_s);
+            }
+        }
+    res.ttft_ms = summarize(ttft);
+    res.tpot_ms = summarize(tpot);
+    res.itl_ms = summarize(itl);
+    res.e2e_ms = summarize(e2e);
+    res.decode_tok_s = summarize(rate);
+    if (res.duration_s > 0) {
+        res.request_throughput = static_cast<double>(res.n_ok) / res.duration_s;
+        res.output_throughput = static_cast<double>(res.completion_tokens) / res.duration_s;
+        res.total_token_throughput = static_cast<double>(res.prompt_tokens + res.completion_tokens) / res.duration_s;
+    }
+    if (res.prompt_tokens > 0)
+        res.cached_share = static_cast<double>(res.cached_tokens) / static_cast<double>(res.prompt_tokens);
+    const Json after = scrape_counters(probe);
+    res.server_metrics = Json::object();
+    for (const auto& [k, v] : after.items())
+        if (before.contains(k)) res.server_metrics[k + ":delta"] = v.get<double>() - before[k].get<double>();
+    return res;
+}
+
+Json to_json(const PointResult& r) {
+    const bool paced = r.spec.request_rate > 0 && std::isfinite(r.spec.request_rate);
+    return {{"max_concurrency", r.spec.concurrency},
+            {"request_rate", paced ? Json(r.spec.request_rate) : Json("inf")},
+            {"endpoint", r.spec.endpoint},
+            {"num_requests", r.n_requests},
+            {"completed", r.n_ok},
+            {"errors", r.n_errors},
+            {"error_samples", r.error_samples},
+            {"duration_s", r.duration_s},
+            {"total_input_tokens", r.prompt_tokens},
+            {"total_output_tokens", r.completion_tokens},
+            {"cached_prompt_tokens", r.cached_tokens},
+            {"cached_share", r.cached_share},
+            {"prompt_len_mismatches", r.n_prompt_len_mismatch},
+            {"request_throughput", r.request_throughput},
+            {"output_throughput", r.output_throughput},
+            {"total_token_throughput", r.total_token_throughput},
+            {"ttft_ms", to_json(r.ttft_ms)},
+            {"tpot_ms", to_json(r.tpot_ms)},
+            {"itl_ms", to_json(r.itl_ms)},
+            {"e2e_latency_ms", to_json(r.e2e_ms)},
+            {"per_stream_decode_tok_s", to_json(r.decode_tok_s)},
+            {"server_metrics", r.server_metrics}};
+}
+
+}  // namespace onecard::client
