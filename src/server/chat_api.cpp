@@ -3,8 +3,10 @@
 // rendering and generation loop live in chat_pipeline.cpp (shared with /v1/responses and /v1/messages);
 // this file maps them onto chat-completions objects and chunks.
 //
-// tool_choice "required" or a named function that the completion does not follow ends with a
-// server_error (500, code tool_choice_not_followed; in a stream, an error event before [DONE]).
+// tool_choice "required" or a named function is forced by the DSML grammar during generation
+// (structured_output.h); a completion that still does not follow it (only possible when it ran out of
+// max_tokens, or thinking never ended) ends with a server_error (500, code tool_choice_not_followed;
+// in a stream, an error event before [DONE]).
 #include "core/error.h"
 #include "server/api_error.h"
 #include "server/chat_pipeline.h"

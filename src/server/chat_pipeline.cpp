@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "server/api_error.h"
 #include "server/sse.h"
+#include "server/structured_output.h"
 
 #include <algorithm>
 
@@ -173,6 +174,7 @@ PreparedChat prepare_chat(OpenAIServer::State& s, const Json& body, const std::s
                           : body.contains("max_completion_tokens") ? "max_completion_tokens"
                                                                    : "max_tokens");
     p.sampling.max_tokens = resolve_max_tokens(p.chat.gen, room);
+    p.sampling.make_constraint = chat_constraint(s, body, p.chat, p.prompt.generation_in_reasoning);
     auto& f = access_log_context().fields;
     f["prompt_tokens"] = n;
     if (s.opts.log_requests_text) f["prompt"] = p.prompt.text;

@@ -20,9 +20,9 @@ namespace onecard::server {
 
 // tool_choice: "auto" (default with tools) renders the tools and parses calls; "none" leaves the tools
 // out of the prompt, and any DSML call the model still writes is dropped (not returned as text);
-// "required" and a named function are enforced at the prompt level (named: only that tool is
-// rendered) and then validated (tool_choice_violation). Grammar-constrained decoding will replace the
-// validation later.
+// "required" and a named function are enforced during generation by the DSML tool-call grammar
+// (structured_output.h; named: only that tool is rendered and allowed); tool_choice_violation stays as
+// a backstop.
 enum class ToolChoice { None, Auto, Required, Named };
 
 struct ChatRequest {
@@ -44,7 +44,8 @@ struct PreparedChat {
     SamplingParams sampling;   // max_tokens resolved against the context left
 };
 
-// parse_chat_request, then render and tokenise; refuses a prompt (or max_tokens) the context cannot
+// parse_chat_request, then render and tokenise, and set the sampling's constraint factory for
+// response_format and a forced tool choice (structured_output.h: 400 for a schema it cannot enforce); refuses a prompt (or max_tokens) the context cannot
 // hold. `max_tokens_param` is the field named when max_tokens does not fit (each API has its own name).
 // Records prompt_tokens (and the prompt text when logging it) in the access log. Admits nothing.
 PreparedChat prepare_chat(OpenAIServer::State& s, const Json& body, const std::string& max_tokens_param = {});

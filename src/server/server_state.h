@@ -1,6 +1,7 @@
 // Internal: what every handler of OpenAIServer shares. Not part of the module's API.
 #pragma once
 
+#include "grammar/grammar_cache.h"
 #include "server/access_control.h"
 #include "server/api_error.h"
 #include "server/metrics.h"
@@ -51,6 +52,12 @@ struct OpenAIServer::State {
 
     // Finished /v1/responses for previous_response_id (bounded LRU, response_store.h).
     ResponseStore responses;
+
+    // Structured output (structured_output.h): compiled grammars over the tokenizer's vocabulary
+    // tries, built on first use (a trie of 129,280 tokens is not worth building for a server that
+    // never sees a response_format). json: the BPE tokens only; dsml: plus the ｜DSML｜ marker.
+    std::once_flag grammars_once;
+    std::unique_ptr<grammar::GrammarCache> json_grammars, dsml_grammars;
 
     // Live engine streams, so shutdown can cancel what did not drain in time.
     std::mutex live_mu;
