@@ -32,8 +32,11 @@ std::vector<double> nice_ticks(double lo, double hi, int n_target) {
             break;
         }
     std::vector<double> ticks;
-    for (double t = std::floor(lo / step) * step; t <= hi + step * 1e-9; t += step) ticks.push_back(t);
-    if (ticks.size() < 2) ticks.push_back(ticks.back() + step);
+    // From the last step at or below `lo` to the first at or above `hi`, so the axis covers the data.
+    for (double t = std::floor(lo / step) * step;; t += step) {
+        ticks.push_back(t);
+        if (t >= hi - step * 1e-9 && ticks.size() >= 2) break;
+    }
     return ticks;
 }
 

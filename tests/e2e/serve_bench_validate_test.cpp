@@ -1,0 +1,202 @@
+// `onecard validate` and `onecard bench-serve` against a real `onecard serve` on the CPU: the TEST-ONLY
+// scripted runner answers the tool-call fixtures exactly (pass path) or with wrong arguments (fail
+// path), the random demo model fails the quality gates cleanly (exit status = failed gates), and
+// bench-serve's token counts agree exactly with the server's /metrics counters.
+#include "support/test_support.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <thread>
+
+namespace onecard {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string slurp(const std::filesystem::path& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+// Starts `onecard serve <args>` (env prefix `env`), hands its base URL to `check`, stops it.
+void serve_and(const test::TempDir& dir, const std::string& env, const std::string& args,
+               const std::function<void(const std::string& url, int port)>& check) {
+    const auto out = dir / "serve.out";
+    const auto pidf = dir / "serve.pid";
+    std::filesystem::remove(out);
+    const std::string cmd = "(env " + env + " XDG_CACHE_HOME=" + dir.path().string() + " timeout 300 " +
+                            test::onecard_binary().string() + " serve --host 127.0.0.1 --port 0 --no-access-log " +
+                            args + " > " + out.string() + " 2>&1 </dev/null & echo $! > " + pidf.string() + ")";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    const int pid = std::stoi(slurp(pidf));
+    Json ready;
+    for (int i = 0; i < 1200 && ready.is_null() && ::kill(pid, 0) == 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        std::istringstream lines(slurp(out));
+        for (std::string l; std::getline(lines, l);)
+            if (l.find("\"event\":\"ready\"") != std::string::npos) ready = Json::parse(l);
+    }
+    if (!ready.is_null()) {
+        const int port = ready["port"].get<int>();
+        check("http://127.0.0.1:" + std::to_string(port), port);
+    }
+    ::kill(pid, SIGTERM);
+    for (int i = 0; i < 300 && ::kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_FALSE(ready.is_null()) << "no ready line:\n" << slurp(out);
+}
+
+int exit_status(const test::CommandResult& r) { return WIFEXITED(r.rc) ? WEXITSTATUS(r.rc) : -1; }
+
+// A DSML tool-call block for the expected calls of one fixture turn (`corrupt`: wrong arguments).
+std::string dsml_calls(const Json& expected, bool corrupt) {
+    std::string s = "<｜DSML｜tool_calls>\n";
+    for (const auto& call : expected) {
+        s += "<｜DSML｜invoke name=\"" + call["name"].get<std::string>() + "\">\n";
+        bool first = true;
+        for (const auto& [k, v] : call["arguments"].items()) {
+            const bool str = v.is_string();
+            std::string val = str ? v.get<std::string>() : v.dump();
+            if (corrupt && first) val = str ? val + "x" : "[0]";
+            first = false;
+            s += "<｜DSML｜parameter name=\"" + k + "\" string=\"" + (str ? "true" : "false") + "\">" + val +
+                 "</｜DSML｜parameter>\n";
+        }
+        s += "</｜DSML｜invoke>\n";
+    }
+    return s + "</｜DSML｜tool_calls>";
+}
+
+// A scripted-runner script answering every fixture turn (later turns first: their prompts hold the
+// earlier turns' text), thinking-on prompts with reasoning then an answer, the rest with an answer.
+std::string fixture_script(bool corrupt) {
+    const Json fx = Json::parse(slurp(std::filesystem::path(ONECARD_SOURCE_DIR) / "tools/onecard/data/tool_fixtures.json"));
+    Json scripts = Json::array();
+    for (const auto& f : fx["fixtures"])
+        for (size_t i = f["turns"].size(); i-- > 0;)
+            scripts.push_back({{"when", f["turns"][i]["user"]}, {"text", dsml_calls(f["turns"][i]["expected"], corrupt)}});
+    scripts.push_back({{"when", "<｜Assistant｜><think>"}, {"text", "Adding the numbers.</think>The answer is 42."}});
+    return Json{{"step_delay_ms", 2}, {"scripts", scripts}, {"default", {{"text", "The answer is 42."}}}}.dump();
+}
+
+// Small gates, so the runs take seconds on the CPU.
+const std::string kSmall = " --capacity-streams 4 --mixed-prefill-len 400 --replay-prompt-len 200 --needle-len 300"
+                           " --reasoning-max-tokens 32 --seed 7";
+const std::string kScriptedLens = " --capacity-max-tokens 8 --mixed-decode-tokens 200 --tool-max-tokens 200";
+
+TEST(ServeValidate, ScriptedFixturesPassAndFail) {
+    test::TempDir dir("serve_validate_scripted");
+    for (bool corrupt : {false, true}) {
+        std::ofstream(dir / "script.json") << fixture_script(corrupt);
+        serve_and(dir, "ONECARD_TEST_MODE=1", "--test-script " + (dir / "script.json").string(),
+                  [&](const std::string& url, int) {
+                      const auto report = dir / "report.json";
+                      const std::string gates =
+                          corrupt ? "tool_calls,needle" : "tool_calls,no_dsml,reasoning,capacity,replay,mixed_load";
+                      const auto r = test::run_command("timeout 120 " + test::onecard_binary().string() +
+                                                       " validate --base-url " + url + " --gates " + gates + kSmall + kScriptedLens +
+                                                       " --out " + report.string() + " 2>&1");
+                      const Json j = Json::parse(slurp(report));
+                      EXPECT_EQ(exit_status(r), corrupt ? 2 : 0) << r.out;
+                      EXPECT_EQ(j["failed"], corrupt ? 2 : 0) << j.dump(1);
+                      const Json& tc = j["gates"][0];
+                      EXPECT_EQ(tc["name"], "tool_calls");
+                      EXPECT_EQ(tc["passed"], !corrupt);
+                      EXPECT_EQ(tc["figures"]["turns"], 13);
+                      EXPECT_EQ(tc["figures"]["exact"], corrupt ? 0 : 13) << tc.dump(1);
+                      EXPECT_EQ(tc["figures"]["second_turns_exact"], corrupt ? 0 : 3);
+                      EXPECT_EQ(j["method"]["models"]["data"][0]["id"], "onecard-demo");
+                      EXPECT_NE(r.out.find(corrupt ? "2 of 2 gates failed" : "0 of 6 gates failed"), std::string::npos)
+                          << r.out;
+                  });
+    }
+}
+
+TEST(ServeValidate, RandomModelFailsQualityGatesCleanly) {
+    test::TempDir dir("serve_validate_random");
+    const auto r0 = test::run_command(test::onecard_binary().string() + " synth --preset small --seed 5 --out " +
+                                      (dir / "model").string() + " --quiet 2>&1");
+    ASSERT_EQ(r0.rc, 0) << r0.out;
+    serve_and(dir, "", (dir / "model").string() + " --device cpu", [&](const std::string& url, int) {
+        const auto report = dir / "report.json";
+        const auto r = test::run_command("timeout 240 " + test::onecard_binary().string() + " validate --base-url " +
+                                         url + kSmall + " --tool-max-tokens 8 --needle-max-tokens 4 --capacity-max-tokens 2"
+                                         " --mixed-decode-tokens 4 --out " + report.string() + " 2>&1");
+        EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+        const Json j = Json::parse(slurp(report));
+        EXPECT_EQ(j["gates"].size(), 7u);
+        EXPECT_EQ(exit_status(r), j["failed"].get<int>()) << r.out;
+        for (const auto& g : j["gates"])
+            if (g["name"] == "tool_calls" || g["name"] == "needle") {
+                EXPECT_FALSE(g["passed"]) << g.dump(1);
+                EXPECT_FALSE(g["figures"].empty());
+            }
+    });
+}
+
+double metric(httplib::Client& c, const std::string& name) {
+    auto m = c.Get("/metrics");
+    if (!m) return -1;
+    const size_t p = m->body.find("\n" + name + "{");
+    if (p == std::string::npos) return -1;
+    const size_t sp = m->body.find("} ", p);
+    return std::stod(m->body.substr(sp + 2, m->body.find('\n', sp) - sp - 2));
+}
+
+TEST(ServeBenchServe, TokenCountsAgreeWithServerMetrics) {
+    test::TempDir dir("serve_bench_serve");
+    std::ofstream(dir / "script.json") << Json{{"step_delay_ms", 1}, {"default", {{"text", "Hello!"}}}}.dump();
+    serve_and(dir, "ONECARD_TEST_MODE=1", "--test-script " + (dir / "script.json").string(),
+              [&](const std::string& url, int port) {
+                  httplib::Client c("127.0.0.1", port);
+                  const double p0 = metric(c, "vllm:prompt_tokens_total");
+                  const double g0 = metric(c, "vllm:generation_tokens_total");
+                  const auto out = dir / "bench.json", svg = dir / "bench.svg";
+                  for (const char* endpoint : {"/v1/completions", "/v1/chat/completions"}) {
+                      const auto r = test::run_command(
+                          "timeout 120 " + test::onecard_binary().string() + " bench-serve --base-url " + url +
+                          " --num-prompts 8 --random-input-len 48 --random-output-len 12 --max-concurrency 1,4"
+                          " --ignore-eos --endpoint " + endpoint + " --out " + out.string() + " --plot " + svg.string() +
+                          " 2>&1");
+                      ASSERT_EQ(r.rc, 0) << r.out;
+                      EXPECT_NE(r.out.find("TTFT p50"), std::string::npos) << r.out;
+                  }
+                  // The last run (chat) is in the JSON; the counters cover both runs.
+                  const Json j = Json::parse(slurp(out));
+                  ASSERT_EQ(j["points"].size(), 2u);
+                  EXPECT_EQ(j["method"]["models"]["data"][0]["id"], "onecard-demo");
+                  EXPECT_FALSE(j["method"]["command"].get<std::string>().empty());
+                  for (const auto& p : j["points"]) {
+                      EXPECT_EQ(p["completed"], 8);
+                      EXPECT_EQ(p["errors"], 0);
+                      EXPECT_EQ(p["total_input_tokens"], 8 * 48) << "prompts are cut to the length through /tokenize";
+                      EXPECT_EQ(p["prompt_len_mismatches"], 0);
+                      EXPECT_EQ(p["total_output_tokens"], 8 * 12);
+                      EXPECT_EQ(p["server_metrics"]["vllm:prompt_tokens_total:delta"], 8 * 48);
+                      EXPECT_EQ(p["server_metrics"]["vllm:generation_tokens_total:delta"], 8 * 12);
+                      EXPECT_GT(p["ttft_ms"]["p50"].get<double>(), 0);
+                      EXPECT_GE(p["ttft_ms"]["p99"].get<double>(), p["ttft_ms"]["p50"].get<double>());
+                      EXPECT_GT(p["output_throughput"].get<double>(), 0);
+                  }
+                  EXPECT_EQ(metric(c, "vllm:prompt_tokens_total") - p0, 2 * 2 * 8 * 48);
+                  EXPECT_EQ(metric(c, "vllm:generation_tokens_total") - g0, 2 * 2 * 8 * 12);
+                  const std::string s = slurp(svg);
+                  EXPECT_EQ(s.rfind("<?xml", 0), 0u);
+                  EXPECT_NE(s.find("<svg xmlns=\"http://www.w3.org/2000/svg\""), std::string::npos);
+                  EXPECT_NE(s.find("</svg>"), std::string::npos);
+                  EXPECT_EQ(std::count(s.begin(), s.end(), '<'), std::count(s.begin(), s.end(), '>'));
+              });
+}
+
+}  // namespace
+}  // namespace onecard

@@ -1,0 +1,61 @@
+// The pure parts of bench-serve/validate's client (tools/onecard/client): numpy-style percentiles,
+// the summary, the table, the SVG writer's ticks and well-formed output, and base-URL splitting.
+#include "http_client.h"
+#include "stats.h"
+#include "svg_plot.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace onecard::client {
+namespace {
+
+TEST(ClientStats, PercentilesInterpolateLikeNumpy) {
+    const std::vector<double> v = {4, 1, 3, 2};  // sorted 1 2 3 4
+    EXPECT_DOUBLE_EQ(percentile(v, 50), 2.5);
+    EXPECT_DOUBLE_EQ(percentile(v, 90), 3.7);
+    EXPECT_DOUBLE_EQ(percentile(v, 99), 3.97);
+    EXPECT_DOUBLE_EQ(percentile(v, 0), 1);
+    EXPECT_DOUBLE_EQ(percentile(v, 100), 4);
+    EXPECT_DOUBLE_EQ(percentile({}, 50), 0);
+    EXPECT_DOUBLE_EQ(percentile({7}, 99), 7);
+    const Summary s = summarize(v);
+    EXPECT_EQ(s.n, 4u);
+    EXPECT_DOUBLE_EQ(s.mean, 2.5);
+    EXPECT_DOUBLE_EQ(s.max, 4);
+}
+
+TEST(ClientStats, TablePadsColumns) {
+    const std::string t = format_table({{"a", "bb"}, {"ccc", "d"}});
+    EXPECT_EQ(t, "a    bb\n-------\nccc  d\n");
+    EXPECT_EQ(fmt_num(-1, 2), "-");
+    EXPECT_EQ(fmt_num(1.234, 1), "1.2");
+}
+
+TEST(ClientSvg, NiceTicksAndWellFormedDocument) {
+    const auto t = nice_ticks(0, 97);
+    EXPECT_EQ(t.front(), 0);
+    EXPECT_GE(t.back(), 97);
+    EXPECT_EQ(t[1] - t[0], 20);
+    PlotPanel p{"TTFT <ms>", "x & y", "ms", {{"s1", {1, 2, 3}, {10, 20, 15}, {"c1", "c2", "c4"}}}};
+    const std::string svg = render_svg("title", {p, p});
+    EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
+    EXPECT_NE(svg.find("TTFT &lt;ms&gt;"), std::string::npos);
+    EXPECT_NE(svg.find("x &amp; y"), std::string::npos);
+    EXPECT_NE(svg.find("<polyline"), std::string::npos);
+    EXPECT_EQ(std::count(svg.begin(), svg.end(), '<'), std::count(svg.begin(), svg.end(), '>'));
+    EXPECT_NE(svg.find("</svg>"), std::string::npos);
+}
+
+TEST(ClientHttp, BaseUrlAndPrometheus) {
+    EXPECT_EQ(split_base_url("http://h:8000/v1/"), (std::pair<std::string, std::string>{"http://h:8000", ""}));
+    EXPECT_EQ(split_base_url("https://h/api/v1"), (std::pair<std::string, std::string>{"https://h", "/api"}));
+    const std::string m = "# HELP x\nvllm:prompt_tokens_total{model_name=\"m\"} 42\nvllm:other 3\n";
+    EXPECT_EQ(prometheus_value(m, "vllm:prompt_tokens_total"), 42);
+    EXPECT_EQ(prometheus_value(m, "vllm:other"), 3);
+    EXPECT_EQ(prometheus_value(m, "vllm:missing"), -1);
+}
+
+}  // namespace
+}  // namespace onecard::client
