@@ -59,6 +59,28 @@ std::vector<Param> params_of(const DsmlTool& tool, const std::string& where) {
     return out;
 }
 
+// A property the model may write raw (string="true", its trained habit for strings): a plain string
+// schema, nothing that bounds or shapes the text (those need the JSON form, where the grammar can
+// count and check).
+bool raw_string_ok(const ojson& schema) {
+    if (!schema.is_object()) return false;
+    const auto t = schema.find("type");
+    if (t == schema.end() || !t->is_string() || *t != "string") return false;
+    for (const char* k : {"enum", "const", "format", "minLength", "maxLength", "pattern", "$ref", "anyOf", "oneOf",
+                          "allOf", "not"})
+        if (schema.contains(k)) return false;
+    return true;
+}
+
+// Raw parameter text: any bytes but NUL and '<' (so the closing tag is the only way out; a raw value
+// cannot contain '<' — the JSON form can), zero or more.
+uint32_t add_raw_text(const std::shared_ptr<Grammar>& g) {
+    const uint32_t r = g->add_node();
+    g->add_bytes(r, 0x01, 0x3B, r);
+    g->add_bytes(r, 0x3D, 0xFF, r);
+    return r;
+}
+
 // One tool's invoke from `from` to `to`: the name tag, its parameters joined by "\n", the closing
 // tag. Position i has node a[i] (nothing written yet) and b[i] (something written); c[i] is "about to
 // write parameter i", reached from a[i] directly and from b[i] after the "\n" that separates two.
@@ -82,6 +104,11 @@ void add_invoke(const std::shared_ptr<Grammar>& g, const DsmlTool& tool, size_t 
         g->add_literal(c, fmt::format("<{}parameter name=\"{}\" string=\"false\">", dsv4::kDsml, pr.name), x);
         g->add_call(x, value, y);
         g->add_literal(y, fmt::format("</{}parameter>", dsv4::kDsml), b[i + 1]);
+        if (raw_string_ok(*pr.schema)) {
+            const uint32_t raw = add_raw_text(g);
+            g->add_literal(c, fmt::format("<{}parameter name=\"{}\" string=\"true\">", dsv4::kDsml, pr.name), raw);
+            g->add_literal(raw, fmt::format("</{}parameter>", dsv4::kDsml), b[i + 1]);
+        }
         if (!pr.required) {
             g->add_eps(a[i], a[i + 1]);
             g->add_eps(b[i], b[i + 1]);

@@ -164,7 +164,10 @@ await test('tools: tool_use block, stop_reason tool_use (plain and streamed, str
   assert.match(toolUse.id, /^toolu_/);
   assert.deepEqual(toolUse.input, WANT_INPUT);
 
-  const raw = await client.messages.create({ model: MODEL, max_tokens: 256, tools, tool_choice: { type: 'any' }, stream: true,
+  // tool_choice any is held by the grammar from the end of thinking on; the script reasons first
+  // (its text has a </think>), so thinking is on here as in the request above.
+  const raw = await client.messages.create({ model: MODEL, max_tokens: 2048, tools, tool_choice: { type: 'any' }, stream: true,
+    thinking: { type: 'enabled', budget_tokens: 1024 },
     messages: [{ role: 'user', content: 'What is the weather in Paris?' }] });
   let json = '', nJson = 0, stop = null, started = null;
   for await (const e of raw) {

@@ -70,6 +70,32 @@ TEST(GrammarDsml, AcceptsTheEncoderLayoutWithValidParameters) {
     EXPECT_TRUE(pc.content.empty()) << pc.content;
 }
 
+// A plain string property may also be written raw (string="true"), as the model was trained to; a
+// bounded or shaped string only in its JSON form, where the grammar checks it.
+TEST(GrammarDsml, PlainStringsMayBeWrittenRaw) {
+    const std::vector<DsmlTool> t = {
+        {"note", ojson::parse(R"({"type":"object","properties":{"text":{"type":"string"},
+          "tag":{"type":"string","maxLength":4}},"required":["text"]})")}};
+    const auto m = masks_of(compile_dsml_tool_calls(t, true));
+    auto raw = [](const std::string& name, const std::string& v) {
+        return "<｜DSML｜parameter name=\"" + name + "\" string=\"true\">" + v + "</｜DSML｜parameter>";
+    };
+    const std::string head = kOpen + "<｜DSML｜invoke name=\"note\">\n", tail = "\n</｜DSML｜invoke>" + kClose;
+    const std::string ok = head + raw("text", "Paris, \"France\" \\ 巴黎") + tail;
+    EXPECT_TRUE(complete(m, ok));
+    EXPECT_TRUE(complete(m, head + raw("text", "") + tail));
+    EXPECT_FALSE(complete(m, head + raw("text", "a<b") + tail)) << "'<' only in the JSON form";
+    EXPECT_FALSE(complete(m, head + raw("text", "x") + "\n" + raw("tag", "abc") + tail))
+        << "a bounded string only as JSON";
+    EXPECT_TRUE(complete(m, head + raw("text", "x") + "\n<｜DSML｜parameter name=\"tag\" string=\"false\">\"abc\"</｜DSML｜parameter>" + tail));
+    DsmlParser parser;
+    ParsedCompletion pc;
+    for (const auto& ev : parser.push(ok + "<｜end▁of▁sentence｜>")) apply_event(pc, ev);
+    for (const auto& ev : parser.finish()) apply_event(pc, ev);
+    ASSERT_EQ(pc.tool_calls.size(), 1u) << pc.content;
+    EXPECT_EQ(nlohmann::json::parse(pc.tool_calls[0].arguments), nlohmann::json({{"text", "Paris, \"France\" \\ 巴黎"}}));
+}
+
 TEST(GrammarDsml, RejectsWhatBreaksTheToolsOrTheirSchemas) {
     const auto m = masks_of(compile_dsml_tool_calls(tools(), false));
     const std::vector<std::string> bad = {
