@@ -51,8 +51,11 @@ struct Harness {
     }
     Harness() : engine(engine_config(), std::make_unique<FakeModelRunner>()) {
         const Tokenizer& tok = fuzz::v4_tokenizer();
-        v4 = std::make_unique<OpenAIServer::State>(options(), engine, tok, info(ChatVariant::V4));
-        v0731 = std::make_unique<OpenAIServer::State>(options(), engine, tok, info(ChatVariant::V40731));
+        v4 = std::make_unique<OpenAIServer::State>(options(), tok, info(ChatVariant::V4));
+        v0731 = std::make_unique<OpenAIServer::State>(options(), tok, info(ChatVariant::V40731));
+        // The engine is attached after construction, as OpenAIServer::attach_engine does once loaded.
+        v4->engine.store(&engine);
+        v0731->engine.store(&engine);
         // ready stays false: validated requests stop at admission with 503.
     }
 };
