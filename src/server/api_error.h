@@ -38,6 +38,14 @@ inline ApiError bad_request(std::string message, std::string param = {}) {
     return ApiError(400, std::move(message), std::move(param));
 }
 
+// obj[key] as a string, or a 400 naming "where.key" (request converters: Anthropic, Responses).
+inline std::string required_string(const nlohmann::json& obj, const char* key, const std::string& where) {
+    auto v = obj.find(key);
+    if (v == obj.end() || !v->is_string())
+        throw bad_request(where + "." + key + " must be a string", where + "." + key);
+    return v->get<std::string>();
+}
+
 // The OpenAI error type string for an HTTP status ("invalid_request_error", "authentication_error", ...).
 const char* error_type_for_status(int status);
 

@@ -20,13 +20,6 @@ std::string block_type(const Json& block, const std::string& where) {
     return t->get<std::string>();
 }
 
-std::string required_string(const Json& obj, const char* key, const std::string& where) {
-    auto v = obj.find(key);
-    if (v == obj.end() || !v->is_string())
-        throw bad_request(fmt::format("{}.{} must be a string", where, key), fmt::format("{}.{}", where, key));
-    return v->get<std::string>();
-}
-
 // Text blocks as OpenAI content parts (the chat encoder joins text parts with a blank line). A string
 // stays a string.
 Json text_content(const Json& content, const std::string& where) {

@@ -14,13 +14,6 @@ namespace onecard::server {
 
 namespace {
 
-std::string required_string(const Json& obj, const char* key, const std::string& where) {
-    auto v = obj.find(key);
-    if (v == obj.end() || !v->is_string())
-        throw bad_request(fmt::format("{}.{} must be a string", where, key), fmt::format("{}.{}", where, key));
-    return v->get<std::string>();
-}
-
 // Message content: a string, or input_text / output_text parts (as chat text parts).
 Json message_content(const Json& content, const std::string& where) {
     if (content.is_string()) return content;
