@@ -229,10 +229,11 @@ MemoryPlan make_memory_plan(const ModelConfig& cfg, const std::vector<PlannedTen
         return expert_id(t.name) < plan.n_resident_experts;
     };
     std::vector<uint64_t> pair_bytes(static_cast<size_t>(L * E), 0);
-    uint64_t resident_all = 0, pairs_all = 0;
+    uint64_t resident_all = 0, pairs_all = 0, embed_bytes = 0;
     for (const auto& t : tensors) {
         if (!resident(t)) continue;
         resident_all += t.nbytes;
+        if (std::string_view(component_of(t.name)) == "embed") embed_bytes += t.nbytes;
         int64_t l = 0, e = 0;
         if (main_expert_pair(t.name, l, e) && l < L && e < E) {
             pair_bytes[static_cast<size_t>(l * E + e)] += t.nbytes;
@@ -245,12 +246,15 @@ MemoryPlan make_memory_plan(const ModelConfig& cfg, const std::vector<PlannedTen
     plan.min_kv_tokens = kv_tokens > 0 ? kv_tokens : (opt.min_kv_tokens >= 0 ? opt.min_kv_tokens : opt.max_context);
     const uint64_t kv_floor =
         slots_bytes + static_cast<uint64_t>(spec.blocks_for_tokens(plan.min_kv_tokens) + plan.kv_slots) * block_bytes;
-    const uint64_t gpu_without_experts = resident_all - pairs_all + others + kv_floor;
     plan.placement = ExpertPlacement::all_on_gpu(L, E);
     std::vector<std::string> reasons;
     bool gpu_short_without_experts = false;  // offloading every pair would not be enough
     const bool offload =
         opt.allow_host_experts && plan.expert_pair_bytes > 0 && resident_all + others + kv_floor > budget;
+    // The embedding table leaves the GPU before any expert does (allow_host_embed says why).
+    plan.embed_on_host = offload && opt.allow_host_embed && embed_bytes > 0;
+    const uint64_t gpu_non_expert_weights = resident_all - pairs_all - (plan.embed_on_host ? embed_bytes : 0);
+    const uint64_t gpu_without_experts = gpu_non_expert_weights + others + kv_floor;
     if (offload) {
         // Sized with the largest pair, so whichever pairs the profile picks fit.
         const int64_t gpu_pairs = gpu_without_experts > budget
@@ -268,9 +272,10 @@ MemoryPlan make_memory_plan(const ModelConfig& cfg, const std::vector<PlannedTen
             if (opt.include_mtp) options += "\n  - leave out the MTP block";
             reasons.push_back(fmt::format(
                 "memory plan does not fit even with every routed expert in host RAM: the GPU needs {:.2f} GiB "
-                "(non-expert weights {:.2f} + KV floor {:.2f} for {} tokens + workspace {:.2f} + graphs {:.2f} + "
+                "(non-expert weights {:.2f}{} + KV floor {:.2f} for {} tokens + workspace {:.2f} + graphs {:.2f} + "
                 "headroom {:.2f}) but the budget is {:.2f} GiB ({}): short by {:.2f} GiB. Options:{}",
-                gib(gpu_without_experts), gib(resident_all - pairs_all), gib(kv_floor), plan.min_kv_tokens,
+                gib(gpu_without_experts), gib(gpu_non_expert_weights),
+                plan.embed_on_host ? " (the embedding table in host RAM)" : "", gib(kv_floor), plan.min_kv_tokens,
                 gib(plan.activation_bytes), gib(plan.graph_bytes), gib(plan.headroom_bytes), gib(budget),
                 plan.budget_source, gib(gpu_without_experts - budget), options));
         }
@@ -288,6 +293,11 @@ MemoryPlan make_memory_plan(const ModelConfig& cfg, const std::vector<PlannedTen
         if (eid >= 0 && (!in_mtp || opt.include_mtp)) routed_all += t.nbytes;
         if (!resident(t)) {
             plan.weight_bytes_not_resident += t.nbytes;
+            continue;
+        }
+        if (plan.embed_on_host && comp == "embed") {
+            host_by_component[comp] += t.nbytes;
+            plan.host_embed_bytes += t.nbytes;
             continue;
         }
         int64_t l = 0, e = 0;
@@ -350,20 +360,22 @@ MemoryPlan make_memory_plan(const ModelConfig& cfg, const std::vector<PlannedTen
                                    opt.gpu_memory_utilization, gib(budget), gib(card_total), gib(opt.device_bytes),
                                    static_cast<double>(opt.device_bytes) / static_cast<double>(card_total)));
     }
-    if (plan.host_experts() && !gpu_short_without_experts && plan.host_expert_bytes > plan.host_ram_available_bytes) {
+    if (plan.host_experts() && !gpu_short_without_experts &&
+        plan.host_weight_bytes() > plan.host_ram_available_bytes) {
         reasons.push_back(fmt::format(
             "memory plan does not fit GPU + host RAM: {} of {} routed (layer, expert) pairs fit on the GPU (budget "
             "{:.2f} GiB ({}): weights {:.2f} incl. {:.2f} of experts + KV pool {:.2f} for {} tokens (floor {}) + "
             "workspace {:.2f} + graphs {:.2f} + headroom {:.2f}); the other {} pairs need {:.2f} GiB of pinned host "
-            "RAM ({:.1f} MiB each) but {:.2f} GiB is available ({}): short by {:.2f} GiB. Options:"
+            "RAM ({:.1f} MiB each){} but {:.2f} GiB is available ({}): short by {:.2f} GiB. Options:"
             "\n  - more host RAM (--host-ram-gib)\n  - a larger GPU budget (--gpu-memory-utilization)"
             "\n  - fewer routed experts per layer (--experts N)\n  - a smaller KV floor (--kv-tokens)",
             plan.placement.total_gpu(), L * E, gib(budget), plan.budget_source, gib(plan.weight_bytes),
-            gib(plan.weight_bytes - (resident_all - pairs_all)), gib(plan.kv_pool_bytes), plan.kv_token_capacity,
+            gib(plan.weight_bytes - gpu_non_expert_weights), gib(plan.kv_pool_bytes), plan.kv_token_capacity,
             plan.min_kv_tokens, gib(plan.activation_bytes), gib(plan.graph_bytes), gib(plan.headroom_bytes),
             plan.placement.total_host(), gib(plan.host_expert_bytes), plan.expert_pair_bytes / 1048576.0,
+            plan.embed_on_host ? fmt::format(", the embedding table {:.2f} GiB more", gib(plan.host_embed_bytes)) : "",
             gib(plan.host_ram_available_bytes), plan.host_ram_source,
-            gib(plan.host_expert_bytes - plan.host_ram_available_bytes)));
+            gib(plan.host_weight_bytes() - plan.host_ram_available_bytes)));
     }
     if (plan.planned_bytes > budget && !gpu_short_without_experts) {
         const uint64_t short_by = plan.planned_bytes - budget;

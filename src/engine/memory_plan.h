@@ -59,6 +59,10 @@ struct MemoryPlanOptions {
     // must fit the GPU alone) keep the GPU-only plan and its refusal; `onecard plan` and `serve`
     // turn it on (--no-host-experts turns it off).
     bool allow_host_experts = false;
+    // With host experts, the token embedding table (bf16 [vocab, D], ~1 GiB at the Flash shape) goes
+    // to pinned host RAM first: a step reads only its tokens' rows (zero-copy over PCIe, µs per
+    // decode step), and every GiB it frees holds ~80 more (layer, expert) pairs in HBM. Off: it stays.
+    bool allow_host_embed = true;
     // The smallest KV pool the offload path keeps on the GPU, in tokens (kv_tokens > 0 replaces it);
     // -1: one sequence of max_context tokens.
     int64_t min_kv_tokens = -1;
@@ -107,7 +111,10 @@ struct MemoryPlan {
     // unless the weights do not fit and options.allow_host_experts (then a planned placement).
     ExpertPlacement placement;
     uint64_t expert_pair_bytes = 0;         // one (layer, expert) pair's stored bytes (largest pair)
-    uint64_t host_expert_bytes = 0;         // host pairs in their stored MXFP4 bytes = pinned host RAM needed
+    uint64_t host_expert_bytes = 0;         // host pairs in their stored MXFP4 bytes
+    // The embedding table in pinned host RAM (only when experts are offloaded and allow_host_embed).
+    bool embed_on_host = false;
+    uint64_t host_embed_bytes = 0;
     uint64_t host_ram_available_bytes = 0;  // what the host offers the experts (read only when offloading)
     std::string host_ram_source;            // "--host-ram" or "MemAvailable X GiB less Y GiB reserve"
     int64_t min_kv_tokens = 0;              // the KV floor the offload path kept
@@ -117,6 +124,8 @@ struct MemoryPlan {
     // buffers are in the workspace above); set by the caller that sized the workspace with them.
     int64_t stream_experts = 0;
     bool host_experts() const { return host_expert_bytes > 0 || placement.total_host() > 0; }
+    // Pinned host RAM the plan needs: host experts + the embedding table when it is there.
+    uint64_t host_weight_bytes() const { return host_expert_bytes + host_embed_bytes; }
 
     bool fits = false;
     std::string refusal;  // why not, by how much, and what would fit (empty when fits)

@@ -23,7 +23,7 @@ std::pair<int64_t, int64_t> gpu_experts_per_layer(const ExpertPlacement& p) {
 std::string memory_plan_report(const MemoryPlan& p) {
     std::string out = fmt::format("memory plan ({:.2f} GiB device, {}):\n", gib(p.device_bytes), p.budget_source);
     out += fmt::format("  weights            {:8.2f} GiB on the GPU", gib(p.weight_bytes));
-    if (p.host_expert_bytes) out += fmt::format(", {:.2f} GiB in host RAM", gib(p.host_expert_bytes));
+    if (p.host_weight_bytes()) out += fmt::format(", {:.2f} GiB in host RAM", gib(p.host_weight_bytes()));
     if (p.weight_bytes_not_resident) out += fmt::format(" ({:.2f} GiB not resident)", gib(p.weight_bytes_not_resident));
     out += "\n";
     for (const auto& c : p.weight_components) {
@@ -45,6 +45,10 @@ std::string memory_plan_report(const MemoryPlan& p) {
             out += fmt::format("; {} host experts per layer staged over PCIe on large decode steps", p.stream_experts);
     }
     out += "\n";
+    if (p.embed_on_host)
+        out += fmt::format("  embedding table    in pinned host RAM ({:.2f} GiB; each step reads its tokens' rows over "
+                           "PCIe), so more experts fit on the GPU\n",
+                           gib(p.host_embed_bytes));
     out += fmt::format(
         "  KV pool            {:8.2f} GiB  {} tokens in {} blocks of {}, {} sequence slots "
         "({:.1f} B/token, {:.1f} MB/sequence fixed)\n",
@@ -68,12 +72,13 @@ std::string memory_plan_line(const MemoryPlan& p) {
                                gib(p.host_expert_bytes));
         experts += p.has_profile ? fmt::format(", {:.1f}% of picks there)", 100.0 * p.host_pick_share) : ", uniform)";
     }
+    if (p.embed_on_host) experts += "; embedding table in host RAM";
     return fmt::format(
         "memory plan: {:.2f} of {:.2f} GiB GPU ({}): weights {:.2f} GiB, KV pool {:.2f} GiB ({} tokens), workspace "
         "{:.2f} GiB ({}), graphs {:.2f}, headroom {:.2f}; host {:.2f} GiB; {}: {}",
         gib(p.planned_bytes), gib(p.device_bytes), p.budget_source, gib(p.weight_bytes), gib(p.kv_pool_bytes),
         p.kv_token_capacity, gib(p.activation_bytes), p.workspace_exact ? "exact" : "estimate", gib(p.graph_bytes),
-        gib(p.headroom_bytes), gib(p.host_expert_bytes), experts, p.fits ? "fits" : "DOES NOT FIT");
+        gib(p.headroom_bytes), gib(p.host_weight_bytes()), experts, p.fits ? "fits" : "DOES NOT FIT");
 }
 
 std::string memory_plan_json(const MemoryPlan& p) {
@@ -85,7 +90,8 @@ std::string memory_plan_json(const MemoryPlan& p) {
     j["planned_bytes"] = p.planned_bytes;
     j["weights_bytes"] = p.weight_bytes;
     j["weights_gib"] = gib(p.weight_bytes);
-    j["weights_host_bytes"] = p.host_expert_bytes;
+    j["weights_host_bytes"] = p.host_weight_bytes();
+    j["embed_on_host"] = p.embed_on_host;
     j["weights_not_resident_bytes"] = p.weight_bytes_not_resident;
     j["resident_experts"] = p.n_resident_experts;
     j["routed_experts"] = p.n_routed_experts;

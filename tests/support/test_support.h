@@ -138,6 +138,19 @@ inline nlohmann::json flash_official_config_json() {
     };
 }
 
+// DeepSeek-V4-Flash-0731's config: the Flash one plus the DSpark drafter (three stages stored as
+// mtp.0..2 after the 43 layers, their compress ratios 0).
+inline nlohmann::json flash_0731_config_json() {
+    nlohmann::json j = flash_official_config_json();
+    j["compress_ratios"].push_back(0);
+    j["compress_ratios"].push_back(0);  // 46 entries: 43 layers + 3 DSpark stages
+    j["dspark_block_size"] = 5;
+    j["dspark_markov_rank"] = 256;
+    j["dspark_noise_token_id"] = 128799;
+    j["dspark_target_layer_ids"] = {40, 41, 42};
+    return j;
+}
+
 // A synthesised tiny checkpoint (every layer kind, hash layers) loaded in both numerics modes.
 struct TinyModel {
     TempDir dir;

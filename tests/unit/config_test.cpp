@@ -53,16 +53,7 @@ json flash_transformers() {
     return j;
 }
 
-json flash_0731() {
-    json j = test::flash_official_config_json();
-    j["compress_ratios"].push_back(0);
-    j["compress_ratios"].push_back(0);  // 46 entries: 43 layers + 3 DSpark stages
-    j["dspark_block_size"] = 5;
-    j["dspark_markov_rank"] = 256;
-    j["dspark_noise_token_id"] = 128799;
-    j["dspark_target_layer_ids"] = {40, 41, 42};
-    return j;
-}
+json flash_0731() { return test::flash_0731_config_json(); }
 
 json pro() {
     json j = test::flash_official_config_json();

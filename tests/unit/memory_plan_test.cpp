@@ -202,6 +202,8 @@ TEST(MemoryPlan, FitsWithoutOffloadKeepsEveryExpertOnTheGpu) {
     ASSERT_TRUE(p.fits) << p.refusal;
     EXPECT_FALSE(p.host_experts());
     EXPECT_EQ(p.host_expert_bytes, 0u);
+    EXPECT_FALSE(p.embed_on_host) << "the embedding table moves only when experts must";
+    EXPECT_EQ(component(p, "embed"), kEmbed);
     EXPECT_TRUE(p.placement.all_gpu());
     EXPECT_EQ(p.placement.n_layers(), 43);
     EXPECT_EQ(p.placement.n_experts, 128);
@@ -225,11 +227,17 @@ TEST(MemoryPlan, FullFlashOffloadsExactlyThePairsThatDoNotFit) {
     // By hand: the pairs that fit beside the non-expert weights, the 65536-token KV pool, the
     // workspace, the graphs and the headroom.
     const uint64_t others = p.kv_pool_bytes + p.activation_bytes + p.graph_bytes + p.headroom_bytes;
-    const auto want_gpu = static_cast<int64_t>((p.device_bytes - flash_non_expert_bytes() - others) / kExpert);
+    // The embedding table went to host RAM first (allow_host_embed, on by default).
+    ASSERT_TRUE(p.embed_on_host);
+    EXPECT_EQ(p.host_embed_bytes, kEmbed);
+    EXPECT_EQ(component(p, "embed"), 0u);
+    const auto want_gpu =
+        static_cast<int64_t>((p.device_bytes - (flash_non_expert_bytes() - kEmbed) - others) / kExpert);
     EXPECT_EQ(p.placement.total_gpu(), want_gpu);
     EXPECT_EQ(p.placement.total_gpu() + p.placement.total_host(), 43 * 256);
     EXPECT_EQ(p.host_expert_bytes, static_cast<uint64_t>(p.placement.total_host()) * kExpert);
-    EXPECT_EQ(p.weight_bytes + p.host_expert_bytes, flash_main_bytes_by_hand() + kMtp);
+    EXPECT_EQ(p.weight_bytes + p.host_expert_bytes + p.host_embed_bytes, flash_main_bytes_by_hand() + kMtp);
+    EXPECT_EQ(p.host_weight_bytes(), p.host_expert_bytes + kEmbed);
     EXPECT_EQ(component(p, "routed_experts"), static_cast<uint64_t>(want_gpu) * kExpert);
     EXPECT_EQ(component(p, "mtp"), kMtp);  // the MTP block's experts stay with the MTP weights
     EXPECT_LE(p.planned_bytes, p.device_bytes);
@@ -242,14 +250,30 @@ TEST(MemoryPlan, FullFlashOffloadsExactlyThePairsThatDoNotFit) {
     uint64_t host_in_components = 0, gpu_formats = 0;
     for (const auto& c : p.weight_components) host_in_components += c.host_bytes;
     for (const auto& f : p.weight_formats) gpu_formats += f.bytes;
-    EXPECT_EQ(host_in_components, p.host_expert_bytes);
+    EXPECT_EQ(host_in_components, p.host_expert_bytes + p.host_embed_bytes);
     EXPECT_EQ(gpu_formats, p.weight_bytes);
     EXPECT_NE(memory_plan_report(p).find("in host RAM"), std::string::npos);
     const json j = json::parse(memory_plan_json(p));
     EXPECT_EQ(j.at("expert_placement").at("host_pairs").get<int64_t>(), p.placement.total_host());
     EXPECT_EQ(j.at("expert_placement").at("gpu_per_layer").size(), 43u);
     EXPECT_EQ(j.at("weights_host_by_component").at("routed_experts").get<uint64_t>(), p.host_expert_bytes);
+    EXPECT_EQ(j.at("weights_host_by_component").at("embed").get<uint64_t>(), kEmbed);
+    EXPECT_EQ(j.at("weights_host_bytes").get<uint64_t>(), p.host_expert_bytes + kEmbed);
+    EXPECT_TRUE(j.at("embed_on_host").get<bool>());
     EXPECT_TRUE(j.at("fits").get<bool>());
+    EXPECT_NE(memory_plan_report(p).find("embedding table    in pinned host RAM"), std::string::npos);
+
+    // allow_host_embed off: the table stays, and the GPU holds exactly kEmbed / kExpert fewer pairs.
+    MemoryPlanOptions keep = opt;
+    keep.allow_host_embed = false;
+    const MemoryPlan k = make_memory_plan(cfg, planned(cfg), keep);
+    ASSERT_TRUE(k.fits) << k.refusal;
+    EXPECT_FALSE(k.embed_on_host);
+    EXPECT_EQ(k.host_embed_bytes, 0u);
+    EXPECT_EQ(component(k, "embed"), kEmbed);
+    EXPECT_EQ(k.placement.total_gpu(),
+              static_cast<int64_t>((k.device_bytes - flash_non_expert_bytes() - others) / kExpert));
+    EXPECT_GE(p.placement.total_gpu() - k.placement.total_gpu(), static_cast<int64_t>(kEmbed / kExpert));
 
     // With a profile: the same count, the profile's hottest pairs, and the host share of picks.
     const ExpertUseProfile prof = synthetic_skewed_profile(43, 256, 3);
@@ -273,6 +297,43 @@ TEST(MemoryPlan, FullFlashOffloadsExactlyThePairsThatDoNotFit) {
         EXPECT_NE(std::string(e.what()).find("42 layers x 256 experts"), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find("43 layers x 256 experts"), std::string::npos) << e.what();
     }
+}
+
+// The 0731 release (DSpark drafter in mtp.0..2, ~155 GiB) plans the same way: without speculation the
+// drafter stays off the GPU (the CUDA backend does not load it) and the main model's placement is the
+// Flash one's; with the drafter planned in, exactly its bytes' worth of pairs more go to host RAM.
+TEST(MemoryPlan, Flash0731PlansLikeFlashWithTheDrafterOffTheGpu) {
+    const ModelConfig flash = parse_config(test::flash_official_config_json());
+    const ModelConfig c0731 = parse_config(test::flash_0731_config_json());
+    ASSERT_EQ(c0731.n_mtp_blocks(), 3);
+    MemoryPlanOptions opt = offload_options();
+    opt.include_mtp = false;
+    const MemoryPlan f = make_memory_plan(flash, planned(flash), opt);
+    const MemoryPlan p = make_memory_plan(c0731, planned(c0731), opt);
+    ASSERT_TRUE(f.fits) << f.refusal;
+    ASSERT_TRUE(p.fits) << p.refusal;
+    uint64_t drafter = 0, all = 0;
+    for (const auto& t : planned(c0731)) {
+        all += t.nbytes;
+        if (t.name.rfind("mtp.", 0) == 0) drafter += t.nbytes;
+    }
+    std::printf("0731: %.2f GiB in all, drafter %.2f GiB\n", all / double(kGiB), drafter / double(kGiB));
+    EXPECT_GT(all, 150 * kGiB) << "the 0731 checkpoint is larger than Flash's";
+    EXPECT_EQ(p.weight_bytes_not_resident, drafter);
+    EXPECT_TRUE(p.embed_on_host);
+    // The main model places as Flash's does, less what the drafter's extra window KV takes (its
+    // three SWA stages are in every KV slot and block).
+    ASSERT_GE(p.kv_pool_bytes, f.kv_pool_bytes);
+    const double kv_pairs = static_cast<double>(p.kv_pool_bytes - f.kv_pool_bytes) / static_cast<double>(kExpert);
+    EXPECT_NEAR(static_cast<double>(f.placement.total_gpu() - p.placement.total_gpu()), kv_pairs, 1.0);
+    // Speculation on: the drafter is resident, so about drafter / pair bytes fewer pairs fit.
+    opt.include_mtp = true;
+    const MemoryPlan s = make_memory_plan(c0731, planned(c0731), opt);
+    ASSERT_TRUE(s.fits) << s.refusal;
+    EXPECT_EQ(component(s, "mtp"), drafter);
+    const int64_t fewer = p.placement.total_gpu() - s.placement.total_gpu();
+    EXPECT_GE(fewer, static_cast<int64_t>(drafter / kExpert));
+    EXPECT_LE(fewer, static_cast<int64_t>(drafter / kExpert) + 1);
 }
 
 TEST(MemoryPlan, DefaultStreamExpertsFollowsTheHostShareOfPicks) {
@@ -351,7 +412,8 @@ TEST(MemoryPlan, RefusedWhenGpuPlusHostCannotHoldIt) {
     ASSERT_FALSE(tiny.fits);
     EXPECT_NE(tiny.refusal.find("even with every routed expert in host RAM"), std::string::npos) << tiny.refusal;
     EXPECT_NE(tiny.refusal.find(fmt::format("budget is {:.2f} GiB", 10.0)), std::string::npos) << tiny.refusal;
-    EXPECT_NE(tiny.refusal.find(fmt::format("non-expert weights {:.2f}", flash_non_expert_bytes() / 1073741824.0)),
+    EXPECT_NE(tiny.refusal.find(fmt::format("non-expert weights {:.2f} (the embedding table in host RAM)",
+                                            (flash_non_expert_bytes() - kEmbed) / 1073741824.0)),
               std::string::npos)
         << tiny.refusal;
 
