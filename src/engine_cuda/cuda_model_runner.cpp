@@ -4,13 +4,26 @@
 #include "backend/cuda/device.h"
 #include "core/error.h"
 #include "engine/memory_plan.h"
+#include "model_cuda/gpu_synth.h"
 
 #include <algorithm>
+#include <thread>
 
 namespace onecard {
 
 CudaModelRunner::CudaModelRunner(const ModelConfig& cfg, const ModelWeights& w, const CudaRunnerOptions& opt)
     : cfg_(cfg), opt_(opt) {
+    load(&w, 0);
+}
+
+CudaModelRunner::CudaModelRunner(const ModelConfig& cfg, DummyWeights dummy, const CudaRunnerOptions& opt)
+    : cfg_(cfg), opt_(opt) {
+    load(nullptr, dummy.seed);
+}
+
+void CudaModelRunner::load(const ModelWeights* w, uint64_t dummy_seed) {
+    const ModelConfig& cfg = cfg_;
+    const CudaRunnerOptions& opt = opt_;
     const auto t0 = std::chrono::steady_clock::now();
     check_gpu_model_shape(cfg);
     const auto devices = cuda::list_devices();
@@ -25,6 +38,11 @@ CudaModelRunner::CudaModelRunner(const ModelConfig& cfg, const ModelWeights& w, 
         const int64_t gpu_part = all > 0 ? wb.routed_experts / all * placement->total_gpu() : 0;
         wb.total -= wb.routed_experts - gpu_part;
         wb.routed_experts = gpu_part;
+    }
+    if (opt.embed_on_host) {  // the table takes no HBM
+        const int64_t embed = cfg.vocab_size * cfg.hidden_size * 2;
+        wb.total -= embed;
+        wb.embed_head -= embed;
     }
     uint64_t cap = opt.arena_bytes;
     if (cap == 0) {
@@ -42,10 +60,22 @@ CudaModelRunner::CudaModelRunner(const ModelConfig& cfg, const ModelWeights& w, 
                   "{:.2f} GiB; use fewer resident experts or a larger device",
                   wb.total / double(1ull << 30), wb.routed_experts / double(1ull << 30), cap / double(1ull << 30));
     arena_ = std::make_unique<cuda::DeviceArena>(cap, "onecard");
-    weights_ = upload_weights(cfg, w, *arena_, placement);
+    if (opt.embed_on_host) {
+        host_embed_ = std::make_unique<HostEmbedding>(cfg.vocab_size, cfg.hidden_size);
+        if (w) host_embed_->fill_from(w->embed);  // dummy: the synthetic fill writes it below
+        report_.host_embed_bytes = host_embed_->bytes();
+    }
+    __nv_bfloat16* embed_at = host_embed_ ? host_embed_->device() : nullptr;
+    if (w) {
+        weights_ = upload_weights(cfg, *w, *arena_, placement, embed_at);
+    } else {  // --load-format dummy: gpu_synth.h's random weights, made in place
+        weights_ = synth_weights_on_device(cfg, *arena_, dummy_seed, stream_.get(), placement, embed_at);
+        stream_.sync();
+    }
     if (placement) {
         host_store_ = std::make_unique<HostExpertStore>(cfg, *placement);
-        host_store_->fill_from(w);
+        if (w) host_store_->fill_from(*w);
+        else host_store_->fill_synthetic(dummy_seed, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
         attach_host_experts(weights_, *host_store_, *arena_, opt.host_experts.stream_experts);
         report_.host_expert_bytes = host_store_->bytes();
         report_.placement = placement->summary();
@@ -211,6 +241,8 @@ void CudaModelRunner::check_integrity() const {
     arena_->check_integrity();
     if (pool_) pool_->check_integrity();
     if (model_) model_->check_integrity();
+    if (host_embed_) host_embed_->check_integrity();
+    if (host_store_) host_store_->check_integrity();
     for (const auto& [id, n] : n_tokens_)
         ONECARD_CHECK(n >= 0 && n <= opt_.max_model_len, "cuda runner: request {} holds {} tokens (max {})", id, n,
                       opt_.max_model_len);

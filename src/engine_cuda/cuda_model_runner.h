@@ -15,6 +15,7 @@
 #include "model/weights.h"
 #include "model/expert_placement.h"
 #include "model_cuda/gpu_model.h"
+#include "model_cuda/host_embedding.h"
 #include "model_cuda/host_expert_store.h"
 
 #include <chrono>
@@ -36,6 +37,8 @@ struct CudaRunnerOptions {
     // pinned in host RAM and computed by the host expert pool. Unset: every expert on the GPU.
     std::optional<ExpertPlacement> expert_placement;
     int64_t kv_cache_bytes = 0;  // the plan's KV pool budget (0: the caller sizes the pool itself)
+    // The plan's embed_on_host: the embedding table in pinned, device-mapped host RAM (HostEmbedding).
+    bool embed_on_host = false;
     HostMoeOptions host_experts;
     bool count_expert_picks = false;  // keep per-(layer, expert) pick counts (expert_pick_counts)
     // Re-placement while serving (hybrid only; needs count_expert_picks): every this many steps the
@@ -49,16 +52,26 @@ struct CudaRunnerReport {
     std::string device;
     uint64_t arena_bytes = 0, weight_bytes = 0, kv_pool_bytes = 0, workspace_bytes = 0, free_after = 0;
     uint64_t host_expert_bytes = 0;  // pinned host RAM holding the experts kept off the GPU
+    uint64_t host_embed_bytes = 0;   // pinned host RAM holding the embedding table (embed_on_host)
     std::string placement;           // ExpertPlacement::summary(), or empty when every expert is on the GPU
     int64_t expert_swaps = 0;        // re-placements done while serving
     int64_t kv_token_capacity = 0, kv_slots = 0;
     double upload_seconds = 0;
 };
 
+// vLLM's --load-format dummy: random weights of the config's full shape made on the device
+// (model_cuda/gpu_synth.h; host experts and a host embedding table filled likewise), for
+// benchmarks and serving tests of shapes whose checkpoint is not at hand. Same seed, same weights.
+struct DummyWeights {
+    uint64_t seed = 1;
+};
+
 class CudaModelRunner : public ModelRunner {
 public:
     // Uploads the weights (throws onecard::Error when the model does not fit or the shape is unsupported).
     CudaModelRunner(const ModelConfig& cfg, const ModelWeights& w, const CudaRunnerOptions& opt);
+    // The same with dummy weights instead of a checkpoint's.
+    CudaModelRunner(const ModelConfig& cfg, DummyWeights dummy, const CudaRunnerOptions& opt);
     ~CudaModelRunner() override;
 
     int64_t vocab_size() const override { return cfg_.vocab_size; }
@@ -79,11 +92,14 @@ public:
     void check_integrity() const;
 
 private:
+    void load(const ModelWeights* w, uint64_t dummy_seed);  // w == nullptr: dummy weights from the seed
+
     ModelConfig cfg_;
     CudaRunnerOptions opt_;
     cuda::Stream stream_;
     std::unique_ptr<cuda::DeviceArena> arena_;
     std::unique_ptr<HostExpertStore> host_store_;  // experts kept in host RAM (hybrid), or null
+    std::unique_ptr<HostEmbedding> host_embed_;    // the embedding table in host RAM (embed_on_host), or null
     GpuModelWeights weights_;
     std::unique_ptr<GpuKvPool> pool_;
     std::unique_ptr<GpuModel> model_;

@@ -39,8 +39,13 @@ float inv_sqrt(int64_t fan_in) {
 // bytes a fresh arena would hand out.
 class Builder {
 public:
-    Builder(const ModelConfig& cfg, cuda::DeviceArena* arena, const ExpertPlacement* placement)
-        : cfg_(cfg), arena_(arena), placement_(placement) {}
+    // host_embed: the embedding table's device-mapped host memory (HostEmbedding), filled there with
+    // the same values instead of taking arena bytes; nullptr: in the arena.
+    // embed_on_host without host_embed: only count (the table takes no arena bytes).
+    Builder(const ModelConfig& cfg, cuda::DeviceArena* arena, const ExpertPlacement* placement,
+            __nv_bfloat16* host_embed = nullptr, bool embed_on_host = false)
+        : cfg_(cfg), arena_(arena), placement_(placement), host_embed_(host_embed),
+          embed_on_host_(embed_on_host || host_embed != nullptr) {}
 
     GpuModelWeights build() {
         const int64_t D = cfg_.hidden_size, V = cfg_.vocab_size;
@@ -48,7 +53,12 @@ public:
                       "gpu synth: empty model shape (hidden {}, vocab {}, layers {}, hc {})", D, V,
                       cfg_.num_hidden_layers, cfg_.hc_mult);
         GpuModelWeights w;
-        w.embed = bf16_tensor("embed.weight", V, D, 0.0f, 1.0f);  // N(0, 1), as synth.cpp
+        if (embed_on_host_) {  // N(0, 1) as below, written through the device alias of host RAM
+            if (host_embed_) jobs_.push_back(FillJob{Fill::Bf16Normal, "embed.weight", host_embed_, V, D, 0.0f, 1.0f});
+            w.embed = host_embed_;
+        } else {
+            w.embed = bf16_tensor("embed.weight", V, D, 0.0f, 1.0f);  // N(0, 1), as synth.cpp
+        }
         for (int64_t il = 0; il < cfg_.num_hidden_layers; ++il) w.layers.push_back(block(il));
         w.norm = norm("norm.weight", D);
         w.hc_head = hc("hc_head", true);
@@ -236,6 +246,8 @@ private:
     const ModelConfig& cfg_;
     cuda::DeviceArena* arena_;
     const ExpertPlacement* placement_;  // nullptr: every routed expert on the GPU
+    __nv_bfloat16* host_embed_;         // the embedding table's device-mapped host memory, or nullptr
+    bool embed_on_host_;                // the table takes no arena bytes
     int64_t layer_ = 0;                 // the layer being built
     size_t used_ = 0;
     std::vector<FillJob> jobs_;
@@ -320,26 +332,28 @@ void synth_mx_scale_rule(int64_t fan_in, int& base_byte, double& p_high) {
     base_byte = 127 + e_lo;
 }
 
-int64_t synth_weights_device_bytes(const ModelConfig& cfg, const ExpertPlacement* placement) {
-    Builder b(cfg, nullptr, placement);
+int64_t synth_weights_device_bytes(const ModelConfig& cfg, const ExpertPlacement* placement, bool embed_on_host) {
+    Builder b(cfg, nullptr, placement, nullptr, embed_on_host);
     b.build();
     return static_cast<int64_t>(b.used());
 }
 
-GpuModelWeights alloc_synth_weights(const ModelConfig& cfg, cuda::DeviceArena& arena, const ExpertPlacement* placement) {
-    Builder b(cfg, &arena, placement);
+GpuModelWeights alloc_synth_weights(const ModelConfig& cfg, cuda::DeviceArena& arena, const ExpertPlacement* placement,
+                                    __nv_bfloat16* host_embed) {
+    Builder b(cfg, &arena, placement, host_embed);
     return b.build();
 }
 
 GpuModelWeights synth_weights_on_device(const ModelConfig& cfg, cuda::DeviceArena& arena, uint64_t seed,
-                                        cudaStream_t stream, const ExpertPlacement* placement) {
+                                        cudaStream_t stream, const ExpertPlacement* placement,
+                                        __nv_bfloat16* host_embed) {
     if (placement) {
         placement->check_integrity();
         ONECARD_CHECK(placement->n_layers() == cfg.num_hidden_layers && placement->n_experts == cfg.n_routed_experts,
                       "gpu synth: the placement is for {} layers x {} experts, the model has {} x {}",
                       placement->n_layers(), placement->n_experts, cfg.num_hidden_layers, cfg.n_routed_experts);
     }
-    Builder b(cfg, &arena, placement);
+    Builder b(cfg, &arena, placement, host_embed);
     GpuModelWeights w = b.build();
     for (const FillJob& j : b.jobs()) launch_fill(j, seed, cfg, stream);
     return w;

@@ -35,8 +35,10 @@ namespace onecard {
 // codes. One rule for the device fill and the host experts (HostExpertStore::fill_synthetic).
 void synth_mx_scale_rule(int64_t fan_in, int& base_byte, double& p_high);
 
-// With a placement, only its GPU-resident routed experts (the rest: HostExpertStore::fill_synthetic).
-int64_t synth_weights_device_bytes(const ModelConfig& cfg, const ExpertPlacement* placement = nullptr);
+// With a placement, only its GPU-resident routed experts (the rest: HostExpertStore::fill_synthetic);
+// embed_on_host: without the embedding table (HostEmbedding holds it).
+int64_t synth_weights_device_bytes(const ModelConfig& cfg, const ExpertPlacement* placement = nullptr,
+                                   bool embed_on_host = false);
 
 // Carves every tensor of `cfg`'s main model out of `arena` (tags name the tensor, as in the
 // checkpoint: "layers.3.attn.wq_b.weight", "layers.3.attn.wq_b.scale", "layers.3.ffn.experts.w1.weight"
@@ -44,12 +46,14 @@ int64_t synth_weights_device_bytes(const ModelConfig& cfg, const ExpertPlacement
 // arena works (tests check the bookkeeping that way). Throws onecard::Error naming the tensor on a
 // shape the layouts cannot take (FP8 input width not a multiple of 128, MXFP4 width not a multiple
 // of 32, top-k above 32 or above the expert count on hash layers).
+// host_embed (HostEmbedding::device()): the embedding table lives there, not in the arena.
 GpuModelWeights alloc_synth_weights(const ModelConfig& cfg, cuda::DeviceArena& arena,
-                                    const ExpertPlacement* placement = nullptr);
+                                    const ExpertPlacement* placement = nullptr, __nv_bfloat16* host_embed = nullptr);
 
 // alloc_synth_weights + the fill kernels, queued on `stream` (the weights are ready when the stream
 // reaches this point; nothing here synchronises).
 GpuModelWeights synth_weights_on_device(const ModelConfig& cfg, cuda::DeviceArena& arena, uint64_t seed,
-                                        cudaStream_t stream, const ExpertPlacement* placement = nullptr);
+                                        cudaStream_t stream, const ExpertPlacement* placement = nullptr,
+                                        __nv_bfloat16* host_embed = nullptr);
 
 }  // namespace onecard

@@ -298,7 +298,7 @@ void check_gpu_model_shape(const ModelConfig& c) {
 }
 
 GpuModelWeights upload_weights(const ModelConfig& cfg, const ModelWeights& w, cuda::DeviceArena& arena,
-                               const ExpertPlacement* placement) {
+                               const ExpertPlacement* placement, const __nv_bfloat16* host_embed) {
     check_gpu_model_shape(cfg);
     if (placement) {
         placement->check_integrity();
@@ -307,7 +307,7 @@ GpuModelWeights upload_weights(const ModelConfig& cfg, const ModelWeights& w, cu
                       placement->n_layers(), placement->n_experts, cfg.num_hidden_layers, cfg.n_routed_experts);
     }
     GpuModelWeights g;
-    g.embed = upload_bf16(arena, w.embed);
+    g.embed = host_embed ? host_embed : upload_bf16(arena, w.embed);
     g.head = bf16_linear(arena, w.head);
     g.norm = upload_bf16(arena, w.norm);
     g.hc_head = hc(arena, w.hc_head);

@@ -108,7 +108,7 @@ struct GpuBlock {
 };
 
 struct GpuModelWeights {
-    const __nv_bfloat16* embed = nullptr;  // [vocab, D]
+    const __nv_bfloat16* embed = nullptr;  // [vocab, D], in HBM or device-mapped host RAM (HostEmbedding)
     GpuBf16Linear head;                    // [vocab, D]
     const __nv_bfloat16* norm = nullptr;   // [D]
     GpuHC hc_head;                         // fn [hc, hc·D], base [hc], scale [1]
@@ -135,8 +135,9 @@ void check_gpu_model_shape(const ModelConfig& cfg);
 // Copies (and converts) a checkpoint's main-model weights into `arena`. Throws onecard::Error naming
 // the tensor on a dtype or shape the GPU layouts do not take. With a placement, only its
 // GPU-resident routed experts are uploaded (in ascending id = slot order); the others stay for a
-// HostExpertStore (model_cuda/host_expert_store.h), joined with attach_host_experts.
+// HostExpertStore (model_cuda/host_expert_store.h), joined with attach_host_experts. host_embed: the
+// embedding table's device address in host RAM (HostEmbedding, already filled), not uploaded.
 GpuModelWeights upload_weights(const ModelConfig& cfg, const ModelWeights& w, cuda::DeviceArena& arena,
-                               const ExpertPlacement* placement = nullptr);
+                               const ExpertPlacement* placement = nullptr, const __nv_bfloat16* host_embed = nullptr);
 
 }  // namespace onecard

@@ -11,7 +11,9 @@
 //  * decode steps of >= 2 tokens with host experts staged over PCIe (HostExpertStreamer): with every
 //    host expert staged the GPU computes all pairs with its own kernels, so the logits are
 //    bit-identical to the all-GPU model; with half staged they agree to parity and the host serves
-//    exactly the picks of the experts not staged.
+//    exactly the picks of the experts not staged;
+//  * the embedding table in pinned host RAM (HostEmbedding, read over PCIe by the embedding kernel;
+//    the hybrid sides have it there, as serve's plan puts it) gives bit-identical logits.
 #include "gpu_test_util.h"
 
 #ifdef ONECARD_HAVE_CUDA
@@ -24,6 +26,7 @@
 #include "model/synth.h"
 #include "model/weights.h"
 #include "model_cuda/gpu_model.h"
+#include "model_cuda/host_embedding.h"
 #include "model_cuda/host_expert_store.h"
 #include "support/test_support.h"
 
@@ -38,7 +41,9 @@ constexpr int64_t kPrompt = 160;
 struct Side {
     std::unique_ptr<cuda::DeviceArena> arena;
     std::unique_ptr<HostExpertStore> store;
+    std::unique_ptr<HostEmbedding> embed;  // the embedding table in host RAM, or null
     GpuModelWeights w;
+    size_t weight_bytes = 0;  // arena bytes upload_weights took
     std::unique_ptr<GpuKvPool> pool;
     std::unique_ptr<GpuModel> model;
 };
@@ -52,12 +57,21 @@ struct Fixture {
     std::vector<int32_t> tokens;
     Side all_gpu, hybrid;
     Side staged_half, staged_all;  // hybrid placement, half resp. all of each layer's host experts staged
+    Side embed_only;               // every expert on the GPU, the embedding table in host RAM
     int64_t host_per_layer() const { return cfg.n_routed_experts / 2; }
 };
 
-void make_side(Fixture& f, Side& side, const ExpertPlacement* placement, int64_t stream = 0) {
+void make_side(Fixture& f, Side& side, const ExpertPlacement* placement, int64_t stream = 0, bool host_embed = false) {
     side.arena = std::make_unique<cuda::DeviceArena>(size_t{10} << 30, "hybrid test");
-    side.w = upload_weights(f.cfg, *f.weights, *side.arena, placement);
+    if (host_embed) {
+        side.embed = std::make_unique<HostEmbedding>(f.cfg.vocab_size, f.cfg.hidden_size);
+        side.embed->fill_from(f.weights->embed);
+        side.embed->check_integrity();
+    }
+    const size_t before = side.arena->used();
+    side.w = upload_weights(f.cfg, *f.weights, *side.arena, placement, side.embed ? side.embed->device() : nullptr);
+    side.weight_bytes = side.arena->used() - before;
+    if (side.embed) EXPECT_EQ(side.w.embed, side.embed->device());
     if (placement) {
         side.store = std::make_unique<HostExpertStore>(f.cfg, *placement);
         side.store->fill_from(*f.weights);
@@ -97,9 +111,10 @@ Fixture& fixture() {
         std::uniform_int_distribution<int32_t> tok(2, static_cast<int32_t>(fx->cfg.vocab_size) - 1);
         for (int64_t i = 0; i < kPrompt + 32; ++i) fx->tokens.push_back(tok(rng));
         make_side(*fx, fx->all_gpu, nullptr);
-        make_side(*fx, fx->hybrid, &fx->placement);
-        make_side(*fx, fx->staged_half, &fx->placement, fx->host_per_layer() / 2);
-        make_side(*fx, fx->staged_all, &fx->placement, fx->host_per_layer());
+        make_side(*fx, fx->hybrid, &fx->placement, 0, true);
+        make_side(*fx, fx->staged_half, &fx->placement, fx->host_per_layer() / 2, true);
+        make_side(*fx, fx->staged_all, &fx->placement, fx->host_per_layer(), true);
+        make_side(*fx, fx->embed_only, nullptr, 0, true);
         return fx;
     }();
     return *f;
@@ -142,6 +157,34 @@ TEST(HybridExperts, ManyTokenStepIsBitIdenticalToAllGpu) {
     for (size_t i = 0; i < a.size(); ++i) differ += std::memcmp(&a[i], &b[i], 4) != 0;
     EXPECT_EQ(differ, 0) << "of " << a.size() << " logits (staged host experts must dequantise like the GPU copy)";
     ASSERT_NE(f.hybrid.model->host_experts(), nullptr);
+}
+
+TEST(HybridExperts, EmbeddingTableInHostRamIsBitIdentical) {
+    ONECARD_REQUIRE_GPU();
+    Fixture& f = fixture();
+    cuda::Stream s;
+    // Slot 0 of both: the prompt in one many-token step, then decode steps through the graphs (the
+    // captured embedding kernel reads the host table over PCIe on every replay).
+    std::vector<float> a = step(f.all_gpu, 0, 0, kPrompt, s);
+    std::vector<float> b = step(f.embed_only, 0, 0, kPrompt, s);
+    for (int64_t t = 0; t < 8; ++t) {
+        const std::vector<float> at = step(f.all_gpu, 0, kPrompt + t, 1, s);
+        const std::vector<float> bt = step(f.embed_only, 0, kPrompt + t, 1, s);
+        a.insert(a.end(), at.begin(), at.end());
+        b.insert(b.end(), bt.begin(), bt.end());
+    }
+    ASSERT_EQ(a.size(), b.size());
+    int64_t differ = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(b[i])) << "unwritten or broken logits at " << i;
+        differ += std::memcmp(&a[i], &b[i], 4) != 0;
+    }
+    EXPECT_EQ(differ, 0) << "of " << a.size() << " logits (the same bf16 rows, read from host RAM)";
+    EXPECT_GT(f.embed_only.model->n_graphs(), 0) << "the decode steps did not run as graphs";
+    // The table took no HBM: exactly its bytes (plus at most one alignment gap) fewer than all-GPU.
+    const size_t saved = f.all_gpu.weight_bytes - f.embed_only.weight_bytes;
+    EXPECT_GE(saved, f.embed_only.embed->bytes());
+    EXPECT_LT(saved, f.embed_only.embed->bytes() + 256);
 }
 
 TEST(HybridExperts, DecodeStepsMatchAllGpuWithinParity) {

@@ -27,6 +27,7 @@
 #include "model_cuda/gpu_model.h"
 #include "model_cuda/gpu_synth.h"
 #include "model_cuda/gpu_weights.h"
+#include "model_cuda/host_embedding.h"
 #include "model_cuda/host_expert_store.h"
 #include "model/expert_placement.h"
 #include "model/expert_profile.h"
@@ -60,7 +61,8 @@ struct BenchArgs {
     std::string routing = "uniform";  // uniform | skewed (router biases and hash tables favour the GPU experts)
     double skew_coverage = 0;         // skewed: share of picks aimed at GPU experts (0: the published curve at the GPU share)
     int host_threads = 0;             // host expert threads (0: hardware threads - 1)
-    int64_t stream_experts = 0;       // host experts per layer staged over PCIe on large decode steps
+    std::string stream_experts = "auto";  // host experts per layer staged over PCIe on large decode steps (serve's default)
+    bool embed_on_gpu = false;            // keep the embedding table in HBM even when experts go to host RAM
     int64_t stream_min_tokens = 32;
     std::string decode_batches = "1,8,64";
     int64_t context = 1024;
@@ -340,10 +342,12 @@ void run_bench(const BenchArgs& a) {
     mo.max_model_len = max_len;
     mo.count_expert_picks = true;
     mo.host_experts.n_threads = a.host_threads;
-    mo.host_experts.stream_experts = a.stream_experts;  // kept only when some experts end up in host RAM
+    const bool stream_auto = a.stream_experts == "auto";
+    mo.host_experts.stream_experts = stream_auto ? 0 : std::stoll(a.stream_experts);  // kept only with host experts
     mo.host_experts.stream_min_tokens = a.stream_min_tokens;
     std::optional<ExpertPlacement> placement;
     std::string plan_line;
+    bool embed_on_host = false;
     if (a.model.empty() && a.experts > 0) {
         MemoryPlanOptions po;
         po.device_bytes = dev.free_bytes;
@@ -355,8 +359,15 @@ void run_bench(const BenchArgs& a) {
         po.max_step_tokens = a.chunk;
         po.max_context = max_len;
         po.allow_host_experts = true;
+        po.allow_host_embed = !a.embed_on_gpu;
         po.workspace_bytes = static_cast<uint64_t>(GpuModel::workspace_bytes_for(cfg, mo, spec, true));
-        const MemoryPlan plan = make_memory_plan(cfg, gpu_planned_tensors(checkpoint_layout(cfg)), po);
+        MemoryPlan plan = make_memory_plan(cfg, gpu_planned_tensors(checkpoint_layout(cfg)), po);
+        if (stream_auto && plan.host_experts()) {  // as serve: the plan's default, its buffers in the workspace
+            mo.host_experts.stream_experts = default_stream_experts(plan);
+            po.workspace_bytes = static_cast<uint64_t>(GpuModel::workspace_bytes_for(cfg, mo, spec, true));
+            plan = make_memory_plan(cfg, gpu_planned_tensors(checkpoint_layout(cfg)), po);
+        }
+        plan.stream_experts = plan.host_experts() ? mo.host_experts.stream_experts : 0;
         std::fputs(memory_plan_report(plan).c_str(), stdout);
         require_plan_fits(plan);
         plan_line = memory_plan_line(plan);
@@ -364,6 +375,7 @@ void run_bench(const BenchArgs& a) {
             placement = place_experts(L, E, a.gpu_experts * L, nullptr);
         else if (a.gpu_experts < 0 && plan.host_experts())
             placement = plan.placement;
+        embed_on_host = placement.has_value() && plan.embed_on_host;
     }
     if (!placement) mo.host_experts.stream_experts = 0;
     std::printf("bench: %s, %lld layers, %lld routed experts (top-%lld), device %s, %.1f GiB free\n",
@@ -381,8 +393,11 @@ void run_bench(const BenchArgs& a) {
     const auto t_load = std::chrono::steady_clock::now();
     GpuModelWeights w;
     std::unique_ptr<HostExpertStore> host_store;
+    std::unique_ptr<HostEmbedding> host_embed;  // the plan's embed_on_host
+    if (embed_on_host) host_embed = std::make_unique<HostEmbedding>(cfg.vocab_size, cfg.hidden_size);
     if (a.model.empty()) {
-        w = synth_weights_on_device(cfg, arena, a.seed, s, placement ? &*placement : nullptr);
+        w = synth_weights_on_device(cfg, arena, a.seed, s, placement ? &*placement : nullptr,
+                                    host_embed ? host_embed->device() : nullptr);
         if (placement) {
             host_store = std::make_unique<HostExpertStore>(cfg, *placement);
             host_store->fill_synthetic(a.seed, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
@@ -419,6 +434,9 @@ void run_bench(const BenchArgs& a) {
                     "host-to-device copies %.1f GB/s\n",
                     placement->summary().c_str(), model.host_experts()->n_threads(), model.host_experts()->isa(),
                     host_store->bytes() / double(1ull << 30), host_bw / 1e9, pinned_h2d / 1e9);
+        if (host_embed)
+            std::printf("embedding table in pinned host RAM (%.2f GiB, rows read over PCIe by the embedding kernel)\n",
+                        host_embed->bytes() / double(1ull << 30));
     }
 
     std::mt19937 rng(static_cast<uint32_t>(a.seed));
@@ -644,6 +662,8 @@ void run_bench(const BenchArgs& a) {
                                                {"gpu_expert_pairs", placement->total_gpu()},
                                                {"host_expert_pairs", placement->total_host()},
                                                {"host_ram_gib", host_store->bytes() / double(1ull << 30)},
+                                               {"embed_on_host", embed_on_host},
+                                               {"host_embed_gib", host_embed ? host_embed->bytes() / double(1ull << 30) : 0.0},
                                                {"host_threads", model.host_experts()->n_threads()},
                                                {"host_isa", model.host_experts()->isa()},
                                                {"host_read_bandwidth_gb_s", host_bw / 1e9},
@@ -700,7 +720,9 @@ void add_cmd_bench(CLI::App& app) {
     cmd->add_option("--host-threads", a->host_threads, "host expert threads (default: hardware threads - 1)");
     cmd->add_option("--stream-experts", a->stream_experts,
                     "with --experts: host experts per layer staged over PCIe into HBM on decode steps of at least "
-                    "--stream-min-tokens tokens (default 0)");
+                    "--stream-min-tokens tokens: auto (serve's default, the memory plan's default_stream_experts) or N");
+    cmd->add_flag("--embed-on-gpu", a->embed_on_gpu,
+                  "keep the embedding table in HBM when experts go to host RAM (default: the plan moves it to host RAM)");
     cmd->add_option("--stream-min-tokens", a->stream_min_tokens, "smallest decode step that stages host experts (default 32)");
     cmd->add_option("--decode-batch", a->decode_batches, "decode batch sizes, comma-separated (default 1,8,64)");
     cmd->add_option("--context", a->context, "tokens each decode sequence holds before timing (default 1024)");
