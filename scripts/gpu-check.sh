@@ -24,6 +24,9 @@
 #   4. there:  scripts/gpu-check.sh --serve-smoke [OUT_DIR] (carry demo/small/tokenizer.json too): `onecard
 #              serve --device cuda` on a 4-layer synthetic checkpoint, its startup report, curl requests.
 #
+#   5. there:  scripts/gpu-check.sh --serve-bench [OUT_DIR] [bench-serve args...] (carry the tokenizer too):
+#              `onecard serve --load-format dummy` on the full Flash shape, then `onecard bench-serve`.
+#
 # ONLY=regex runs a subset of the test binaries; SKIP_GEMV_BENCH=1 skips the micro-benchmark.
 # CARRY_DIR overrides .carry/gpu-check. SANITIZE=1 adds a compute-sanitizer memcheck pass over the tests. Without a GPU, --run still runs: every test skips with the
 # reason and the benchmark reports that it needs a GPU (exit status 1).
@@ -84,10 +87,6 @@ run() {
     for t in "$CARRY_DIR"/bin/test_*; do
         local name one
         name=$(basename "$t")
-        #   4. there:  scripts/gpu-check.sh --serve-smoke [OUT_DIR] (carry demo/small/tokenizer.json too): `onecard
-#              serve --device cuda` on a 4-layer synthetic checkpoint, its startup report, curl requests.
-#
-# ONLY=regex runs a subset (re-runs after a fix).
         if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then continue; fi
         one="$out/$name.txt"
         echo "== $name" | tee -a "$log"
@@ -197,10 +196,50 @@ serve_smoke() {
     return $status
 }
 
+# Serving benchmark on the full shape: `onecard serve --load-format dummy` on a config-only Flash
+# directory (43 layers, all 256 experts: the plan puts what does not fit in host RAM, as for the real
+# checkpoint), then `onecard bench-serve` against it (extra arguments go to bench-serve; default: a
+# concurrency sweep). Writes OUT_DIR/{serve.log,bench_serve.json,bench_serve.svg,bench_serve.txt}.
+# SERVE_ARGS adds serve flags; BENCH_LAYERS / BENCH_EXPERTS shrink the shape.
+serve_bench() {
+    local out=${1:-${OUT:-gpu-check-out}}
+    shift || true
+    mkdir -p "$out"
+    if [ -f "$CARRY_DIR/gpu-check.tar.xz" ]; then tar -C "$CARRY_DIR" -xJf "$CARRY_DIR/gpu-check.tar.xz"; fi
+    export LD_LIBRARY_PATH="$PWD/$CARRY_DIR/lib:$(cublas_lib_dir):${LD_LIBRARY_PATH:-}"
+    local bin="$CARRY_DIR/bin/onecard" dir=/tmp/onecard-dummy port=8012 status=0
+    rm -rf "$dir"
+    "$bin" synth --preset flash --layers ${BENCH_LAYERS:-43} --experts ${BENCH_EXPERTS:-256} --mtp 0 --config-only \
+        --out "$dir" || return 1
+    local t0=$(date +%s)
+    "$bin" serve "$dir" --load-format dummy --tokenizer demo/small/tokenizer.json --device cuda --port $port \
+        --max-model-len ${BENCH_MAX_LEN:-8192} --max-num-seqs 64 --no-access-log ${SERVE_ARGS:-} > "$out/serve.log" 2>&1 &
+    local pid=$!
+    for _ in $(seq 1 ${SMOKE_WAIT:-300}); do
+        grep -q '^ready$' "$out/serve.log" && break
+        kill -0 $pid 2> /dev/null || break
+        sleep 1
+    done
+    echo "serve ready after $(( $(date +%s) - t0 )) s" | tee -a "$out/serve.log"
+    grep -q '^ready$' "$out/serve.log" || { tail -30 "$out/serve.log"; kill $pid; return 1; }
+    local args=("$@")
+    [ ${#args[@]} -gt 0 ] || args=(--max-concurrency 1,8,32,64 --num-prompts 64 --random-input-len 512
+                                   --random-output-len 128 --ignore-eos)
+    "$bin" bench-serve --base-url "http://127.0.0.1:$port" --out "$out/bench_serve.json" \
+        --plot "$out/bench_serve.svg" "${args[@]}" 2>&1 | tee "$out/bench_serve.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    curl -s "http://127.0.0.1:$port/metrics" | grep -E '^vllm:(prompt_tokens|generation_tokens)_total|^onecard:' \
+        > "$out/metrics_after.txt" || true
+    kill -INT $pid; wait $pid
+    tail -5 "$out/serve.log"
+    return $status
+}
+
 case "$mode" in
     --pack) pack ;;
     --serve-smoke) shift; serve_smoke "$@" ;;
+    --serve-bench) shift; serve_bench "$@" ;;
     --run) shift; run "$@" ;;
     --bench) shift; bench "$@" ;;
-    *) sed -n '2,29p' "$0"; exit 2 ;;
+    *) sed -n '2,34p' "$0"; exit 2 ;;
 esac

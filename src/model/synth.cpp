@@ -551,6 +551,12 @@ SynthResult synth_write(const ModelConfig& cfg, uint64_t seed, const std::filesy
     index["metadata"] = {{"total_size", res.n_bytes}};
     index["weight_map"] = std::move(weight_map);
     write_text(out_dir / "model.safetensors.index.json", index.dump(2) + "\n");
+    synth_write_config(cfg, out_dir);
+    return res;
+}
+
+void synth_write_config(const ModelConfig& cfg, const std::filesystem::path& out_dir) {
+    std::filesystem::create_directories(out_dir);
     write_text(out_dir / "config.json", to_official_json(cfg).dump(2) + "\n");
     nlohmann::json gen = {{"_from_model_config", true},
                           {"bos_token_id", cfg.bos_token_id},
@@ -560,7 +566,6 @@ SynthResult synth_write(const ModelConfig& cfg, uint64_t seed, const std::filesy
                           {"top_p", 1.0},
                           {"transformers_version", "4.57.1"}};
     write_text(out_dir / "generation_config.json", gen.dump(2) + "\n");
-    return res;
 }
 
 }  // namespace onecard

@@ -75,6 +75,9 @@ struct SynthResult {
 // fixed order, so the bytes are the same for any thread count.
 SynthResult synth_write(const ModelConfig& cfg, uint64_t seed, const std::filesystem::path& out_dir,
                         uint64_t shard_bytes, bool progress, unsigned threads = 0);
+// Only config.json and generation_config.json (synth_write writes them too): a model directory for
+// `serve --load-format dummy`, which makes the weights on the GPU.
+void synth_write_config(const ModelConfig& cfg, const std::filesystem::path& out_dir);
 
 // The fp32 "master" values tensor `spec` is generated from, rows [row0, row0 + n_rows) of its
 // logical matrix: [shape[0], prod(shape[1:])] — for packed MXFP4 the logical width is 2x the

@@ -77,6 +77,7 @@ struct ServeArgs {
     bool disable_uvicorn_access_log = false;
     uint64_t seed = 0;
     bool enable_prefix_caching = true;  // vLLM's --enable-prefix-caching / --no-enable-prefix-caching
+    std::string load_format = "auto";   // vLLM's --load-format: auto | safetensors | dummy (random weights, GPU)
     bool compat_bool = false;        // target of the accepted-and-ignored vLLM flags
     std::string compat_value;        // target of the accepted-and-ignored vLLM options with a value
 };
@@ -87,7 +88,7 @@ constexpr const char* kIgnoredVllmFlags[] = {
     "--trust-remote-code",      "--enable-auto-tool-choice",
     "--disable-log-requests",   "--disable-log-stats",     "--enforce-eager",             "--enable-chunked-prefill",
     "--no-enable-chunked-prefill", "--swap-space",         "--block-size",                "--download-dir",
-    "--load-format",            "--tokenizer-mode",        "--distributed-executor-backend", "--disable-fastapi-docs",
+    "--tokenizer-mode",        "--distributed-executor-backend", "--disable-fastapi-docs",
     "--tool-call-parser",       "--reasoning-parser",      "--kv-cache-dtype",            "--dtype",
     "--tensor-parallel-size",   "--pipeline-parallel-size", "--data-parallel-size",       "--chat-template",
 };
@@ -319,7 +320,15 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     } else if (std::string why; use_cuda(a, *cfg, why)) {
 #ifdef ONECARD_HAVE_CUDA
         ONECARD_CHECK(a.numerics == "reference", "serve: the CUDA backend computes reference numerics only");
-        Checkpoint ckpt = Checkpoint::open(model_dir);  // headers only so far: nothing is uploaded yet
+        // --load-format dummy: random weights of config.json's shape, made on the GPU (no checkpoint).
+        const bool dummy = a.load_format == "dummy";
+        const uint64_t dummy_seed = a.seed == 0 ? 1 : a.seed;
+        std::optional<Checkpoint> ckpt;
+        if (dummy)
+            std::fprintf(stderr, "serve: --load-format dummy: random weights of %s's shape, made on the GPU (seed %llu)\n",
+                         (model_dir / "config.json").c_str(), static_cast<unsigned long long>(dummy_seed));
+        else
+            ckpt = Checkpoint::open(model_dir);  // headers only so far: nothing is uploaded yet
         if (!a.expert_profile.empty() && fs::exists(a.expert_profile)) {
             profile = ExpertUseProfile::load_for(a.expert_profile, cfg->num_hidden_layers, cfg->n_routed_experts);
         } else if (!a.expert_profile.empty()) {
@@ -340,15 +349,18 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         pin.count_expert_picks = !a.expert_profile.empty();
         pin.count_picks_if_hybrid = a.expert_swap_interval > 0;
         pin.stream_experts = a.stream_experts == "auto" ? -1 : std::stoll(a.stream_experts);
-        const MemoryPlan plan = plan_serve_on_gpu(*cfg, ckpt, pin);
+        const MemoryPlan plan = plan_serve_on_gpu(*cfg, ckpt ? &*ckpt : nullptr, pin);
         std::fputs(memory_plan_report(plan).c_str(), stderr);
         require_plan_fits(plan);
         plan_line = memory_plan_line(plan) + "\n";
         plan_json = memory_plan_json(plan);
         std::fprintf(stderr, "serve: loading %s onto the GPU\n", model_dir.c_str());
-        ModelWeights w = bind_weights(*cfg, ckpt);
-        for (const auto& f : fs::directory_iterator(model_dir))
-            if (f.path().extension() == ".safetensors") weights_bytes += static_cast<int64_t>(f.file_size());
+        std::optional<ModelWeights> w;
+        if (ckpt) {
+            w = bind_weights(*cfg, *ckpt);
+            for (const auto& f : fs::directory_iterator(model_dir))
+                if (f.path().extension() == ".safetensors") weights_bytes += static_cast<int64_t>(f.file_size());
+        }
         CudaRunnerOptions ro;
         ro.max_model_len = max_len;
         ro.max_num_seqs = a.max_num_seqs;
@@ -358,12 +370,14 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         // The arena is the plan's GPU budget less its headroom (--gpu-memory-utilization bounds what we take).
         ro.arena_bytes = plan.device_bytes - plan.headroom_bytes;
         ro.kv_cache_bytes = static_cast<int64_t>(plan.kv_pool_bytes);
+        ro.embed_on_host = plan.embed_on_host;
         // Counting costs a kernel per MoE layer: only for a profile, or to re-place host experts.
         ro.expert_swap_interval = plan.host_experts() ? a.expert_swap_interval : 0;
         ro.count_expert_picks = !a.expert_profile.empty() || ro.expert_swap_interval > 0;
         ro.host_experts.stream_experts = plan.host_experts() ? plan.stream_experts : 0;
         ro.host_experts.stream_min_tokens = a.stream_min_tokens;
-        auto cr = std::make_unique<CudaModelRunner>(*cfg, w, ro);
+        auto cr = w ? std::make_unique<CudaModelRunner>(*cfg, *w, ro)
+                    : std::make_unique<CudaModelRunner>(*cfg, DummyWeights{dummy_seed}, ro);
         a.kv_cache_memory_bytes = static_cast<int64_t>(plan.kv_pool_bytes);
         // The plan's workspace is the runner's own (CudaModelRunner::workspace_bytes): its KV budget stands.
         ONECARD_CHECK(plan.workspace_exact, "serve: the GPU plan has no exact workspace");
@@ -375,6 +389,9 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
 #endif
     } else {
         if (!why.empty()) std::fprintf(stderr, "serve: running on the CPU: %s\n", why.c_str());
+        ONECARD_CHECK(a.load_format != "dummy",
+                      "serve: --load-format dummy makes random weights on the GPU; the CPU backend reads a checkpoint "
+                      "(make one with `onecard synth`)");
         if (a.gpu_memory_utilization > 0 || !a.expert_profile.empty())
             std::fprintf(stderr, "serve: --gpu-memory-utilization and --expert-profile have no effect on the CPU "
                                  "backend (the CPU reference keeps every expert in host memory)\n");
@@ -425,7 +442,9 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
                          {"workspace_gib", r.workspace_bytes / gib},
                          {"arena_free_gib", r.free_after / gib},
                          {"headroom_gib", a.gpu_headroom_gib},
-                         {"weights_upload_s", r.upload_seconds}};
+                         {"weights_upload_s", r.upload_seconds},
+                         {"host_expert_gib", r.host_expert_bytes / gib},
+                         {"host_embed_gib", r.host_embed_bytes / gib}};
         device_line = fmt::format(
             "onecard serve: {}: weights {:.2f} GiB, KV pool {:.2f} GiB ({} tokens, {} sequences), workspace {:.2f} "
             "GiB, {:.2f} GiB of the arena unused, {:.1f} GiB headroom outside it; weights uploaded in {:.1f}s\n",
@@ -625,7 +644,11 @@ void add_cmd_serve(CLI::App& app) {
                           "--enforce-eager", "--enable-chunked-prefill", "--no-enable-chunked-prefill",
                           "--disable-fastapi-docs"})
         cmd->add_flag(f, a->compat_bool, "vLLM: accepted, no effect in onecard")->group("vLLM compatibility");
-    for (const char* f : {"--swap-space", "--block-size", "--download-dir", "--load-format", "--tokenizer-mode",
+    cmd->add_option("--load-format", a->load_format,
+                    "vLLM: auto | safetensors (the checkpoint's weights) or dummy (random weights of config.json's "
+                    "shape made on the GPU, for benchmarks; --seed picks them)")
+        ->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
+    for (const char* f : {"--swap-space", "--block-size", "--download-dir", "--tokenizer-mode",
                           "--distributed-executor-backend"})
         cmd->add_option(f, a->compat_value, "vLLM: accepted, no effect in onecard")->group("vLLM compatibility");
     // Environment: ONECARD_<FLAG> for every flag (--max-model-len -> ONECARD_MAX_MODEL_LEN).

@@ -17,6 +17,7 @@ struct SynthArgs {
     uint64_t seed = 0;
     double shard_mb = 0;  // 0 = preset default
     bool quiet = false;
+    bool config_only = false;
     SynthOptions opt;
 };
 
@@ -39,6 +40,9 @@ void add_cmd_synth(CLI::App& app) {
     cmd->add_option("--shard-mb", args->shard_mb,
                     "target shard size in MB (default: tiny 2 MiB, small 32 MiB, flash 5 GB)");
     cmd->add_flag("--quiet", args->quiet, "no progress output");
+    cmd->add_flag("--config-only", args->config_only,
+                  "write config.json and generation_config.json but no weights: a model directory for `serve "
+                  "--load-format dummy` (give it a tokenizer with --tokenizer, or copy one in)");
     SynthOptions& o = args->opt;
     add_dim(cmd, "--layers", o.layers, "main decoder layers (schedule: 2 SWA, then CSA/HCA alternating)");
     add_dim(cmd, "--experts", o.experts, "routed experts per layer");
@@ -66,6 +70,11 @@ void add_cmd_synth(CLI::App& app) {
         ONECARD_CHECK(args->shard_mb >= 0, "synth: --shard-mb must be positive");
         const uint64_t shard_bytes =
             args->shard_mb > 0 ? static_cast<uint64_t>(args->shard_mb * 1e6) : synth_default_shard_bytes(opt.preset);
+        if (args->config_only) {
+            synth_write_config(cfg, args->out);
+            std::printf("wrote %s: preset %s, config only (no weights)\n", args->out.c_str(), args->preset.c_str());
+            return;
+        }
         const SynthResult res = synth_write(cfg, args->seed, args->out, shard_bytes, !args->quiet);
         // The demo preset has the full DeepSeek vocabulary, so it ships the real V4 tokenizer files:
         // a checkpoint dir that render-chat, tokenize and serve can use as it is.

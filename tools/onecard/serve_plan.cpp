@@ -9,13 +9,18 @@
 
 namespace onecard::cli {
 
-MemoryPlan plan_serve_on_gpu(const ModelConfig& cfg, const Checkpoint& ckpt, const ServePlanInputs& in) {
+MemoryPlan plan_serve_on_gpu(const ModelConfig& cfg, const Checkpoint* ckpt, const ServePlanInputs& in) {
     // The headers' dtypes and shapes, in checkpoint_layout's order (each .scale right after its
     // .weight, which gpu_planned_tensors pairs them by). A tensor the layout names but the
-    // checkpoint lacks is left out here; bind_weights names it next.
+    // checkpoint lacks is left out here; bind_weights names it next. Without a checkpoint (dummy
+    // weights) the official layout itself.
     std::vector<TensorSpec> specs;
     for (const TensorSpec& t : checkpoint_layout(cfg)) {
-        const TensorView* v = ckpt.find(t.name);
+        if (ckpt == nullptr) {
+            specs.push_back(t);
+            continue;
+        }
+        const TensorView* v = ckpt->find(t.name);
         if (v != nullptr) specs.push_back({v->name, v->dtype, v->shape});
     }
     const auto devs = cuda::list_devices();

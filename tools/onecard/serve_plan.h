@@ -28,8 +28,9 @@ struct ServePlanInputs {
 
 #ifdef ONECARD_HAVE_CUDA
 // Throws onecard::Error for a checkpoint the planner cannot read; a plan that does not fit comes
-// back with fits = false and its refusal (the caller prints and refuses it).
-MemoryPlan plan_serve_on_gpu(const ModelConfig& cfg, const Checkpoint& ckpt, const ServePlanInputs& in);
+// back with fits = false and its refusal (the caller prints and refuses it). ckpt == nullptr:
+// dummy weights (--load-format dummy), planned from the config's official layout.
+MemoryPlan plan_serve_on_gpu(const ModelConfig& cfg, const Checkpoint* ckpt, const ServePlanInputs& in);
 #endif
 
 }  // namespace onecard::cli
