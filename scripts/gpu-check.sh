@@ -55,7 +55,7 @@ pack() {
         while read -r lib; do cp -L "$lib" "$CARRY_DIR/lib/"; done
     ls "$CARRY_DIR/lib"
     # The GPU machine gets no .git: record what the binaries were built from.
-    echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src tests bench || echo '+dirty')" > "$CARRY_DIR/bin/COMMIT"
+    echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src tests bench tools || echo '+dirty')" > "$CARRY_DIR/bin/COMMIT"
     # Ten statically linked test binaries compress ~4x; the tarball is what travels.
     tar -C "$CARRY_DIR" -cJf "$CARRY_DIR.tar.xz" bin lib
     rm -rf "$CARRY_DIR"/bin "$CARRY_DIR"/lib

@@ -363,7 +363,15 @@ void run_bench(const BenchArgs& a) {
         po.workspace_bytes = static_cast<uint64_t>(GpuModel::workspace_bytes_for(cfg, mo, spec, true));
         MemoryPlan plan = make_memory_plan(cfg, gpu_planned_tensors(checkpoint_layout(cfg)), po);
         if (stream_auto && plan.host_experts()) {  // as serve: the plan's default, its buffers in the workspace
-            mo.host_experts.stream_experts = default_stream_experts(plan);
+            // Skewed routing stands for a workload whose profile the plan would have: judge staging
+            // by the host's share of picks that routing aims at, as serve does with --expert-profile.
+            MemoryPlan judged = plan;
+            if (a.routing == "skewed") {
+                judged.has_profile = true;
+                judged.host_pick_share =
+                    1.0 - (a.skew_coverage > 0 ? a.skew_coverage : published_coverage(L, E, plan.placement.total_gpu()));
+            }
+            mo.host_experts.stream_experts = default_stream_experts(judged);
             po.workspace_bytes = static_cast<uint64_t>(GpuModel::workspace_bytes_for(cfg, mo, spec, true));
             plan = make_memory_plan(cfg, gpu_planned_tensors(checkpoint_layout(cfg)), po);
         }
