@@ -207,26 +207,44 @@ EngineEvent EngineCore::fail_request(Request& req, std::string what) {
     return ev;
 }
 
+int32_t EngineCore::mask_eos(const Request& req) const {
+    const bool usable = !req.params.ignore_eos && config_.eos_token_id >= 0 && config_.eos_token_id < vocab_size_;
+    return usable ? config_.eos_token_id : -1;
+}
+
+std::string EngineCore::no_token_reason(const TokenConstraint& c) {
+    return c.can_terminate() ? "constraint: the constrained output is complete but EOS cannot be sampled (ignore_eos or "
+                               "no eos_token_id)"
+                             : "constraint: no token of the vocabulary continues the constrained output";
+}
+
+void EngineCore::build_row_mask(RequestId id, std::span<uint32_t> mask) {
+    const Request* req = scheduler_->find(id);
+    TokenConstraint* c = constraint_of(id);
+    ONECARD_CHECK(req != nullptr && c != nullptr, "engine: token mask asked for request {}, which has no constraint", id);
+    RowMask& m = row_masks_[id];
+    ++m.n_builds;
+    m.n_allowed = build_token_mask(*c, mask, vocab_size_, mask_eos(*req));
+    ++n_masks_built_;
+}
+
 std::optional<SampleResult> EngineCore::sample_host(Request& req, std::span<const float> row, std::string& reason) {
     TokenConstraint* constraint = constraint_of(req.id);
     if (!holds_back_stop_tokens(req) && constraint == nullptr)
         return sampler_.sample(row, req.params, req.prompt, req.output, req.seed);
     masked_row_.assign(row.begin(), row.end());
-    const bool eos_usable = !req.params.ignore_eos && config_.eos_token_id >= 0 && config_.eos_token_id < vocab_size_;
+    const int32_t eos = mask_eos(req);
     if (constraint != nullptr) {
-        const int64_t n_allowed =
-            apply_token_constraint(*constraint, masked_row_, eos_usable ? config_.eos_token_id : -1, constraint_mask_);
+        const int64_t n_allowed = apply_token_constraint(*constraint, masked_row_, eos, constraint_mask_);
+        ++n_masks_built_;
         if (n_allowed == 0) {
-            reason = constraint->can_terminate()
-                         ? "constraint: the constrained output is complete but EOS cannot be sampled (ignore_eos or "
-                           "no eos_token_id)"
-                         : "constraint: no token of the vocabulary continues the constrained output";
+            reason = no_token_reason(*constraint);
             return std::nullopt;
         }
     }
     if (holds_back_stop_tokens(req)) {
         // min_tokens: EOS and the stop ids get no probability until enough tokens are out.
-        if (eos_usable) masked_row_[static_cast<size_t>(config_.eos_token_id)] = -INFINITY;
+        if (eos >= 0) masked_row_[static_cast<size_t>(eos)] = -INFINITY;
         for (int32_t t : req.params.stop_token_ids)
             if (t >= 0 && t < vocab_size_) masked_row_[static_cast<size_t>(t)] = -INFINITY;
         if (constraint != nullptr && std::none_of(masked_row_.begin(), masked_row_.end(),
@@ -256,15 +274,20 @@ std::vector<EngineEvent> EngineCore::step() {
         return events;
     }
     ++n_steps_;
-    // Rows whose sampling needs nothing of the host (no penalties, logit_bias or logprobs) may be sampled by the
-    // runner on its device; it draws with the same (seed, counter) as Sampler, so the choice does not
-    // change which token a request gets.
+    // Rows whose sampling needs nothing of the host (no penalties, logit_bias, logprobs or min_tokens) may
+    // be sampled by the runner on its device; it draws with the same (seed, counter) as Sampler, so the
+    // choice does not change which token a request gets. A constrained row also carries a callback
+    // for its token mask: the runner calls it once the forward is launched, so the grammar's mask is
+    // built on this thread while the device computes the logits (see RowSampling::fill_mask).
+    row_masks_.clear();
     for (auto& e : out.requests) {
         const Request* req = e.sample ? scheduler_->find(e.id) : nullptr;
         if (req == nullptr) continue;
         const SamplingParams& p = req->params;
-        if (needs_host_sampling(p) || holds_back_stop_tokens(*req) || constraint_of(e.id) != nullptr) continue;
-        e.sampling = RowSampling{p.temperature, p.top_k, p.top_p, p.min_p, req->seed, req->output.size()};
+        if (needs_host_sampling(p) || holds_back_stop_tokens(*req)) continue;
+        e.sampling = RowSampling{p.temperature, p.top_k, p.top_p, p.min_p, req->seed, req->output.size(), {}};
+        if (constraint_of(e.id) != nullptr)
+            e.sampling->fill_mask = [this, id = e.id](std::span<uint32_t> mask) { build_row_mask(id, mask); };
     }
     RunnerOutput result;
     try {
@@ -302,6 +325,22 @@ std::vector<EngineEvent> EngineCore::step() {
         SampleResult s;
         if (on_runner) {
             s.token = result.tokens[i];
+            if (const TokenConstraint* c = constraint_of(req->id)) {
+                // The runner drew from the mask it got from build_row_mask; an empty mask means no
+                // token was allowed (the drawn id is meaningless), as on the host path.
+                const auto m = row_masks_.find(req->id);
+                if (m == row_masks_.end() || m->second.n_builds != 1) {
+                    events.push_back(fail_request(
+                        *req, fmt::format("runner: sampled constrained request {} with its token mask built {} times "
+                                          "(must be once)",
+                                          req->id, m == row_masks_.end() ? 0 : m->second.n_builds)));
+                    continue;
+                }
+                if (m->second.n_allowed == 0) {
+                    events.push_back(fail_request(*req, no_token_reason(*c)));
+                    continue;
+                }
+            }
         } else {
             const std::span<const float> row(logits, static_cast<size_t>(vocab_size_));
             // A NaN/Inf row means the forward pass went wrong for this sequence (overflow, bad

@@ -14,6 +14,8 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <span>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -38,7 +40,9 @@ public:
     // Engine's route: Engine::submit lands here on the engine thread).
     void add_request(RequestId id, GenerateRequest req);
     // With a constraint (a grammar): every sampled token is masked by it, EOS only when it can
-    // terminate; such rows are always sampled on the host. (sampling.make_constraint is not called.)
+    // terminate. The mask is built once per sampled row: applied to the logits here when the row is
+    // sampled on the host, or handed to the runner (RowSampling::fill_mask) when the runner samples
+    // it. (sampling.make_constraint is not called.)
     void add_request(RequestId id, GenerateRequest req, std::unique_ptr<TokenConstraint> constraint);
     // Removes the request; returns its final Cancelled event (nullopt if unknown or already finished).
     std::optional<EngineEvent> abort_request(RequestId id);
@@ -57,6 +61,9 @@ public:
     const EngineConfig& config() const { return config_; }
     int64_t max_model_len() const { return max_model_len_; }
     int64_t n_steps() const { return n_steps_; }
+    // Token masks built for constrained rows since construction (host and runner paths together):
+    // one per constrained row sampled.
+    int64_t n_masks_built() const { return n_masks_built_; }
     // Prefix caching is on: asked for (EngineConfig::enable_prefix_caching) and the runner supports it.
     bool prefix_caching() const { return kv_->prefix_caching(); }
     void check_integrity() const {
@@ -72,6 +79,11 @@ private:
         std::unique_ptr<TokenConstraint> constraint;  // null: unconstrained
     };
     TokenConstraint* constraint_of(RequestId id);
+    // The EOS id a mask allows when the constraint can end, or -1 (ignore_eos, no EOS).
+    int32_t mask_eos(const Request& req) const;
+    static std::string no_token_reason(const TokenConstraint& c);
+    // RowSampling::fill_mask of a constrained row: builds its mask into `mask`, records it in row_masks_.
+    void build_row_mask(RequestId id, std::span<uint32_t> mask);
     // Masks `row` for req (min_tokens, constraint) into masked_row_ and samples it. An empty result
     // means no token is allowed: `reason` says why (the request then ends).
     std::optional<SampleResult> sample_host(Request& req, std::span<const float> row, std::string& reason);
@@ -99,6 +111,14 @@ private:
     int64_t n_steps_ = 0;
     std::vector<float> masked_row_;      // [vocab] a logits row with tokens masked (min_tokens, constraint), reused
     std::vector<uint32_t> constraint_mask_;  // [ceil(vocab / 32)] scratch for the constraint's mask
+    // This step's masks built through RowSampling::fill_mask, per request: how often (must be once)
+    // and how many tokens they allowed (0: the request fails, as on the host path).
+    struct RowMask {
+        int64_t n_builds = 0;
+        int64_t n_allowed = 0;
+    };
+    std::unordered_map<RequestId, RowMask> row_masks_;
+    int64_t n_masks_built_ = 0;
 };
 
 }  // namespace onecard

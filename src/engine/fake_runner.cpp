@@ -1,6 +1,7 @@
 #include "engine/fake_runner.h"
 
 #include "core/error.h"
+#include "engine/token_constraint.h"
 
 #include <thread>
 
@@ -98,6 +99,12 @@ RunnerOutput FakeModelRunner::execute(const SchedulerOutput& batch) {
                     p.top_k = e.sampling->top_k;
                     p.top_p = e.sampling->top_p;
                     p.min_p = e.sampling->min_p;
+                    if (e.sampling->fill_mask) {  // a constrained row: its mask, as a device runner applies it
+                        mask_.assign(static_cast<size_t>(token_mask_words(config_.vocab_size)), 0u);
+                        e.sampling->fill_mask(mask_);
+                        apply_token_mask(std::span<float>(row, V), mask_);
+                        ++rec.n_runner_masked;
+                    }
                     // Sampler draws with counter = output size; no penalties, so only the size matters.
                     const std::vector<int32_t> output(static_cast<size_t>(e.sampling->counter), 0);
                     token = sampler_.sample(std::span<const float>(row, V), p, {}, output, e.sampling->seed).token;

@@ -22,7 +22,8 @@ struct FakeRunnerConfig {
     std::chrono::microseconds step_delay{0};  // simulated compute time per step
     float logit_scale = 4.0f;                 // logits uniform in [-scale, scale]
     // Sample the rows the engine allows (ScheduledRequest::sampling) here, as a device runner does,
-    // with engine/sampler.h's pipeline: tests check the engine gives the same tokens either way.
+    // with engine/sampler.h's pipeline (a constrained row's mask from RowSampling::fill_mask applied
+    // first, as -inf): tests check the engine gives the same tokens either way.
     bool sample_rows = false;
 
     static KvModelShape tiny_fake_kv_shape();  // SWA, CSA(4), HCA(8): block size must be a multiple of 8
@@ -34,6 +35,7 @@ struct FakeStepRecord {
     std::vector<std::pair<RequestId, int64_t>> scheduled;  // (id, n_tokens) in batch order
     std::vector<bool> sampled;                             // per scheduled entry
     int64_t n_runner_sampled = 0;                          // rows this runner sampled itself
+    int64_t n_runner_masked = 0;                           // of which constrained (RowSampling::fill_mask)
 };
 
 class FakeModelRunner : public ModelRunner {
@@ -62,6 +64,7 @@ private:
     FakeRunnerConfig config_;
     std::unordered_map<RequestId, SeqState> states_;
     Sampler sampler_;
+    std::vector<uint32_t> mask_;  // a constrained row's token mask (scratch)
     std::vector<FakeStepRecord> log_;
 };
 

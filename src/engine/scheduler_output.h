@@ -1,16 +1,23 @@
 // The contract between scheduler and runner: SchedulerOutput is the only thing a ModelRunner reads.
 // It is a self-contained value (copies of token ids and block tables), so a runner never reaches into
-// scheduler or cache internals.
+// scheduler or cache internals; the one exception is RowSampling::fill_mask, a callback a runner
+// makes during execute() to get a constrained row's token mask just in time.
 #pragma once
 
 #include "kvcache/kv_manager.h"
 #include "onecard/engine.h"
 
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <span>
 #include <vector>
 
 namespace onecard {
+
+// A constrained row's allowed-token mask (engine/token_constraint.h): fills [ceil(vocab / 32)] words,
+// bit t set when token t may be sampled (EOS set exactly when the constraint may end).
+using RowMaskFn = std::function<void(std::span<uint32_t> mask)>;
 
 // What a runner needs to pick a row's token itself (engine/sampler.h's pipeline without penalties
 // or logprobs): the draw is sampler_uniform(seed, counter), as on the host.
@@ -21,6 +28,13 @@ struct RowSampling {
     float min_p = 0.0f;
     uint64_t seed = 0;
     uint64_t counter = 0;  // index of the output token being sampled
+    // Set for a grammar-constrained row: a runner that samples the row calls it exactly once, on the
+    // thread that called execute(), after it has launched the step's forward and before it samples
+    // the row, and excludes every token whose bit is clear (as the host applies -inf to it). Calling
+    // it late is the point: the host builds the mask while the device computes the logits it masks.
+    // It calls back into the engine (the request's constraint), so it is only valid during execute().
+    // A runner that does not sample returns the logits and never calls it.
+    RowMaskFn fill_mask;
 };
 
 struct ScheduledRequest {

@@ -4,6 +4,7 @@
 #include "backend/cuda/device.h"
 #include "core/error.h"
 #include "engine/memory_plan.h"
+#include "engine/token_constraint.h"
 #include "model_cuda/gpu_synth.h"
 
 #include <algorithm>
@@ -87,6 +88,8 @@ void CudaModelRunner::load(const ModelWeights* w, uint64_t dummy_seed) {
 
 CudaModelRunner::~CudaModelRunner() = default;
 
+void CudaModelRunner::PinnedFree::operator()(uint32_t* p) const { cudaFreeHost(p); }
+
 GpuModelOptions CudaModelRunner::model_options(const CudaRunnerOptions& opt) {
     GpuModelOptions mo;
     mo.max_step_tokens = opt.max_num_batched_tokens;
@@ -115,6 +118,13 @@ void CudaModelRunner::bind_kv_pool(const KvCacheSpec& spec, const KvPoolSize& si
     report_.kv_token_capacity = size.n_blocks * spec.block_size;
     report_.kv_slots = size.n_slots;
     model_ = std::make_unique<GpuModel>(cfg_, weights_, *pool_, model_options(opt_), *arena_);
+    // Pinned, so a constrained row's mask uploads asynchronously behind the forward (execute()).
+    mask_rows_cap_ = std::max<int64_t>(1, std::min(opt_.max_num_seqs, opt_.max_num_batched_tokens));
+    void* pinned = nullptr;
+    CUDA_CHECK(cudaHostAlloc(&pinned,
+                             static_cast<size_t>(mask_rows_cap_ * token_mask_words(cfg_.vocab_size)) * sizeof(uint32_t),
+                             cudaHostAllocDefault));
+    masks_host_.reset(static_cast<uint32_t*>(pinned));
     report_.workspace_bytes = static_cast<uint64_t>(model_->workspace_bytes());
     report_.free_after = arena_->remaining();
 }
@@ -148,10 +158,19 @@ RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
     const float* logits = model_->step(seqs, false, stream_.get());
     // Rows the engine lets us sample are drawn on the GPU (only their ids come back); the others'
     // logits are copied for the host sampler.
+    // Grammar masks overlap the forward: step() has only queued the forward on the stream, so the
+    // constrained rows' masks (RowSampling::fill_mask, the engine's grammar matchers) are built here
+    // on the host while the GPU computes the logits they will mask. They go to pinned memory, are
+    // uploaded behind the forward and applied inside the sampling kernel (sample_last): a step waits
+    // for its masks only when building them outlasts the forward. The pinned rows are rewritten only
+    // in the next execute(), after this one's stream_.sync().
+    const int64_t words = token_mask_words(cfg_.vocab_size);
+    int64_t n_mask_rows = 0;
     std::vector<cuda::SampleParams> params;
     std::vector<int64_t> host_rows;
     for (const auto& r : batch.requests) {
         if (!r.sample) continue;
+        const auto row = static_cast<int64_t>(params.size());
         cuda::SampleParams p;
         if (r.sampling) {
             p.temperature = r.sampling->temperature;
@@ -160,6 +179,13 @@ RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
             p.min_p = r.sampling->min_p;
             p.seed = r.sampling->seed;
             p.counter = r.sampling->counter;
+            if (r.sampling->fill_mask) {
+                ONECARD_CHECK(row < mask_rows_cap_, "cuda runner: sampled row {} past the {} rows of token masks", row,
+                              mask_rows_cap_);
+                r.sampling->fill_mask(std::span<uint32_t>(masks_host_.get() + row * words, static_cast<size_t>(words)));
+                p.masked = 1;
+                n_mask_rows = row + 1;
+            }
         } else {
             p.temperature = 0.0f;  // a cheap draw whose token is not used
             host_rows.push_back(static_cast<int64_t>(params.size()));
@@ -168,7 +194,7 @@ RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
     }
     const int64_t V = cfg_.vocab_size;
     if (host_rows.size() < params.size()) {
-        const int32_t* ids = model_->sample_last(params.data(), stream_.get());
+        const int32_t* ids = model_->sample_last(params.data(), masks_host_.get(), n_mask_rows, stream_.get());
         out.tokens.resize(params.size());
         CUDA_CHECK(
             cudaMemcpyAsync(out.tokens.data(), ids, out.tokens.size() * 4, cudaMemcpyDeviceToHost, stream_.get()));

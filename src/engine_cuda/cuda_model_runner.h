@@ -5,7 +5,8 @@
 // only the token count per live request, to check the scheduler's positions.
 // Sampled rows the engine marks as needing no host work (ScheduledRequest::sampling) are drawn on the
 // GPU and only their token ids come back; the logits of the others (penalties, logprobs) come back
-// for the engine's sampler.
+// for the engine's sampler. Grammar-constrained rows are drawn on the GPU too: their token masks are
+// built on the host while the forward runs and applied in the sampling kernel (execute()).
 #pragma once
 
 #include "backend/cuda/arena.h"
@@ -104,6 +105,12 @@ private:
     std::unique_ptr<GpuKvPool> pool_;
     std::unique_ptr<GpuModel> model_;
     std::unordered_map<RequestId, int64_t> n_tokens_;  // live requests: tokens computed so far
+    struct PinnedFree {
+        void operator()(uint32_t* p) const;
+    };
+    // Pinned [mask_rows_cap_, ceil(vocab / 32)]: the constrained rows' token masks of a step.
+    std::unique_ptr<uint32_t, PinnedFree> masks_host_;
+    int64_t mask_rows_cap_ = 0;
     // Re-placement: steps since the last check, the cumulative counts read then, and decayed recent picks.
     void maybe_swap_experts();
     int64_t steps_since_swap_check_ = 0;

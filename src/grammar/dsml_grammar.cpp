@@ -81,10 +81,67 @@ uint32_t add_raw_text(const std::shared_ptr<Grammar>& g) {
     return r;
 }
 
+// Any bytes but NUL up to and including `close`, which cannot occur before it: the KMP automaton of
+// `close` (state j = its first j bytes just written), each state's byte edges grouped into ranges.
+void add_text_until(const std::shared_ptr<Grammar>& g, uint32_t from, std::string_view close, uint32_t to) {
+    const size_t m = close.size();
+    std::vector<size_t> fail(m + 1, 0);  // KMP failure function of `close`
+    for (size_t i = 1, k = 0; i < m; ++i) {
+        while (k > 0 && close[i] != close[k]) k = fail[k];
+        if (close[i] == close[k]) ++k;
+        fail[i + 1] = k;
+    }
+    auto next = [&](size_t j, uint8_t b) {
+        while (j > 0 && static_cast<uint8_t>(close[j]) != b) j = fail[j];
+        return static_cast<uint8_t>(close[j]) == b ? j + 1 : 0;
+    };
+    std::vector<uint32_t> state(m);
+    state[0] = from;
+    for (size_t j = 1; j < m; ++j) state[j] = g->add_node();
+    for (size_t j = 0; j < m; ++j) {
+        uint32_t lo = 1;
+        size_t target = next(j, 1);
+        for (uint32_t b = 2; b <= 256; ++b) {
+            const size_t t = b < 256 ? next(j, static_cast<uint8_t>(b)) : m + 1;  // 256: flush the last range
+            if (t == target) continue;
+            g->add_bytes(state[j], static_cast<uint8_t>(lo), static_cast<uint8_t>(b - 1), target == m ? to : state[target]);
+            lo = b;
+            target = t;
+        }
+    }
+}
+
+// The invoke of a tool whose arguments are not held to a schema: any parameter names and values in
+// the DSML layout (a value is any text up to its closing tag, string="true" or "false").
+void add_free_invoke(const std::shared_ptr<Grammar>& g, const DsmlTool& tool, uint32_t from, uint32_t to) {
+    const uint32_t a = g->add_node(), b = g->add_node(), c = g->add_node();
+    g->add_literal(from, fmt::format("<{}invoke name=\"{}\">\n", dsv4::kDsml, tool.name), a);
+    g->add_eps(a, c);
+    g->add_literal(b, "\n", c);
+    const uint32_t name0 = g->add_node(), name = g->add_node(), kind = g->add_node(), open = g->add_node();
+    g->add_literal(c, fmt::format("<{}parameter name=\"", dsv4::kDsml), name0);
+    for (uint32_t n : {name0, name}) {  // one or more bytes but NUL, '"' and '<'
+        g->add_bytes(n, 0x01, 0x21, name);
+        g->add_bytes(n, 0x23, 0x3B, name);
+        g->add_bytes(n, 0x3D, 0xFF, name);
+    }
+    g->add_literal(name, "\" string=\"", kind);
+    g->add_literal(kind, "true\">", open);
+    g->add_literal(kind, "false\">", open);
+    add_text_until(g, open, fmt::format("</{}parameter>", dsv4::kDsml), b);
+    const std::string close = fmt::format("\n</{}invoke>", dsv4::kDsml);
+    g->add_literal(a, close, to);
+    g->add_literal(b, close, to);
+}
+
 // One tool's invoke from `from` to `to`: the name tag, its parameters joined by "\n", the closing
 // tag. Position i has node a[i] (nothing written yet) and b[i] (something written); c[i] is "about to
 // write parameter i", reached from a[i] directly and from b[i] after the "\n" that separates two.
 void add_invoke(const std::shared_ptr<Grammar>& g, const DsmlTool& tool, size_t index, uint32_t from, uint32_t to) {
+    if (!tool.constrained) {
+        add_free_invoke(g, tool, from, to);
+        return;
+    }
     const std::string where = fmt::format("tools[{}].function.parameters", index);
     const std::vector<Param> params = params_of(tool, where);
     const size_t n = params.size();
@@ -121,7 +178,8 @@ void add_invoke(const std::shared_ptr<Grammar>& g, const DsmlTool& tool, size_t 
 
 }  // namespace
 
-std::shared_ptr<const Grammar> compile_dsml_tool_calls(const std::vector<DsmlTool>& tools, bool one_call) {
+std::shared_ptr<const Grammar> compile_dsml_tool_calls(const std::vector<DsmlTool>& tools, bool one_call,
+                                                       bool blank_line) {
     if (tools.empty()) throw SchemaError("tools", "a DSML tool-call grammar needs at least one tool");
     auto g = std::make_shared<Grammar>();
     const uint32_t invoke = g->add_rule("dsml_invoke");
@@ -129,7 +187,8 @@ std::shared_ptr<const Grammar> compile_dsml_tool_calls(const std::vector<DsmlToo
 
     const uint32_t root = g->add_rule("dsml_tool_calls");
     const uint32_t open = g->add_node(), after = g->add_node();
-    g->add_literal(g->rule(root).start, fmt::format("\n\n<{}{}>\n", dsv4::kDsml, dsv4::kToolCallsBlock), open);
+    g->add_literal(g->rule(root).start,
+                   fmt::format("{}<{}{}>\n", blank_line ? "\n\n" : "", dsv4::kDsml, dsv4::kToolCallsBlock), open);
     g->add_call(open, invoke, after);
     if (!one_call) {  // further invokes, each after a "\n"
         const uint32_t sep = g->add_node();

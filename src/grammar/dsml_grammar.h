@@ -29,10 +29,17 @@ struct DsmlTool {
     // The tool's parameters schema: null (no parameters), or an object schema whose `properties` are
     // the parameters ({"type": "object"} alone: none). Anything else is a SchemaError.
     nlohmann::ordered_json parameters;
+    // false: the arguments are not held to `parameters` (a non-strict tool beside strict ones under
+    // tool_choice "auto"): any parameter names, string="true" or "false", any value text up to its
+    // closing tag (which it cannot contain). The invoke's layout and the tool's name still are.
+    bool constrained = true;
 };
 
-// one_call: exactly one invoke (parallel_tool_calls false); otherwise one or more. Throws
-// SchemaError (naming the keyword) for a parameters schema the grammar cannot hold.
-std::shared_ptr<const Grammar> compile_dsml_tool_calls(const std::vector<DsmlTool>& tools, bool one_call);
+// one_call: exactly one invoke (parallel_tool_calls false); otherwise one or more. blank_line: the
+// block starts with the encoder's "\n\n"; false: at "<｜DSML｜tool_calls>", for a grammar that takes
+// over from free text at the DSML marker (engine/triggered_constraint.h). Throws SchemaError (naming
+// the keyword) for a constrained tool's parameters schema the grammar cannot hold.
+std::shared_ptr<const Grammar> compile_dsml_tool_calls(const std::vector<DsmlTool>& tools, bool one_call,
+                                                       bool blank_line = true);
 
 }  // namespace onecard::grammar

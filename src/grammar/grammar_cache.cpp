@@ -35,11 +35,12 @@ std::shared_ptr<const TokenMasks> GrammarCache::get(const std::string& key, Make
     return masks;
 }
 
-std::shared_ptr<const TokenMasks> GrammarCache::dsml_tool_calls(const std::vector<DsmlTool>& tools, bool one_call) {
+std::shared_ptr<const TokenMasks> GrammarCache::dsml_tool_calls(const std::vector<DsmlTool>& tools, bool one_call,
+                                                                bool blank_line) {
     nlohmann::ordered_json key = nlohmann::ordered_json::array();
-    for (const auto& t : tools) key.push_back({t.name, t.parameters});
-    return get(std::string(one_call ? "dsml1:" : "dsml:") + key.dump(),
-               [&] { return compile_dsml_tool_calls(tools, one_call); });
+    for (const auto& t : tools) key.push_back({t.name, t.constrained ? t.parameters : "free"});
+    return get(fmt::format("dsml{}{}:{}", one_call ? "1" : "", blank_line ? "" : "@marker", key.dump()),
+               [&] { return compile_dsml_tool_calls(tools, one_call, blank_line); });
 }
 
 std::shared_ptr<const TokenMasks> GrammarCache::json_schema(const nlohmann::ordered_json& schema) {

@@ -28,7 +28,8 @@ public:
     std::shared_ptr<const TokenMasks> json_schema_text(std::string_view schema_text);
     std::shared_ptr<const TokenMasks> json_object();
     // The DSML tool-call grammar of `tools` (dsml_grammar.h), keyed by the tools' names and schemas.
-    std::shared_ptr<const TokenMasks> dsml_tool_calls(const std::vector<DsmlTool>& tools, bool one_call);
+    std::shared_ptr<const TokenMasks> dsml_tool_calls(const std::vector<DsmlTool>& tools, bool one_call,
+                                                      bool blank_line = true);
 
     size_t size() const;
     size_t n_hits() const;

@@ -67,6 +67,7 @@ struct GpuModel::Buffers {
     float* logits = nullptr;                       // [logits_rows, vocab]
     int32_t* ids = nullptr;                        // [logits_rows]
     cuda::SampleParams* sample_params = nullptr;   // [logits_rows]
+    uint32_t* sample_masks = nullptr;              // [logits_rows, ceil(vocab / 32)] allowed-token bitmasks
     void* sample_scratch = nullptr;                // sample_rows_scratch_bytes(logits_rows, vocab)
     float *rope_main = nullptr, *rope_compress = nullptr;
 };
@@ -189,6 +190,7 @@ void GpuModel::carve(const ModelConfig& cfg, const GpuModelOptions& opt, int64_t
     A(b.logits, b.logits_rows * cfg.vocab_size, "logits");
     A(b.ids, b.logits_rows, "greedy ids");
     A(b.sample_params, b.logits_rows, "sampling parameters");
+    A(b.sample_masks, b.logits_rows * ((cfg.vocab_size + 31) / 32), "token masks");
     b.sample_scratch = arena.alloc(cuda::sample_rows_scratch_bytes(b.logits_rows, cfg.vocab_size), "sampling scratch");
     A(b.rope_main, static_cast<int64_t>(rope_inv_freqs_for(cfg, false).size()), "rope main");
     A(b.rope_compress, static_cast<int64_t>(rope_inv_freqs_for(cfg, true).size()), "rope compress");
@@ -665,12 +667,20 @@ const int32_t* GpuModel::argmax_last(cudaStream_t s) {
     return buf_->ids;
 }
 
-const int32_t* GpuModel::sample_last(const cuda::SampleParams* params, cudaStream_t s) {
+const int32_t* GpuModel::sample_last(const cuda::SampleParams* params, const uint32_t* masks, int64_t n_mask_rows,
+                                     cudaStream_t s) {
     Buffers& b = *buf_;
     const int64_t n = meta_->n_out;
+    ONECARD_CHECK(n_mask_rows >= 0 && n_mask_rows <= n && (n_mask_rows == 0 || masks != nullptr),
+                  "gpu model: {} mask rows for {} sampled rows", n_mask_rows, n);
     CUDA_CHECK(cudaMemcpyAsync(b.sample_params, params, static_cast<size_t>(n) * sizeof(cuda::SampleParams),
                                cudaMemcpyHostToDevice, s));
-    cuda::sample_rows(b.logits, b.sample_params, b.ids, n, cfg_.vocab_size, b.sample_scratch, s);
+    const size_t words = static_cast<size_t>((cfg_.vocab_size + 31) / 32);
+    if (n_mask_rows > 0)
+        CUDA_CHECK(cudaMemcpyAsync(b.sample_masks, masks, static_cast<size_t>(n_mask_rows) * words * sizeof(uint32_t),
+                                   cudaMemcpyHostToDevice, s));
+    cuda::sample_rows(b.logits, b.sample_params, n_mask_rows > 0 ? b.sample_masks : nullptr, b.ids, n,
+                      cfg_.vocab_size, b.sample_scratch, s);
     return b.ids;
 }
 

@@ -57,7 +57,11 @@ public:
     const int32_t* argmax_last(cudaStream_t stream);
     // Tokens [n_out] of the last step's logits drawn with params[i] for row i (host array of n_out
     // entries; cuda::sample_rows: engine/sampler.h's pipeline without penalties), on the device.
-    const int32_t* sample_last(const cuda::SampleParams* params, cudaStream_t stream);
+    // masks: host [n_mask_rows, ceil(vocab / 32)] allowed-token bitmasks (pinned, so the upload is
+    // asynchronous; must stay unchanged until the stream passes it), uploaded before the draw; rows
+    // with params[i].masked must be below n_mask_rows.
+    const int32_t* sample_last(const cuda::SampleParams* params, const uint32_t* masks, int64_t n_mask_rows,
+                               cudaStream_t stream);
 
     const ModelConfig& config() const { return cfg_; }
     // Throws onecard::Error if the scratch arena holds allocations between steps, a captured graph is

@@ -53,6 +53,9 @@ struct ServerOptions {
     std::vector<std::string> allowed_origins;  // CORS: origins allowed ("*" = any); empty -> no CORS headers
     std::optional<uint64_t> seed;          // vLLM's --seed: seeds requests that bring no seed
     SamplingDefaults sampling_defaults;    // the model's generation_config.json (--generation-config)
+    // tool_choice "auto": hold every tool's arguments to its schema when the grammar can (as if each
+    // were strict: true), not only the strict ones (--strict-tools-all).
+    bool strict_tools_all = false;
 };
 
 // What the server tells clients about the model it serves.

@@ -127,6 +127,9 @@ Json convert_tools(const Json& tools) {
             if (!p->is_object()) throw bad_request(w + ".parameters must be a JSON Schema object", w + ".parameters");
             fn["parameters"] = *p;
         }
+        // Only an explicit strict (the API's default is true, but enforcing every tool's schema under
+        // "auto" would refuse requests whose schemas the grammar cannot hold; structured_output.h).
+        if (auto st = t.find("strict"); st != t.end() && st->is_boolean()) fn["strict"] = *st;
         out.push_back({{"type", "function"}, {"function", std::move(fn)}});
     }
     return out;

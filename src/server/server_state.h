@@ -19,6 +19,10 @@
 #include <mutex>
 #include <string>
 
+namespace onecard {
+class TriggerTokens;  // engine/triggered_constraint.h
+}
+
 namespace onecard::server {
 
 struct OpenAIServer::State {
@@ -58,6 +62,7 @@ struct OpenAIServer::State {
     // never sees a response_format). json: the BPE tokens only; dsml: plus the ｜DSML｜ marker.
     std::once_flag grammars_once;
     std::unique_ptr<grammar::GrammarCache> json_grammars, dsml_grammars;
+    std::shared_ptr<const TriggerTokens> dsml_trigger;  // "<｜DSML｜" over the dsml trie (strict tools, "auto")
 
     // Live engine streams, so shutdown can cancel what did not drain in time.
     std::mutex live_mu;

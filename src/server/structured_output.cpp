@@ -2,6 +2,7 @@
 
 #include "engine/after_token_constraint.h"
 #include "engine/grammar_constraint.h"
+#include "engine/triggered_constraint.h"
 #include "grammar/json_schema.h"
 #include "server/api_error.h"
 #include "server/chat_pipeline.h"
@@ -19,9 +20,45 @@ void init_grammars(OpenAIServer::State& s) {
     std::call_once(s.grammars_once, [&s] {
         s.json_grammars = std::make_unique<grammar::GrammarCache>(grammar::TokenTrie::from_tokenizer(s.tokenizer),
                                                                   kGrammarCacheCapacity);
-        s.dsml_grammars = std::make_unique<grammar::GrammarCache>(
-            grammar::TokenTrie::from_tokenizer(s.tokenizer, {std::string(dsv4::kDsml)}), kGrammarCacheCapacity);
+        auto dsml_trie = grammar::TokenTrie::from_tokenizer(s.tokenizer, {std::string(dsv4::kDsml)});
+        s.dsml_grammars = std::make_unique<grammar::GrammarCache>(dsml_trie, kGrammarCacheCapacity);
+        // The parser's marker of tool-call markup: where a strict call's grammar takes over under "auto".
+        s.dsml_trigger = std::make_shared<const TriggerTokens>(dsml_trie, fmt::format("<{}", dsv4::kDsml));
     });
+}
+
+bool parallel_calls_off(const Json& body) {
+    if (auto pt = body.find("parallel_tool_calls"); pt != body.end() && !pt->is_null()) {
+        if (!pt->is_boolean()) throw bad_request("'parallel_tool_calls' must be a boolean", "parallel_tool_calls");
+        return !pt->get<bool>();
+    }
+    return false;
+}
+
+// tool_choice "auto": the tools whose arguments the grammar holds (strict: true, or every tool whose
+// schema it can hold with --strict-tools-all), the others free; empty when none is held.
+std::vector<grammar::DsmlTool> auto_tools(const Json& body, bool strict_all) {
+    std::vector<grammar::DsmlTool> tools;
+    bool any = false;
+    for (const auto& t : body.at("tools")) {
+        const Json& fn = t.at("function");
+        grammar::DsmlTool dt{fn.at("name").get<std::string>(), nullptr, false};
+        if (auto p = fn.find("parameters"); p != fn.end()) dt.parameters = *p;
+        const auto st = fn.find("strict");
+        dt.constrained = st != fn.end() && st->is_boolean() && st->get<bool>();
+        if (!dt.constrained && strict_all) {
+            // Not asked for by the client: held where the grammar can hold it, free otherwise.
+            try {
+                grammar::compile_dsml_tool_calls({dt}, true);
+                dt.constrained = true;
+            } catch (const grammar::SchemaError&) {
+            }
+        }
+        any = any || dt.constrained;
+        tools.push_back(std::move(dt));
+    }
+    if (!any) tools.clear();
+    return tools;
 }
 
 std::vector<grammar::DsmlTool> forced_tools(const Json& body, const ChatRequest& r) {
@@ -42,25 +79,23 @@ std::vector<grammar::DsmlTool> forced_tools(const Json& body, const ChatRequest&
 std::function<std::unique_ptr<TokenConstraint>()> chat_constraint(OpenAIServer::State& s, const Json& body,
                                                                   const ChatRequest& r, bool thinking) {
     std::shared_ptr<const grammar::TokenMasks> masks;
+    std::shared_ptr<const TriggerTokens> trigger;  // set: free text until the DSML marker, then `masks`
     const bool forced = r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Named;
+    std::string format_type = "text";
+    const auto rf = body.find("response_format");
+    if (rf != body.end() && rf->is_object()) format_type = rf->value("type", "text");
     if (forced) {
         init_grammars(s);
-        bool one_call = false;
-        if (auto pt = body.find("parallel_tool_calls"); pt != body.end() && !pt->is_null()) {
-            if (!pt->is_boolean()) throw bad_request("'parallel_tool_calls' must be a boolean", "parallel_tool_calls");
-            one_call = !pt->get<bool>();
-        }
+        const bool one_call = parallel_calls_off(body);
         try {
             masks = s.dsml_grammars->dsml_tool_calls(forced_tools(body, r), one_call);
         } catch (const grammar::SchemaError& e) {
             throw bad_request(fmt::format("tool parameters cannot be enforced: {}", e.what()), "tools");
         }
-    } else if (auto rf = body.find("response_format"); rf != body.end() && rf->is_object()) {
-        const std::string type = rf->value("type", "text");
-        if (type == "text") return {};
+    } else if (format_type != "text") {
         init_grammars(s);
         const Json* schema = nullptr;
-        if (type == "json_schema")
+        if (format_type == "json_schema")
             if (auto js = rf->find("json_schema"); js != rf->end() && js->is_object())
                 if (auto sc = js->find("schema"); sc != js->end() && !sc->is_null()) schema = &*sc;
         try {
@@ -69,6 +104,17 @@ std::function<std::unique_ptr<TokenConstraint>()> chat_constraint(OpenAIServer::
             throw bad_request(fmt::format("response_format.json_schema.schema cannot be enforced: {}", e.what()),
                               "response_format");
         }
+    } else if (r.tool_choice == ToolChoice::Auto) {
+        const std::vector<grammar::DsmlTool> tools = auto_tools(body, s.opts.strict_tools_all);
+        if (tools.empty()) return {};
+        init_grammars(s);
+        const bool one_call = parallel_calls_off(body);
+        try {
+            masks = s.dsml_grammars->dsml_tool_calls(tools, one_call, /*blank_line=*/false);
+        } catch (const grammar::SchemaError& e) {
+            throw bad_request(fmt::format("strict tool parameters cannot be enforced: {}", e.what()), "tools");
+        }
+        trigger = s.dsml_trigger;
     } else {
         return {};
     }
@@ -79,8 +125,13 @@ std::function<std::unique_ptr<TokenConstraint>()> chat_constraint(OpenAIServer::
         gate = *id;
     }
     const auto vocab = static_cast<int64_t>(s.tokenizer.vocab_size());
-    return [masks, gate, vocab]() -> std::unique_ptr<TokenConstraint> {
-        auto g = std::make_unique<GrammarConstraint>(masks);
+    return [masks, trigger, gate, vocab]() -> std::unique_ptr<TokenConstraint> {
+        std::unique_ptr<TokenConstraint> g;
+        if (trigger) {
+            g = std::make_unique<TriggeredConstraint>(trigger, masks, vocab);
+        } else {
+            g = std::make_unique<GrammarConstraint>(masks);
+        }
         if (gate < 0) return g;
         return std::make_unique<AfterTokenConstraint>(gate, vocab, std::move(g));
     };

@@ -9,6 +9,11 @@
 //   of any tool / the named one, its parameters matching the tool's `parameters` schema; exactly one
 //   invoke when parallel_tool_calls is false. A forced call wins over response_format. A refused
 //   parameters schema is a 400 (param "tools").
+// - tool_choice "auto" with strict tools (function.strict true; every tool whose schema the grammar
+//   can hold with --strict-tools-all): the answer is free text until the DSML marker "<｜DSML｜", then
+//   the DSML tool-call block (TriggeredConstraint), strict tools' arguments held to their schemas,
+//   the others' free. A strict tool's refused schema is a 400 (param "tools"); a response_format
+//   other than text wins (the answer is then the JSON, as before).
 // - Thinking on (the prompt ends in <think>): the reasoning is free and the grammar starts after
 //   </think> (AfterTokenConstraint), so the JSON can never land in the reasoning.
 #pragma once

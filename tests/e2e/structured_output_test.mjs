@@ -8,6 +8,8 @@
 // - with thinking on, the JSON is the content, never the reasoning (the grammar starts after </think>);
 // - tool_choice "required" and a named tool always yield a call whose arguments validate against the
 //   tool's parameters (parallel_tool_calls false: exactly one call);
+// - strict tools under tool_choice "auto": any call that appears validates (the random model rarely
+//   starts one; the constraint is unit-tested directly); a strict tool's refused schema is a 400;
 // - streaming gives the same bytes as non-streaming (greedy);
 // - a schema keyword the grammar cannot enforce is a 400 naming it.
 //
@@ -239,6 +241,37 @@ for (const [what, tool_choice] of [['required', 'required'], ['named', { type: '
       });
     }
   }
+}
+
+// Strict tools under tool_choice "auto": text stays free, and a call, once the model starts one, must
+// follow the strict tool's parameters. The random model rarely writes the DSML marker by itself, so
+// this checks validity whenever a call appears (the constraint itself is unit-tested byte by byte:
+// tests/unit/engine_triggered_constraint_test.cpp); a strict tool's refused schema is a 400 under auto
+// too, a non-strict one's is not (its arguments are not held).
+for (const sampling of [greedy, { temperature: 1, seed: 5, max_tokens: 120 }]) {
+  const r = await chat({ messages: toolMessages, tools: TOOLS, tool_choice: 'auto', logit_bias: { 128822: 100 }, ...sampling });
+  check(`tool auto strict t=${sampling.temperature}`, () => {
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    const c = r.json.choices[0];
+    for (const tc of c.message.tool_calls ?? []) {
+      const call = tc.function;
+      if (call.name !== 'get_weather') continue;  // only the strict tool's arguments are held
+      const v = validators[call.name];
+      assert.ok(v(JSON.parse(call.arguments)), `${call.name}(${call.arguments}): ${ajv.errorsText(v.errors)}`);
+    }
+  });
+}
+{
+  const strictBad = [{ type: 'function', function: { name: 'f', strict: true, parameters: { type: 'object', properties: { s: { type: 'string', pattern: 'x' } } } } }];
+  const r = await chat({ messages, tools: strictBad, tool_choice: 'auto', max_tokens: 5 });
+  check('refuse strict tool pattern under auto', () => {
+    assert.equal(r.status, 400);
+    assert.equal(r.json.error.param, 'tools');
+    assert.ok(r.json.error.message.includes("'pattern'"), r.json.error.message);
+  });
+  const loose = [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { s: { type: 'string', pattern: 'x' } } } } }];
+  const r2 = await chat({ messages, tools: loose, tool_choice: 'auto', max_tokens: 5 });
+  check('non-strict tool pattern under auto is served', () => assert.equal(r2.status, 200, JSON.stringify(r2.json)));
 }
 
 // Unsupported keywords: 400 naming them.

@@ -7,11 +7,16 @@
 // too far from any bf16 implementation for tight bars). The token must be among the oracle's top-5
 // at its position (near-ties may still rank differently: summation order, and the prefill expert
 // path the oracle does not mirror), and at least 90% must be the oracle's argmax.
+// Sampling on the GPU, plain and grammar-constrained (the mask built on the host, applied in the
+// sampling kernel), picks what the host sampler picks from the same logits.
 #include "gpu_test_util.h"
 
 #ifdef ONECARD_HAVE_CUDA
 
+#include "engine/engine_core.h"
+#include "engine/grammar_constraint.h"
 #include "engine_cuda/cuda_model_runner.h"
+#include "grammar/json_schema.h"
 #include "loader/checkpoint.h"
 #include "model/deepseek_v4.h"
 #include "model/synth.h"
@@ -158,6 +163,94 @@ TEST(GpuEngine, GpuSamplingPicksWhatTheHostSamplerPicks) {
     req.sampling.seed = 99;  // another seed draws another sequence: the seed really reaches the GPU
     req.sampling.logprobs = -1;
     EXPECT_NE(generate(engine, req), on_gpu);
+}
+
+// Counts what the engine's constrained rows become on the GPU runner: rows it hands with a mask
+// callback, and those the runner returned as a sampled token (not logits).
+class MaskCountingRunner : public ModelRunner {
+public:
+    explicit MaskCountingRunner(std::unique_ptr<ModelRunner> inner) : inner_(std::move(inner)) {}
+    int64_t vocab_size() const override { return inner_->vocab_size(); }
+    int64_t max_model_len() const override { return inner_->max_model_len(); }
+    KvModelShape kv_model_shape() const override { return inner_->kv_model_shape(); }
+    void bind_kv_pool(const KvCacheSpec& spec, const KvPoolSize& size) override { inner_->bind_kv_pool(spec, size); }
+    RunnerOutput execute(const SchedulerOutput& batch) override {
+        RunnerOutput out = inner_->execute(batch);
+        size_t row = 0;
+        for (const auto& r : batch.requests) {
+            if (!r.sample) continue;
+            if (r.sampling && r.sampling->fill_mask && !out.tokens.empty() && out.tokens[row] >= 0) ++n_masked_on_gpu;
+            ++row;
+        }
+        return out;
+    }
+    int64_t n_masked_on_gpu = 0;
+
+private:
+    std::unique_ptr<ModelRunner> inner_;
+};
+
+// A grammar-constrained request on the GPU: the runner samples its rows with the uploaded mask
+// (CudaModelRunner, cuda::sample_rows), and the output is the schema's and the same tokens as when
+// logprobs send every row's logits to the host sampler, which masks them itself. Greedy and sampled.
+TEST(GpuEngine, ConstrainedRowsOnTheGpuMatchTheHostPath) {
+    ONECARD_REQUIRE_GPU();
+    test::TempDir dir("gpu_engine_grammar");
+    const ModelConfig cfg = write_checkpoint(dir);
+    const Checkpoint ckpt = Checkpoint::open(dir.path());
+    const ModelWeights w = bind_weights(cfg, ckpt);
+    // Ids 0..255 are their byte; the rest have no bytes (the grammar never allows them); EOS is 1000.
+    std::vector<std::string> bytes(static_cast<size_t>(cfg.vocab_size));
+    for (int b = 0; b < 256; ++b) bytes[static_cast<size_t>(b)] = std::string(1, static_cast<char>(b));
+    const auto trie = std::make_shared<const grammar::TokenTrie>(std::move(bytes));
+    const auto masks = std::make_shared<const grammar::TokenMasks>(
+        grammar::compile_json_schema_text(R"({"type":"object","properties":{"n":{"type":"integer","minimum":0,
+            "maximum":999},"k":{"enum":["red","green"]},"f":{"type":"array","items":{"type":"boolean"},"maxItems":3}},
+            "required":["n","k","f"],"additionalProperties":false})"),
+        trie);
+    EngineConfig ec = engine_config();
+    ec.eos_token_id = 1000;
+    auto runner = std::make_unique<MaskCountingRunner>(std::make_unique<CudaModelRunner>(cfg, w, runner_options()));
+    MaskCountingRunner* counting = runner.get();
+    EngineCore core(ec, std::move(runner));
+    auto run = [&](RequestId id, float temperature, int32_t logprobs) {
+        GenerateRequest req;
+        for (int32_t i = 0; i < 12; ++i) req.prompt_token_ids.push_back(5 + 41 * i % 1000);
+        req.sampling.temperature = temperature;
+        req.sampling.top_p = 0.9f;
+        req.sampling.seed = 77;
+        req.sampling.max_tokens = 120;
+        req.sampling.logprobs = logprobs;
+        core.add_request(id, std::move(req), std::make_unique<GrammarConstraint>(masks));
+        std::vector<int32_t> tokens;
+        for (int i = 0; i < 400 && core.has_unfinished(); ++i)
+            for (const auto& ev : core.step()) {
+                tokens.insert(tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+                if (ev.finished()) {
+                    EXPECT_EQ(ev.finish_reason, FinishReason::Stop) << ev.error;
+                    EXPECT_EQ(ev.stop_token, 1000);
+                }
+            }
+        return tokens;
+    };
+    RequestId id = 1;
+    for (float temperature : {0.0f, 1.3f}) {
+        SCOPED_TRACE("temperature " + std::to_string(temperature));
+        const int64_t before = counting->n_masked_on_gpu;
+        const std::vector<int32_t> on_gpu = run(id++, temperature, -1);
+        EXPECT_EQ(counting->n_masked_on_gpu - before, static_cast<int64_t>(on_gpu.size()) + 1);  // + EOS
+        const int64_t mid = counting->n_masked_on_gpu;
+        const std::vector<int32_t> on_host = run(id++, temperature, 0);
+        EXPECT_EQ(counting->n_masked_on_gpu, mid);  // logprobs: the host sampler's rows
+        EXPECT_EQ(on_gpu, on_host);
+        std::string text;
+        for (int32_t t : on_gpu) text += trie->token_bytes(t);
+        const auto doc = nlohmann::json::parse(text);  // throws (fails) unless JSON
+        EXPECT_TRUE(doc.at("n").is_number_integer() && doc.at("n").get<int>() <= 999) << text;
+        EXPECT_TRUE(doc.at("k") == "red" || doc.at("k") == "green") << text;
+        EXPECT_TRUE(doc.at("f").is_array() && doc.at("f").size() <= 3) << text;
+        EXPECT_EQ(doc.size(), 3u) << text;
+    }
 }
 
 }  // namespace

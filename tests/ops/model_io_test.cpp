@@ -9,6 +9,9 @@
 //   min-p threshold lies within ~1e-13 (relative) of a boundary between two tokens. The test
 //   measures each row's margin to every boundary and compares the rows whose margin exceeds 1e-9;
 //   with random logits a skipped row is very rare, and the test requires nearly all rows compared.
+//   With token masks (grammar-constrained rows): the host sampler's token for the row after
+//   apply_token_mask (masks of one allowed token, a few, most, EOS only, all but the top ten, and
+//   unmasked rows beside them), never a masked-out token, the same ids on a second run.
 // - add / convert / scale: element-wise, exact against the same fp32 operation on the host.
 #include "gpu_test_util.h"
 
@@ -17,6 +20,7 @@
 #include "backend/cpu/hyper_connection.h"
 #include "backend/cuda/ops/model_io.cuh"
 #include "engine/sampler.h"
+#include "engine/token_constraint.h"
 
 #include <algorithm>
 #include <cstring>
@@ -269,7 +273,7 @@ void check_sampling(int64_t vocab, const std::vector<SampleCase>& cases, int row
     cuda::fill_bytes(di, 0xFF, static_cast<size_t>(n) * 4);
     void* scratch = arena.alloc(cuda::sample_rows_scratch_bytes(n, vocab), "scratch");
     cuda::Stream s;
-    cuda::sample_rows(dl, dp, di, n, vocab, scratch, s.get());
+    cuda::sample_rows(dl, dp, nullptr, di, n, vocab, scratch, s.get());
     s.sync();
     const auto got = cuda::copy_to_host(di, static_cast<size_t>(n));
 
@@ -334,6 +338,149 @@ TEST(CudaModelIo, SampleRowsSingleRow) {
     ONECARD_REQUIRE_GPU();
     check_sampling(1000, {{1.0f, 0, 0.9f, 0.0f, 1.0f, false}}, 1, 23);
     check_sampling(129280, {{0.6f, 0, 1.0f, 0.0f, 1.5f, false}}, 1, 24);
+}
+
+// ---- sample_rows with token masks (grammar-constrained rows) ----
+
+enum class MaskKind { None, One, Few, Most, EosOnly, NoTopTen };
+
+// A row's allowed-token bitmask; kEos stands for the EOS id (the last one).
+std::vector<uint32_t> make_mask(MaskKind kind, const float* logits, int64_t vocab, std::mt19937_64& rng) {
+    std::vector<uint32_t> m(static_cast<size_t>((vocab + 31) / 32), 0u);
+    auto allow = [&](int64_t t) { m[static_cast<size_t>(t >> 5)] |= 1u << (t & 31); };
+    std::uniform_int_distribution<int64_t> tok(0, vocab - 1);
+    switch (kind) {
+        case MaskKind::None:  // unused: the row's masked flag is off, its zeros must not apply
+            break;
+        case MaskKind::One:
+            allow(tok(rng));
+            break;
+        case MaskKind::Few:
+            for (int i = 0; i < 5; ++i) allow(tok(rng));
+            break;
+        case MaskKind::Most:
+            for (int64_t t = 0; t < vocab; ++t)
+                if (rng() % 10 != 0) allow(t);
+            break;
+        case MaskKind::EosOnly:
+            allow(vocab - 1);
+            break;
+        case MaskKind::NoTopTen: {  // everything but the ten largest logits: the argmax is out
+            std::vector<int32_t> idx(static_cast<size_t>(vocab));
+            std::iota(idx.begin(), idx.end(), 0);
+            std::partial_sort(idx.begin(), idx.begin() + 10, idx.end(),
+                              [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+            for (int64_t t = 0; t < vocab; ++t) allow(t);
+            for (int i = 0; i < 10; ++i) m[static_cast<size_t>(idx[i] >> 5)] &= ~(1u << (idx[i] & 31));
+            break;
+        }
+    }
+    return m;
+}
+
+bool mask_allows(const std::vector<uint32_t>& m, int32_t t) { return (m[static_cast<size_t>(t >> 5)] >> (t & 31)) & 1u; }
+
+// Every (sampling case, mask kind) pair, rows_per_pair rows each: the GPU's token is the host
+// sampler's for the row after engine/token_constraint.h's apply_token_mask, and always allowed.
+void check_masked_sampling(int64_t vocab, int rows_per_pair, uint32_t seed) {
+    SCOPED_TRACE("masked, vocab " + std::to_string(vocab));
+    const std::vector<SampleCase> cases = sampling_cases();
+    const std::vector<MaskKind> kinds = {MaskKind::None, MaskKind::One,     MaskKind::Few,
+                                         MaskKind::Most, MaskKind::EosOnly, MaskKind::NoTopTen};
+    std::mt19937_64 rng(seed);
+    const int64_t words = (vocab + 31) / 32;
+    const int64_t n = static_cast<int64_t>(cases.size() * kinds.size()) * rows_per_pair;
+    std::vector<float> logits(static_cast<size_t>(n * vocab));
+    std::vector<uint32_t> masks(static_cast<size_t>(n * words));
+    std::vector<cuda::SampleParams> params(static_cast<size_t>(n));
+    std::vector<SamplingParams> cpu_params(static_cast<size_t>(n));
+    std::vector<MaskKind> row_kind(static_cast<size_t>(n));
+    for (int64_t r = 0; r < n; ++r) {
+        const SampleCase& sc = cases[static_cast<size_t>(r / rows_per_pair) % cases.size()];
+        const MaskKind kind = kinds[static_cast<size_t>(r / rows_per_pair) / cases.size()];
+        row_kind[static_cast<size_t>(r)] = kind;
+        std::normal_distribution<float> nd(0.0f, sc.sigma);
+        float* row = logits.data() + r * vocab;
+        for (int64_t t = 0; t < vocab; ++t) row[t] = sc.bf16_logits ? round_bf16(nd(rng)) : nd(rng);
+        const auto m = make_mask(kind, row, vocab, rng);
+        std::copy(m.begin(), m.end(), masks.begin() + r * words);
+        cuda::SampleParams& gp = params[static_cast<size_t>(r)];
+        gp.temperature = sc.temperature;
+        gp.top_k = sc.top_k;
+        gp.top_p = sc.top_p;
+        gp.min_p = sc.min_p;
+        gp.seed = rng();
+        gp.counter = rng() % 300;
+        gp.masked = kind != MaskKind::None;
+        SamplingParams& cp = cpu_params[static_cast<size_t>(r)];
+        cp.temperature = sc.temperature;
+        cp.top_k = sc.top_k;
+        cp.top_p = sc.top_p;
+        cp.min_p = sc.min_p;
+    }
+
+    cuda::DeviceArena arena(sample_bytes_with_slack(n, vocab) + masks.size() * 4, "masked sample test");
+    auto* dl = test::upload(arena, logits, "logits");
+    auto* dm = test::upload(arena, masks, "masks");
+    auto* dp = arena.alloc_n<cuda::SampleParams>(params.size(), "params");
+    cuda::copy_to_device(static_cast<void*>(dp), params.data(), params.size() * sizeof(cuda::SampleParams));
+    auto* di = arena.alloc_n<int32_t>(static_cast<size_t>(n), "ids");
+    void* scratch = arena.alloc(cuda::sample_rows_scratch_bytes(n, vocab), "scratch");
+    cuda::Stream s;
+    std::vector<int32_t> got;
+    for (int run = 0; run < 2; ++run) {  // twice, the output poisoned before each: the same ids
+        cuda::fill_bytes(di, 0xFF, static_cast<size_t>(n) * 4);
+        cuda::sample_rows(dl, dp, dm, di, n, vocab, scratch, s.get());
+        s.sync();
+        const auto ids = cuda::copy_to_host(di, static_cast<size_t>(n));
+        if (run == 1) {
+            EXPECT_EQ(ids, got) << "a second run gave other tokens";
+        }
+        got = ids;
+    }
+
+    Sampler sampler;
+    int compared = 0, skipped = 0;
+    for (int64_t r = 0; r < n; ++r) {
+        const auto& sp = cpu_params[static_cast<size_t>(r)];
+        const auto& gp = params[static_cast<size_t>(r)];
+        std::vector<float> row(logits.begin() + r * vocab, logits.begin() + (r + 1) * vocab);
+        const std::vector<uint32_t> m(masks.begin() + r * words, masks.begin() + (r + 1) * words);
+        if (gp.masked) apply_token_mask(row, m);
+        const std::vector<int32_t> output(static_cast<size_t>(gp.counter), 0);
+        const int32_t want = sampler.sample(row, sp, {}, output, gp.seed).token;
+        const int32_t token = got[static_cast<size_t>(r)];
+        const std::string what = "row " + std::to_string(r) + " mask kind " +
+                                 std::to_string(static_cast<int>(row_kind[static_cast<size_t>(r)])) + " T " +
+                                 std::to_string(sp.temperature) + " top_k " + std::to_string(sp.top_k) + " top_p " +
+                                 std::to_string(sp.top_p) + " min_p " + std::to_string(sp.min_p);
+        ASSERT_TRUE(token >= 0 && token < vocab) << what << " token " << token;
+        if (gp.masked) {
+            EXPECT_TRUE(mask_allows(m, token)) << what << ": token " << token << " is masked out";
+        }
+        if (row_kind[static_cast<size_t>(r)] == MaskKind::EosOnly) {
+            EXPECT_EQ(token, vocab - 1) << what;
+        }
+        const Candidates c = sampler.target_distribution(row, sp, {}, output);
+        if (decision_margin(row.data(), vocab, sp, c, sampler_uniform(gp.seed, gp.counter)) < 1e-9) {
+            ++skipped;
+            continue;
+        }
+        ++compared;
+        EXPECT_EQ(token, want) << what;
+    }
+    EXPECT_LE(skipped, std::max<int>(1, static_cast<int>(n) / 20)) << "too many rows too close to a boundary to compare";
+    EXPECT_GT(compared, 0);
+}
+
+TEST(CudaModelIo, MaskedSampleRowsPicksTheCpuTokenFlashVocab) {
+    ONECARD_REQUIRE_GPU();
+    check_masked_sampling(129280, 2, 41);
+}
+
+TEST(CudaModelIo, MaskedSampleRowsPicksTheCpuTokenSmallVocab) {
+    ONECARD_REQUIRE_GPU();
+    check_masked_sampling(1000, 5, 42);  // 1000: the last mask word is partial
 }
 
 // ---- element-wise ----

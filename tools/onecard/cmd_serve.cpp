@@ -612,6 +612,9 @@ void add_cmd_serve(CLI::App& app) {
                     "(src/server/scripted_runner.h)");
     cmd->add_option("--config", a->config,
                     "JSON or YAML file of flag values, as vLLM's --config (command line and environment win)");
+    cmd->add_flag("--strict-tools-all", o.strict_tools_all,
+                  "under tool_choice auto, hold every tool's arguments to its parameters schema (where the grammar "
+                  "can), not only tools with strict: true");
     cmd->add_flag("--metrics-require-auth", o.metrics_require_auth,
                   "/metrics asks for the API key too (default: open, like /health)");
     cmd->add_flag("--log-probe-requests", o.log_probe_requests,

@@ -165,11 +165,18 @@ __device__ __forceinline__ ArgBest arg_better(ArgBest a, ArgBest b) {
     return (b.v > a.v || (b.v == a.v && b.i < a.i)) ? b : a;
 }
 
-// Argmax of one row by the whole block; ties to the lower id. A row of only NaN gives id 0.
-__device__ int32_t block_argmax(const float* row, int64_t vocab, ArgBest* scratch) {
+// Logit i of a row under its allowed-token mask (null: none): a clear bit reads as -inf, exactly what
+// the host's apply_token_mask writes into the row before engine/sampler.cpp sees it.
+__device__ __forceinline__ float masked_logit(const float* row, const uint32_t* mask, int64_t i) {
+    return mask == nullptr || ((mask[i >> 5] >> (i & 31)) & 1u) ? row[i] : -INFINITY;
+}
+
+// Argmax of one row (under `mask`, may be null) by the whole block; ties to the lower id. A row of
+// only NaN gives id 0.
+__device__ int32_t block_argmax(const float* row, const uint32_t* mask, int64_t vocab, ArgBest* scratch) {
     ArgBest best{-INFINITY, INT32_MAX};
     for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-        const float v = row[i];
+        const float v = masked_logit(row, mask, i);
         if (!isnan(v)) best = arg_better(best, ArgBest{v, static_cast<int32_t>(i)});
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = (blockDim.x + 31) >> 5;
@@ -191,7 +198,7 @@ __global__ void __launch_bounds__(kRowThreads) argmax_kernel(const float* __rest
     dev::pdl_wait();
     dev::pdl_trigger();
     __shared__ ArgBest scratch[32];
-    const int32_t id = block_argmax(logits + blockIdx.x * vocab, vocab, scratch);
+    const int32_t id = block_argmax(logits + blockIdx.x * vocab, nullptr, vocab, scratch);
     if (threadIdx.x == 0) ids[blockIdx.x] = id;
 }
 
@@ -335,8 +342,8 @@ __device__ __forceinline__ double sampler_uniform_dev(uint64_t seed, uint64_t co
 }
 
 __global__ void __launch_bounds__(kRowThreads)
-sample_kernel(const float* __restrict__ logits, const SampleParams* __restrict__ params, int32_t* ids, int64_t vocab,
-              double* __restrict__ scratch) {
+sample_kernel(const float* __restrict__ logits, const SampleParams* __restrict__ params,
+              const uint32_t* __restrict__ masks, int32_t* ids, int64_t vocab, double* __restrict__ scratch) {
     dev::pdl_wait();
     dev::pdl_trigger();
     __shared__ ArgBest arg_scratch[32];
@@ -347,21 +354,24 @@ sample_kernel(const float* __restrict__ logits, const SampleParams* __restrict__
     const int64_t row = blockIdx.x;
     const float* lg = logits + row * vocab;
     const SampleParams p = params[row];
+    // A masked token is a -inf logit from here on: probability exactly 0, so never a survivor.
+    const uint32_t* mask = p.masked && masks != nullptr ? masks + row * ((vocab + 31) / 32) : nullptr;
     if (!(p.temperature > 0.0f)) {  // greedy (also NaN temperature)
-        const int32_t id = block_argmax(lg, vocab, arg_scratch);
+        const int32_t id = block_argmax(lg, mask, vocab, arg_scratch);
         if (threadIdx.x == 0) ids[row] = id;
         return;
     }
     // max as the CPU's max_element (finite logits assumed; NaN is skipped by fmaxf).
     float mx = -INFINITY;
-    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) mx = fmaxf(mx, lg[i]);
+    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) mx = fmaxf(mx, masked_logit(lg, mask, i));
     mx = dev::block_max(mx, fscratch);
     double* q = scratch + row * vocab;
     double sum = 0.0;
     for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
         // The CPU's expression: (double(x) − double(max)) / double(T), then exp in double.
         const double e =
-            exp((static_cast<double>(lg[i]) - static_cast<double>(mx)) / static_cast<double>(p.temperature));
+            exp((static_cast<double>(masked_logit(lg, mask, i)) - static_cast<double>(mx)) /
+                static_cast<double>(p.temperature));
         q[i] = e;
         sum += e;
     }
@@ -432,13 +442,13 @@ size_t sample_rows_scratch_bytes(int64_t n, int64_t vocab) {
     return static_cast<size_t>(n) * static_cast<size_t>(vocab) * sizeof(double);
 }
 
-void sample_rows(const float* logits, const SampleParams* params, int32_t* ids, int64_t n, int64_t vocab,
-                 void* scratch, cudaStream_t stream) {
+void sample_rows(const float* logits, const SampleParams* params, const uint32_t* masks, int32_t* ids, int64_t n,
+                 int64_t vocab, void* scratch, cudaStream_t stream) {
     // Keys carry vocab − 1 − id in 32 bits; ids are int32.
     ONECARD_CHECK(n >= 0 && n < (int64_t{1} << 31) && vocab > 0 && vocab <= INT32_MAX, "sample_rows: n {} vocab {}", n,
                   vocab);
     if (n == 0) return;
-    launch_pdl(sample_kernel, static_cast<unsigned>(n), kRowThreads, 0, stream, logits, params, ids, vocab,
+    launch_pdl(sample_kernel, static_cast<unsigned>(n), kRowThreads, 0, stream, logits, params, masks, ids, vocab,
                static_cast<double*>(scratch));
     CUDA_CHECK_LAUNCH("sample_kernel");
 }
