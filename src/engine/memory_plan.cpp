@@ -424,6 +424,12 @@ void require_plan_fits(const MemoryPlan& plan) {
     if (!plan.fits) throw Error(plan.refusal);
 }
 
+int64_t serving_kv_floor_tokens(int64_t max_model_len, int64_t max_num_seqs) {
+    ONECARD_CHECK(max_model_len > 0 && max_num_seqs > 0, "memory plan: max_model_len {} and max_num_seqs {} must be positive",
+                  max_model_len, max_num_seqs);
+    return std::max(max_model_len, max_num_seqs * std::min(max_model_len, kServingKvTokensPerSequence));
+}
+
 int64_t default_stream_experts(const MemoryPlan& plan) {
     const ExpertPlacement& p = plan.placement;
     if (p.n_layers() == 0 || p.total_host() == 0) return 0;

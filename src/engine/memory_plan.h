@@ -156,6 +156,15 @@ void require_plan_fits(const MemoryPlan& plan);
 // H200 at batch 64, uniform routing, ~20.4 host experts per layer, staging 4 / 5 / 7 / 10 / 13 gave
 // 427 / 435 / 582 / 520 / 404 tok/s (docs/results.md), and with a skewed placement covering 99.6% of
 // picks staging 7 took 1,195 tok/s down to 744.
+// The KV floor a server keeps when experts must leave the GPU (MemoryPlanOptions::min_kv_tokens):
+// one request of the full model length, and room for every sequence slot to hold
+// kServingKvTokensPerSequence tokens at once, so that a full batch of ordinary requests is not
+// preempted. Why 2048: at the Flash shape a (layer, expert) pair is 12.8 MiB = ~3,500 tokens of paged
+// KV, so 64 sequences x 2048 tokens cost 38 pairs (under one per layer), while a floor of one
+// 8K-token request left a 64-stream serving sweep 9,216 tokens (docs/results.md).
+constexpr int64_t kServingKvTokensPerSequence = 2048;
+int64_t serving_kv_floor_tokens(int64_t max_model_len, int64_t max_num_seqs);
+
 constexpr double kStreamMinHostShare = 0.02;
 constexpr double kStreamShareOfHost = 0.35;
 int64_t default_stream_experts(const MemoryPlan& plan);

@@ -336,6 +336,23 @@ TEST(MemoryPlan, Flash0731PlansLikeFlashWithTheDrafterOffTheGpu) {
     EXPECT_LE(fewer, static_cast<int64_t>(drafter / kExpert) + 1);
 }
 
+TEST(MemoryPlan, ServingKvFloorHoldsOneFullRequestAndAFullBatch) {
+    EXPECT_EQ(serving_kv_floor_tokens(8192, 64), 64 * kServingKvTokensPerSequence);
+    EXPECT_EQ(serving_kv_floor_tokens(8192, 1), 8192);  // one full-length request
+    EXPECT_EQ(serving_kv_floor_tokens(1 << 20, 16), 1 << 20);
+    EXPECT_EQ(serving_kv_floor_tokens(1024, 64), 64 * 1024);  // no sequence holds more than the model length
+    EXPECT_THROW(serving_kv_floor_tokens(0, 4), Error);
+    // Planned as the floor: the offload plan keeps that many tokens of KV and places pairs around it.
+    const ModelConfig cfg = parse_config(test::flash_official_config_json());
+    MemoryPlanOptions opt = offload_options();
+    opt.kv_tokens = 0;
+    opt.max_sequences = 64;
+    opt.min_kv_tokens = serving_kv_floor_tokens(8192, 64);
+    const MemoryPlan p = make_memory_plan(cfg, planned(cfg), opt);
+    ASSERT_TRUE(p.fits) << p.refusal;
+    EXPECT_GE(p.kv_token_capacity, 64 * kServingKvTokensPerSequence);
+}
+
 TEST(MemoryPlan, DefaultStreamExpertsFollowsTheHostShareOfPicks) {
     MemoryPlan p;
     p.placement = ExpertPlacement::all_on_gpu(43, 256);

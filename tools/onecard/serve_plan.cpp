@@ -36,7 +36,8 @@ MemoryPlan plan_serve_on_gpu(const ModelConfig& cfg, const Checkpoint* ckpt, con
     o.max_context = in.max_model_len;
     o.kv_block_size = in.kv_block_size;
     o.kv_pool_bytes = static_cast<uint64_t>(in.kv_cache_bytes);
-    o.min_kv_tokens = in.max_model_len;  // offloading keeps room for one full-length request
+    // Offloading keeps room for one full-length request and for a full batch of ordinary ones.
+    o.min_kv_tokens = serving_kv_floor_tokens(in.max_model_len, in.max_num_seqs);
     o.allow_host_experts = true;
     o.expert_profile = in.profile;
     // The workspace is what the runner's GpuModel will carve (exact), with the host-expert extras
