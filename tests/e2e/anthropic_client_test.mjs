@@ -26,7 +26,7 @@ try {
   Anthropic = mod.Anthropic ?? mod.default;
 } catch (e) {
   console.log(`SKIP: the @anthropic-ai/sdk npm package is not installed (run scripts/setup.sh): ${e.message}`);
-  process.exit(0);
+  process.exit(77);  // ctest: SKIP_RETURN_CODE, so the skip shows as skipped, with this reason
 }
 
 const THINK = 'Weighing the options.';
