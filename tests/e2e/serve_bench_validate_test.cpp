@@ -217,6 +217,7 @@ TEST(ServeBenchServe, TokenCountsAgreeWithServerMetrics) {
                   ASSERT_EQ(j["points"].size(), 2u);
                   EXPECT_EQ(j["method"]["models"]["data"][0]["id"], "onecard-demo");
                   EXPECT_FALSE(j["method"]["command"].get<std::string>().empty());
+                  EXPECT_EQ(j["method"]["dataset"]["prompt_lengths"], "exact (/tokenize)");
                   for (const auto& p : j["points"]) {
                       EXPECT_EQ(p["completed"], 8);
                       EXPECT_EQ(p["errors"], 0);
