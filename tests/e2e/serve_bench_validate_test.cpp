@@ -1,7 +1,7 @@
 // `onecard validate` and `onecard bench-serve` against a real `onecard serve` on the CPU: the TEST-ONLY
-// scripted runner answers the tool-call fixtures exactly (pass path) or with wrong arguments (fail
-// path), the random demo model fails the quality gates cleanly (exit status = failed gates), and
-// bench-serve's token counts agree exactly with the server's /metrics counters.
+// scripted runner answers every tool-call fixture turn exactly (pass path) or wrongly (fail path:
+// altered arguments, a call where none is wanted), the random demo model fails the quality gates cleanly (exit status =
+// failed gates), and bench-serve's token counts agree exactly with the server's /metrics counters.
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -77,14 +77,36 @@ std::string dsml_calls(const Json& expected, bool corrupt) {
     return s + "</｜DSML｜tool_calls>";
 }
 
-// A scripted-runner script answering every fixture turn (later turns first: their prompts hold the
-// earlier turns' text), thinking-on prompts with reasoning then an answer, the rest with an answer.
+Json builtin_fixtures() {
+    return Json::parse(slurp(std::filesystem::path(ONECARD_SOURCE_DIR) / "tools/onecard/data/tool_fixtures.json"));
+}
+
+// A scripted-runner script answering every fixture turn, each keyed on a text only its own prompts
+// hold (gen_tool_fixtures.py checks that): its user message, or for a reply to tool results the last
+// result. Later turns come first, since their prompts also hold the first turn's text. A turn that
+// wants no call gets its answer_contains strings (`corrupt`: a call instead); thinking-on prompts
+// get reasoning then an answer; the rest an answer.
 std::string fixture_script(bool corrupt) {
-    const Json fx = Json::parse(slurp(std::filesystem::path(ONECARD_SOURCE_DIR) / "tools/onecard/data/tool_fixtures.json"));
-    Json scripts = Json::array();
+    const Json fx = builtin_fixtures();
+    Json later = Json::array(), first = Json::array();
     for (const auto& f : fx["fixtures"])
-        for (size_t i = f["turns"].size(); i-- > 0;)
-            scripts.push_back({{"when", f["turns"][i]["user"]}, {"text", dsml_calls(f["turns"][i]["expected"], corrupt)}});
+        for (size_t i = 0; i < f["turns"].size(); ++i) {
+            const Json& t = f["turns"][i];
+            const std::string key = t.contains("user") ? t["user"].get<std::string>()
+                                                       : f["turns"][i - 1]["tool_results"].back().get<std::string>();
+            std::string text;
+            if (!t["expected"].empty()) {
+                text = dsml_calls(t["expected"], corrupt);
+            } else if (corrupt) {
+                text = dsml_calls(Json::array({Json{{"name", f["tools"][0]}, {"arguments", Json::object()}}}), false);
+            } else {
+                text = "Done:";
+                for (const auto& s : t.value("answer_contains", Json::array())) text += " " + s.get<std::string>();
+            }
+            (i ? later : first).push_back({{"when", key}, {"text", text}});
+        }
+    Json scripts = later;
+    for (const auto& s : first) scripts.push_back(s);
     scripts.push_back({{"when", "<｜Assistant｜><think>"}, {"text", "Adding the numbers.</think>The answer is 42."}});
     return Json{{"step_delay_ms", 2}, {"scripts", scripts}, {"default", {{"text", "The answer is 42."}}}}.dump();
 }
@@ -110,11 +132,22 @@ TEST(ServeValidate, ScriptedFixturesPassAndFail) {
                       EXPECT_EQ(exit_status(r), corrupt ? 2 : 0) << r.out;
                       EXPECT_EQ(j["failed"], corrupt ? 2 : 0) << j.dump(1);
                       const Json& tc = j["gates"][0];
+                      int64_t n_turns = 0, n_second = 0, n_parallel = 0, n_none = 0;
+                      const Json fx = builtin_fixtures();
+                      for (const auto& f : fx["fixtures"])
+                          for (size_t i = 0; i < f["turns"].size(); ++i) {
+                              const size_t n_calls = f["turns"][i]["expected"].size();
+                              n_turns += 1, n_second += i > 0, n_parallel += n_calls > 1, n_none += n_calls == 0;
+                          }
                       EXPECT_EQ(tc["name"], "tool_calls");
                       EXPECT_EQ(tc["passed"], !corrupt);
-                      EXPECT_EQ(tc["figures"]["turns"], 13);
-                      EXPECT_EQ(tc["figures"]["exact"], corrupt ? 0 : 13) << tc.dump(1);
-                      EXPECT_EQ(tc["figures"]["second_turns_exact"], corrupt ? 0 : 3);
+                      EXPECT_EQ(tc["figures"]["turns"], n_turns);
+                      EXPECT_EQ(tc["figures"]["exact"], corrupt ? 0 : n_turns) << tc.dump(1);
+                      EXPECT_EQ(tc["figures"]["second_turns"], n_second);
+                      EXPECT_EQ(tc["figures"]["second_turns_exact"], corrupt ? 0 : n_second);
+                      EXPECT_EQ(tc["figures"]["parallel_call_turns_exact"], corrupt ? 0 : n_parallel);
+                      EXPECT_EQ(tc["figures"]["no_call_turns_exact"], corrupt ? 0 : n_none);
+                      EXPECT_EQ(r.out.find('\r'), std::string::npos) << "no progress line off a terminal";
                       EXPECT_EQ(j["method"]["models"]["data"][0]["id"], "onecard-demo");
                       EXPECT_NE(r.out.find(corrupt ? "2 of 2 gates failed" : "0 of 6 gates failed"), std::string::npos)
                           << r.out;
@@ -127,11 +160,18 @@ TEST(ServeValidate, RandomModelFailsQualityGatesCleanly) {
     const auto r0 = test::run_command(test::onecard_binary().string() + " synth --preset small --seed 5 --out " +
                                       (dir / "model").string() + " --quiet 2>&1");
     ASSERT_EQ(r0.rc, 0) << r0.out;
+    // Every 8th fixture through --fixtures: each kind of turn, at a cost the CPU model runs in seconds.
+    Json fx = builtin_fixtures(), some = Json::array();
+    for (size_t i = 0; i < fx["fixtures"].size(); i += 8) some.push_back(fx["fixtures"][i]);
+    fx["fixtures"] = some;
+    std::ofstream(dir / "fixtures.json") << fx.dump();
     serve_and(dir, "", (dir / "model").string() + " --device cpu", [&](const std::string& url, int) {
         const auto report = dir / "report.json";
         const auto r = test::run_command("timeout 240 " + test::onecard_binary().string() + " validate --base-url " +
-                                         url + kSmall + " --tool-max-tokens 8 --needle-max-tokens 4 --capacity-max-tokens 2"
-                                         " --mixed-decode-tokens 4 --out " + report.string() + " 2>&1");
+                                         url + kSmall +
+                                         " --tool-max-tokens 8 --needle-max-tokens 4 --capacity-max-tokens 2"
+                                         " --mixed-decode-tokens 4 --fixtures " +
+                                         (dir / "fixtures.json").string() + " --out " + report.string() + " 2>&1");
         EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
         const Json j = Json::parse(slurp(report));
         EXPECT_EQ(j["gates"].size(), 7u);
@@ -141,6 +181,7 @@ TEST(ServeValidate, RandomModelFailsQualityGatesCleanly) {
                 EXPECT_FALSE(g["passed"]) << g.dump(1);
                 EXPECT_FALSE(g["figures"].empty());
             }
+        EXPECT_EQ(j["gates"][0]["figures"]["fixtures"], some.size());
     });
 }
 
@@ -176,6 +217,7 @@ TEST(ServeBenchServe, TokenCountsAgreeWithServerMetrics) {
                   ASSERT_EQ(j["points"].size(), 2u);
                   EXPECT_EQ(j["method"]["models"]["data"][0]["id"], "onecard-demo");
                   EXPECT_FALSE(j["method"]["command"].get<std::string>().empty());
+                  EXPECT_EQ(j["method"]["dataset"]["prompt_lengths"], "exact (/tokenize)");
                   for (const auto& p : j["points"]) {
                       EXPECT_EQ(p["completed"], 8);
                       EXPECT_EQ(p["errors"], 0);

@@ -1,6 +1,8 @@
 // The pure parts of bench-serve/validate's client (tools/onecard/client): numpy-style percentiles,
-// the summary, the table, the SVG writer's ticks and well-formed output, and base-URL splitting.
+// the summary, the table, the SVG writer's ticks and well-formed output, base-URL splitting and the
+// live progress line's layout.
 #include "http_client.h"
+#include "progress.h"
 #include "stats.h"
 #include "svg_plot.h"
 
@@ -55,6 +57,26 @@ TEST(ClientHttp, BaseUrlAndPrometheus) {
     EXPECT_EQ(prometheus_value(m, "vllm:prompt_tokens_total"), 42);
     EXPECT_EQ(prometheus_value(m, "vllm:other"), 3);
     EXPECT_EQ(prometheus_value(m, "vllm:missing"), -1);
+}
+
+TEST(ClientProgress, LineLayout) {
+    EXPECT_EQ(progress_line("validate [1/7] tool_calls", 50, 100, -1, 3.26, 200),
+              "validate [1/7] tool_calls [############------------] 50/100 3.3 s");
+    EXPECT_EQ(progress_line("bench", 3, 0, 1200, 0.5, 200), "bench 3 1200 tok 0.5 s");
+    EXPECT_EQ(progress_line("b", 200, 100, -1, 1, 200), "b [########################] 200/100 1.0 s");
+    // Cut to the terminal, never wrapped, never inside a UTF-8 sequence.
+    EXPECT_EQ(progress_line("ééé", 1, 2, -1, 1, 4), "é");
+    EXPECT_EQ(progress_line("abcdef", 1, 2, -1, 1, 5), "abcd");
+    // Disabled: note() is a plain line and nothing else is drawn.
+    testing::internal::CaptureStderr();
+    {
+        Progress p(false);
+        p.begin("x", 3);
+        p.advance();
+        p.note("a status line");
+        p.end();
+    }
+    EXPECT_EQ(testing::internal::GetCapturedStderr(), "a status line\n");
 }
 
 }  // namespace

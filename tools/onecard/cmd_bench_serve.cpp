@@ -7,7 +7,10 @@
 #include "commands.h"
 #include "core/error.h"
 
+#include <fmt/format.h>
+
 #include "bench_run.h"
+#include "progress.h"
 #include "run_method.h"
 #include "svg_plot.h"
 
@@ -28,7 +31,7 @@ struct BenchServeArgs {
     client::DatasetOptions data;
     std::string max_concurrency, request_rate = "inf";
     std::optional<double> temperature, top_p;
-    bool ignore_eos = false;
+    bool ignore_eos = false, no_progress = false;
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -114,7 +117,17 @@ std::string make_plot(const std::vector<client::PointResult>& pts, const std::st
     return client::render_svg("onecard bench-serve: " + model, panels);
 }
 
+bool ends_with(const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
 void run(const BenchServeArgs& a) {
+    // Checked before a long sweep rather than after it. PNG would need a rasteriser with fonts (cairo
+    // or similar), which onecard does not depend on; any SVG converter makes one.
+    ONECARD_CHECK(!ends_with(a.plot, ".png") && !ends_with(a.plot, ".PNG"),
+                  "bench-serve: --plot writes SVG only; use --plot {}.svg (convert it with e.g. "
+                  "`rsvg-convert -o {} {}.svg`)",
+                  a.plot.substr(0, a.plot.size() - 4), a.plot, a.plot.substr(0, a.plot.size() - 4));
     client::HttpClient http(a.ep);
     Json method = client::run_method(http, a.ep);
     const std::string model = a.model.empty() ? client::first_model_id(method["models"]) : a.model;
@@ -132,27 +145,40 @@ void run(const BenchServeArgs& a) {
     if (a.top_p) base.extra["top_p"] = *a.top_p;
     if (a.ignore_eos) base.extra["ignore_eos"] = true;
     client::PromptBuilder pb(http, client::api_kind_of(a.endpoint), model);
+    // Random prompts are cut to the exact length through /tokenize; a plain OpenAI endpoint has none,
+    // so the lengths are approximate and the server's prompt_tokens are what gets reported.
+    const std::string prompt_lengths = a.data.name != "random" ? "as given (" + a.data.name + ")"
+                                       : pb.has_tokenize()     ? "exact (/tokenize)"
+                                                               : "approximate (no usable " + pb.no_tokenize_reason() +
+                                                                 "; totals are the server's usage.prompt_tokens)";
     if (a.data.name == "random" && !pb.has_tokenize())
-        std::fprintf(stderr, "bench-serve: the endpoint has no /tokenize: prompt lengths are approximate "
-                             "(the server's prompt_tokens are reported)\n");
+        std::fprintf(stderr,
+                     "bench-serve: prompt lengths are approximate: the endpoint has no usable /tokenize (%s); "
+                     "the server's prompt_tokens are reported\n",
+                     pb.no_tokenize_reason().c_str());
 
     std::vector<client::PointResult> points;
-    uint64_t salt = 0;
-    for (double rate : rates)
-        for (int64_t c : concurrency) {
-            client::PointSpec spec = base;
-            spec.concurrency = c;
-            spec.request_rate = rate;
-            // Fresh prompts per point, so no point is served from an earlier point's cache.
-            const auto sessions = client::make_sessions(a.data, pb, ++salt);
-            std::fprintf(stderr, "bench-serve: concurrency %lld, rate %s: %zu sessions ...\n", static_cast<long long>(c),
-                         rate_label(rate).c_str(), sessions.size());
-            points.push_back(client::run_point(a.ep, spec, sessions));
-            const auto& p = points.back();
-            std::fprintf(stderr, "bench-serve:   %lld ok, %lld errors in %.2f s (%.1f output tok/s)\n",
-                         static_cast<long long>(p.n_ok), static_cast<long long>(p.n_errors), p.duration_s,
-                         p.output_throughput);
-        }
+    {
+        client::Progress progress(client::stderr_is_tty() && !a.no_progress);
+        const size_t n_points = rates.size() * concurrency.size();
+        uint64_t salt = 0;
+        for (double rate : rates)
+            for (int64_t c : concurrency) {
+                client::PointSpec spec = base;
+                spec.concurrency = c;
+                spec.request_rate = rate;
+                // Fresh prompts per point, so no point is served from an earlier point's cache.
+                const auto sessions = client::make_sessions(a.data, pb, ++salt);
+                progress.note(fmt::format("bench-serve: concurrency {}, rate {}: {} sessions ...", c, rate_label(rate),
+                                          sessions.size()));
+                progress.begin(fmt::format("bench-serve [{}/{}] c={} rate={}", salt, n_points, c, rate_label(rate)), 0);
+                points.push_back(client::run_point(a.ep, spec, sessions, &progress));
+                progress.end();
+                const auto& p = points.back();
+                progress.note(fmt::format("bench-serve:   {} ok, {} errors in {:.2f} s ({:.1f} output tok/s)", p.n_ok,
+                                          p.n_errors, p.duration_s, p.output_throughput));
+            }
+    }
     print_table(points);
 
     method["model"] = model;
@@ -163,7 +189,8 @@ void run(const BenchServeArgs& a) {
                          {"random_input_len", a.data.input_len},
                          {"random_output_len", a.data.output_len},
                          {"seed", a.data.seed},
-                         {"tokenize_exact", pb.has_tokenize()}};
+                         {"tokenize_exact", pb.has_tokenize()},
+                         {"prompt_lengths", prompt_lengths}};
     method["sampling"] = base.extra;
     Json out = {{"method", method}, {"points", Json::array()}};
     for (const auto& p : points) out["points"].push_back(client::to_json(p));
@@ -205,7 +232,9 @@ void add_cmd_bench_serve(CLI::App& app) {
     cmd->add_option("--seed", a->data.seed, "seed of prompts and arrivals")->capture_default_str();
     cmd->add_flag("--ignore-eos", a->ignore_eos, "send ignore_eos so every request generates max_tokens");
     cmd->add_option("--out", a->out, "write the results as JSON");
-    cmd->add_option("--plot", a->plot, "write latency against throughput as SVG");
+    cmd->add_option("--plot", a->plot, "write latency against throughput as SVG (FILE.svg; PNG is not supported)");
+    cmd->add_flag("--no-progress", a->no_progress,
+                  "no live progress line (it is drawn only when stderr is a terminal)");
     cmd->add_option("--timeout", a->ep.timeout_s, "per-request read timeout in seconds")->capture_default_str();
     cmd->callback([a] {
         if (a->ep.api_key.empty())

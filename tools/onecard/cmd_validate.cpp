@@ -1,11 +1,15 @@
 // `onecard validate`: the deployment gates against any OpenAI-compatible endpoint (onecard, vLLM,
 // SGLang): tool-call fixtures, no raw DSML, reasoning split, capacity, cold-vs-cached replay, mixed
-// load, needle recall. Each gate reports its figures and pass/fail; a table goes to the terminal,
-// --out writes a JSON report, and the exit status is the number of failed gates. The gates live in
+// load, needle recall. Each gate reports its figures and pass/fail (or skipped, with the reason, when
+// the endpoint lacks an optional feature the gate needs); a table goes to the terminal, --out writes
+// a JSON report, and the exit status is the number of failed gates. The gates live in
 // tools/onecard/client/validate_*.cpp.
 #include "commands.h"
 #include "core/error.h"
 
+#include <fmt/format.h>
+
+#include "progress.h"
 #include "run_method.h"
 #include "stats.h"
 #include "validate_gates.h"
@@ -22,7 +26,12 @@ using client::Json;
 struct ValidateArgs {
     client::ValidateOptions o;
     std::string gates, out;
+    bool no_progress = false;
 };
+
+const char* verdict(const client::GateResult& r) {
+    return r.skipped ? "SKIP" : r.passed ? "PASS" : "FAIL";
+}
 
 void run(ValidateArgs& a) {
     client::HttpClient http(a.o.ep);
@@ -36,30 +45,46 @@ void run(ValidateArgs& a) {
         if (!g.empty()) gates.push_back(g);
     if (gates.empty()) gates = client::gate_names();
     std::vector<client::GateResult> results;
-    for (size_t i = 0; i < gates.size(); ++i) {
-        std::fprintf(stderr, "validate: [%zu/%zu] %s ...\n", i + 1, gates.size(), gates[i].c_str());
-        results.push_back(client::run_gate(gates[i], a.o));
-        const auto& r = results.back();
-        std::fprintf(stderr, "validate: [%zu/%zu] %s %s in %.1f s: %s\n", i + 1, gates.size(), r.name.c_str(),
-                     r.passed ? "PASS" : "FAIL", r.seconds, r.summary.c_str());
+    {
+        client::Progress progress(client::stderr_is_tty() && !a.no_progress);
+        a.o.progress = &progress;
+        for (size_t i = 0; i < gates.size(); ++i) {
+            const std::string step = fmt::format("[{}/{}] {}", i + 1, gates.size(), gates[i]);
+            progress.note(fmt::format("validate: {} ...", step));
+            progress.begin("validate " + step, 0);
+            results.push_back(client::run_gate(gates[i], a.o));
+            progress.end();
+            const auto& r = results.back();
+            progress.note(fmt::format("validate: [{}/{}] {} {} in {:.1f} s: {}", i + 1, gates.size(), r.name,
+                                      verdict(r), r.seconds, r.summary));
+        }
+        a.o.progress = nullptr;
     }
-    int n_failed = 0;
+    int n_failed = 0, n_skipped = 0;
     std::vector<std::vector<std::string>> rows = {{"gate", "result", "seconds", "figures"}};
     Json report = {{"method", method}, {"gates", Json::array()}};
     for (const auto& r : results) {
-        n_failed += !r.passed;
-        rows.push_back({r.name, r.passed ? "PASS" : "FAIL", client::fmt_num(r.seconds, 1), r.summary});
-        report["gates"].push_back(
-            {{"name", r.name}, {"passed", r.passed}, {"seconds", r.seconds}, {"summary", r.summary}, {"figures", r.figures}});
+        n_failed += !r.passed && !r.skipped;
+        n_skipped += r.skipped;
+        rows.push_back({r.name, verdict(r), client::fmt_num(r.seconds, 1), r.summary});
+        report["gates"].push_back({{"name", r.name},
+                                   {"passed", r.passed},
+                                   {"skipped", r.skipped},
+                                   {"seconds", r.seconds},
+                                   {"summary", r.summary},
+                                   {"figures", r.figures}});
     }
     report["method"]["model"] = a.o.model;
     report["failed"] = n_failed;
-    report["passed"] = static_cast<int>(results.size()) - n_failed;
-    std::printf("%s%d of %zu gates failed\n", client::format_table(rows).c_str(), n_failed, results.size());
+    report["skipped"] = n_skipped;
+    report["passed"] = static_cast<int>(results.size()) - n_failed - n_skipped;
+    std::printf("%s%d of %zu gates failed%s\n", client::format_table(rows).c_str(), n_failed, results.size(),
+                n_skipped ? fmt::format(", {} skipped", n_skipped).c_str() : "");
     if (!a.out.empty()) client::write_file(a.out, report.dump(2) + "\n");
     std::fflush(stdout);
     std::fflush(stderr);
-    // The exit status is the number of failed gates (a CLI11 callback cannot return one).
+    // The exit status is the number of failed gates (a CLI11 callback cannot return one); a skipped
+    // gate is not a failure.
     if (n_failed) std::exit(std::min(n_failed, 100));
 }
 
@@ -77,6 +102,8 @@ void add_cmd_validate(CLI::App& app) {
                     "comma-separated subset of tool_calls,no_dsml,reasoning,capacity,replay,mixed_load,needle "
                     "(default: all)");
     cmd->add_option("--out", a->out, "write the JSON report");
+    cmd->add_flag("--no-progress", a->no_progress,
+                  "no live progress line (it is drawn only when stderr is a terminal)");
     cmd->add_option("--seed", o.seed, "fixes the per-run nonces (needles, prompts); 0: new each run")->capture_default_str();
     cmd->add_option("--timeout", o.ep.timeout_s, "per-request read timeout in seconds")->capture_default_str();
     cmd->add_option("--fixtures", o.fixtures_path, "tool-call fixture file (default: the built-in set)");

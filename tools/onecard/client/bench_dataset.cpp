@@ -42,8 +42,11 @@ PromptBuilder::PromptBuilder(HttpClient& http, ApiKind kind, std::string model)
             overhead_ = Json::parse(r.body).at("count").get<int64_t>();
             has_tokenize_ = true;
         } catch (const std::exception&) {
-            has_tokenize_ = false;
+            no_tokenize_reason_ = "its /tokenize answer has no count";
         }
+    } else {
+        no_tokenize_reason_ =
+            r.status < 0 ? "/tokenize: transport: " + r.error : "/tokenize: HTTP " + std::to_string(r.status);
     }
 }
 

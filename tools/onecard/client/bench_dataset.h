@@ -25,13 +25,15 @@ struct Session {
 // Random words drawn from a fixed list, `n_words` long, separated by spaces.
 std::string random_words(std::mt19937_64& rng, int64_t n_words);
 
-// Builds prompts of an exact token count. With /tokenize (onecard, vLLM) the text is cut to the
-// length token-exactly; without it the length is approximated (1.3 words per token... about) and
-// reported as unknown.
+// Builds prompts of an exact token count. With /tokenize and /detokenize (onecard, vLLM) the text is
+// cut to the length token-exactly; without them (the plain OpenAI API) the length is approximated
+// from a word count and reported as unknown.
 class PromptBuilder {
 public:
     PromptBuilder(HttpClient& http, ApiKind kind, std::string model);
     bool has_tokenize() const { return has_tokenize_; }
+    // Why there is no usable /tokenize ("HTTP 404", "transport: ...", ...); "" when there is one.
+    const std::string& no_tokenize_reason() const { return no_tokenize_reason_; }
     // A prompt of `n_tokens` as the server counts it (template and BOS included) that starts with
     // `prefix` (a per-prompt nonce, so no two prompts share a cached prefix). `exact` is set when
     // /tokenize confirmed the count.
@@ -45,6 +47,7 @@ private:
     ApiKind kind_;
     std::string model_;
     bool has_tokenize_ = false;
+    std::string no_tokenize_reason_;
     int64_t overhead_ = 0;  // tokens the server adds around the text (BOS, chat template)
 };
 

@@ -31,8 +31,11 @@ Json scrape_counters(HttpClient& http) {
 
 }  // namespace
 
-PointResult run_point(const Endpoint& ep, const PointSpec& spec, const std::vector<Session>& sessions) {
+PointResult run_point(const Endpoint& ep, const PointSpec& spec, const std::vector<Session>& sessions,
+                      Progress* progress) {
     PointResult res;
+    if (progress)
+        for (const Session& s : sessions) progress->add_total(static_cast<int64_t>(s.user_turns.size()));
     res.spec = spec;
     const ApiKind kind = api_kind_of(spec.endpoint);
     HttpClient probe(ep);
@@ -67,6 +70,10 @@ PointResult run_point(const Endpoint& ep, const PointSpec& spec, const std::vect
                     Sample smp{run_stream(http, spec.endpoint, std::move(body)), it == 0 ? s.expected_prompt_tokens : -1};
                     replies.push_back(smp.r.output());
                     const bool ok = smp.r.ok;
+                    // A failed turn ends its conversation: its later turns count as done.
+                    if (progress)
+                        progress->advance(ok ? 1 : static_cast<int64_t>(s.user_turns.size() - it),
+                                          std::max<int64_t>(0, smp.r.completion_tokens));
                     per_session[i].push_back(std::move(smp));
                     if (!ok) break;  // the rest of a conversation needs this reply
                 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "bench_dataset.h"
+#include "progress.h"
 #include "stats.h"
 
 #include <string>
@@ -33,7 +34,9 @@ struct PointResult {
     Json server_metrics;                     // /metrics counter deltas over the point, when the server has them
 };
 
-PointResult run_point(const Endpoint& ep, const PointSpec& spec, const std::vector<Session>& sessions);
+// `progress` (when set) counts the point's requests and output tokens (the caller begins the phase).
+PointResult run_point(const Endpoint& ep, const PointSpec& spec, const std::vector<Session>& sessions,
+                      Progress* progress = nullptr);
 
 Json to_json(const PointResult& r);
 

@@ -1,9 +1,12 @@
 // The gates of `onecard validate`: each runs its own requests against the endpoint and reports its
 // figures and a pass/fail. Gates that need a capable model (tool-call fixtures, needle recall) fail
-// on a random model with their figures; none throws for a bad answer (only for bad options).
+// on a random model with their figures; none throws for a bad answer (only for bad options). A gate
+// that needs something the endpoint does not offer (an optional OpenAI feature such as logprobs)
+// reports itself skipped with the reason instead of failing.
 #pragma once
 
 #include "http_client.h"
+#include "progress.h"
 #include "stream_request.h"
 
 #include <string>
@@ -15,6 +18,7 @@ struct ValidateOptions {
     Endpoint ep;
     std::string model;
     uint64_t seed = 0;  // nonces of needles and prompts; 0: a fresh one per run
+    Progress* progress = nullptr;  // counts each gate's requests on the live line (not owned); null: none
     // tool_calls / no_dsml
     std::string fixtures_path;  // "" : the built-in fixtures (data/tool_fixtures.json)
     int64_t tool_concurrency = 8;
@@ -38,7 +42,8 @@ struct ValidateOptions {
 struct GateResult {
     std::string name;
     bool passed = false;
-    std::string summary;  // one line for the table
+    bool skipped = false;  // the endpoint lacks what the gate needs (summary: "skipped: endpoint lacks X ...")
+    std::string summary;   // one line for the table
     Json figures = Json::object();
     double seconds = 0;
 };
@@ -61,7 +66,11 @@ GateResult gate_needle(const ValidateOptions& o);
 Json base_body(const ValidateOptions& o, Json messages, int64_t max_tokens, bool thinking);
 // The markers that must never reach a client: DSML tags and DeepSeek's <｜...｜> control tokens.
 std::vector<std::string> leaked_markers(const std::string& chunk);
-// Runs `bodies` on /v1/chat/completions with `concurrency` connections; results in input order.
-std::vector<StreamResult> run_concurrent(const Endpoint& ep, const std::vector<Json>& bodies, int64_t concurrency);
+// Runs `bodies` on /v1/chat/completions with `concurrency` connections; results in input order. Each
+// finished request advances `progress` (when set), whose total grows by bodies.size().
+std::vector<StreamResult> run_concurrent(const Endpoint& ep, const std::vector<Json>& bodies, int64_t concurrency,
+                                         Progress* progress);
+// One request on `http`, counted on `progress` (when set) like run_concurrent's.
+StreamResult run_counted(HttpClient& http, const Json& body, Progress* progress);
 
 }  // namespace onecard::client

@@ -38,7 +38,7 @@ GateResult gate_reasoning(const ValidateOptions& o) {
         {"Name the capital of Italy in one word.", false}};
     std::vector<Json> bodies;
     for (const auto& c : cases) bodies.push_back(base_body(o, user(c.prompt), o.reasoning_max_tokens, c.thinking));
-    const auto results = run_concurrent(o.ep, bodies, static_cast<int64_t>(bodies.size()));
+    const auto results = run_concurrent(o.ep, bodies, static_cast<int64_t>(bodies.size()), o.progress);
     Json per = Json::array();
     int64_t n_bad = 0;
     for (size_t i = 0; i < cases.size(); ++i) {
@@ -79,7 +79,7 @@ GateResult gate_capacity(const ValidateOptions& o) {
         bodies.push_back(std::move(b));
     }
     const auto t0 = Clock::now();
-    const auto results = run_concurrent(o.ep, bodies, o.capacity_streams);
+    const auto results = run_concurrent(o.ep, bodies, o.capacity_streams, o.progress);
     const double wall = Secs(Clock::now() - t0).count();
     int64_t n_ok = 0, n_short = 0, n_tokens = 0;
     std::vector<double> ttft;
@@ -114,6 +114,10 @@ GateResult gate_mixed_load(const ValidateOptions& o) {
     const std::string long_prompt =
         pb.build(rng, fmt::format("[mixed {}] Summarise these words: ", nonce), o.mixed_prefill_len, &exact);
 
+    if (o.progress) o.progress->add_total(o.mixed_running + 2);
+    auto count = [&](const StreamResult& r) {
+        if (o.progress) o.progress->advance(1, std::max<int64_t>(0, r.completion_tokens));
+    };
     // Running streams first; the long prefill goes in once they all decode.
     std::mutex mu;
     std::condition_variable cv;
@@ -134,6 +138,7 @@ GateResult gate_mixed_load(const ValidateOptions& o) {
                 ++n_started;
                 cv.notify_all();
             });
+            count(running[static_cast<size_t>(i)]);
             std::lock_guard lk(mu);
             if (!counted) ++n_started;  // failed before its first token: do not wait for it
             cv.notify_all();
@@ -147,12 +152,14 @@ GateResult gate_mixed_load(const ValidateOptions& o) {
     std::thread long_t([&] {
         HttpClient h(o.ep);
         long_r = run_stream(h, "/v1/chat/completions", base_body(o, user(long_prompt), 1, false));
+        count(long_r);
     });
     std::this_thread::sleep_for(Secs(o.mixed_late_s));
     {
         HttpClient h(o.ep);
         short_r = run_stream(h, "/v1/chat/completions",
                              base_body(o, user(fmt::format("[mixed {}] Say hi.", nonce)), 4, false));
+        count(short_r);
     }
     long_t.join();
     for (auto& t : threads) t.join();

@@ -1,13 +1,14 @@
-// Gates tool_calls (BFCL-style fixtures scored as exact calls) and no_dsml (no DSML or control token
+// Gates tool_calls (BFCL-style fixtures scored as exact calls; the fixtures and the matching rules
+// live in tool_fixtures.h) and no_dsml (no DSML or control token
 // in any streamed content, reasoning or arguments chunk), plus the helpers every gate shares.
 #include "validate_gates.h"
 
 #include "core/error.h"
-#include "embedded_data.h"
+#include "tool_fixtures.h"
 
+#include <array>
 #include <atomic>
-#include <fstream>
-#include <sstream>
+#include <map>
 #include <thread>
 
 namespace onecard::client {
@@ -51,7 +52,9 @@ std::vector<std::string> leaked_markers(const std::string& chunk) {
     return out;
 }
 
-std::vector<StreamResult> run_concurrent(const Endpoint& ep, const std::vector<Json>& bodies, int64_t concurrency) {
+std::vector<StreamResult> run_concurrent(const Endpoint& ep, const std::vector<Json>& bodies, int64_t concurrency,
+                                         Progress* progress) {
+    if (progress) progress->add_total(static_cast<int64_t>(bodies.size()));
     std::vector<StreamResult> out(bodies.size());
     std::atomic<size_t> next{0};
     std::vector<std::thread> workers;
@@ -59,138 +62,86 @@ std::vector<StreamResult> run_concurrent(const Endpoint& ep, const std::vector<J
     for (size_t w = 0; w < n; ++w)
         workers.emplace_back([&] {
             HttpClient http(ep);
-            for (size_t i; (i = next.fetch_add(1)) < bodies.size();) out[i] = run_stream(http, "/v1/chat/completions", bodies[i]);
+            for (size_t i; (i = next.fetch_add(1)) < bodies.size();) {
+                out[i] = run_stream(http, "/v1/chat/completions", bodies[i]);
+                if (progress) progress->advance(1, std::max<int64_t>(0, out[i].completion_tokens));
+            }
         });
     for (auto& t : workers) t.join();
     return out;
 }
 
+StreamResult run_counted(HttpClient& http, const Json& body, Progress* progress) {
+    if (progress) progress->add_total(1);
+    StreamResult r = run_stream(http, "/v1/chat/completions", body);
+    if (progress) progress->advance(1, std::max<int64_t>(0, r.completion_tokens));
+    return r;
+}
+
 namespace {
 
-struct FixtureTurn {
-    std::string fixture_id;
-    size_t i_turn = 0;
-    Json body;
-    Json expected;  // [{"name", "arguments"}]
-};
-
-Json load_fixtures(const ValidateOptions& o) {
-    std::string text = builtin_tool_fixtures();
-    if (!o.fixtures_path.empty()) {
-        std::ifstream in(o.fixtures_path);
-        ONECARD_CHECK(in.good(), "validate: cannot open --fixtures '{}'", o.fixtures_path);
-        std::stringstream ss;
-        ss << in.rdbuf();
-        text = ss.str();
-    }
-    try {
-        return Json::parse(text);
-    } catch (const std::exception& e) {
-        throw Error(fmt::format("validate: fixtures are not JSON: {}", e.what()));
-    }
-}
-
-// Every turn of every fixture as its own request: a later turn carries the earlier turns' expected
-// calls and tool results, so turns are scored independently.
-std::vector<FixtureTurn> fixture_turns(const ValidateOptions& o) {
-    const Json fx = load_fixtures(o);
-    std::vector<FixtureTurn> out;
-    for (const auto& f : fx.at("fixtures")) {
-        Json tools = Json::array();
-        for (const auto& name : f.at("tools")) {
-            const Json& def = fx.at("tools").at(name.get<std::string>());
-            tools.push_back({{"type", "function"},
-                             {"function", {{"name", name}, {"description", def.value("description", "")},
-                                           {"parameters", def.at("parameters")}}}});
-        }
-        Json messages = Json::array();
-        const auto& turns = f.at("turns");
-        for (size_t it = 0; it < turns.size(); ++it) {
-            const Json& t = turns[it];
-            messages.push_back({{"role", "user"}, {"content", t.at("user")}});
-            FixtureTurn ft{f.at("id").get<std::string>(), it, base_body(o, messages, o.tool_max_tokens, o.tool_thinking),
-                           t.at("expected")};
-            ft.body["tools"] = tools;
-            out.push_back(std::move(ft));
-            // History for the next turn: the expected calls and their results.
-            Json calls = Json::array();
-            for (size_t k = 0; k < t["expected"].size(); ++k)
-                calls.push_back({{"id", "call_" + std::to_string(it) + "_" + std::to_string(k)},
-                                 {"type", "function"},
-                                 {"function", {{"name", t["expected"][k]["name"]},
-                                               {"arguments", t["expected"][k]["arguments"].dump()}}}});
-            messages.push_back({{"role", "assistant"}, {"content", ""}, {"tool_calls", calls}});
-            for (size_t k = 0; k < t["expected"].size(); ++k) {
-                const std::string res = t.contains("tool_results") && k < t["tool_results"].size()
-                                            ? t["tool_results"][k].get<std::string>()
-                                            : "{}";
-                messages.push_back({{"role", "tool"},
-                                    {"tool_call_id", "call_" + std::to_string(it) + "_" + std::to_string(k)},
-                                    {"content", res}});
-            }
-        }
-    }
-    return out;
-}
-
-// Exact: same number of calls, in order, each with the same name and JSON-equal arguments.
-bool calls_match(const StreamResult& r, const Json& expected, std::string* why) {
-    if (!r.ok) return *why = r.error, false;
-    if (r.tool_calls.size() != expected.size())
-        return *why = fmt::format("{} calls, expected {}", r.tool_calls.size(), expected.size()), false;
-    for (size_t k = 0; k < expected.size(); ++k) {
-        const auto& got = r.tool_calls[k];
-        if (got.name != expected[k]["name"].get<std::string>())
-            return *why = fmt::format("call {}: name '{}'", k, got.name), false;
-        Json args;
-        try {
-            args = Json::parse(got.arguments);
-        } catch (const std::exception&) {
-            return *why = fmt::format("call {}: arguments not JSON: {}", k, got.arguments.substr(0, 200)), false;
-        }
-        if (args != expected[k]["arguments"])
-            return *why = fmt::format("call {}: arguments {}", k, args.dump().substr(0, 200)), false;
-    }
-    return true;
+std::vector<FixtureTurn> turns_for(const ValidateOptions& o, bool thinking) {
+    return fixture_turns(load_fixtures(o.fixtures_path), base_body(o, Json::array(), o.tool_max_tokens, thinking));
 }
 
 }  // namespace
 
 GateResult gate_tool_calls(const ValidateOptions& o) {
-    const auto turns = fixture_turns(o);
+    const auto turns = turns_for(o, o.tool_thinking);
     std::vector<Json> bodies;
     for (const auto& t : turns) bodies.push_back(t.body);
-    const auto results = run_concurrent(o.ep, bodies, o.tool_concurrency);
+    const auto results = run_concurrent(o.ep, bodies, o.tool_concurrency, o.progress);
     GateResult g;
-    int64_t n_exact = 0, n_errors = 0, n_two_turn = 0, n_two_turn_exact = 0, n_parallel = 0, n_parallel_exact = 0;
+    // Per kind of turn: [turns, exact].
+    std::map<std::string, std::array<int64_t, 2>> kinds;
+    std::map<std::string, bool> fixture_exact;
+    int64_t n_exact = 0, n_errors = 0;
+    std::string first_error;
     Json failures = Json::array();
     for (size_t i = 0; i < turns.size(); ++i) {
+        const FixtureTurn& t = turns[i];
         std::string why;
-        const bool ok = calls_match(results[i], turns[i].expected, &why);
+        const bool ok = turn_matches(results[i], t, &why);
         n_exact += ok;
-        n_errors += !results[i].ok;
-        if (turns[i].i_turn > 0) n_two_turn += 1, n_two_turn_exact += ok;
-        if (turns[i].expected.size() > 1) n_parallel += 1, n_parallel_exact += ok;
-        if (!ok && failures.size() < 10)
-            failures.push_back({{"fixture", turns[i].fixture_id}, {"turn", turns[i].i_turn + 1}, {"why", why},
+        if (!results[i].ok) {
+            if (first_error.empty()) first_error = results[i].error.substr(0, 160);
+            ++n_errors;
+        }
+        const size_t n_calls = t.expected.size();
+        for (const char* kind : {n_calls == 0   ? "no_call"
+                                 : n_calls == 1 ? "single_call"
+                                                : "parallel_call",
+                                 t.i_turn > 0 ? "second" : ""})
+            if (*kind) kinds[kind][0] += 1, kinds[kind][1] += ok;
+        auto [it, fresh] = fixture_exact.emplace(t.fixture_id, ok);
+        if (!fresh) it->second = it->second && ok;
+        if (!ok && failures.size() < 20)
+            failures.push_back({{"fixture", t.fixture_id},
+                                {"turn", t.i_turn + 1},
+                                {"why", why},
                                 {"content", results[i].content.substr(0, 200)}});
     }
     const auto n = static_cast<int64_t>(turns.size());
     const double acc = n ? static_cast<double>(n_exact) / static_cast<double>(n) : 0;
     g.passed = n > 0 && acc >= o.tool_min_accuracy;
-    g.figures = {{"turns", n},
+    const auto n_fixtures_exact =
+        std::count_if(fixture_exact.begin(), fixture_exact.end(), [](const auto& e) { return e.second; });
+    g.figures = {{"fixtures", fixture_exact.size()},
+                 {"fixtures_exact", n_fixtures_exact},
+                 {"turns", n},
                  {"exact", n_exact},
                  {"accuracy", acc},
                  {"min_accuracy", o.tool_min_accuracy},
-                 {"second_turns", n_two_turn},
-                 {"second_turns_exact", n_two_turn_exact},
-                 {"parallel_call_turns", n_parallel},
-                 {"parallel_call_turns_exact", n_parallel_exact},
                  {"request_errors", n_errors},
                  {"concurrency", o.tool_concurrency},
                  {"failures", failures}};
-    g.summary = fmt::format("{}/{} exact ({:.0f}%, need {:.0f}%), {} errors", n_exact, n, 100 * acc,
-                            100 * o.tool_min_accuracy, n_errors);
+    for (const char* kind : {"single_call", "parallel_call", "no_call", "second"}) {
+        g.figures[std::string(kind) + "_turns"] = kinds[kind][0];
+        g.figures[std::string(kind) + "_turns_exact"] = kinds[kind][1];
+    }
+    g.summary = fmt::format("{}/{} turns exact ({:.0f}%, need {:.0f}%; {}/{} fixtures), {} errors", n_exact, n,
+                            100 * acc, 100 * o.tool_min_accuracy, n_fixtures_exact, fixture_exact.size(), n_errors);
+    if (!first_error.empty()) g.summary += ", first: " + first_error;
     return g;
 }
 
@@ -198,11 +149,8 @@ GateResult gate_no_dsml(const ValidateOptions& o) {
     // The fixture requests (tool calls are where DSML lives) with thinking off and on.
     std::vector<Json> bodies;
     for (bool thinking : {false, true})
-        for (auto t : fixture_turns(o)) {
-            t.body["chat_template_kwargs"]["thinking"] = thinking;
-            bodies.push_back(std::move(t.body));
-        }
-    const auto results = run_concurrent(o.ep, bodies, o.tool_concurrency);
+        for (auto& t : turns_for(o, thinking)) bodies.push_back(std::move(t.body));
+    const auto results = run_concurrent(o.ep, bodies, o.tool_concurrency, o.progress);
     int64_t n_chunks = 0, n_leaks = 0, n_errors = 0;
     Json samples = Json::array();
     for (const auto& r : results) {
