@@ -25,7 +25,8 @@
 #              serve --device cuda` on a 4-layer synthetic checkpoint, its startup report, curl requests.
 #
 #   5. there:  scripts/gpu-check.sh --serve-bench [OUT_DIR] [bench-serve args...] (carry the tokenizer too):
-#              `onecard serve --load-format dummy` on the full Flash shape, then `onecard bench-serve`.
+#              `onecard serve --load-format dummy` on the full Flash shape, then `onecard bench-serve`
+#              (and `onecard validate` with VALIDATE=1).
 #
 # ONLY=regex runs a subset of the test binaries; SKIP_GEMV_BENCH=1 skips the micro-benchmark.
 # CARRY_DIR overrides .carry/gpu-check. SANITIZE=1 adds a compute-sanitizer memcheck pass over the tests. Without a GPU, --run still runs: every test skips with the
@@ -230,6 +231,13 @@ serve_bench() {
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     curl -s "http://127.0.0.1:$port/metrics" | grep -E '^vllm:(prompt_tokens|generation_tokens)_total|^onecard:' \
         > "$out/metrics_after.txt" || true
+    # VALIDATE=1: `onecard validate` against the same server (VALIDATE_ARGS: gates and their sizes);
+    # random weights fail the quality gates, so its exit status (the failed gates) is reported, not fatal.
+    if [ "${VALIDATE:-0}" = 1 ]; then
+        "$bin" validate --base-url "http://127.0.0.1:$port" --out "$out/validate.json" --no-progress \
+            ${VALIDATE_ARGS:-} > "$out/validate.txt" 2>&1
+        echo "validate: exit status $? (failed gates)" | tee -a "$out/validate.txt"
+    fi
     kill -INT $pid; wait $pid
     tail -5 "$out/serve.log"
     return $status
