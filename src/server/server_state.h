@@ -95,6 +95,9 @@ void handle_models(OpenAIServer::State& s, const httplib::Request& req, httplib:
 void handle_tokenize(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
 void handle_detokenize(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
 void handle_model(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);  // /v1/models/{id}
+// GET and DELETE /v1/responses/{id} (responses_api.cpp).
+void handle_response_get(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
+void handle_response_delete(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
 void handle_version(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
 
 }  // namespace onecard::server
