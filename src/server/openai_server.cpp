@@ -99,6 +99,22 @@ unsigned method_bit(const std::string& method) {
     return method == "GET" ? Get : method == "POST" ? Post : method == "DELETE" ? Delete : 0u;
 }
 
+// --allow-path: a pattern that reaches none of the routes is a typo; refused at startup, naming it.
+bool reaches(const PathPattern& p, const Route& r) {
+    const std::string_view route = r.path;
+    if (!p.prefix) return find_route(p.path) == &r;
+    // "/v1/*" reaches every route under /v1/; "/v1/models/d*" reaches the ids of /v1/models/.
+    return route.substr(0, p.path.size()) == p.path || (r.prefix && p.path.rfind(r.path, 0) == 0);
+}
+
+void check_allow_paths(const PathAllowlist& paths) {
+    for (const auto& p : paths.patterns()) {
+        bool any = false;
+        for (const auto& r : kRoutes) any = any || reaches(p, r);
+        ONECARD_CHECK(any, "serve: --allow-path '{}' reaches none of the routes onecard serves", p.text);
+    }
+}
+
 // POST bodies are JSON: a Content-Type naming another media type is refused (415), with parameters
 // (charset) allowed and case ignored, as in HTTP's own rules. No Content-Type is taken as JSON.
 bool is_json_content_type(const std::string& value) {
@@ -184,6 +200,7 @@ OpenAIServer::OpenAIServer(ServerOptions options, const Tokenizer& tokenizer, Mo
     s.id_salt = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
     ONECARD_CHECK(s.opts.tls_cert.empty() == s.opts.tls_key.empty(), "serve: --tls-cert and --tls-key go together");
     check_limits(s.opts);
+    check_allow_paths(s.paths);
     if (!s.opts.tls_cert.empty()) {
         auto ssl = std::make_unique<httplib::SSLServer>(s.opts.tls_cert.c_str(), s.opts.tls_key.c_str());
         ONECARD_CHECK(ssl->is_valid(), "serve: cannot load the TLS certificate '{}' / key '{}' (PEM expected)",
@@ -224,6 +241,9 @@ OpenAIServer::OpenAIServer(ServerOptions options, const Tokenizer& tokenizer, Mo
         if (!s.allow.allows(req.remote_addr))
             return reject(res, 403, fmt::format("address {} is not allowed", req.remote_addr), "address_not_allowed",
                           shape);
+        // --allow-path: a path outside it is answered exactly as a path onecard has no route for, so
+        // a hidden route does not show that it exists; before CORS and the API key.
+        if (!s.paths.allows(req.path)) return reject(res, 404, fmt::format("no route for {}", req.path), "not_found");
         const std::string origin = cors_origin(s.opts, req.get_header_value("Origin"));
         if (!origin.empty()) {
             res.set_header("Access-Control-Allow-Origin", origin);

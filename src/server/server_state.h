@@ -27,6 +27,7 @@ struct OpenAIServer::State {
           tokenizer(t),
           info(std::move(i)),
           allow(opts.allow_cidrs),
+          paths(opts.allow_paths),
           keys(opts.api_keys),
           metrics(info.served_model_name, info.max_model_len > 0 ? info.max_model_len : 8192) {}
 
@@ -37,6 +38,7 @@ struct OpenAIServer::State {
     const Tokenizer& tokenizer;
     ModelInfo info;
     CidrAllowlist allow;
+    PathAllowlist paths;
     ApiKeys keys;
     ServerMetrics metrics;
     std::unique_ptr<httplib::Server> http;

@@ -1,5 +1,6 @@
-// Which routes answer, against a real in-process server over the TEST-ONLY scripted runner: the
-// stored responses behind GET / DELETE /v1/responses/{id}.
+// Which routes answer, against a real in-process server over the TEST-ONLY scripted runner:
+// --allow-path (a path outside it is a 404 like a path with no route, before the API key is asked
+// for) and the stored responses behind GET / DELETE /v1/responses/{id}.
 #include "server_test_util.h"
 
 using namespace onecard;
@@ -22,6 +23,52 @@ void expect_openai_error(const httplib::Result& r, int status, const std::string
 }
 
 }  // namespace
+
+TEST(ServerRoutes, AllowPathHidesEveryOtherRouteBeforeAuth) {
+    ONECARD_NEED_TOKENIZER();
+    server::ServerOptions o;
+    o.api_keys = {"sk-k"};
+    // The seed deployment's proxy: the API routes, /health and /metrics.
+    o.allow_paths = {"/v1/*", "/health", "/metrics"};
+    TestServer s(o, scripted(tok, script(), "allow_path"), tok, 4096);
+    auto c = s.client();
+    const httplib::Headers auth = {{"Authorization", "Bearer sk-k"}};
+    EXPECT_EQ(c.Get("/health")->status, 200);
+    EXPECT_EQ(c.Get("/metrics")->status, 200);
+    EXPECT_EQ(c.Get("/v1/models", auth)->status, 200);
+    EXPECT_EQ(c.Get("/v1/models")->status, 401);  // allowed, so the key is asked for
+    auto chat = c.Post("/v1/chat/completions", auth,
+                       R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})", "application/json");
+    ASSERT_TRUE(chat);
+    EXPECT_EQ(chat->status, 200) << chat->body;
+    // Outside the list: 404 as for a route that does not exist, with or without a key, any method.
+    for (const char* hidden : {"/ready", "/version", "/tokenize", "/detokenize"}) {
+        SCOPED_TRACE(hidden);
+        expect_openai_error(c.Get(hidden), 404, "not_found");
+        expect_openai_error(c.Post(hidden, auth, "{}", "application/json"), 404, "not_found");
+        EXPECT_NE(c.Get(hidden)->body.find(std::string("no route for ") + hidden), std::string::npos);
+    }
+}
+
+TEST(ServerRoutes, AllowPathsThatReachNoRouteAreRefused) {
+    ONECARD_NEED_TOKENIZER();
+    for (const std::string bad : {"/v1/chat/completion", "v1/*", "/v1/*/x", "/nothing*"}) {
+        server::ServerOptions o;
+        o.allow_paths = {"/health", bad};
+        try {
+            server::OpenAIServer srv(o, tok, server::ModelInfo{});
+            ADD_FAILURE() << bad << " was accepted";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+        }
+    }
+    // Exact ids under a prefix route, and prefixes inside one, reach it.
+    for (const std::string good : {"/v1/models/test-model", "/v1/models/t*", "/v1/responses/*", "/*"}) {
+        server::ServerOptions o;
+        o.allow_paths = {good};
+        EXPECT_NO_THROW({ server::OpenAIServer srv(o, tok, server::ModelInfo{}); }) << good;
+    }
+}
 
 TEST(ServerRoutes, StoredResponsesCanBeRetrievedAndDeleted) {
     ONECARD_NEED_TOKENIZER();

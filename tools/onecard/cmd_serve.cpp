@@ -470,6 +470,7 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
                            {"tls", srv.is_tls()},
                            {"auth", !keys.empty()},
                            {"allow_cidr", so.allow_cidrs},
+                           {"allow_path", so.allow_paths},
                            {"time_to_ready_s", ready_s}};
     line.update(device_report);
     if (!plan_json.empty()) line["memory_plan"] = nlohmann::json::parse(plan_json);
@@ -527,6 +528,10 @@ void add_cmd_serve(CLI::App& app) {
     cmd->add_option("--api-key-file", a->api_key_file, "file with accepted API keys, one per line");
     cmd->add_option("--allow-cidr", o.allow_cidrs,
                     "client networks allowed (repeatable, IPv4/IPv6 CIDR); default: all");
+    cmd->add_option("--allow-path", o.allow_paths,
+                    "request paths served (repeatable; exact, or a prefix ending in '*': --allow-path '/v1/*' "
+                    "--allow-path /health); any other path gets 404 as if it had no route, before the API key is "
+                    "asked for; default: every route");
     cmd->add_option("--tls-cert,--ssl-certfile", o.tls_cert, "PEM certificate: serve HTTPS");
     cmd->add_option("--tls-key,--ssl-keyfile", o.tls_key, "PEM private key for --tls-cert");
     cmd->add_option("--max-model-len", a->max_model_len,
