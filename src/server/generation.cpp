@@ -83,6 +83,16 @@ void ActiveRequest::record_end(const std::string& reason, int64_t prompt, int64_
 
 std::optional<EngineEvent> ActiveRequest::next() {
     if (finished_) return std::nullopt;
+    // A gone client is cancelled here; the blocking read below then takes the Cancelled final event.
+    while (client_.known() && !client_gone_) {
+        if (client_.gone()) {
+            client_gone_ = true;
+            cancel();
+            log_finish_reason("abort");
+            break;
+        }
+        if (auto ev = stream_->next_for(kClientCheckInterval)) return account(std::move(*ev));
+    }
     auto ev = stream_->next();
     if (!ev) {
         finished_ = true;

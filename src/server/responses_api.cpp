@@ -57,6 +57,7 @@ void handle_responses(OpenAIServer::State& s, const httplib::Request& req, httpl
     auto builder = std::make_shared<ResponseBuilder>(id, created, s.info.served_model_name, rr.echo);
 
     if (!rr.stream) {
+        ar->watch_client(ClientConnection::of(req));  // nothing is written before the result
         ChatOutcome o = run_chat_generation(*ar, popts, p.chat.parse_tools,
                                             [&](const std::vector<ParseEvent>& pes, const EngineEvent&) {
                                                 builder->push(pes);
