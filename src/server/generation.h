@@ -42,7 +42,9 @@ public:
 
 private:
     std::optional<EngineEvent> account(EngineEvent ev);  // metrics and finish bookkeeping of one event
-    void record_end(const std::string& reason, int64_t prompt, int64_t completion, int64_t cached);
+    // `times`: the final event's (nullptr when the request ended without one).
+    void record_end(const std::string& reason, int64_t prompt, int64_t completion, int64_t cached,
+                    const RequestTimes* times);
 
     OpenAIServer::State& s_;
     std::shared_ptr<RequestStream> stream_;
