@@ -88,6 +88,14 @@ struct Usage {
     int64_t n_preemptions = 0;      // times the request was preempted and recomputed
 };
 
+// When the engine took a request in and when it first scheduled it (steady_clock, vLLM's queued and
+// scheduled timestamps; their difference is vllm:request_queue_time_seconds). first_scheduled stays
+// empty for a request that never ran (cancelled or refused while waiting); a preemption does not move it.
+struct RequestTimes {
+    std::chrono::steady_clock::time_point queued;
+    std::optional<std::chrono::steady_clock::time_point> first_scheduled;
+};
+
 struct EngineEvent {
     RequestId request_id = 0;
     std::vector<int32_t> token_ids;       // tokens generated since the previous event
@@ -98,6 +106,7 @@ struct EngineEvent {
     std::string stop_string;            // the stop string that finished it
     std::string error;                  // FinishReason::Error
     Usage usage;                        // filled on the final event
+    RequestTimes times;                 // filled on the final event
 
     bool finished() const { return finish_reason != FinishReason::None; }
 };

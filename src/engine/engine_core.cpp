@@ -3,6 +3,7 @@
 #include "core/error.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <exception>
 
@@ -91,6 +92,7 @@ void EngineCore::add_request(RequestId id, GenerateRequest gr, std::unique_ptr<T
     req->prompt = std::move(gr.prompt_token_ids);
     req->params = std::move(gr.sampling);
     req->seed = req->params.seed ? *req->params.seed : seed_rng_();
+    req->times.queued = std::chrono::steady_clock::now();
     req->max_total_tokens = std::min<int64_t>(req->num_prompt_tokens() + req->params.max_tokens, max_model_len_);
     req->output.reserve(static_cast<size_t>(std::min<int64_t>(req->params.max_tokens, 4096)));
     OutputState os;
@@ -109,6 +111,7 @@ EngineEvent EngineCore::final_event(const Request& req, FinishReason reason) con
     ev.usage.completion_tokens = static_cast<int64_t>(req.output.size());
     ev.usage.cached_tokens = std::max<int64_t>(req.num_cached_tokens, 0);
     ev.usage.n_preemptions = req.n_preemptions;
+    ev.times = req.times;
     return ev;
 }
 
@@ -184,6 +187,7 @@ bool EngineCore::process_token(Request& req, const SampleResult& s, EngineEvent&
     finish_text(req, ev);
     const EngineEvent fin = final_event(req, ev.finish_reason);
     ev.usage = fin.usage;
+    ev.times = fin.times;
     return true;
 }
 
@@ -274,6 +278,10 @@ std::vector<EngineEvent> EngineCore::step() {
         return events;
     }
     ++n_steps_;
+    const auto now = std::chrono::steady_clock::now();
+    for (const auto& e : out.requests)
+        if (Request* req = scheduler_->find(e.id); req != nullptr && !req->times.first_scheduled)
+            req->times.first_scheduled = now;
     // Rows whose sampling needs nothing of the host (no penalties, logit_bias, logprobs or min_tokens) may
     // be sampled by the runner on its device; it draws with the same (seed, counter) as Sampler, so the
     // choice does not change which token a request gets. A constrained row also carries a callback

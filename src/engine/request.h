@@ -38,6 +38,8 @@ struct Request {
     // tokens its first admission found cached (-1 until admitted; usage.cached_tokens).
     std::vector<BlockHash> block_hashes;
     int64_t num_cached_tokens = -1;
+    // Set by EngineCore (the scheduler keeps no clock): taken in, first scheduled.
+    RequestTimes times;
 
     int64_t num_tokens() const { return static_cast<int64_t>(prompt.size() + output.size()); }
     int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt.size()); }

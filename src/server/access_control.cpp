@@ -80,6 +80,33 @@ bool CidrAllowlist::allows(std::string_view addr_text) const {
     return false;
 }
 
+PathPattern PathPattern::parse(std::string_view text) {
+    PathPattern p;
+    p.text = std::string(text);
+    ONECARD_CHECK(!text.empty() && text.front() == '/', "--allow-path '{}': a path starts with '/'", text);
+    const size_t star = text.find('*');
+    ONECARD_CHECK(star == std::string_view::npos || star + 1 == text.size(),
+                  "--allow-path '{}': '*' may only end a pattern (\"/v1/*\")", text);
+    p.prefix = star != std::string_view::npos;
+    p.path = std::string(text.substr(0, star));
+    return p;
+}
+
+bool PathPattern::matches(std::string_view request_path) const {
+    return prefix ? request_path.substr(0, path.size()) == path : request_path == path;
+}
+
+PathAllowlist::PathAllowlist(const std::vector<std::string>& patterns) {
+    for (const auto& p : patterns) patterns_.push_back(PathPattern::parse(p));
+}
+
+bool PathAllowlist::allows(std::string_view request_path) const {
+    if (patterns_.empty()) return true;
+    for (const auto& p : patterns_)
+        if (p.matches(request_path)) return true;
+    return false;
+}
+
 bool constant_time_equal(std::string_view a, std::string_view b) {
     unsigned char da[SHA256_DIGEST_LENGTH], db[SHA256_DIGEST_LENGTH];
     SHA256(reinterpret_cast<const unsigned char*>(a.data()), a.size(), da);

@@ -1,5 +1,5 @@
 // Who may talk to the server: a CIDR allowlist over client addresses (IPv4 and IPv6; IPv4-mapped
-// IPv6 addresses count as IPv4) and API keys compared in constant time.
+// IPv6 addresses count as IPv4), a path allowlist (--allow-path) and API keys compared in constant time.
 #pragma once
 
 #include <array>
@@ -39,6 +39,33 @@ public:
 
 private:
     std::vector<Cidr> nets_;
+};
+
+// One --allow-path pattern: an exact path ("/v1/chat/completions"), or every path that starts with
+// what comes before a final '*' ("/v1/*", "/v1/models/*").
+struct PathPattern {
+    std::string text;  // as given
+    bool prefix = false;
+    std::string path;  // the exact path, or the prefix without its '*'
+
+    // Throws onecard::Error naming the text when it does not start with '/' or holds a '*' elsewhere
+    // than at its end.
+    static PathPattern parse(std::string_view text);
+    bool matches(std::string_view request_path) const;
+};
+
+// --allow-path: which request paths the server answers at all (like a reverse proxy that forwards
+// only some routes). Empty: every path.
+class PathAllowlist {
+public:
+    PathAllowlist() = default;
+    explicit PathAllowlist(const std::vector<std::string>& patterns);
+
+    bool allows(std::string_view request_path) const;
+    const std::vector<PathPattern>& patterns() const { return patterns_; }
+
+private:
+    std::vector<PathPattern> patterns_;
 };
 
 // True when a == b, in time that depends on neither content nor the position of a difference (both

@@ -95,6 +95,9 @@ void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req
     };
 
     if (!cr.gen.stream) {
+        // Nothing is written before the result: the connection itself says when the client left.
+        const ClientConnection client = ClientConnection::of(req);
+        for (auto& ar : ars) ar->watch_client(client);
         std::vector<ChatOutcome> outcomes;
         Json choices = Json::array();
         for (int64_t j = 0; j < n; ++j) {

@@ -186,7 +186,8 @@ std::string ChatOutcome::failure() const {
     if (!last) return "generation failed: no final event";
     if (last->finish_reason == FinishReason::Error) return "generation failed: " + last->error;
     if (last->finish_reason == FinishReason::Cancelled)
-        return "the request was cancelled because the server is shutting down";
+        return client_gone ? "the client closed the connection"
+                           : "the request was cancelled because the server is shutting down";
     return {};
 }
 
@@ -253,7 +254,9 @@ ChatOutcome run_chat_generation(ActiveRequest& ar, const ReasoningParserOptions&
         if (!on_events(pes, *ev)) return gone();
         if (ev->finished()) break;
     }
-    return choice.finish();
+    ChatOutcome out = choice.finish();
+    out.client_gone = ar.client_gone();  // a non-streaming request's watched client hung up
+    return out;
 }
 
 }  // namespace onecard::server

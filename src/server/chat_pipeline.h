@@ -58,9 +58,11 @@ struct ChatOutcome {
     ParsedCompletion completion;      // tool_calls cleared when the request does not parse tools
     std::optional<EngineEvent> last;  // the final event; nullopt when the stream ended without one
     int64_t reasoning_tokens = 0;
-    bool client_gone = false;  // on_events or a ping failed: the request was cancelled
+    // The client hung up (on_events or a ping failed, or a watched connection closed): cancelled.
+    bool client_gone = false;
 
-    // The error to report ("" when it finished normally): an engine error or a shutdown cancel.
+    // The error to report ("" when it finished normally): an engine error, a shutdown cancel or a
+    // client that hung up.
     std::string failure() const;
 };
 

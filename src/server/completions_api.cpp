@@ -132,6 +132,9 @@ void handle_completions(OpenAIServer::State& s, const httplib::Request& req, htt
     };
 
     if (!gen.stream) {
+        // Nothing is written before the result: the connection itself says when the client left.
+        const ClientConnection client = ClientConnection::of(req);
+        for (auto& ar : ars) ar->watch_client(client);
         Json choices = Json::array();
         std::vector<EngineEvent> lasts;
         for (size_t i = 0; i < ars.size(); ++i) {
@@ -154,7 +157,9 @@ void handle_completions(OpenAIServer::State& s, const httplib::Request& req, htt
             }
             if (last->finish_reason == FinishReason::Cancelled) {
                 log_finish_reason("abort");
-                throw ApiError(503, "the request was cancelled because the server is shutting down")
+                throw ApiError(503, ars[i]->client_gone()
+                                        ? "the client closed the connection"
+                                        : "the request was cancelled because the server is shutting down")
                     .with_retry_after(30);
             }
             if (gen.logprobs && logprobs.is_null())

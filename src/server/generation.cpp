@@ -52,9 +52,10 @@ ActiveRequest::~ActiveRequest() {
         stream_->cancel();
         // Drain to the final event so the engine has released the request (and its KV) before the
         // HTTP thread moves on; the engine answers a cancel within one step.
-        while (auto ev = stream_->next())
-            if (ev->finished()) break;
-        record_end("abort", n_prompt_, n_generated_, 0);
+        std::optional<EngineEvent> last;
+        while ((last = stream_->next()))
+            if (last->finished()) break;
+        record_end("abort", n_prompt_, n_generated_, 0, last ? &last->times : nullptr);
     }
     {
         std::lock_guard lk(s_.live_mu);
@@ -67,22 +68,37 @@ void ActiveRequest::cancel() {
     stream_->cancel();
 }
 
-void ActiveRequest::record_end(const std::string& reason, int64_t prompt, int64_t completion, int64_t cached) {
+void ActiveRequest::record_end(const std::string& reason, int64_t prompt, int64_t completion, int64_t cached,
+                               const RequestTimes* times) {
     if (recorded_) return;
     recorded_ = true;
     // The usage count includes a final EOS/stop token that no event carried: count it now.
     if (completion > n_generated_) s_.metrics.record_generation_tokens(completion - n_generated_);
+    auto seconds = [](auto d) { return std::max(0.0, std::chrono::duration<double>(d).count()); };
     RequestTiming t;
-    t.e2e_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start_).count();
+    t.e2e_s = seconds(std::chrono::steady_clock::now() - t_start_);
+    // The engine's first schedule starts the prefill (vLLM's phases); without it, the admission here.
+    const bool scheduled = times != nullptr && times->first_scheduled.has_value();
+    if (scheduled) t.queue_s = seconds(*times->first_scheduled - times->queued);
     if (got_first_) {
-        t.prefill_s = std::chrono::duration<double>(t_first_ - t_start_).count();
-        t.decode_s = std::chrono::duration<double>(t_last_ - t_first_).count();
+        t.prefill_s = seconds(t_first_ - (scheduled ? *times->first_scheduled : t_start_));
+        t.decode_s = seconds(t_last_ - t_first_);
     }
     s_.metrics.record_finished(reason, prompt, completion, cached, t);
 }
 
 std::optional<EngineEvent> ActiveRequest::next() {
     if (finished_) return std::nullopt;
+    // A gone client is cancelled here; the blocking read below then takes the Cancelled final event.
+    while (client_.known() && !client_gone_) {
+        if (client_.gone()) {
+            client_gone_ = true;
+            cancel();
+            log_finish_reason("abort");
+            break;
+        }
+        if (auto ev = stream_->next_for(kClientCheckInterval)) return account(std::move(*ev));
+    }
     auto ev = stream_->next();
     if (!ev) {
         finished_ = true;
@@ -127,7 +143,7 @@ std::optional<EngineEvent> ActiveRequest::account(EngineEvent e) {
         if (ev->finish_reason == FinishReason::Error && ev->error.rfind(kNonFiniteLogitsError, 0) == 0)
             s_.metrics.record_nonfinite_logits();
         record_end(api_finish_reason(ev->finish_reason), ev->usage.prompt_tokens, ev->usage.completion_tokens,
-                   ev->usage.cached_tokens);
+                   ev->usage.cached_tokens, &ev->times);
     }
     return ev;
 }

@@ -4,6 +4,7 @@
 // is freed at once, and records the request's metrics exactly once.
 #pragma once
 
+#include "server/client_connection.h"
 #include "server/server_state.h"
 
 #include <chrono>
@@ -24,18 +25,26 @@ public:
     ActiveRequest& operator=(const ActiveRequest&) = delete;
 
     // Blocks for the next event; nullopt after the final one. Records TTFT / inter-token latency.
+    // With a watched client (watch_client) it looks at the connection every kClientCheckInterval
+    // meanwhile and cancels the request once the client is gone (the final event then says Cancelled).
     std::optional<EngineEvent> next();
     // Waits at most `timeout`; nullopt on timeout (check finished() to tell the end from a timeout).
     std::optional<EngineEvent> next_for(std::chrono::milliseconds timeout);
     // The client went away or the handler failed: cancel now (KV freed by the engine thread).
     void cancel();
+    // A non-streaming request: next() cancels it when this connection's client hangs up.
+    void watch_client(ClientConnection c) { client_ = c; }
+    // next() found the watched client gone and cancelled the request.
+    bool client_gone() const { return client_gone_; }
 
     int64_t n_prompt_tokens() const { return n_prompt_; }
     bool finished() const { return finished_; }
 
 private:
     std::optional<EngineEvent> account(EngineEvent ev);  // metrics and finish bookkeeping of one event
-    void record_end(const std::string& reason, int64_t prompt, int64_t completion, int64_t cached);
+    // `times`: the final event's (nullptr when the request ended without one).
+    void record_end(const std::string& reason, int64_t prompt, int64_t completion, int64_t cached,
+                    const RequestTimes* times);
 
     OpenAIServer::State& s_;
     std::shared_ptr<RequestStream> stream_;
@@ -47,6 +56,8 @@ private:
     bool prompt_counted_ = false;
     std::chrono::steady_clock::time_point t_start_, t_last_, t_first_;
     bool got_first_ = false;
+    ClientConnection client_;
+    bool client_gone_ = false;
 };
 
 // Admits one engine request per choice of an API request: `n` choices of each prompt, in order

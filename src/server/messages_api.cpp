@@ -39,6 +39,7 @@ void handle_messages(OpenAIServer::State& s, const httplib::Request& req, httpli
     const std::string model = s.info.served_model_name;
 
     if (!mr.stream) {
+        ar->watch_client(ClientConnection::of(req));  // nothing is written before the result
         ChatOutcome o =
             run_chat_generation(*ar, popts, p.chat.parse_tools, [](const std::vector<ParseEvent>&, const EngineEvent&) {
                 return true;

@@ -84,6 +84,7 @@ ServerMetrics::ServerMetrics(std::string model_name, int64_t max_model_len)
       itl_(itl_buckets()),
       tpot_(itl_buckets()),
       e2e_(request_latency_buckets()),
+      queue_(request_latency_buckets()),
       prefill_(request_latency_buckets()),
       decode_(request_latency_buckets()),
       inference_(request_latency_buckets()),
@@ -115,6 +116,7 @@ void ServerMetrics::record_finished(const std::string& finish_reason, int64_t pr
     e2e_.observe(t.e2e_s);
     req_prompt_.observe(static_cast<double>(prompt_tokens));
     req_gen_.observe(static_cast<double>(generation_tokens));
+    if (t.queue_s >= 0) queue_.observe(t.queue_s);
     if (t.prefill_s >= 0) {
         prefill_.observe(t.prefill_s);
         decode_.observe(t.decode_s);
@@ -188,11 +190,11 @@ std::string ServerMetrics::render(const EngineStats& es, int64_t n_http_inflight
     tpot_.render(o, "vllm:request_time_per_output_token_seconds",
                  "Histogram of time_per_output_token_seconds per request.", L);
     e2e_.render(o, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", L);
-    prefill_.render(o, "vllm:request_prefill_time_seconds",
-                    "Histogram of time spent in PREFILL phase for request (from admission: includes queueing).", L);
+    queue_.render(o, "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", L);
+    prefill_.render(o, "vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", L);
     decode_.render(o, "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", L);
-    inference_.render(o, "vllm:request_inference_time_seconds",
-                      "Histogram of time spent in RUNNING phase for request (from admission).", L);
+    inference_.render(o, "vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.",
+                      L);
     req_prompt_.render(o, "vllm:request_prompt_tokens", "Number of prefill tokens processed.", L);
     req_gen_.render(o, "vllm:request_generation_tokens", "Number of generation tokens processed.", L);
     return o;

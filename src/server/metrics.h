@@ -5,9 +5,10 @@
 // /metrics renders. Gauges that live in the engine (running, waiting, KV) are passed in at render time.
 //
 // Token counters move as tokens are produced (each engine event), not when a request finishes, so a
-// rate() over a long generation is smooth. Request phases: onecard's engine does not report when it
-// first schedules a request, so prefill time runs from admission to the first token (any wait in
-// the engine's queue included) and vllm:request_queue_time_seconds is not exported.
+// rate() over a long generation is smooth. Request phases as vLLM splits them, from the engine's
+// timestamps on the final event (onecard/engine.h RequestTimes): queue = taken in -> first scheduled,
+// prefill = first scheduled -> first token, decode = first -> last token, inference = first scheduled
+// -> last token.
 #pragma once
 
 #include "onecard/engine.h"
@@ -43,8 +44,9 @@ std::vector<double> buckets_1_2_5(int64_t max_value);
 // How one generation request went, for its request-level histograms.
 struct RequestTiming {
     double e2e_s = 0;
-    double prefill_s = -1;  // admission -> first token; < 0 when no token came
+    double prefill_s = -1;  // first scheduled -> first token; < 0 when no token came
     double decode_s = 0;    // first token -> last token
+    double queue_s = -1;    // taken in by the engine -> first scheduled; < 0 when never scheduled
 };
 
 class ServerMetrics {
@@ -77,7 +79,7 @@ private:
     std::map<std::string, uint64_t> finished_;              // finish reason -> count
     uint64_t prompt_tokens_ = 0, generation_tokens_ = 0, cached_tokens_ = 0;
     uint64_t nonfinite_logits_ = 0;
-    Histogram ttft_, itl_, tpot_, e2e_, prefill_, decode_, inference_, req_prompt_, req_gen_;
+    Histogram ttft_, itl_, tpot_, e2e_, queue_, prefill_, decode_, inference_, req_prompt_, req_gen_;
 };
 
 // Escapes a Prometheus label value (backslash, quote, newline).

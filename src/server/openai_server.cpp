@@ -53,10 +53,11 @@ void send_error(httplib::Response& res, ErrorShape shape, int status, const std:
 
 namespace {
 
-enum class Method { Get, Post };
+// The methods a route answers, as a bit set (GET and DELETE share /v1/responses/{id}).
+enum Method : unsigned { Get = 1u, Post = 2u, Delete = 4u };
 struct Route {
     const char* path;
-    Method method;
+    unsigned methods;
     bool public_route;  // reachable without an API key (liveness/readiness probes, version)
     bool probe;         // polled by monitors: no access-log line unless log_probe_requests
     bool prefix = false;  // matches every path that starts with `path` ("/v1/models/" + id)
@@ -64,25 +65,54 @@ struct Route {
     ErrorShape shape = ErrorShape::OpenAI;
 };
 constexpr Route kRoutes[] = {
-    {"/v1/chat/completions", Method::Post, false, false},
-    {"/v1/completions", Method::Post, false, false},
-    {"/v1/responses", Method::Post, false, false},
-    {"/v1/messages", Method::Post, false, false, false, ErrorShape::Anthropic},
-    {"/v1/messages/count_tokens", Method::Post, false, false, false, ErrorShape::Anthropic},
-    {"/v1/models", Method::Get, false, false},
-    {"/v1/models/", Method::Get, false, false, true},
-    {"/tokenize", Method::Post, false, false},
-    {"/detokenize", Method::Post, false, false},
-    {"/metrics", Method::Get, false, true},  // public unless metrics_require_auth (see pre-routing)
-    {"/health", Method::Get, true, true},
-    {"/ready", Method::Get, true, true},
-    {"/version", Method::Get, true, true},
+    {"/v1/chat/completions", Post, false, false},
+    {"/v1/completions", Post, false, false},
+    {"/v1/responses", Post, false, false},
+    {"/v1/responses/", Get | Delete, false, false, true},
+    {"/v1/messages", Post, false, false, false, ErrorShape::Anthropic},
+    {"/v1/messages/count_tokens", Post, false, false, false, ErrorShape::Anthropic},
+    {"/v1/models", Get, false, false},
+    {"/v1/models/", Get, false, false, true},
+    {"/tokenize", Post, false, false},
+    {"/detokenize", Post, false, false},
+    {"/metrics", Get, false, true},  // public unless metrics_require_auth (see pre-routing)
+    {"/health", Get, true, true},
+    {"/ready", Get, true, true},
+    {"/version", Get, true, true},
 };
 
 const Route* find_route(const std::string& path) {
     for (const auto& r : kRoutes)
         if (r.prefix ? path.size() > std::strlen(r.path) && path.rfind(r.path, 0) == 0 : path == r.path) return &r;
     return nullptr;
+}
+
+// "GET, DELETE": the Allow header of a 405 and the methods a CORS preflight is told.
+std::string method_list(unsigned methods) {
+    std::string out;
+    for (auto [bit, name] : {std::pair{Get, "GET"}, std::pair{Post, "POST"}, std::pair{Delete, "DELETE"}})
+        if (methods & bit) out += (out.empty() ? "" : ", ") + std::string(name);
+    return out;
+}
+
+unsigned method_bit(const std::string& method) {
+    return method == "GET" ? Get : method == "POST" ? Post : method == "DELETE" ? Delete : 0u;
+}
+
+// --allow-path: a pattern that reaches none of the routes is a typo; refused at startup, naming it.
+bool reaches(const PathPattern& p, const Route& r) {
+    const std::string_view route = r.path;
+    if (!p.prefix) return find_route(p.path) == &r;
+    // "/v1/*" reaches every route under /v1/; "/v1/models/d*" reaches the ids of /v1/models/.
+    return route.substr(0, p.path.size()) == p.path || (r.prefix && p.path.rfind(r.path, 0) == 0);
+}
+
+void check_allow_paths(const PathAllowlist& paths) {
+    for (const auto& p : paths.patterns()) {
+        bool any = false;
+        for (const auto& r : kRoutes) any = any || reaches(p, r);
+        ONECARD_CHECK(any, "serve: --allow-path '{}' reaches none of the routes onecard serves", p.text);
+    }
 }
 
 // POST bodies are JSON: a Content-Type naming another media type is refused (415), with parameters
@@ -170,6 +200,7 @@ OpenAIServer::OpenAIServer(ServerOptions options, const Tokenizer& tokenizer, Mo
     s.id_salt = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
     ONECARD_CHECK(s.opts.tls_cert.empty() == s.opts.tls_key.empty(), "serve: --tls-cert and --tls-key go together");
     check_limits(s.opts);
+    check_allow_paths(s.paths);
     if (!s.opts.tls_cert.empty()) {
         auto ssl = std::make_unique<httplib::SSLServer>(s.opts.tls_cert.c_str(), s.opts.tls_key.c_str());
         ONECARD_CHECK(ssl->is_valid(), "serve: cannot load the TLS certificate '{}' / key '{}' (PEM expected)",
@@ -210,6 +241,9 @@ OpenAIServer::OpenAIServer(ServerOptions options, const Tokenizer& tokenizer, Mo
         if (!s.allow.allows(req.remote_addr))
             return reject(res, 403, fmt::format("address {} is not allowed", req.remote_addr), "address_not_allowed",
                           shape);
+        // --allow-path: a path outside it is answered exactly as a path onecard has no route for, so
+        // a hidden route does not show that it exists; before CORS and the API key.
+        if (!s.paths.allows(req.path)) return reject(res, 404, fmt::format("no route for {}", req.path), "not_found");
         const std::string origin = cors_origin(s.opts, req.get_header_value("Origin"));
         if (!origin.empty()) {
             res.set_header("Access-Control-Allow-Origin", origin);
@@ -219,15 +253,15 @@ OpenAIServer::OpenAIServer(ServerOptions options, const Tokenizer& tokenizer, Mo
         if (req.method == "OPTIONS" && !origin.empty() && route != nullptr &&
             req.has_header("Access-Control-Request-Method")) {
             res.status = 204;
-            res.set_header("Access-Control-Allow-Methods", route->method == Method::Get ? "GET, OPTIONS" : "POST, OPTIONS");
+            res.set_header("Access-Control-Allow-Methods", method_list(route->methods) + ", OPTIONS");
             const std::string asked = req.get_header_value("Access-Control-Request-Headers");
             res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
             res.set_header("Access-Control-Max-Age", "600");
             return httplib::Server::HandlerResponse::Handled;
         }
         if (route == nullptr) return reject(res, 404, fmt::format("no route for {}", req.path), "not_found");
-        const char* want = route->method == Method::Get ? "GET" : "POST";
-        if (req.method != want) {
+        if ((route->methods & method_bit(req.method)) == 0) {
+            const std::string want = method_list(route->methods);
             res.set_header("Allow", want);
             return reject(res, 405, fmt::format("{} {} is not allowed; use {}", req.method, req.path, want),
                           "method_not_allowed", shape);
@@ -246,7 +280,7 @@ OpenAIServer::OpenAIServer(ServerOptions options, const Tokenizer& tokenizer, Mo
                                       : "missing API key: send 'Authorization: Bearer <key>'",
                           "invalid_api_key", shape);
         }
-        if (route->method == Method::Post && req.has_header("Content-Type") &&
+        if (req.method == "POST" && req.has_header("Content-Type") &&
             !is_json_content_type(req.get_header_value("Content-Type")))
             return reject(res, 415,
                           fmt::format("Content-Type '{}' is not supported: send 'Content-Type: application/json'",
@@ -285,6 +319,8 @@ OpenAIServer::OpenAIServer(ServerOptions options, const Tokenizer& tokenizer, Mo
     http.Post("/detokenize", wrap(handle_detokenize));
     http.Get("/v1/models", wrap(handle_models));
     http.Get(R"(/v1/models/(.+))", wrap(handle_model));
+    http.Get(R"(/v1/responses/(.+))", wrap(handle_response_get));
+    http.Delete(R"(/v1/responses/(.+))", wrap(handle_response_delete));
     http.Get("/version", wrap(handle_version));
     // Liveness as vLLM answers it: 200 once the engine is up (and still while draining), 503 before.
     http.Get("/health", [&s](const httplib::Request&, httplib::Response& res) {

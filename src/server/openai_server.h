@@ -1,10 +1,11 @@
-// The OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/responses, the Anthropic
-// /v1/messages[/count_tokens], /v1/models[/{id}], /tokenize,
+// The OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/responses (and GET /
+// DELETE /v1/responses/{id}), the Anthropic /v1/messages[/count_tokens], /v1/models[/{id}], /tokenize,
 // /detokenize, /health, /ready, /metrics, /version, over one Engine (one engine thread) and a pool of HTTP
-// threads. Every request passes, in order: the CIDR allowlist (403), the path allowlist (404/405),
+// threads. Every request passes, in order: the CIDR allowlist (403), --allow-path (404, as for a path
+// with no route), the route table (404/405),
 // the API key (401; /health, /ready, /version and, unless metrics_require_auth, /metrics are open),
-// the JSON Content-Type of POST bodies (415), the body-size limit (413), then its handler; admission is bounded (429 when
-// the queue is full, 503 while starting or draining, both with Retry-After).
+// the JSON Content-Type of POST bodies (415), the body-size limit (413), then its handler; admission is bounded (429
+// when the queue is full, 503 while starting or draining, both with Retry-After).
 //
 //   OpenAIServer server(options, tokenizer, model_info);   // no engine yet: "loading"
 //   int port = server.bind();      // port 0 -> an ephemeral port; fails at once when the port is taken
@@ -41,6 +42,7 @@ struct ServerOptions {
     int port = 8000;                       // 0 -> ephemeral
     std::vector<std::string> api_keys;     // empty -> no authentication
     std::vector<std::string> allow_cidrs;  // empty -> every address
+    std::vector<std::string> allow_paths;  // --allow-path patterns ("/v1/*"); empty -> every route
     std::string tls_cert, tls_key;         // both set -> HTTPS
     size_t max_body_bytes = 16u << 20;     // larger bodies get 413
     int http_threads = 0;                  // 0 -> max(16, 2 * max_num_seqs + 8)
@@ -71,8 +73,8 @@ struct ModelInfo {
 class OpenAIServer {
 public:
     // `engine` and `tokenizer` must outlive the server. Throws onecard::Error for bad options (CIDR
-    // text, unreadable TLS files, a limit outside its range: max_body_bytes not in [1, 1 GiB], negative
-    // http_threads or max_queued_requests, max_num_seqs < 1).
+    // text, an --allow-path pattern that reaches no route, unreadable TLS files, a limit outside its range:
+    // max_body_bytes not in [1, 1 GiB], negative http_threads or max_queued_requests, max_num_seqs < 1).
     OpenAIServer(ServerOptions options, Engine& engine, const Tokenizer& tokenizer, ModelInfo info);
     // A server that starts "loading": bind() and run() work, generation waits for attach_engine().
     OpenAIServer(ServerOptions options, const Tokenizer& tokenizer, ModelInfo info);

@@ -8,17 +8,13 @@ ResponseStore::ResponseStore(size_t max_entries, size_t max_bytes) : max_entries
     ONECARD_CHECK(max_entries_ >= 1 && max_bytes_ >= 1, "response store: bounds must be >= 1");
 }
 
-bool ResponseStore::put(const std::string& id, Json messages) {
+bool ResponseStore::put(const std::string& id, Json messages, Json response) {
     // The JSON text's size stands for the entry's memory: close enough to bound it, cheap to compute.
-    const size_t n = dump_json(messages).size();
+    const size_t n = dump_json(messages).size() + dump_json(response).size();
     std::lock_guard lk(mu_);
-    if (auto it = index_.find(id); it != index_.end()) {
-        bytes_ -= it->second->bytes;
-        lru_.erase(it->second);
-        index_.erase(it);
-    }
+    erase_locked(id);
     if (n > max_bytes_) return false;
-    lru_.push_front(Entry{id, std::move(messages), n});
+    lru_.push_front(Entry{id, std::move(messages), std::move(response), n});
     index_[id] = lru_.begin();
     bytes_ += n;
     evict_locked();
@@ -31,6 +27,29 @@ std::optional<Json> ResponseStore::get(const std::string& id) {
     if (it == index_.end()) return std::nullopt;
     lru_.splice(lru_.begin(), lru_, it->second);
     return it->second->messages;
+}
+
+std::optional<Json> ResponseStore::response(const std::string& id) {
+    std::lock_guard lk(mu_);
+    auto it = index_.find(id);
+    if (it == index_.end()) return std::nullopt;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return it->second->response;
+}
+
+bool ResponseStore::erase(const std::string& id) {
+    std::lock_guard lk(mu_);
+    if (index_.find(id) == index_.end()) return false;
+    erase_locked(id);
+    return true;
+}
+
+void ResponseStore::erase_locked(const std::string& id) {
+    auto it = index_.find(id);
+    if (it == index_.end()) return;
+    bytes_ -= it->second->bytes;
+    lru_.erase(it->second);
+    index_.erase(it);
 }
 
 void ResponseStore::evict_locked() {

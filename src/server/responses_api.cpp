@@ -1,8 +1,8 @@
 // POST /v1/responses: the OpenAI Responses API over the chat pipeline (responses_convert.h says how
-// the fields map). Finished responses are kept for previous_response_id in the server's ResponseStore
-// (response_store.h: in memory, the last 1024 / 256 MiB, least recently used out first; never with
-// store: false). A response is kept only once it completed or stopped at max_output_tokens: a failed
-// or abandoned one has no conversation to continue.
+// the fields map). Finished responses are kept for previous_response_id and for GET / DELETE
+// /v1/responses/{id} in the server's ResponseStore (response_store.h: in memory, the last 1024 /
+// 256 MiB, least recently used out first; never with store: false). A response is kept only once it
+// completed or stopped at max_output_tokens: a failed or abandoned one has no conversation to continue.
 #include "server/api_error.h"
 #include "server/chat_pipeline.h"
 #include "server/generation.h"
@@ -10,17 +10,30 @@
 #include "server/server_state.h"
 #include "server/sse.h"
 
+#include <fmt/format.h>
+
 #include <ctime>
 
 namespace onecard::server {
 
 namespace {
 
-void keep(OpenAIServer::State& s, const ResponsesRequest& rr, const std::string& id, const ChatOutcome& o) {
+void keep(OpenAIServer::State& s, const ResponsesRequest& rr, const std::string& id, const ChatOutcome& o,
+          const Json& response) {
     if (!rr.store) return;
     Json conversation = rr.conversation;
     conversation.push_back(assistant_turn(o.completion));
-    s.responses.put(id, std::move(conversation));
+    s.responses.put(id, std::move(conversation), response);
+}
+
+// The {id} of /v1/responses/{id}.
+std::string path_id(const httplib::Request& req) {
+    return req.matches.size() > 1 ? std::string(req.matches[1]) : std::string();
+}
+
+// OpenAI's answer for an id it does not hold (404, its wording; code "not_found" as every 404 here).
+ApiError no_such_response(const std::string& id) {
+    return ApiError(404, fmt::format("Response with id '{}' not found.", id));
 }
 
 void log_outcome(OpenAIServer::State& s, const ChatOutcome& o, const Json& response) {
@@ -44,6 +57,7 @@ void handle_responses(OpenAIServer::State& s, const httplib::Request& req, httpl
     auto builder = std::make_shared<ResponseBuilder>(id, created, s.info.served_model_name, rr.echo);
 
     if (!rr.stream) {
+        ar->watch_client(ClientConnection::of(req));  // nothing is written before the result
         ChatOutcome o = run_chat_generation(*ar, popts, p.chat.parse_tools,
                                             [&](const std::vector<ParseEvent>& pes, const EngineEvent&) {
                                                 builder->push(pes);
@@ -58,7 +72,7 @@ void handle_responses(OpenAIServer::State& s, const httplib::Request& req, httpl
             throw ApiError(500, v, "tool_choice", "tool_choice_not_followed");
         builder->finish(*o.last, o.reasoning_tokens);
         builder->check_integrity();
-        keep(s, rr, id, o);
+        keep(s, rr, id, o, builder->response());
         log_outcome(s, o, builder->response());
         res.set_content(dump_json(builder->response()), "application/json");
         return;
@@ -97,12 +111,27 @@ void handle_responses(OpenAIServer::State& s, const httplib::Request& req, httpl
             }
             send_all(builder->finish(*o.last, o.reasoning_tokens));
             builder->check_integrity();
-            keep(s, *request, id, o);
+            keep(s, *request, id, o, builder->response());
             log_outcome(s, o, builder->response());
             w.end();
             return w.ok();
         },
         [ar](bool) { /* releasing the last reference cancels an unfinished request */ });
+}
+
+// GET /v1/responses/{id}: the response object as its creation returned it (OpenAI's retrieve).
+void handle_response_get(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res) {
+    const std::string id = path_id(req);
+    std::optional<Json> r = s.responses.response(id);
+    if (!r) throw no_such_response(id);
+    res.set_content(dump_json(*r), "application/json");
+}
+
+// DELETE /v1/responses/{id}: OpenAI's delete answer; the id no longer continues a conversation.
+void handle_response_delete(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res) {
+    const std::string id = path_id(req);
+    if (!s.responses.erase(id)) throw no_such_response(id);
+    res.set_content(dump_json(Json{{"id", id}, {"object", "response"}, {"deleted", true}}), "application/json");
 }
 
 }  // namespace onecard::server

@@ -31,6 +31,7 @@ struct OpenAIServer::State {
           tokenizer(t),
           info(std::move(i)),
           allow(opts.allow_cidrs),
+          paths(opts.allow_paths),
           keys(opts.api_keys),
           metrics(info.served_model_name, info.max_model_len > 0 ? info.max_model_len : 8192) {}
 
@@ -41,6 +42,7 @@ struct OpenAIServer::State {
     const Tokenizer& tokenizer;
     ModelInfo info;
     CidrAllowlist allow;
+    PathAllowlist paths;
     ApiKeys keys;
     ServerMetrics metrics;
     std::unique_ptr<httplib::Server> http;
@@ -100,6 +102,9 @@ void handle_models(OpenAIServer::State& s, const httplib::Request& req, httplib:
 void handle_tokenize(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
 void handle_detokenize(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
 void handle_model(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);  // /v1/models/{id}
+// GET and DELETE /v1/responses/{id} (responses_api.cpp).
+void handle_response_get(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
+void handle_response_delete(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
 void handle_version(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res);
 
 }  // namespace onecard::server

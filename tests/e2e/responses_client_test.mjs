@@ -3,7 +3,8 @@
 // scripted runner (`--test-script`, ONECARD_TEST_MODE=1) so outputs are exact: reasoning as a
 // reasoning item, output_text, a function_call whose streamed arguments reassemble, two-turn flows
 // through previous_response_id and through explicit function_call / function_call_output items,
-// store: false, and errors naming the field.
+// store: false, stored responses retrieved and deleted (client.responses.retrieve / .delete), and
+// errors naming the field.
 //
 // Usage: node tests/e2e/responses_client_test.mjs path/to/onecard
 import assert from 'node:assert/strict';
@@ -185,6 +186,18 @@ await test('two turns via explicit function_call / function_call_output items', 
   assert.equal(r.store, false);
   // store: false responses are not kept.
   await expectError(client.responses.create({ model: MODEL, previous_response_id: r.id, input: 'hi' }), 400, 'previous_response_id');
+});
+
+await test('responses.retrieve and responses.delete: the stored response, then gone', async () => {
+  const r = await client.responses.create({ model: MODEL, input: 'Say hello', instructions: 'Be brief.' });
+  const got = await client.responses.retrieve(r.id);
+  assert.deepEqual(got, r);
+  assert.equal(got.output_text, ANSWER);  // the client's own join works on the retrieved object too
+  await client.responses.delete(r.id);
+  await expectError(client.responses.retrieve(r.id), 404);
+  await expectError(client.responses.delete(r.id), 404);
+  await expectError(client.responses.create({ model: MODEL, previous_response_id: r.id, input: 'hi' }), 400, 'previous_response_id');
+  await expectError(client.responses.retrieve('resp_unknown'), 404);
 });
 
 async function expectError(promise, status, param) {

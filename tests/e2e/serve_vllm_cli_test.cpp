@@ -128,12 +128,45 @@ TEST_F(ServeVllmCli, AVllmYamlConfigStarts) {
                        << "enable-prefix-caching: true\n"
                        << "trust-remote-code: false\n"
                        << "port: 0\n"
-                       << "device: cpu\n";
+                       << "device: cpu\n"
+                       // The seed deployment's reverse proxy: only the API, /health and /metrics.
+                       << "allow-path:\n  - /v1/*\n  - /health\n  - /metrics\n";
     const std::string text = serve_and("--config " + cfg.string(), [](const nlohmann::json& ready) {
         EXPECT_EQ(ready["model"], "from-yaml");
         EXPECT_EQ(ready["max_model_len"], 2048);
+        EXPECT_EQ(ready["allow_path"], nlohmann::json::array({"/v1/*", "/health", "/metrics"}));
+        httplib::Client c("127.0.0.1", ready["port"].get<int>());
+        c.set_read_timeout(60);
+        for (const char* open : {"/v1/models", "/health", "/metrics"}) {
+            auto r = c.Get(open);
+            ASSERT_TRUE(r) << open;
+            EXPECT_EQ(r->status, 200) << open;
+        }
+        for (const char* hidden : {"/version", "/ready"}) {
+            auto r = c.Get(hidden);
+            ASSERT_TRUE(r) << hidden;
+            EXPECT_EQ(r->status, 404) << hidden;
+        }
     });
     EXPECT_NE(text.find("serve: prefix caching on"), std::string::npos) << text;
+    // max_model_len was given: no default is chosen or reported.
+    EXPECT_EQ(text.find("no --max-model-len"), std::string::npos) << text;
+}
+
+// Without --max-model-len the CPU backend takes min(the model's maximum, 8192) and says so; the
+// synthesised model's maximum is vLLM's 1,048,576.
+TEST_F(ServeVllmCli, TheDefaultMaxModelLenIsChosenAndExplained) {
+    const std::string text = serve_and(model() + " --port 0 --device cpu", [](const nlohmann::json& ready) {
+        EXPECT_EQ(ready["max_model_len"], 8192);
+        httplib::Client c("127.0.0.1", ready["port"].get<int>());
+        auto m = c.Get("/v1/models");
+        ASSERT_TRUE(m);
+        EXPECT_EQ(nlohmann::json::parse(m->body)["data"][0]["max_model_len"], 8192);
+    });
+    EXPECT_NE(text.find("serve: max_model_len 8192 (no --max-model-len): the CPU backend's default, min(the "
+                        "model's 1048576, 8192)"),
+              std::string::npos)
+        << text;
 }
 
 TEST_F(ServeVllmCli, WhatOnecardWouldNotDoIsRefusedBeforeServing) {

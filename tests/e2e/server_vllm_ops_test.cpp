@@ -82,6 +82,7 @@ TEST(ServerVllmOps, MetricsUseVllmNamesAndTokenCountersMovePerToken) {
           "vllm:inter_token_latency_seconds_bucket{model_name=\"test-model\",le=\"+Inf\"}",
           "vllm:e2e_request_latency_seconds_count{model_name=\"test-model\"} 1",
           "vllm:request_prefill_time_seconds_count{model_name=\"test-model\"} 1",
+          "vllm:request_queue_time_seconds_count{model_name=\"test-model\"} 1",
           "vllm:request_decode_time_seconds_count{model_name=\"test-model\"} 1",
           "vllm:request_prompt_tokens_count{model_name=\"test-model\"} 1",
           "vllm:request_generation_tokens_bucket{model_name=\"test-model\",le=\"1\"} 0",
@@ -90,6 +91,34 @@ TEST(ServerVllmOps, MetricsUseVllmNamesAndTokenCountersMovePerToken) {
           "onecard:kv_cache_free_blocks{model_name=\"test-model\"}"})
         EXPECT_NE(m.find(name), std::string::npos) << name << "\n" << m;
     EXPECT_EQ(m.find("onecard:num_requests_running"), std::string::npos) << "vLLM's metrics live under vllm:";
+}
+
+// vllm:request_queue_time_seconds: from the engine taking a request in to its first schedule. With
+// one sequence slot, the second of two requests waits for the whole first one (~12 tokens at 40 ms).
+TEST(ServerVllmOps, QueueTimeIsTheWaitForASequenceSlot) {
+    ONECARD_NEED_TOKENIZER();
+    TestServer s({}, scripted(tok, script(40), "vllm_queue_time"), tok, 4096, /*max_num_seqs=*/1);
+    std::thread first([&] {
+        auto r = post_json(s, chat_body());
+        EXPECT_TRUE(r && r->status == 200);
+    });
+    for (int i = 0; i < 500 && s.engine->stats().n_running == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    const auto t0 = std::chrono::steady_clock::now();
+    auto second = post_json(s, chat_body());  // queued behind the first, then run
+    EXPECT_TRUE(second && second->status == 200);
+    const double second_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    first.join();
+    const std::string m = s.client().Get("/metrics")->body;
+    EXPECT_EQ(metric_value(m, "vllm:request_queue_time_seconds_count"), 2) << m;
+    const double queued = metric_value(m, "vllm:request_queue_time_seconds_sum");
+    // The second waited for most of the first's generation; the first hardly waited. Neither can
+    // have waited longer than the second request took from its send to its answer.
+    EXPECT_GT(queued, 0.2) << m;
+    EXPECT_LT(queued, second_s) << m;
+    EXPECT_NE(m.find("vllm:request_queue_time_seconds_bucket{model_name=\"test-model\",le=\"0.3\"} 1"),
+              std::string::npos)
+        << m;
 }
 
 TEST(ServerVllmOps, MetricsAndHealthAreOpenUnlessAsked) {

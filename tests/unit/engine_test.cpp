@@ -262,6 +262,37 @@ StreamResult drain(RequestStream& s, std::chrono::microseconds per_event_delay =
     return r;
 }
 
+// The final event carries when the request was taken in and first scheduled: a request waiting for
+// the only sequence slot shows the wait; one cancelled while waiting was never scheduled.
+TEST(EngineCore, FinalEventsCarryQueueAndFirstScheduleTimes) {
+    EngineConfig cfg = base_config();
+    cfg.max_num_seqs = 1;
+    FakeRunnerConfig rc;
+    rc.step_delay = std::chrono::milliseconds(2);
+    EngineCore core(cfg, std::make_unique<FakeModelRunner>(rc));
+    SamplingParams sp;
+    sp.max_tokens = 10;
+    sp.ignore_eos = true;
+    const auto before = std::chrono::steady_clock::now();
+    core.add_request(1, {{1, 2, 3}, sp});
+    core.add_request(2, {{4, 5}, sp});
+    core.add_request(3, {{6}, sp});
+    const std::optional<EngineEvent> aborted = core.abort_request(3);
+    ASSERT_TRUE(aborted);
+    EXPECT_GE(aborted->times.queued, before);
+    EXPECT_FALSE(aborted->times.first_scheduled);
+    auto out = run_core(core);
+    ASSERT_EQ(out.size(), 2u);
+    const RequestTimes& t1 = out[1].final.times;
+    const RequestTimes& t2 = out[2].final.times;
+    ASSERT_TRUE(t1.first_scheduled && t2.first_scheduled);
+    EXPECT_GE(t1.queued, before);
+    EXPECT_GE(*t1.first_scheduled, t1.queued);
+    // Request 2 waited for request 1's ten steps of >= 2 ms each.
+    EXPECT_GE(*t2.first_scheduled - t2.queued, std::chrono::milliseconds(18));
+    EXPECT_LT(*t1.first_scheduled - t1.queued, *t2.first_scheduled - t2.queued);
+}
+
 TEST(Engine, ConcurrentSubmittersCancellationsAndSlowReaders) {
     EngineConfig cfg = base_config();
     cfg.event_queue_capacity = 4;  // small: slow readers get their requests paused

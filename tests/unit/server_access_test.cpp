@@ -82,6 +82,30 @@ TEST(ServerCidr, BadTextIsRefusedNamingIt) {
     }
 }
 
+TEST(ServerPaths, ExactAndPrefixPatterns) {
+    const PathAllowlist paths({"/v1/*", "/health"});
+    EXPECT_TRUE(paths.allows("/v1/chat/completions"));
+    EXPECT_TRUE(paths.allows("/v1/models/a/b"));
+    EXPECT_TRUE(paths.allows("/health"));
+    EXPECT_FALSE(paths.allows("/healthz"));  // exact means exact
+    EXPECT_FALSE(paths.allows("/v1"));       // the prefix is "/v1/"
+    EXPECT_FALSE(paths.allows("/metrics"));
+    EXPECT_FALSE(paths.allows(""));
+    EXPECT_TRUE(PathAllowlist().allows("/anything"));  // no list: everything
+    EXPECT_TRUE(PathAllowlist(std::vector<std::string>{"/*"}).allows("/metrics"));
+}
+
+TEST(ServerPaths, BadPatternsAreRefusedNamingThem) {
+    for (const char* bad : {"", "v1/*", "/v1/*/x", "/*/models", "**"}) {
+        try {
+            (void)PathPattern::parse(bad);
+            ADD_FAILURE() << "'" << bad << "' was accepted";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(std::string("'") + bad + "'"), std::string::npos) << e.what();
+        }
+    }
+}
+
 TEST(ServerApiKeys, ConstantTimeCompareIsExactEquality) {
     EXPECT_TRUE(constant_time_equal("sk-abc", "sk-abc"));
     EXPECT_FALSE(constant_time_equal("sk-abc", "sk-abd"));

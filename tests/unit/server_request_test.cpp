@@ -146,8 +146,8 @@ TEST(ServerMetrics, HistogramBucketsAreCumulativeAndCountersAdd) {
     m.record_generation_tokens(5);
     m.record_prompt_tokens(7);
     m.record_generation_tokens(1);
-    m.record_finished("stop", 10, 5, 0, {0.4, 0.1, 0.2});
-    m.record_finished("abort", 7, 1, 0, {0.1, -1, 0});
+    m.record_finished("stop", 10, 5, 0, {0.4, 0.1, 0.2, 0.35});
+    m.record_finished("abort", 7, 1, 0, {0.1, -1, 0});  // never scheduled: no queue time
     m.record_http("/v1/chat/completions", 200);
     m.record_http("/v1/chat/completions", 400);
     m.record_http("/v1/chat/completions", 400);
@@ -175,6 +175,9 @@ TEST(ServerMetrics, HistogramBucketsAreCumulativeAndCountersAdd) {
     EXPECT_TRUE(has("vllm:time_to_first_token_seconds_count{" + L + "} 3"));
     EXPECT_TRUE(has("vllm:e2e_request_latency_seconds_count{" + L + "} 2"));
     EXPECT_TRUE(has("vllm:request_prefill_time_seconds_count{" + L + "} 1"));  // the abort had no token
+    EXPECT_TRUE(has("vllm:request_queue_time_seconds_count{" + L + "} 1"));
+    EXPECT_TRUE(has("vllm:request_queue_time_seconds_bucket{" + L + ",le=\"0.3\"} 0"));
+    EXPECT_TRUE(has("vllm:request_queue_time_seconds_bucket{" + L + ",le=\"0.5\"} 1"));
     EXPECT_TRUE(has("vllm:request_prompt_tokens_bucket{" + L + ",le=\"10\"} 2"));
     EXPECT_TRUE(has("vllm:request_prompt_tokens_bucket{" + L + ",le=\"5\"} 0"));
 }

@@ -105,7 +105,7 @@ TEST(ResponsesConvert, PreviousResponseIdPrependsTheStoredConversation) {
     pc.tool_calls.push_back({"call_9", "get_weather", R"({"city": "Oslo"})"});
     Json first = Json::array({Json{{"role", "user"}, {"content", "Weather in Oslo?"}}});
     first.push_back(assistant_turn(pc));
-    ASSERT_TRUE(store.put("resp_1", first));
+    ASSERT_TRUE(store.put("resp_1", first, Json{{"id", "resp_1"}}));
     const ConversationLookup lookup = [&](const std::string& id) { return store.get(id); };
     const ResponsesRequest r = convert(R"({"previous_response_id": "resp_1", "instructions": "New rules.",
         "input": [{"type": "function_call_output", "call_id": "call_9", "output": "cold"}]})",
@@ -208,28 +208,48 @@ TEST(ResponsesConvert, BuilderEventsAndFinalObject) {
 TEST(ResponseStore, LruByCountAndBytes) {
     ResponseStore s(3, 200);
     auto conv = [](const std::string& text) { return Json::array({Json{{"role", "user"}, {"content", text}}}); };
-    EXPECT_TRUE(s.put("a", conv("1")));
-    EXPECT_TRUE(s.put("b", conv("2")));
-    EXPECT_TRUE(s.put("c", conv("3")));
+    EXPECT_TRUE(s.put("a", conv("1"), Json::object()));
+    EXPECT_TRUE(s.put("b", conv("2"), Json::object()));
+    EXPECT_TRUE(s.put("c", conv("3"), Json::object()));
     s.check_integrity();
     ASSERT_TRUE(s.get("a"));  // a is now the most recent: b goes first
-    EXPECT_TRUE(s.put("d", conv("4")));
+    EXPECT_TRUE(s.put("d", conv("4"), Json::object()));
     s.check_integrity();
     EXPECT_EQ(s.size(), 3u);
     EXPECT_FALSE(s.get("b"));
     EXPECT_EQ((*s.get("a"))[0]["content"], "1");
     // Over the byte bound by itself: not kept, and an older entry under the same id is dropped.
-    EXPECT_FALSE(s.put("a", conv(std::string(300, 'x'))));
+    EXPECT_FALSE(s.put("a", conv(std::string(300, 'x')), Json::object()));
     EXPECT_FALSE(s.get("a"));
     s.check_integrity();
     // Bytes evict the oldest too.
-    EXPECT_TRUE(s.put("e", conv(std::string(120, 'y'))));
+    EXPECT_TRUE(s.put("e", conv(std::string(120, 'y')), Json::object()));
     s.check_integrity();
     EXPECT_LE(s.bytes(), 200u);
     EXPECT_TRUE(s.get("e"));
     EXPECT_FALSE(s.get("c"));
     // Replacing keeps one entry per id.
-    EXPECT_TRUE(s.put("e", conv("short")));
+    EXPECT_TRUE(s.put("e", conv("short"), Json::object()));
     s.check_integrity();
     EXPECT_EQ((*s.get("e"))[0]["content"], "short");
+}
+
+TEST(ResponseStore, KeepsTheResponseObjectAndForgetsOnErase) {
+    ResponseStore s(3, 300);
+    const Json conv = Json::array({Json{{"role", "user"}, {"content", "hi"}}});
+    const Json resp = {{"id", "a"}, {"object", "response"}, {"status", "completed"}};
+    ASSERT_TRUE(s.put("a", conv, resp));
+    EXPECT_EQ(s.response("a"), resp);
+    EXPECT_EQ(s.get("a"), conv);
+    // Both halves count against the byte bound.
+    EXPECT_EQ(s.bytes(), dump_json(conv).size() + dump_json(resp).size());
+    EXPECT_FALSE(s.put("big", conv, Json{{"text", std::string(300, 'x')}}));
+    EXPECT_FALSE(s.response("big"));
+    EXPECT_TRUE(s.erase("a"));
+    EXPECT_FALSE(s.erase("a"));
+    EXPECT_FALSE(s.response("a"));
+    EXPECT_FALSE(s.get("a"));
+    EXPECT_EQ(s.size(), 0u);
+    EXPECT_EQ(s.bytes(), 0u);
+    s.check_integrity();
 }

@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "engine/cpu_model_runner.h"
+#include "engine/max_model_len.h"
 #include "loader/checkpoint.h"
 #include "model/config.h"
 #include "model/deepseek_v4.h"
@@ -252,8 +253,11 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         info.chat_variant = cfg->variant == ModelVariant::V4Flash0731 ? ChatVariant::V40731 : ChatVariant::V4;
     }
     const int64_t cfg_max = cfg ? cfg->max_position_embeddings : 1 << 20;
-    // The CPU path has no use for a million-token window by default; --max-model-len raises it.
-    const int64_t max_len = a.max_model_len > 0 ? a.max_model_len : std::min<int64_t>(cfg_max, 8192);
+    // Without --max-model-len: the CPU default here (engine/max_model_len.h); a GPU replaces it below
+    // with what its memory plan holds, before anything is loaded. Said at startup either way.
+    const bool max_len_given = a.max_model_len > 0;
+    MaxModelLenChoice len_choice = default_max_model_len_cpu(cfg_max);
+    int64_t max_len = max_len_given ? a.max_model_len : len_choice.max_model_len;
     ONECARD_CHECK(max_len <= cfg_max, "serve: --max-model-len {} exceeds the model's {}", max_len, cfg_max);
     std::vector<std::string> keys = a.api_keys;
     if (!a.api_key_file.empty()) {
@@ -349,7 +353,19 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         pin.count_expert_picks = !a.expert_profile.empty();
         pin.count_picks_if_hybrid = a.expert_swap_interval > 0;
         pin.stream_experts = a.stream_experts == "auto" ? -1 : std::stoll(a.stream_experts);
-        const MemoryPlan plan = plan_serve_on_gpu(*cfg, ckpt ? &*ckpt : nullptr, pin);
+        MemoryPlan plan;
+        const Checkpoint* ckpt_ptr = ckpt ? &*ckpt : nullptr;
+        if (max_len_given) {
+            plan = plan_serve_on_gpu(*cfg, ckpt_ptr, pin);
+        } else {
+            len_choice = default_max_model_len_gpu(cfg_max, [&](int64_t len) {
+                pin.max_model_len = len;
+                return plan_serve_on_gpu(*cfg, ckpt_ptr, pin);
+            });
+            max_len = len_choice.max_model_len;
+            pin.max_model_len = max_len;
+            plan = std::move(len_choice.plan);
+        }
         std::fputs(memory_plan_report(plan).c_str(), stderr);
         require_plan_fits(plan);
         plan_line = memory_plan_line(plan) + "\n";
@@ -402,6 +418,10 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         model = std::make_unique<DeepSeekV4>(*cfg, w, a.numerics == "exact" ? Numerics::Exact : Numerics::Reference);
         runner = std::make_unique<CpuModelRunner>(*model, max_len);
     }
+
+    if (!max_len_given)
+        std::fprintf(stderr, "serve: max_model_len %lld (no --max-model-len): %s\n", static_cast<long long>(max_len),
+                     len_choice.why.c_str());
 
     EngineConfig ec;
     ec.eos_token_id = eos;
@@ -489,6 +509,7 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
                            {"tls", srv.is_tls()},
                            {"auth", !keys.empty()},
                            {"allow_cidr", so.allow_cidrs},
+                           {"allow_path", so.allow_paths},
                            {"time_to_ready_s", ready_s}};
     line.update(device_report);
     if (!plan_json.empty()) line["memory_plan"] = nlohmann::json::parse(plan_json);
@@ -546,10 +567,15 @@ void add_cmd_serve(CLI::App& app) {
     cmd->add_option("--api-key-file", a->api_key_file, "file with accepted API keys, one per line");
     cmd->add_option("--allow-cidr", o.allow_cidrs,
                     "client networks allowed (repeatable, IPv4/IPv6 CIDR); default: all");
+    cmd->add_option("--allow-path", o.allow_paths,
+                    "request paths served (repeatable; exact, or a prefix ending in '*': --allow-path '/v1/*' "
+                    "--allow-path /health); any other path gets 404 as if it had no route, before the API key is "
+                    "asked for; default: every route");
     cmd->add_option("--tls-cert,--ssl-certfile", o.tls_cert, "PEM certificate: serve HTTPS");
     cmd->add_option("--tls-key,--ssl-keyfile", o.tls_key, "PEM private key for --tls-cert");
     cmd->add_option("--max-model-len", a->max_model_len,
-                    "prompt + output tokens per request (default min(model, 8192))");
+                    "prompt + output tokens per request (default: on a GPU the model's maximum, limited to what the "
+                    "KV pool holds without moving experts to host RAM; on the CPU min(model's maximum, 8192))");
     cmd->add_option("--max-num-seqs", a->max_num_seqs, "requests running at once (default 16)")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--max-num-batched-tokens", a->max_num_batched_tokens, "tokens per engine step (default 2048)")
