@@ -213,8 +213,11 @@ serve_bench() {
     "$bin" synth --preset flash --layers ${BENCH_LAYERS:-43} --experts ${BENCH_EXPERTS:-256} --mtp 0 --config-only \
         --out "$dir" || return 1
     local t0=$(date +%s)
+    # BENCH_MAX_LEN=default leaves --max-model-len to serve (the longest the plan holds).
+    local len_flag="--max-model-len ${BENCH_MAX_LEN:-8192}"
+    [ "${BENCH_MAX_LEN:-}" = default ] && len_flag=""
     "$bin" serve "$dir" --load-format dummy --tokenizer demo/small/tokenizer.json --device cuda --port $port \
-        --max-model-len ${BENCH_MAX_LEN:-8192} --max-num-seqs 64 --no-access-log ${SERVE_ARGS:-} > "$out/serve.log" 2>&1 &
+        $len_flag --max-num-seqs 64 --no-access-log ${SERVE_ARGS:-} > "$out/serve.log" 2>&1 &
     local pid=$!
     for _ in $(seq 1 ${SMOKE_WAIT:-300}); do
         grep -q '^ready$' "$out/serve.log" && break
