@@ -1,11 +1,14 @@
 #include "grammar/dsml_grammar.h"
 
+#include "grammar/json_fragments.h"
 #include "grammar/json_schema.h"
+#include "grammar/marker_free_text.h"
 #include "tokenizer/chat_tokens.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 namespace onecard::grammar {
@@ -20,13 +23,46 @@ const std::set<std::string> kRefusedParamsKeywords = {
     "minProperties", "maxProperties", "propertyNames", "dependentRequired", "dependentSchemas", "dependencies",
     "unevaluatedProperties"};
 
+// How a DSML value is kept from breaking its markup. DsmlParser ends a parameter value at the first
+// "｜DSML｜" (bare, or in "<｜DSML｜" / "</｜DSML｜") or end-of-sentence text; both contain U+FF5C "｜".
+// - JSON values (string="false"): their strings never hold U+FF5C raw; it is written \uff5c
+//   (json_fragments.h, RawChars), which is the same JSON value. No value is lost, and outside strings
+//   JSON text has no such character, so no marker can form.
+// - Raw values (string="true", and any value of a tool not held to a schema): any text but NUL
+//   without "｜DSML｜" or the end-of-sentence text; '<' and a lone '｜' are fine. Refusing '<' as well
+//   would be simpler, but would cut a raw value with HTML or a comparison in it at its first '<'.
+// A value stops right before "</｜DSML｜parameter>", which starts with '<', a byte no marker has past
+// its first: no marker can straddle the value's end either.
+const std::vector<std::string_view> kValueMarkers = {dsv4::kDsml, dsv4::kEos};
+constexpr RawChars kJsonInDsml = RawChars::kNoFullwidthBar;
+
+// DsmlParser reads a tag (attributes included) only up to 4 KB; names from the request stay well
+// below that.
+constexpr size_t kMaxNameBytes = 1024;
+
+// A tool or parameter name from the request, written into a DSML tag as name="...": the parser
+// reads the attribute up to the next '"' and refuses one holding "｜DSML｜". Such a name cannot be
+// written, so the tool cannot be enforced: refused, naming `keyword`.
+void check_markup_name(const std::string& name, const char* keyword, const std::string& where) {
+    if (name.find('"') != std::string::npos || name.find(dsv4::kDsml) != std::string::npos ||
+        name.size() > kMaxNameBytes)
+        throw SchemaError(keyword, fmt::format("'{}' at {}: the name '{}' cannot be written in DSML markup (it holds "
+                                               "'\"' or '{}', or is longer than {} bytes)",
+                                               keyword, where, name, dsv4::kDsml, kMaxNameBytes));
+}
+
 struct Param {
     std::string name;
     const ojson* schema;
     bool required;
 };
 
-std::vector<Param> params_of(const DsmlTool& tool, const std::string& where) {
+struct Params {
+    std::vector<Param> declared;
+    const ojson* extra = nullptr;  // additionalProperties: the schema of extra parameters, or none allowed
+};
+
+Params params_of(const DsmlTool& tool, const std::string& where) {
     const ojson& p = tool.parameters;
     if (p.is_null()) return {};
     if (!p.is_object())
@@ -46,16 +82,28 @@ std::vector<Param> params_of(const DsmlTool& tool, const std::string& where) {
             required.insert(n.get<std::string>());
         }
     }
-    std::vector<Param> out;
+    Params out;
     if (auto props = p.find("properties"); props != p.end()) {
         if (!props->is_object())
             throw SchemaError("properties", fmt::format("'properties' at {} must be an object", where));
-        for (const auto& [k, v] : props->items()) out.push_back({k, &v, required.count(k) > 0});
+        for (const auto& [k, v] : props->items()) {
+            check_markup_name(k, "properties", where);
+            out.declared.push_back({k, &v, required.count(k) > 0});
+        }
     }
     for (const auto& n : required)
-        if (std::none_of(out.begin(), out.end(), [&](const Param& x) { return x.name == n; }))
+        if (std::none_of(out.declared.begin(), out.declared.end(), [&](const Param& x) { return x.name == n; }))
             throw SchemaError("required", fmt::format("'required' at {} names '{}', which is not in 'properties'",
                                                       where, n));
+    // As in json_schema.h: absent or false, only the declared parameters; true or a schema, extra
+    // ones after them (with no declared properties, a map). Nothing can require an extra one
+    // (minProperties is refused above).
+    if (auto ap = p.find("additionalProperties"); ap != p.end()) {
+        if (!ap->is_boolean() && !ap->is_object())
+            throw SchemaError("additionalProperties",
+                              fmt::format("'additionalProperties' at {} must be a boolean or a schema", where));
+        if (*ap != false) out.extra = &*ap;
+    }
     return out;
 }
 
@@ -63,6 +111,7 @@ std::vector<Param> params_of(const DsmlTool& tool, const std::string& where) {
 // schema, nothing that bounds or shapes the text (those need the JSON form, where the grammar can
 // count and check).
 bool raw_string_ok(const ojson& schema) {
+    if (schema.is_boolean()) return schema.get<bool>();  // true: any value, so any string
     if (!schema.is_object()) return false;
     const auto t = schema.find("type");
     if (t == schema.end() || !t->is_string() || *t != "string") return false;
@@ -72,47 +121,15 @@ bool raw_string_ok(const ojson& schema) {
     return true;
 }
 
-// Raw parameter text: any bytes but NUL and '<' (so the closing tag is the only way out; a raw value
-// cannot contain '<' — the JSON form can), zero or more.
-uint32_t add_raw_text(const std::shared_ptr<Grammar>& g) {
-    const uint32_t r = g->add_node();
-    g->add_bytes(r, 0x01, 0x3B, r);
-    g->add_bytes(r, 0x3D, 0xFF, r);
-    return r;
-}
-
-// Any bytes but NUL up to and including `close`, which cannot occur before it: the KMP automaton of
-// `close` (state j = its first j bytes just written), each state's byte edges grouped into ranges.
-void add_text_until(const std::shared_ptr<Grammar>& g, uint32_t from, std::string_view close, uint32_t to) {
-    const size_t m = close.size();
-    std::vector<size_t> fail(m + 1, 0);  // KMP failure function of `close`
-    for (size_t i = 1, k = 0; i < m; ++i) {
-        while (k > 0 && close[i] != close[k]) k = fail[k];
-        if (close[i] == close[k]) ++k;
-        fail[i + 1] = k;
-    }
-    auto next = [&](size_t j, uint8_t b) {
-        while (j > 0 && static_cast<uint8_t>(close[j]) != b) j = fail[j];
-        return static_cast<uint8_t>(close[j]) == b ? j + 1 : 0;
-    };
-    std::vector<uint32_t> state(m);
-    state[0] = from;
-    for (size_t j = 1; j < m; ++j) state[j] = g->add_node();
-    for (size_t j = 0; j < m; ++j) {
-        uint32_t lo = 1;
-        size_t target = next(j, 1);
-        for (uint32_t b = 2; b <= 256; ++b) {
-            const size_t t = b < 256 ? next(j, static_cast<uint8_t>(b)) : m + 1;  // 256: flush the last range
-            if (t == target) continue;
-            g->add_bytes(state[j], static_cast<uint8_t>(lo), static_cast<uint8_t>(b - 1), target == m ? to : state[target]);
-            lo = b;
-            target = t;
-        }
-    }
+// from --raw parameter text, then its closing tag--> to.
+void add_raw_value(Grammar& g, uint32_t from, uint32_t to) {
+    const uint32_t end = g.add_node();
+    add_marker_free_text(g, from, end, kValueMarkers, std::string_view("\0", 1));
+    g.add_literal(end, fmt::format("</{}parameter>", dsv4::kDsml), to);
 }
 
 // The invoke of a tool whose arguments are not held to a schema: any parameter names and values in
-// the DSML layout (a value is any text up to its closing tag, string="true" or "false").
+// the DSML layout (a value is raw text up to its closing tag, string="true" or "false").
 void add_free_invoke(const std::shared_ptr<Grammar>& g, const DsmlTool& tool, uint32_t from, uint32_t to) {
     const uint32_t a = g->add_node(), b = g->add_node(), c = g->add_node();
     g->add_literal(from, fmt::format("<{}invoke name=\"{}\">\n", dsv4::kDsml, tool.name), a);
@@ -120,52 +137,69 @@ void add_free_invoke(const std::shared_ptr<Grammar>& g, const DsmlTool& tool, ui
     g->add_literal(b, "\n", c);
     const uint32_t name0 = g->add_node(), name = g->add_node(), kind = g->add_node(), open = g->add_node();
     g->add_literal(c, fmt::format("<{}parameter name=\"", dsv4::kDsml), name0);
-    for (uint32_t n : {name0, name}) {  // one or more bytes but NUL, '"' and '<'
-        g->add_bytes(n, 0x01, 0x21, name);
-        g->add_bytes(n, 0x23, 0x3B, name);
-        g->add_bytes(n, 0x3D, 0xFF, name);
-    }
+    // One or more bytes but NUL, '"' and '<', without "｜DSML｜" (the parser refuses a tag holding it).
+    add_marker_free_text(*g, name0, name, {dsv4::kDsml}, std::string_view("\0\"<", 3), /*min_one=*/true);
     g->add_literal(name, "\" string=\"", kind);
     g->add_literal(kind, "true\">", open);
     g->add_literal(kind, "false\">", open);
-    add_text_until(g, open, fmt::format("</{}parameter>", dsv4::kDsml), b);
+    add_raw_value(*g, open, b);
     const std::string close = fmt::format("\n</{}invoke>", dsv4::kDsml);
     g->add_literal(a, close, to);
     g->add_literal(b, close, to);
 }
 
+// Parameter `name` at c: its open tag with string="false" and a JSON value of rule `value`, or (when
+// `schema` allows any plain string) string="true" and raw text; then the closing tag, to `to`.
+// `name_rule`, when set, writes the name instead (an extra parameter's, quotes included).
+void add_parameter(const std::shared_ptr<Grammar>& g, uint32_t c, const std::string& name,
+                   std::optional<uint32_t> name_rule, const ojson& schema, uint32_t value, uint32_t to) {
+    uint32_t named = c;  // after `name="NAME"`
+    if (name_rule) {
+        const uint32_t k = g->add_node();
+        named = g->add_node();
+        g->add_literal(c, fmt::format("<{}parameter name=", dsv4::kDsml), k);
+        g->add_call(k, *name_rule, named);
+    }
+    const std::string head = name_rule ? "" : fmt::format("<{}parameter name=\"{}\"", dsv4::kDsml, name);
+    const uint32_t x = g->add_node(), y = g->add_node();
+    g->add_literal(named, head + " string=\"false\">", x);
+    g->add_call(x, value, y);
+    g->add_literal(y, fmt::format("</{}parameter>", dsv4::kDsml), to);
+    if (raw_string_ok(schema)) {
+        const uint32_t raw = g->add_node();
+        g->add_literal(named, head + " string=\"true\">", raw);
+        add_raw_value(*g, raw, to);
+    }
+}
+
 // One tool's invoke from `from` to `to`: the name tag, its parameters joined by "\n", the closing
-// tag. Position i has node a[i] (nothing written yet) and b[i] (something written); c[i] is "about to
+// tag. Position i has node a[i] (nothing written yet) and b[i] (something written); c is "about to
 // write parameter i", reached from a[i] directly and from b[i] after the "\n" that separates two.
+// Extra parameters (additionalProperties) follow the declared ones.
 void add_invoke(const std::shared_ptr<Grammar>& g, const DsmlTool& tool, size_t index, uint32_t from, uint32_t to) {
     if (!tool.constrained) {
         add_free_invoke(g, tool, from, to);
         return;
     }
     const std::string where = fmt::format("tools[{}].function.parameters", index);
-    const std::vector<Param> params = params_of(tool, where);
-    const size_t n = params.size();
-    std::vector<uint32_t> a(n + 1), b(n + 1);
+    const Params params = params_of(tool, where);
+    const size_t n = params.declared.size();
+    std::vector<uint32_t> a(n + 1), b(n + 1);  // [n + 1]
     for (size_t i = 0; i <= n; ++i) {
         a[i] = g->add_node();
         b[i] = g->add_node();
     }
     g->add_literal(from, fmt::format("<{}invoke name=\"{}\">\n", dsv4::kDsml, tool.name), a[0]);
+    std::vector<std::string> names;
     for (size_t i = 0; i < n; ++i) {
-        const Param& pr = params[i];
+        const Param& pr = params.declared[i];
+        names.push_back(pr.name);
         const uint32_t value = add_json_schema_rule(g, tool.parameters, *pr.schema,
-                                                    fmt::format("{}/properties/{}", where, pr.name));
-        const uint32_t c = g->add_node(), x = g->add_node(), y = g->add_node();
+                                                    fmt::format("{}/properties/{}", where, pr.name), kJsonInDsml);
+        const uint32_t c = g->add_node();
         g->add_eps(a[i], c);
         g->add_literal(b[i], "\n", c);
-        g->add_literal(c, fmt::format("<{}parameter name=\"{}\" string=\"false\">", dsv4::kDsml, pr.name), x);
-        g->add_call(x, value, y);
-        g->add_literal(y, fmt::format("</{}parameter>", dsv4::kDsml), b[i + 1]);
-        if (raw_string_ok(*pr.schema)) {
-            const uint32_t raw = add_raw_text(g);
-            g->add_literal(c, fmt::format("<{}parameter name=\"{}\" string=\"true\">", dsv4::kDsml, pr.name), raw);
-            g->add_literal(raw, fmt::format("</{}parameter>", dsv4::kDsml), b[i + 1]);
-        }
+        add_parameter(g, c, pr.name, std::nullopt, *pr.schema, value, b[i + 1]);
         if (!pr.required) {
             g->add_eps(a[i], a[i + 1]);
             g->add_eps(b[i], b[i + 1]);
@@ -174,6 +208,21 @@ void add_invoke(const std::shared_ptr<Grammar>& g, const DsmlTool& tool, size_t 
     const std::string close = fmt::format("\n</{}invoke>", dsv4::kDsml);
     g->add_literal(a[n], close, to);
     g->add_literal(b[n], close, to);
+    if (params.extra) {
+        // Names: no escapes exist in an attribute, so the same no-escape string as extra JSON keys
+        // (none of the declared names; without U+FF5C, so never "｜DSML｜"). Duplicate extra names are
+        // not prevented (DsmlParser keeps the first). m: after an extra parameter.
+        const uint32_t name_rule = g->add_rule(where + " (extra parameter name)");
+        add_string_excluding(*g, g->rule(name_rule).start, g->rule(name_rule).end, names, kJsonInDsml);
+        const uint32_t value =
+            add_json_schema_rule(g, tool.parameters, *params.extra, where + "/additionalProperties", kJsonInDsml);
+        const uint32_t c = g->add_node(), m = g->add_node();
+        g->add_eps(a[n], c);
+        g->add_literal(b[n], "\n", c);
+        g->add_literal(m, "\n", c);
+        add_parameter(g, c, "", name_rule, *params.extra, value, m);
+        g->add_literal(m, close, to);
+    }
 }
 
 }  // namespace
@@ -183,7 +232,10 @@ std::shared_ptr<const Grammar> compile_dsml_tool_calls(const std::vector<DsmlToo
     if (tools.empty()) throw SchemaError("tools", "a DSML tool-call grammar needs at least one tool");
     auto g = std::make_shared<Grammar>();
     const uint32_t invoke = g->add_rule("dsml_invoke");
-    for (size_t i = 0; i < tools.size(); ++i) add_invoke(g, tools[i], i, g->rule(invoke).start, g->rule(invoke).end);
+    for (size_t i = 0; i < tools.size(); ++i) {
+        check_markup_name(tools[i].name, "name", fmt::format("tools[{}].function", i));
+        add_invoke(g, tools[i], i, g->rule(invoke).start, g->rule(invoke).end);
+    }
 
     const uint32_t root = g->add_rule("dsml_tool_calls");
     const uint32_t open = g->add_node(), after = g->add_node();

@@ -8,9 +8,13 @@
 //
 // Output policy, on top of json_schema.h's:
 // - One parameter per property, in `properties` order; required ones mandatory, optional ones may be
-//   left out; no other keys (additionalProperties is not honoured here: strict tools have none).
-// - Every value is written string="false" (its JSON text, a string value as a JSON string): the
-//   parser reads it back unchanged, and a raw string="true" value could not be held to its schema.
+//   left out. additionalProperties as in json_schema.h: absent or false, no other parameters; true or
+//   a schema, extra ones after the declared (names without escapes, '"' or U+FF5C, none declared).
+// - A value is written string="false" (its JSON text); a plain string (no bounds, format, enum...)
+//   may also be written raw, string="true", as the model was trained to.
+// - Nothing in a value can end or break the markup for the server's DsmlParser: JSON strings write
+//   U+FF5C "｜" as \uff5c; raw values hold no NUL, "｜DSML｜" or end-of-sentence text (dsml_grammar.cpp
+//   says why this is enough). Tool and parameter names that cannot be written in a tag are refused.
 // - Only the one block: the grammar is complete after </｜DSML｜tool_calls>, so EOS follows.
 #pragma once
 
@@ -30,8 +34,8 @@ struct DsmlTool {
     // the parameters ({"type": "object"} alone: none). Anything else is a SchemaError.
     nlohmann::ordered_json parameters;
     // false: the arguments are not held to `parameters` (a non-strict tool beside strict ones under
-    // tool_choice "auto"): any parameter names, string="true" or "false", any value text up to its
-    // closing tag (which it cannot contain). The invoke's layout and the tool's name still are.
+    // tool_choice "auto"): any parameter names, string="true" or "false", any raw value text (as a
+    // raw string="true" value: no DSML markup inside). The invoke's layout and the tool's name still are.
     bool constrained = true;
 };
 

@@ -13,15 +13,28 @@ namespace {
 
 // UTF-8 as a DFA (RFC 3629: no overlongs, no surrogates, nothing above U+10FFFF). State kBoundary
 // is between characters; the others say how many continuation bytes are pending and, for the
-// first of them, the restricted range.
-enum Utf8State : uint8_t { kBoundary, kCont1, kCont2, kCont3, kAfterE0, kAfterED, kAfterF0, kAfterF4, kNumUtf8 };
+// first of them, the restricted range. kAfterEF / kAfterEFBD exist only under kNoFullwidthBar: they
+// follow the bytes of U+FF5C (EF BD 9C) so that its last byte alone is left out.
+enum Utf8State : uint8_t {
+    kBoundary,
+    kCont1,
+    kCont2,
+    kCont3,
+    kAfterE0,
+    kAfterED,
+    kAfterF0,
+    kAfterF4,
+    kAfterEF,
+    kAfterEFBD,
+    kNumUtf8
+};
 struct Utf8Edge {
     uint8_t lo, hi;
     Utf8State next;
 };
-const std::vector<Utf8Edge>& utf8_edges(Utf8State s) {
+const std::vector<Utf8Edge>& utf8_edges(Utf8State s, RawChars raw) {
     // kBoundary has the string-content ASCII ranges ('"', '\\' and controls < 0x20 excluded).
-    static const std::array<std::vector<Utf8Edge>, kNumUtf8> table = {{
+    static const std::array<std::vector<Utf8Edge>, kNumUtf8> all = {{
         {{0x20, 0x21, kBoundary}, {0x23, 0x5B, kBoundary}, {0x5D, 0x7F, kBoundary}, {0xC2, 0xDF, kCont1},
          {0xE0, 0xE0, kAfterE0}, {0xE1, 0xEC, kCont2}, {0xED, 0xED, kAfterED}, {0xEE, 0xEF, kCont2},
          {0xF0, 0xF0, kAfterF0}, {0xF1, 0xF3, kCont3}, {0xF4, 0xF4, kAfterF4}},
@@ -32,8 +45,16 @@ const std::vector<Utf8Edge>& utf8_edges(Utf8State s) {
         {{0x80, 0x9F, kCont1}},
         {{0x90, 0xBF, kCont2}},
         {{0x80, 0x8F, kCont2}},
-    }};
-    return table[s];
+    }};  // kAfterEF, kAfterEFBD: empty (never entered)
+    static const std::array<std::vector<Utf8Edge>, kNumUtf8> no_bar = [] {
+        auto t = all;
+        t[kBoundary][7] = {0xEE, 0xEE, kCont2};
+        t[kBoundary].push_back({0xEF, 0xEF, kAfterEF});
+        t[kAfterEF] = {{0x80, 0xBC, kCont1}, {0xBD, 0xBD, kAfterEFBD}, {0xBE, 0xBF, kCont1}};
+        t[kAfterEFBD] = {{0x80, 0x9B, kBoundary}, {0x9D, 0xBF, kBoundary}};  // 0x9C would end U+FF5C
+        return t;
+    }();
+    return raw == RawChars::kAll ? all[s] : no_bar[s];
 }
 
 void add_hex(Grammar& g, uint32_t from, uint32_t to) {
@@ -180,12 +201,13 @@ void add_range_minus(Grammar& g, uint32_t from, uint8_t lo, uint8_t hi, const st
 
 }  // namespace
 
-void add_string_char(Grammar& g, uint32_t from, uint32_t to, bool no_escapes) {
+void add_string_char(Grammar& g, uint32_t from, uint32_t to, bool no_escapes, RawChars raw) {
     std::array<uint32_t, kNumUtf8> node{};  // the node for each UTF-8 state inside this character
     node[kBoundary] = from;
-    for (int s = 1; s < kNumUtf8; ++s) node[s] = g.add_node();
+    for (int s = 1; s < kNumUtf8; ++s)  // states `raw` never enters get no node
+        node[s] = utf8_edges(static_cast<Utf8State>(s), raw).empty() ? 0 : g.add_node();
     for (int s = 0; s < kNumUtf8; ++s)
-        for (const auto& e : utf8_edges(static_cast<Utf8State>(s)))
+        for (const auto& e : utf8_edges(static_cast<Utf8State>(s), raw))
             g.add_bytes(node[s], e.lo, e.hi, e.next == kBoundary ? to : node[e.next]);
     if (!no_escapes) {
         const uint32_t e = g.add_node();
@@ -194,26 +216,28 @@ void add_string_char(Grammar& g, uint32_t from, uint32_t to, bool no_escapes) {
     }
 }
 
-void add_string(Grammar& g, uint32_t from, uint32_t to, uint64_t min_len, std::optional<uint64_t> max_len) {
+void add_string(Grammar& g, uint32_t from, uint32_t to, uint64_t min_len, std::optional<uint64_t> max_len,
+                RawChars raw) {
     const uint64_t k = max_len ? *max_len : min_len;
     std::vector<uint32_t> p(k + 1);  // [k + 1] node after i characters
     for (auto& v : p) v = g.add_node();
     g.add_bytes(from, '"', '"', p[0]);
     for (uint64_t i = 0; i <= k; ++i) {
-        if (i < k) add_string_char(g, p[i], p[i + 1]);
+        if (i < k) add_string_char(g, p[i], p[i + 1], false, raw);
         if (i >= min_len) g.add_bytes(p[i], '"', '"', to);
     }
-    if (!max_len) add_string_char(g, p[k], p[k]);
+    if (!max_len) add_string_char(g, p[k], p[k], false, raw);
 }
 
-void add_string_excluding(Grammar& g, uint32_t from, uint32_t to, const std::vector<std::string>& excluded) {
+void add_string_excluding(Grammar& g, uint32_t from, uint32_t to, const std::vector<std::string>& excluded,
+                          RawChars raw) {
     // A byte trie of the excluded names, run alongside the UTF-8 DFA: a byte that follows a trie
     // edge stays in the trie, any other valid byte drops to the free automaton (which can no
     // longer spell an excluded name). A trie node that completes a name may not close the string.
     std::array<uint32_t, kNumUtf8> free_node{};
     for (auto& v : free_node) v = g.add_node();
     for (int s = 0; s < kNumUtf8; ++s)
-        for (const auto& e : utf8_edges(static_cast<Utf8State>(s)))
+        for (const auto& e : utf8_edges(static_cast<Utf8State>(s), raw))
             g.add_bytes(free_node[s], e.lo, e.hi, free_node[e.next]);
     g.add_bytes(free_node[kBoundary], '"', '"', to);
 
@@ -238,7 +262,7 @@ void add_string_excluding(Grammar& g, uint32_t from, uint32_t to, const std::vec
             auto it = trie[cur].children.find(b);
             if (it == trie[cur].children.end()) {
                 Utf8State next = kNumUtf8;
-                for (const auto& e : utf8_edges(trie[cur].state))
+                for (const auto& e : utf8_edges(trie[cur].state, raw))
                     if (b >= e.lo && b <= e.hi) next = e.next;
                 if (next == kNumUtf8) break;  // not valid UTF-8 here: no string spells it
                 trie.push_back({g.add_node(), next, false, {}});
@@ -254,7 +278,7 @@ void add_string_excluding(Grammar& g, uint32_t from, uint32_t to, const std::vec
             g.add_bytes(t.node, b, b, trie[child].node);
             taken.push_back(b);
         }
-        for (const auto& e : utf8_edges(t.state)) add_range_minus(g, t.node, e.lo, e.hi, taken, free_node[e.next]);
+        for (const auto& e : utf8_edges(t.state, raw)) add_range_minus(g, t.node, e.lo, e.hi, taken, free_node[e.next]);
         if (t.state == kBoundary && !t.is_name) g.add_bytes(t.node, '"', '"', to);
     }
 }
@@ -390,13 +414,13 @@ bool add_string_format(Grammar& g, uint32_t from, uint32_t to, std::string_view 
     return true;
 }
 
-uint32_t any_value_rule(Grammar& g, std::optional<uint32_t>& cached) {
+uint32_t any_value_rule(Grammar& g, std::optional<uint32_t>& cached, RawChars raw) {
     if (cached) return *cached;
     const uint32_t value = g.add_rule("any value");
     cached = value;
     const uint32_t str = g.add_rule("string"), num = g.add_rule("number"), obj = g.add_rule("object"),
                    arr = g.add_rule("array");
-    add_string(g, g.rule(str).start, g.rule(str).end, 0, std::nullopt);
+    add_string(g, g.rule(str).start, g.rule(str).end, 0, std::nullopt, raw);
     add_number(g, g.rule(num).start, g.rule(num).end, false);
     const uint32_t vs = g.rule(value).start, ve = g.rule(value).end;
     for (const uint32_t r : {obj, arr, str, num}) g.add_call(vs, r, ve);
@@ -425,6 +449,14 @@ uint32_t any_value_rule(Grammar& g, std::optional<uint32_t>& cached) {
         g.add_literal(item, "]", e);
     }
     return value;
+}
+
+std::string json_literal(std::string json_text, RawChars raw) {
+    if (raw == RawChars::kAll) return json_text;
+    static constexpr std::string_view kBar = "\xEF\xBD\x9C", kEscaped = "\\uff5c";
+    for (size_t at = json_text.find(kBar); at != std::string::npos; at = json_text.find(kBar, at + kEscaped.size()))
+        json_text.replace(at, kBar.size(), kEscaped);
+    return json_text;
 }
 
 }  // namespace onecard::grammar

@@ -12,18 +12,30 @@
 
 namespace onecard::grammar {
 
+// Which code points a JSON string may hold unescaped (any of them may always be written \uXXXX).
+enum class RawChars : uint8_t {
+    kAll,  // every code point JSON allows raw
+    // All but U+FF5C "｜": JSON written inside DSML markup (dsml_grammar.h), where that character
+    // begins every marker the server's DsmlParser ends a value at ("｜DSML｜", "<｜end▁of▁sentence｜>");
+    // written \uff5c instead, the value is the same and the markup stays whole.
+    kNoFullwidthBar,
+};
+
 // from --one JSON string character--> to: an unescaped code point as valid UTF-8 (no overlongs or
 // surrogates; '"', '\\' and controls below 0x20 excluded), or an escape (\" \\ \/ \b \f \n \r \t,
 // \uXXXX with surrogates only as a high+low pair). `no_escapes` leaves escapes out (extra object keys
 // use it so a key cannot spell a declared name in escapes).
-void add_string_char(Grammar& g, uint32_t from, uint32_t to, bool no_escapes = false);
+void add_string_char(Grammar& g, uint32_t from, uint32_t to, bool no_escapes = false, RawChars raw = RawChars::kAll);
 
 // A quoted string of min_len..max_len characters (code points; an escape is one). max_len empty:
 // unbounded. Characters are unrolled one node chain per counted position.
-void add_string(Grammar& g, uint32_t from, uint32_t to, uint64_t min_len, std::optional<uint64_t> max_len);
+void add_string(Grammar& g, uint32_t from, uint32_t to, uint64_t min_len, std::optional<uint64_t> max_len,
+                RawChars raw = RawChars::kAll);
 
-// A quoted string (no escapes) whose content is none of `excluded` (byte-wise).
-void add_string_excluding(Grammar& g, uint32_t from, uint32_t to, const std::vector<std::string>& excluded);
+// A quoted string (no escapes) whose content is none of `excluded` (byte-wise). With
+// kNoFullwidthBar it cannot hold U+FF5C at all (no escapes), nor spell an excluded name holding it.
+void add_string_excluding(Grammar& g, uint32_t from, uint32_t to, const std::vector<std::string>& excluded,
+                          RawChars raw = RawChars::kAll);
 
 // Digit limits on generated numbers: every number the grammar allows is a finite double (a JSON
 // parser such as nlohmann's refuses 1E400 as an overflow, and a model looping on digits ends).
@@ -43,7 +55,12 @@ void add_integer(Grammar& g, uint32_t from, uint32_t to, std::optional<int64_t> 
 bool add_string_format(Grammar& g, uint32_t from, uint32_t to, std::string_view format);
 
 // The rule for any JSON value (objects with any string keys, arrays, strings, numbers, literals).
-// Creates it on first use; `cached` holds its id between calls.
-uint32_t any_value_rule(Grammar& g, std::optional<uint32_t>& cached);
+// Creates it on first use; `cached` holds its id between calls (one `raw` per `cached`).
+uint32_t any_value_rule(Grammar& g, std::optional<uint32_t>& cached, RawChars raw = RawChars::kAll);
+
+// `json_text` (valid JSON) with every U+FF5C written \uff5c when `raw` is kNoFullwidthBar: the
+// same value, as a literal the grammar may emit. (In JSON text that character occurs only inside
+// strings, so replacing its bytes everywhere is exact.)
+std::string json_literal(std::string json_text, RawChars raw);
 
 }  // namespace onecard::grammar

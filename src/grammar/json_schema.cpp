@@ -27,14 +27,11 @@ const std::set<std::string_view> kRefused = {
     "dependencies", "propertyNames", "unevaluatedProperties", "unevaluatedItems", "contains", "minContains",
     "maxContains", "multipleOf", "minProperties", "maxProperties", "$dynamicRef", "$recursiveRef", "additionalItems"};
 
-std::string compact(const ojson& v) {
-    return v.dump();
-}
-
 class Compiler {
 public:
-    explicit Compiler(const ojson& root, std::shared_ptr<Grammar> g = std::make_shared<Grammar>())
-        : root_(root), g_(std::move(g)) {}
+    explicit Compiler(const ojson& root, std::shared_ptr<Grammar> g = std::make_shared<Grammar>(),
+                      RawChars raw = RawChars::kAll)
+        : root_(root), g_(std::move(g)), raw_(raw) {}
 
     std::shared_ptr<const Grammar> run() {
         g_->set_root(rule_for(root_, "#"));
@@ -81,12 +78,15 @@ private:
         }
     }
 
-    uint32_t any_rule() { return any_value_rule(*g_, any_); }
+    // A value's compact JSON text as the grammar writes it (see RawChars).
+    std::string compact(const ojson& v) const { return json_literal(v.dump(), raw_); }
+
+    uint32_t any_rule() { return any_value_rule(*g_, any_, raw_); }
 
     uint32_t string_rule() {
         if (!string_) {
             string_ = g_->add_rule("string");
-            add_string(*g_, g_->rule(*string_).start, g_->rule(*string_).end, 0, std::nullopt);
+            add_string(*g_, g_->rule(*string_).start, g_->rule(*string_).end, 0, std::nullopt, raw_);
         }
         return *string_;
     }
@@ -243,7 +243,7 @@ private:
             return;
         }
         const uint32_t r = g_->add_rule(path + " (bounded string)");
-        add_string(*g_, g_->rule(r).start, g_->rule(r).end, lo, hi);
+        add_string(*g_, g_->rule(r).start, g_->rule(r).end, lo, hi, raw_);
         g_->add_call(from, r, to);
     }
 
@@ -354,7 +354,7 @@ private:
         if (extra) {
             const uint32_t value = rule_for(*extra, path + "/additionalProperties");
             const uint32_t key_rule = g_->add_rule(path + " (extra key)");
-            add_string_excluding(*g_, g_->rule(key_rule).start, g_->rule(key_rule).end, names);
+            add_string_excluding(*g_, g_->rule(key_rule).start, g_->rule(key_rule).end, names, raw_);
             // a[n] --key:value--> m; b[n] --,key:value--> m; m --,key:value--> m; m --}--> to
             const uint32_t m = g_->add_node(), k1 = g_->add_node(), c1 = g_->add_node(), comma = g_->add_node();
             g_->add_call(a[n], key_rule, k1);
@@ -417,6 +417,7 @@ private:
 
     const ojson& root_;
     std::shared_ptr<Grammar> g_;
+    RawChars raw_;
     std::map<const ojson*, uint32_t> memo_;  // sub-schema (by address in root_) -> its rule
     std::optional<uint32_t> any_, string_, number_;
 };
@@ -428,8 +429,8 @@ std::shared_ptr<const Grammar> compile_json_schema(const nlohmann::ordered_json&
 }
 
 uint32_t add_json_schema_rule(const std::shared_ptr<Grammar>& g, const nlohmann::ordered_json& root,
-                              const nlohmann::ordered_json& sub, const std::string& path) {
-    return Compiler(root, g).embed(sub, path);
+                              const nlohmann::ordered_json& sub, const std::string& path, RawChars raw) {
+    return Compiler(root, g, raw).embed(sub, path);
 }
 
 std::shared_ptr<const Grammar> compile_json_schema_text(std::string_view schema_text) {

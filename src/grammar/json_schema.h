@@ -9,7 +9,8 @@
 //   additionalProperties absent is read as false (as OpenAI strict mode and xgrammar do: output
 //   without extra keys is valid either way). With true or a schema, extra keys come after the
 //   declared ones, have no escapes and are none of the declared names (duplicates among extra keys
-//   are not prevented).
+//   are not prevented); with no declared properties that is a map (any keys, values per the
+//   schema). minProperties/maxProperties are refused, so no schema needs an extra key to validate.
 // - Integers as -?(0|[1-9][0-9]*) without "-0"; numbers as JSON numbers.
 // - oneOf is treated as anyOf (exclusivity is not enforced); allOf only with one schema.
 // - Formats date, time, date-time (RFC 3339, upper-case T/Z) and uuid are enforced; every other
@@ -20,6 +21,7 @@
 
 #include "core/error.h"
 #include "grammar/grammar.h"
+#include "grammar/json_fragments.h"
 
 #include <nlohmann/json.hpp>
 
@@ -47,10 +49,11 @@ private:
 std::shared_ptr<const Grammar> compile_json_schema(const nlohmann::ordered_json& schema);
 // Embedding JSON values in other text (the DSML tool-call grammar, dsml_grammar.h): compiles `sub`
 // into `g` and returns the rule matching one value of it. `sub` must be `root` or lie inside it:
-// $refs resolve against `root`, and `path` names the rule in diagnostics. Throws SchemaError. The
-// caller sets the root and runs g->check_integrity() once the whole grammar is built.
+// $refs resolve against `root`, and `path` names the rule in diagnostics. `raw` says which code
+// points the value's strings (keys, enum and const literals included) may hold unescaped. Throws
+// SchemaError. The caller sets the root and runs g->check_integrity() once the whole grammar is built.
 uint32_t add_json_schema_rule(const std::shared_ptr<Grammar>& g, const nlohmann::ordered_json& root,
-                              const nlohmann::ordered_json& sub, const std::string& path);
+                              const nlohmann::ordered_json& sub, const std::string& path, RawChars raw);
 // Parses `schema_text` (throws SchemaError with keyword "" when it is not JSON) and compiles it.
 std::shared_ptr<const Grammar> compile_json_schema_text(std::string_view schema_text);
 

@@ -11,7 +11,7 @@
 // - strict tools under tool_choice "auto": any call that appears validates (the random model rarely
 //   starts one; the constraint is unit-tested directly); a strict tool's refused schema is a 400;
 // - streaming gives the same bytes as non-streaming (greedy);
-// - a schema keyword the grammar cannot enforce is a 400 naming it.
+// - a schema keyword the grammar cannot enforce (or a tool name DSML cannot hold) is a 400 naming it.
 //
 // Usage: node tests/e2e/structured_output_test.mjs path/to/onecard
 import assert from 'node:assert/strict';
@@ -274,8 +274,9 @@ for (const sampling of [greedy, { temperature: 1, seed: 5, max_tokens: 120 }]) {
   check('non-strict tool pattern under auto is served', () => assert.equal(r2.status, 200, JSON.stringify(r2.json)));
 }
 
-// Unsupported keywords: 400 naming them.
-for (const [keyword, schema] of [['pattern', { type: 'string', pattern: '^a+$' }], ['uniqueItems', { type: 'array', uniqueItems: true }]]) {
+// Unsupported keywords: 400 naming them (minProperties: the one way a schema could need an extra key).
+for (const [keyword, schema] of [['pattern', { type: 'string', pattern: '^a+$' }], ['uniqueItems', { type: 'array', uniqueItems: true }],
+  ['minProperties', { type: 'object', additionalProperties: { type: 'string' }, minProperties: 1 }]]) {
   const r = await chat({ messages, response_format: { type: 'json_schema', json_schema: { name: 'bad', schema } }, max_tokens: 5 });
   check(`refuse ${keyword}`, () => {
     assert.equal(r.status, 400);
@@ -290,6 +291,19 @@ for (const [keyword, schema] of [['pattern', { type: 'string', pattern: '^a+$' }
     assert.equal(r.status, 400);
     assert.equal(r.json.error.param, 'tools');
     assert.ok(r.json.error.message.includes("'pattern'"), r.json.error.message);
+  });
+}
+// Tool parameters: a map needing a key, a malformed additionalProperties, and a name DSML markup
+// cannot hold are refused, naming the keyword.
+for (const [keyword, name, parameters] of [
+  ['minProperties', 'f', { type: 'object', additionalProperties: { type: 'integer' }, minProperties: 1 }],
+  ['additionalProperties', 'f', { type: 'object', additionalProperties: 'yes' }],
+  ['name', 'f"g', { type: 'object' }]]) {
+  const r = await chat({ messages, tools: [{ type: 'function', function: { name, parameters } }], tool_choice: 'required', max_tokens: 5 });
+  check(`refuse tool ${keyword}`, () => {
+    assert.equal(r.status, 400);
+    assert.equal(r.json.error.param, 'tools');
+    assert.ok(r.json.error.message.includes(`'${keyword}'`), r.json.error.message);
   });
 }
 

@@ -84,7 +84,8 @@ TEST(GrammarDsml, PlainStringsMayBeWrittenRaw) {
     const std::string ok = head + raw("text", "Paris, \"France\" \\ 巴黎") + tail;
     EXPECT_TRUE(complete(m, ok));
     EXPECT_TRUE(complete(m, head + raw("text", "") + tail));
-    EXPECT_FALSE(complete(m, head + raw("text", "a<b") + tail)) << "'<' only in the JSON form";
+    EXPECT_TRUE(complete(m, head + raw("text", "a<b>") + tail)) << "'<' is text; only DSML markup is refused";
+    EXPECT_FALSE(complete(m, head + raw("text", "a｜DSML｜b") + tail)) << "(grammar_dsml_markup_test.cpp has more)";
     EXPECT_FALSE(complete(m, head + raw("text", "x") + "\n" + raw("tag", "abc") + tail))
         << "a bounded string only as JSON";
     EXPECT_TRUE(complete(m, head + raw("text", "x") + "\n<｜DSML｜parameter name=\"tag\" string=\"false\">\"abc\"</｜DSML｜parameter>" + tail));

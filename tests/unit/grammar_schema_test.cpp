@@ -119,6 +119,33 @@ TEST(GrammarSchema, AdditionalPropertiesExcludeDeclaredNames) {
                      {R"({"x":1})", 5, false}});
 }
 
+// additionalProperties per JSON Schema, in the forms clients send: false and absent allow the declared
+// keys only (absent read as false: such output validates either way); true, any extra key with any
+// value after them; a schema on an object without properties, a map. Nothing can need an extra key:
+// minProperties, and required names outside properties, are refused by name.
+TEST(GrammarSchema, AdditionalPropertiesForms) {
+    const std::string decl = R"({"type":"object","properties":{"a":{"type":"integer"}})";
+    for (const std::string ap : {"", R"(,"additionalProperties":false)"})
+        expect_cases(decl + ap + "}",
+                     {{R"({"a":1})", 7, true}, {R"({"a":1,"b":2})", 6, false}, {R"({"b":2})", 2, false}});
+    const std::string any_extra = R"({"a":1,"b":[{"c":null}],"été":"x"})";
+    expect_cases(decl + R"(,"additionalProperties":true})",
+                 {{any_extra, any_extra.size(), true}, {R"({"b":"x"})", 9, true}, {R"({"b":1,"a":1})", 9, false}});
+    const std::string map = R"({"type":"object","additionalProperties":{"type":"string"}})";
+    expect_cases(map, {{"{}", 2, true}, {R"({"k":"v","k 2":"w"})", 19, true}, {R"({"k":1})", 5, false}});
+    for (const auto& [schema, keyword] : std::vector<std::pair<std::string, std::string>>{
+             {R"({"type":"object","additionalProperties":{"type":"string"},"minProperties":1})", "minProperties"},
+             {R"({"type":"object","additionalProperties":{"type":"string"},"required":["k"]})", "required"},
+             {R"({"type":"object","additionalProperties":1})", "additionalProperties"}}) {
+        try {
+            compile_json_schema_text(schema);
+            ADD_FAILURE() << "accepted: " << schema;
+        } catch (const SchemaError& e) {
+            EXPECT_EQ(e.keyword(), keyword) << e.what();
+        }
+    }
+}
+
 TEST(GrammarSchema, JsonObjectGrammar) {
     GrammarMatcher m(std::make_shared<const TokenMasks>(json_object_grammar(), small_trie()));
     EXPECT_EQ(first_bad(m, R"({"a":[1,{"b":null}],"c":"\u00e9"})"), 33u);
