@@ -28,7 +28,9 @@ MaxModelLenChoice default_max_model_len_gpu(int64_t model_max, const std::functi
         return c;
     }
     const int64_t host_pairs = c.plan.placement.total_host();
-    // A length is usable when its own plan fits, its pool holds it, and it moved no expert to the host.
+    const bool embed_on_host = c.plan.embed_on_host;
+    // A length is usable when its own plan fits, its pool holds it, and it moved no weights to the host
+    // (no expert, and not the embedding table, which the planner moves first).
     // A length the planner refuses outright (a backend limit on the context it sizes) is not usable
     // either: the default stays below it instead of failing the start.
     auto usable = [&](int64_t len, MemoryPlan& p) {
@@ -37,7 +39,8 @@ MaxModelLenChoice default_max_model_len_gpu(int64_t model_max, const std::functi
         } catch (const Error&) {
             return false;
         }
-        return p.fits && p.kv_token_capacity >= len && p.placement.total_host() <= host_pairs;
+        return p.fits && p.kv_token_capacity >= len && p.placement.total_host() <= host_pairs &&
+               (embed_on_host || !p.embed_on_host);
     };
     // A longer length only shrinks the pool (larger workspace), so the floor plan's capacity bounds it;
     // between the floor (usable) and that bound, the longest usable length by bisection.

@@ -2,7 +2,8 @@
 // vLLM's rule is the model's maximum (config.json max_position_embeddings), limited by what the KV
 // pool holds. On the GPU that limit comes from the memory plan (memory_plan.h), which itself depends
 // on the length: a longer context takes a larger step workspace and, when experts are offloaded, a
-// larger KV floor that could push more experts into host RAM. The default never does the latter: it
+// larger KV floor that could push more weights into host RAM (the embedding table first, then experts).
+// The default never does the latter: it
 // is the longest length whose plan fits, holds that many KV tokens and keeps at least as many experts
 // on the GPU as the plan for kMaxModelLenFloor tokens. On the CPU the reference backend has no use
 // for a million-token window (its attention is quadratic in the host's time), so the default is
