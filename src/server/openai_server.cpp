@@ -217,6 +217,10 @@ OpenAIServer::OpenAIServer(ServerOptions options, const Tokenizer& tokenizer, Mo
     http.new_task_queue = [n_threads] { return new httplib::ThreadPool(static_cast<size_t>(n_threads)); };
     http.set_payload_max_length(s.opts.max_body_bytes);
     http.set_keep_alive_timeout(5);
+    // httplib closes a keep-alive connection after 5 requests by default; clients (and vLLM's server)
+    // expect one connection to carry any number, so the cap is lifted. An idle connection is still
+    // closed after the keep-alive timeout above.
+    http.set_keep_alive_max_count(kKeepAliveMaxRequests);
     http.set_read_timeout(30);
     http.set_write_timeout(30);
     http.set_tcp_nodelay(true);

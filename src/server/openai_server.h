@@ -34,6 +34,9 @@
 
 namespace onecard::server {
 
+// Requests one keep-alive connection may carry before the server closes it (httplib's default is 5).
+inline constexpr size_t kKeepAliveMaxRequests = 100000;
+
 // Largest --max-body-bytes accepted: every HTTP thread may hold one body in memory.
 inline constexpr size_t kMaxBodyBytesCeiling = size_t{1} << 30;
 

@@ -267,3 +267,45 @@ TEST(ServerVllmOps, CorsPreflightAndAllowOrigin) {
     auto other = c.Get("/health", {{"Origin", "https://evil.example"}});
     EXPECT_FALSE(other->has_header("Access-Control-Allow-Origin"));
 }
+
+// One keep-alive connection carries many requests (httplib's default closes it after 5; clients and
+// vLLM expect no cap): 12 requests in turn on one socket, each answered, none announcing a close.
+TEST(ServerVllmOps, KeepAliveCarriesManyRequestsOnOneConnection) {
+    ONECARD_NEED_TOKENIZER();
+    TestServer s(server::ServerOptions{}, scripted(tok, script(), "vllm_keepalive"), tok, 4096);
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in dst{};
+    dst.sin_family = AF_INET;
+    dst.sin_port = htons(static_cast<uint16_t>(s.port));
+    inet_pton(AF_INET, "127.0.0.1", &dst.sin_addr);
+    timeval tv{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)), 0);
+    int answered = 0, closes = 0;
+    for (int i = 0; i < 12; ++i) {
+        const std::string req = "GET /version HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n";
+        ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size())) << "request " << i;
+        // Read one whole response: headers, then Content-Length bytes of body.
+        std::string got;
+        char buf[4096];
+        size_t need = std::string::npos;
+        while (need == std::string::npos || got.size() < need) {
+            const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+            if (n <= 0) break;
+            got.append(buf, static_cast<size_t>(n));
+            const size_t end = got.find("\r\n\r\n");
+            if (need == std::string::npos && end != std::string::npos) {
+                const size_t cl = got.find("Content-Length: ");
+                ASSERT_NE(cl, std::string::npos) << got;
+                need = end + 4 + std::stoul(got.substr(cl + 16));
+            }
+        }
+        ASSERT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << "request " << i << " on the same connection: " << got;
+        ++answered;
+        closes += got.find("Connection: close") != std::string::npos;
+    }
+    ::close(fd);
+    EXPECT_EQ(answered, 12);
+    EXPECT_EQ(closes, 0);
+}
