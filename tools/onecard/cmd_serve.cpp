@@ -20,6 +20,7 @@
 #include "server/generation_config.h"
 #include "server/openai_server.h"
 #include "server/scripted_runner.h"
+#include "server/startup_checks.h"
 #include "server/text_decoder.h"
 #include "server/vllm_compat.h"
 #include "serve_plan.h"
@@ -252,6 +253,8 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         eos = static_cast<int32_t>(cfg->eos_token_id);
         info.chat_variant = cfg->variant == ModelVariant::V4Flash0731 ? ChatVariant::V40731 : ChatVariant::V4;
     }
+        // Before the port is bound and a weight read: a wrong --tokenizer fails now, not mid-request.
+        server::check_vocabulary(*cfg, model_dir / "config.json", tokenizer, tok_path);
     const int64_t cfg_max = cfg ? cfg->max_position_embeddings : 1 << 20;
     // Without --max-model-len: the CPU default here (engine/max_model_len.h); a GPU replaces it below
     // with what its memory plan holds, before anything is loaded. Said at startup either way.
