@@ -444,11 +444,15 @@ void OpenAIServer::check_integrity() const {
     s.responses.check_integrity();
 }
 
+void OpenAIServer::cut_drain() {
+    state_->drain_cut = true;
+}
+
 int64_t OpenAIServer::shutdown(std::chrono::milliseconds drain) {
     State& s = *state_;
     s.draining = true;
     const auto deadline = std::chrono::steady_clock::now() + drain;
-    while (s.inflight.load() > 0 && std::chrono::steady_clock::now() < deadline)
+    while (s.inflight.load() > 0 && !s.drain_cut.load() && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     int64_t n_cancelled = 0;
     {

@@ -3,25 +3,37 @@
 // the vocabulary fail at once (exit 1, one line naming the flag or file) instead of after the load.
 // Driven through the real binary with the TEST-ONLY scripted runner and a 60 s "load": a check that
 // ran after the load would take a minute, so each test bounds the time and asserts that the port was
-// never even bound.
+// never even bound. Also: a second SIGTERM during the graceful drain cancels the streams at once.
 #include "support/test_support.h"
 
 #include "tokenizer/deepseek_v4_vocab.h"
 
 #include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <thread>
 
 namespace onecard {
 namespace {
 
 using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
+
+std::string slurp(const std::filesystem::path& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
 
 // A model folder for test mode: the demo tokenizer and `config` as config.json (no weights: the
 // scripted runner replaces the model).
@@ -166,6 +178,78 @@ TEST(ServeStartupChecks, AConsistentModelFolderStillStarts) {
     const auto r = test::run_command(
         "timeout -s INT 15 " + serve_command(dir, 0, Json::object(), "--model " + m.string()) + " 2>&1 </dev/null");
     EXPECT_NE(r.out.find("\"event\":\"ready\""), std::string::npos) << r.out;
+}
+
+// A second SIGTERM during the drain: the drain (60 s here) is cut short, the open stream ends with
+// a final chunk (finish_reason "abort") and [DONE], and the process exits within seconds.
+TEST(ServeStartupChecks, ASecondSigtermEndsTheDrainAtOnce) {
+    test::TempDir dir("serve_second_sigterm");
+    const auto out = dir / "serve.out";
+    const auto pidf = dir / "serve.pid";
+    std::string text;
+    for (int i = 0; i < 400; ++i) text += "word ";
+    // 400 tokens at 50 ms: the stream would run 20 s, longer than the test waits.
+    const Json script = {{"step_delay_ms", 50}, {"default", {{"text", text}}}};
+    // Not under `timeout`: it forwards each signal twice (to serve and to its process group), which
+    // would make the first SIGTERM a second one. `env` execs serve, so $! is serve's pid.
+    const std::string cmd = "(" + serve_command(dir, 0, script, "--shutdown-timeout 60") + " > " + out.string() +
+                            " 2>&1 </dev/null & echo $! > " + pidf.string() + ")";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    const int pid = std::stoi(slurp(pidf));
+    int port = 0;
+    for (int i = 0; i < 600 && port == 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        std::istringstream lines(slurp(out));
+        for (std::string l; std::getline(lines, l);)
+            if (l.find("\"event\":\"ready\"") != std::string::npos) port = Json::parse(l)["port"].get<int>();
+    }
+    if (port == 0) {
+        ::kill(pid, SIGKILL);
+        FAIL() << "not ready:\n" << slurp(out);
+    }
+    std::string body;
+    std::atomic<bool> first_chunk{false};
+    std::thread client([&] {
+        httplib::Client c("127.0.0.1", port);
+        c.set_read_timeout(60);
+        const Json req = {{"messages", Json::array({Json{{"role", "user"}, {"content", "go"}}})},
+                          {"max_tokens", 1000},
+                          {"stream", true}};
+        httplib::Request r;
+        r.method = "POST";
+        r.path = "/v1/chat/completions";
+        r.set_header("Content-Type", "application/json");
+        r.body = req.dump();
+        r.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+            body.append(d, n);
+            if (body.find("word") != std::string::npos) first_chunk = true;
+            return true;
+        };
+        c.send(r);
+    });
+    for (int i = 0; i < 200 && !first_chunk; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(first_chunk.load()) << slurp(out);
+    ::kill(pid, SIGTERM);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    // Still draining: the first signal waits for the stream (up to --shutdown-timeout 60).
+    EXPECT_EQ(::kill(pid, 0), 0) << "exited on the first signal?\n" << slurp(out);
+    const auto t0 = Clock::now();
+    ::kill(pid, SIGTERM);
+    while (::kill(pid, 0) == 0 && Clock::now() - t0 < std::chrono::seconds(30))
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    const bool gone = ::kill(pid, 0) != 0;
+    if (!gone) ::kill(pid, SIGKILL);
+    client.join();
+    EXPECT_TRUE(gone) << slurp(out);
+    EXPECT_LT(secs, 5.0) << slurp(out);
+    EXPECT_NE(body.find("\"finish_reason\":\"abort\""), std::string::npos)
+        << body.substr(body.size() > 600 ? body.size() - 600 : 0);
+    const auto done = body.rfind("data: [DONE]");
+    EXPECT_NE(done, std::string::npos) << body.substr(body.size() > 600 ? body.size() - 600 : 0);
+    const std::string log = slurp(out);
+    EXPECT_NE(log.find("second signal"), std::string::npos) << log;
+    EXPECT_NE(log.find("1 request(s) cancelled"), std::string::npos) << log;
 }
 
 }  // namespace
