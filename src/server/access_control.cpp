@@ -6,7 +6,9 @@
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 
+#include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 namespace onecard::server {
@@ -132,8 +134,14 @@ bool ApiKeys::check_key(std::string_view key) const {
 }
 
 std::vector<std::string> read_api_key_file(const std::string& path) {
+    std::error_code ec;
+    const auto st = std::filesystem::status(path, ec);
+    ONECARD_CHECK(std::filesystem::exists(st), "--api-key-file '{}': no such file", path);
+    // A directory opens "successfully" and then reads nothing: name it rather than "no key".
+    ONECARD_CHECK(std::filesystem::is_regular_file(st), "--api-key-file '{}': not a regular file", path);
     std::ifstream in(path);
-    ONECARD_CHECK(in.good(), "--api-key-file '{}': cannot open", path);
+    const int err = errno;
+    ONECARD_CHECK(in.good(), "--api-key-file '{}': cannot be read ({})", path, std::strerror(err));
     std::vector<std::string> keys;
     std::string line;
     while (std::getline(in, line)) {

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "server/api_error.h"
 #include "server/server_state.h"
+#include "server/startup_checks.h"
 
 #include <fmt/format.h>
 #include <openssl/ssl.h>
@@ -198,7 +199,8 @@ OpenAIServer::OpenAIServer(ServerOptions options, const Tokenizer& tokenizer, Mo
     : state_(std::make_unique<State>(std::move(options), tokenizer, std::move(info))) {
     State& s = *state_;
     s.id_salt = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
-    ONECARD_CHECK(s.opts.tls_cert.empty() == s.opts.tls_key.empty(), "serve: --tls-cert and --tls-key go together");
+    // Cert and key checked one by one first (httplib's own load says neither which file nor why).
+    check_tls_files(s.opts.tls_cert, s.opts.tls_key);
     check_limits(s.opts);
     check_allow_paths(s.paths);
     if (!s.opts.tls_cert.empty()) {
@@ -446,11 +448,15 @@ void OpenAIServer::check_integrity() const {
     s.responses.check_integrity();
 }
 
+void OpenAIServer::cut_drain() {
+    state_->drain_cut = true;
+}
+
 int64_t OpenAIServer::shutdown(std::chrono::milliseconds drain) {
     State& s = *state_;
     s.draining = true;
     const auto deadline = std::chrono::steady_clock::now() + drain;
-    while (s.inflight.load() > 0 && std::chrono::steady_clock::now() < deadline)
+    while (s.inflight.load() > 0 && !s.drain_cut.load() && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     int64_t n_cancelled = 0;
     {

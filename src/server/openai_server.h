@@ -98,6 +98,10 @@ public:
     // Graceful: new generation requests get 503, in-flight ones may finish for up to `drain`, the
     // rest are cancelled; then the listener stops and run() returns. Returns the number cancelled.
     int64_t shutdown(std::chrono::milliseconds drain);
+    // Ends the drain of a shutdown() now (the operator's second SIGTERM/SIGINT): what is still in
+    // flight is cancelled at once, as at the deadline, so streams end with finish_reason "abort" and
+    // [DONE]. Callable from any thread, before or during shutdown().
+    void cut_drain();
     // Generation requests the HTTP side holds now (queued, running or streaming).
     int64_t n_inflight() const;
     bool is_tls() const;

@@ -51,6 +51,7 @@ struct OpenAIServer::State {
 
     std::atomic<bool> ready{false};
     std::atomic<bool> draining{false};
+    std::atomic<bool> drain_cut{false};  // cut_drain(): shutdown() stops waiting for in-flight requests
     std::atomic<int64_t> inflight{0};  // admitted generation requests not yet released
     std::atomic<uint64_t> next_serial{1};
     std::atomic<uint64_t> seed_serial{0};  // requests given a seed derived from --seed

@@ -20,6 +20,7 @@
 #include "server/generation_config.h"
 #include "server/openai_server.h"
 #include "server/scripted_runner.h"
+#include "server/startup_checks.h"
 #include "server/text_decoder.h"
 #include "server/vllm_compat.h"
 #include "serve_plan.h"
@@ -35,6 +36,7 @@
 #include <nlohmann/json.hpp>
 
 #include <pthread.h>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -251,6 +253,8 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         cfg = load_config(model_dir / "config.json");
         eos = static_cast<int32_t>(cfg->eos_token_id);
         info.chat_variant = cfg->variant == ModelVariant::V4Flash0731 ? ChatVariant::V40731 : ChatVariant::V4;
+        // Before the port is bound and a weight read: a wrong --tokenizer fails now, not mid-request.
+        server::check_vocabulary(*cfg, model_dir / "config.json", tokenizer, tok_path);
     }
     const int64_t cfg_max = cfg ? cfg->max_position_embeddings : 1 << 20;
     // Without --max-model-len: the CPU default here (engine/max_model_len.h); a GPU replaces it below
@@ -524,9 +528,30 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
 
     int sig = 0;
     sigwait(&stop_signals, &sig);
-    std::fprintf(stderr, "serve: signal %d: draining (up to %.1fs)\n", sig, a.shutdown_timeout);
-    const int64_t n_cancelled =
-        srv.shutdown(std::chrono::milliseconds(static_cast<int64_t>(a.shutdown_timeout * 1000)));
+    std::fprintf(stderr, "serve: signal %d: draining (up to %.1fs; a second signal cancels what is left)\n", sig,
+                 a.shutdown_timeout);
+    // A second SIGTERM/SIGINT during the drain cancels what is still in flight at once (uvicorn and
+    // vLLM do the same on a second Ctrl-C): whoever asked twice wants the process gone now, but the
+    // streams still end with a final chunk and [DONE] rather than a reset connection. The main thread
+    // keeps waiting for signals while another drains: the kernel hands a process-directed signal to
+    // the main thread first when it waits for it, and OpenBLAS's pool (started before main(), so it
+    // does not block them) would otherwise take the second one and die of it, cutting streams mid-chunk.
+    std::atomic<bool> drained{false};
+    int64_t n_cancelled = 0;
+    const pthread_t main_thread = pthread_self();
+    std::thread drainer([&] {
+        n_cancelled = srv.shutdown(std::chrono::milliseconds(static_cast<int64_t>(a.shutdown_timeout * 1000)));
+        drained = true;
+        pthread_kill(main_thread, SIGTERM);  // wakes the sigwait below (blocked here, so only it sees it)
+    });
+    for (bool cut = false; !drained.load();) {
+        sigwait(&stop_signals, &sig);
+        if (drained.load() || cut) continue;
+        std::fprintf(stderr, "serve: second signal: cancelling the requests still in flight\n");
+        srv.cut_drain();
+        cut = true;
+    }
+    drainer.join();
     http.join();
 #ifdef ONECARD_HAVE_CUDA
     // The picks counted while serving, added to the profile this run started from, for the next
