@@ -73,12 +73,17 @@ cublas_lib_dir() {
     echo "$d"
 }
 
+# The carried binaries unpacked, and the libraries they load found (cuBLASLt from pip's package).
+unpack() {
+    if [ -f "$CARRY_DIR/gpu-check.tar.xz" ]; then tar -C "$CARRY_DIR" -xJf "$CARRY_DIR/gpu-check.tar.xz"; fi
+    export LD_LIBRARY_PATH="$PWD/$CARRY_DIR/lib:$(cublas_lib_dir):${LD_LIBRARY_PATH:-}"
+}
+
 run() {
     local out=${1:-${OUT:-gpu-check-out}}
     mkdir -p "$out"
     local log="$out/gpu-check.log" summary="$out/summary.txt" status=0
-    if [ -f "$CARRY_DIR/gpu-check.tar.xz" ]; then tar -C "$CARRY_DIR" -xJf "$CARRY_DIR/gpu-check.tar.xz"; fi
-    export LD_LIBRARY_PATH="$PWD/$CARRY_DIR/lib:$(cublas_lib_dir):${LD_LIBRARY_PATH:-}"
+    unpack
     {
         echo "== gpu-check $(date -u +%FT%TZ) binaries built from $(cat "$CARRY_DIR/bin/COMMIT" 2>/dev/null || echo unknown)"
         nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 || true
@@ -145,8 +150,7 @@ bench() {
     local out=${1:-${OUT:-gpu-check-out}}
     shift || true
     mkdir -p "$out"
-    if [ -f "$CARRY_DIR/gpu-check.tar.xz" ]; then tar -C "$CARRY_DIR" -xJf "$CARRY_DIR/gpu-check.tar.xz"; fi
-    export LD_LIBRARY_PATH="$PWD/$CARRY_DIR/lib:$(cublas_lib_dir):${LD_LIBRARY_PATH:-}"
+    unpack
     {
         echo "== onecard bench $(date -u +%FT%TZ) built from $(cat "$CARRY_DIR/bin/COMMIT" 2>/dev/null || echo unknown)"
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || true
@@ -167,8 +171,7 @@ bench() {
 serve_smoke() {
     local out=${1:-${OUT:-gpu-check-out}}
     mkdir -p "$out"
-    if [ -f "$CARRY_DIR/gpu-check.tar.xz" ]; then tar -C "$CARRY_DIR" -xJf "$CARRY_DIR/gpu-check.tar.xz"; fi
-    export LD_LIBRARY_PATH="$PWD/$CARRY_DIR/lib:$(cublas_lib_dir):${LD_LIBRARY_PATH:-}"
+    unpack
     local bin="$CARRY_DIR/bin/onecard" dir=/tmp/onecard-smoke port=8011 status=0
     rm -rf "$dir"
     # SMOKE_EXPERTS=256 with SMOKE_ARGS="--gpu-memory-utilization F" makes a checkpoint whose experts
@@ -206,8 +209,7 @@ serve_bench() {
     local out=${1:-${OUT:-gpu-check-out}}
     shift || true
     mkdir -p "$out"
-    if [ -f "$CARRY_DIR/gpu-check.tar.xz" ]; then tar -C "$CARRY_DIR" -xJf "$CARRY_DIR/gpu-check.tar.xz"; fi
-    export LD_LIBRARY_PATH="$PWD/$CARRY_DIR/lib:$(cublas_lib_dir):${LD_LIBRARY_PATH:-}"
+    unpack
     local bin="$CARRY_DIR/bin/onecard" dir=/tmp/onecard-dummy port=8012 status=0
     rm -rf "$dir"
     "$bin" synth --preset flash --layers ${BENCH_LAYERS:-43} --experts ${BENCH_EXPERTS:-256} --mtp 0 --config-only \
