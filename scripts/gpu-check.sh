@@ -79,6 +79,17 @@ unpack() {
     export LD_LIBRARY_PATH="$PWD/$CARRY_DIR/lib:$(cublas_lib_dir):${LD_LIBRARY_PATH:-}"
 }
 
+# Waits up to SECONDS for serve's `ready` line in LOG, or until process PID has exited.
+wait_ready() {
+    local log=$1 pid=$2 secs=$3
+    for _ in $(seq 1 "$secs"); do
+        grep -q '^ready$' "$log" && return 0
+        kill -0 "$pid" 2> /dev/null || return 1
+        sleep 1
+    done
+    return 1
+}
+
 run() {
     local out=${1:-${OUT:-gpu-check-out}}
     mkdir -p "$out"
@@ -182,11 +193,7 @@ serve_smoke() {
     command -v gdb > /dev/null && launch="gdb -q -batch -ex run -ex bt --args"
     $launch "$bin" serve --model "$dir" --device cuda --port $port --max-model-len 4096 ${SMOKE_ARGS:-} > "$out/serve.log" 2>&1 &
     local pid=$!
-    for _ in $(seq 1 ${SMOKE_WAIT:-120}); do
-        grep -q '^ready$' "$out/serve.log" && break
-        kill -0 $pid 2> /dev/null || break
-        sleep 1
-    done
+    wait_ready "$out/serve.log" $pid ${SMOKE_WAIT:-120}
     grep -q '^ready$' "$out/serve.log" || status=1
     curl -s --max-time 60 "http://127.0.0.1:$port/v1/chat/completions" -H 'Content-Type: application/json' \
         -d '{"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16, "temperature": 0}' > "$out/chat.json" || status=1
@@ -221,11 +228,7 @@ serve_bench() {
     "$bin" serve "$dir" --load-format dummy --tokenizer demo/small/tokenizer.json --device cuda --port $port \
         $len_flag --max-num-seqs 64 --no-access-log ${SERVE_ARGS:-} > "$out/serve.log" 2>&1 &
     local pid=$!
-    for _ in $(seq 1 ${SMOKE_WAIT:-300}); do
-        grep -q '^ready$' "$out/serve.log" && break
-        kill -0 $pid 2> /dev/null || break
-        sleep 1
-    done
+    wait_ready "$out/serve.log" $pid ${SMOKE_WAIT:-300}
     echo "serve ready after $(( $(date +%s) - t0 )) s" | tee -a "$out/serve.log"
     grep -q '^ready$' "$out/serve.log" || { tail -30 "$out/serve.log"; kill $pid; return 1; }
     local args=("$@")
