@@ -24,6 +24,9 @@
 #   4. there:  scripts/gpu-check.sh --serve-smoke [OUT_DIR] (carry demo/small/tokenizer.json too): `onecard
 #              serve --device cuda` on a 4-layer synthetic checkpoint, its startup report, curl requests.
 #
+#   6. there:  scripts/gpu-check.sh --prefix-bench [OUT_DIR] (carry the tokenizer too): the prefix cache's
+#              TTFT figures through serve (cold, cached, restored from the host tier; a 20-turn agent trace).
+#
 #   5. there:  scripts/gpu-check.sh --serve-bench [OUT_DIR] [bench-serve args...] (carry the tokenizer too):
 #              `onecard serve --load-format dummy` on the full Flash shape, then `onecard bench-serve`
 #              (and `onecard validate` with VALIDATE=1).
@@ -212,25 +215,33 @@ serve_smoke() {
 # checkpoint), then `onecard bench-serve` against it (extra arguments go to bench-serve; default: a
 # concurrency sweep). Writes OUT_DIR/{serve.log,bench_serve.json,bench_serve.svg,bench_serve.txt}.
 # SERVE_ARGS adds serve flags; BENCH_LAYERS / BENCH_EXPERTS shrink the shape.
+# Starts `onecard serve --load-format dummy` on the full Flash shape (BENCH_LAYERS, BENCH_EXPERTS) on
+# port 8012, logging to $1/serve.log; sets SERVE_PID. BENCH_MAX_LEN (default 8192; "default": serve's
+# own choice), SERVE_ARGS: more serve flags.
+start_dummy_serve() {
+    local out=$1 bin="$CARRY_DIR/bin/onecard" dir=/tmp/onecard-dummy port=8012
+    rm -rf "$dir"
+    "$bin" synth --preset flash --layers ${BENCH_LAYERS:-43} --experts ${BENCH_EXPERTS:-256} --mtp 0 --config-only \
+        --out "$dir" || return 1
+    local t0=$(date +%s)
+    local len_flag="--max-model-len ${BENCH_MAX_LEN:-8192}"
+    [ "${BENCH_MAX_LEN:-}" = default ] && len_flag=""
+    "$bin" serve "$dir" --load-format dummy --tokenizer demo/small/tokenizer.json --device cuda --port $port \
+        $len_flag --max-num-seqs ${BENCH_MAX_SEQS:-64} --no-access-log ${SERVE_ARGS:-} > "$out/serve.log" 2>&1 &
+    SERVE_PID=$!
+    wait_ready "$out/serve.log" $SERVE_PID ${SMOKE_WAIT:-300}
+    echo "serve ready after $(( $(date +%s) - t0 )) s" | tee -a "$out/serve.log"
+    grep -q '^ready$' "$out/serve.log" || { tail -30 "$out/serve.log"; kill $SERVE_PID; return 1; }
+}
+
 serve_bench() {
     local out=${1:-${OUT:-gpu-check-out}}
     shift || true
     mkdir -p "$out"
     unpack
-    local bin="$CARRY_DIR/bin/onecard" dir=/tmp/onecard-dummy port=8012 status=0
-    rm -rf "$dir"
-    "$bin" synth --preset flash --layers ${BENCH_LAYERS:-43} --experts ${BENCH_EXPERTS:-256} --mtp 0 --config-only \
-        --out "$dir" || return 1
-    local t0=$(date +%s)
-    # BENCH_MAX_LEN=default leaves --max-model-len to serve (the longest the plan holds).
-    local len_flag="--max-model-len ${BENCH_MAX_LEN:-8192}"
-    [ "${BENCH_MAX_LEN:-}" = default ] && len_flag=""
-    "$bin" serve "$dir" --load-format dummy --tokenizer demo/small/tokenizer.json --device cuda --port $port \
-        $len_flag --max-num-seqs 64 --no-access-log ${SERVE_ARGS:-} > "$out/serve.log" 2>&1 &
-    local pid=$!
-    wait_ready "$out/serve.log" $pid ${SMOKE_WAIT:-300}
-    echo "serve ready after $(( $(date +%s) - t0 )) s" | tee -a "$out/serve.log"
-    grep -q '^ready$' "$out/serve.log" || { tail -30 "$out/serve.log"; kill $pid; return 1; }
+    local bin="$CARRY_DIR/bin/onecard" port=8012 status=0
+    start_dummy_serve "$out" || return 1
+    local pid=$SERVE_PID
     local args=("$@")
     [ ${#args[@]} -gt 0 ] || args=(--max-concurrency 1,8,32,64 --num-prompts 64 --random-input-len 512
                                    --random-output-len 128 --ignore-eos)
@@ -251,10 +262,64 @@ serve_bench() {
     return $status
 }
 
+# The prefix cache's figures (issue 15) through the server: TTFT of one long prompt cold, then sent
+# again (served from the device pool), for PREFIX_LENS (default 32768 131072); with the pool sized by
+# SERVE_ARGS to hold one such prompt, a second prompt of the last length pushes the first into the host
+# tier, and the first once more measures a restore from host RAM; then the 20-turn agent trace
+# (bench/data/agent_trace_20turns.json) for the share of prompt tokens served from the cache. Each
+# bench-serve run is one request at concurrency 1 (its TTFT is the figure); the same --seed sends the
+# same prompt. Writes prefix_bench.json (every run, keyed), prefix_bench.txt and serve.log.
+prefix_bench() {
+    local out=${1:-${OUT:-gpu-check-out}}
+    mkdir -p "$out"
+    unpack
+    local bin="$CARRY_DIR/bin/onecard" port=8012 status=0 runs=()
+    start_dummy_serve "$out" || return 1
+    local pid=$SERVE_PID
+    one() {  # name seed input_len
+        "$bin" bench-serve --base-url "http://127.0.0.1:$port" --out "$out/run_$1.json" --no-progress \
+            --max-concurrency 1 --num-prompts 1 --random-input-len $3 --random-output-len 2 --ignore-eos \
+            --seed $2 --timeout 900 2>&1 | tee -a "$out/prefix_bench.txt" | tail -3
+        [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+        runs+=("$1")
+        curl -s "http://127.0.0.1:$port/metrics" | grep -E '^vllm:(external_)?prefix_cache|^onecard:(kv_host|prefix_snap)' \
+            > "$out/run_$1.metrics" || true
+    }
+    local len last=""
+    for len in ${PREFIX_LENS:-32768 131072}; do
+        one "cold_$len" $len $len
+        one "cached_$len" $len $len
+        last=$len
+    done
+    one "other_$last" 7 $last            # pushes the first long prompt out of the device pool
+    one "host_$last" $last $last         # ... which now comes back from the host tier
+    "$bin" bench-serve --base-url "http://127.0.0.1:$port" --out "$out/run_agent20.json" --no-progress \
+        --max-concurrency 1 --num-prompts 1 --dataset-name agent-trace \
+        --dataset-path bench/data/agent_trace_20turns.json --ignore-eos --timeout 900 2>&1 | tee -a "$out/prefix_bench.txt" | tail -4
+    runs+=(agent20)
+    kill -INT $pid; wait $pid
+    # One JSON of every run (the device tool returns a few files only).
+    python3 - "$out" "${runs[@]}" > "$out/prefix_bench.json" <<'PY'
+import json, os, sys
+out, names = sys.argv[1], sys.argv[2:]
+doc = {}
+for n in names:
+    p = os.path.join(out, f"run_{n}.json")
+    m = os.path.join(out, f"run_{n}.metrics")
+    doc[n] = {"bench_serve": json.load(open(p)) if os.path.exists(p) else None,
+              "metrics_after": open(m).read().splitlines() if os.path.exists(m) else []}
+json.dump(doc, sys.stdout, indent=1)
+PY
+    rm -f "$out"/run_*
+    tail -8 "$out/serve.log"
+    return $status
+}
+
 case "$mode" in
     --pack) pack ;;
     --serve-smoke) shift; serve_smoke "$@" ;;
     --serve-bench) shift; serve_bench "$@" ;;
+    --prefix-bench) shift; prefix_bench "$@" ;;
     --run) shift; run "$@" ;;
     --bench) shift; bench "$@" ;;
     *) sed -n '2,34p' "$0"; exit 2 ;;

@@ -128,11 +128,20 @@ struct EngineConfig {
     int64_t max_model_len = 0;                    // prompt + output limit; 0 -> the runner's maximum
     int32_t eos_token_id = -1;                    // -1 -> none
     // Automatic prefix caching (vLLM's --enable-prefix-caching): used only where the runner supports
-    // it (the CPU runner in reference numerics; not yet the CUDA runner), else ignored.
+    // it (the CPU runner in reference numerics, the CUDA runner), else ignored.
     bool enable_prefix_caching = true;
-    // Bytes of per-sequence state snapshots the prefix cache may keep (the runner's store, besides the
-    // KV pool); -1: a quarter of kv_cache_bytes.
+    // Host RAM for per-sequence state snapshots the prefix cache may keep (besides the KV pool);
+    // -1: a quarter of kv_cache_bytes.
     int64_t prefix_snapshot_bytes = -1;
+    // Host RAM for the host KV tier (vLLM's --kv-offload-bytes idea): cached blocks evicted from the
+    // KV pool move there and come back on a hit. 0: off.
+    int64_t kv_offload_bytes = 0;
+    // The disk tier below the host tier (needs kv_offload_bytes > 0): a directory (empty: off), its
+    // byte bound, and what identifies the model whose KV it holds (an entry written for another model,
+    // or another runner's byte format, is never read back).
+    std::string kv_disk_dir;
+    int64_t kv_disk_bytes = 0;
+    uint64_t kv_disk_model_id = 0;
     size_t submit_queue_capacity = 256;
     size_t event_queue_capacity = 64;
     std::function<std::unique_ptr<TextDecoder>()> make_text_decoder;  // empty -> no text, no stop strings
@@ -150,6 +159,15 @@ struct EngineStats {
     bool prefix_caching = false;  // on in this engine (asked for and supported by the runner)
     int64_t prefix_cache_queries = 0;
     int64_t prefix_cache_hits = 0;
+    int64_t prefix_cache_hits_offloaded = 0;  // of the hits: tokens whose KV came from the host/disk tier
+    // KV usage per tier: host-tier blocks held / capacity, snapshots held / capacity, disk entries and bytes.
+    int64_t n_host_kv_blocks = 0, n_total_host_kv_blocks = 0;
+    int64_t n_prefix_snapshots = 0, n_total_prefix_snapshots = 0;
+    int64_t n_disk_kv_entries = 0, disk_kv_bytes = 0;
+    // What opening the disk tier found: entries reused from an earlier run, and what a crashed or
+    // foreign writer left that was removed (torn temp files, other models' or corrupt entries, excess).
+    int64_t disk_reused_entries = 0, disk_reused_bytes = 0;
+    int64_t disk_removed_torn = 0, disk_removed_foreign = 0, disk_removed_corrupt = 0, disk_removed_excess = 0;
 };
 
 class RequestStream;

@@ -4,6 +4,7 @@
 #include "engine/memory_plan.h"
 
 #include <algorithm>
+#include <cstring>
 #include <unordered_set>
 
 namespace onecard {
@@ -30,38 +31,61 @@ void CpuModelRunner::bind_kv_pool(const KvCacheSpec& spec, const KvPoolSize& siz
 }
 
 int64_t CpuModelRunner::prefix_snapshot_bytes(const KvCacheSpec& spec) const {
-    int64_t bytes = 4 * model_.new_sequence_external_kv().boundary_carry_floats();
+    int64_t bytes = 8 + 4 * model_.new_sequence_external_kv().boundary_carry_floats();
     for (const KvFixedRegion& f : spec.fixed)
         if (f.kind == KvFixedKind::Window) bytes += f.bytes();
     return bytes;
 }
 
 void CpuModelRunner::save_snapshot(const Live& live, int64_t id) {
-    Snapshot snap;
-    snap.n_tokens = live.state.n_tokens();
-    snap.carry = live.state.boundary_carry();
+    ONECARD_CHECK(id >= 0 && id < host_.n_snapshots && host_.snapshot_bytes == prefix_snapshot_bytes(*spec_),
+                  "cpu runner: snapshot entry {} outside the bound host memory", id);
+    uint8_t* p = host_.snapshot(id);
+    const int64_t n = live.state.n_tokens();
+    std::memcpy(p, &n, 8);
+    p += 8;
+    const std::vector<float> carry = live.state.boundary_carry();
+    std::memcpy(p, carry.data(), carry.size() * 4);
+    p += carry.size() * 4;
     for (size_t r : window_regions_) {
-        const uint8_t* p = arena_->fixed_region(live.slot, r);
-        snap.windows.insert(snap.windows.end(), p, p + spec_->fixed[r].bytes());
+        const auto bytes = static_cast<size_t>(spec_->fixed[r].bytes());
+        std::memcpy(p, arena_->fixed_region(live.slot, r), bytes);
+        p += bytes;
     }
-    snapshots_.insert_or_assign(id, std::move(snap));
 }
 
 CpuModelRunner::Live CpuModelRunner::restore_snapshot(int64_t id, int32_t slot, int64_t start_pos) {
-    auto it = snapshots_.find(id);
-    ONECARD_CHECK(it != snapshots_.end(), "cpu runner: prefix-cache snapshot {} is not stored", id);
-    const Snapshot& snap = it->second;
-    ONECARD_CHECK(snap.n_tokens == start_pos, "cpu runner: snapshot {} was taken at {} tokens, not {}", id,
-                  snap.n_tokens, start_pos);
+    ONECARD_CHECK(id >= 0 && id < host_.n_snapshots, "cpu runner: prefix-cache snapshot {} is not stored", id);
+    const uint8_t* p = host_.snapshot(id);
+    int64_t n = 0;
+    std::memcpy(&n, p, 8);
+    p += 8;
+    ONECARD_CHECK(n == start_pos, "cpu runner: snapshot {} was taken at {} tokens, not {}", id, n, start_pos);
     Live live{model_.new_sequence_external_kv(), slot, {}};
-    live.state.restore_boundary(snap.n_tokens, snap.carry);
-    const uint8_t* p = snap.windows.data();
+    std::vector<float> carry(static_cast<size_t>(live.state.boundary_carry_floats()));
+    std::memcpy(carry.data(), p, carry.size() * 4);
+    p += carry.size() * 4;
+    live.state.restore_boundary(n, carry);
     for (size_t r : window_regions_) {
-        const auto n = static_cast<size_t>(spec_->fixed[r].bytes());
-        std::copy(p, p + n, arena_->fixed_region(slot, r));
-        p += n;
+        const auto bytes = static_cast<size_t>(spec_->fixed[r].bytes());
+        std::memcpy(arena_->fixed_region(slot, r), p, bytes);
+        p += bytes;
     }
     return live;
+}
+
+void CpuModelRunner::copy_blocks(const SchedulerOutput& batch) {
+    const auto bytes = static_cast<size_t>(host_.block_bytes);
+    for (const KvBlockCopy& c : batch.block_spills) {
+        ONECARD_CHECK(c.host_entry >= 0 && c.host_entry < host_.n_blocks, "cpu runner: host entry {} out of range",
+                      c.host_entry);
+        std::memcpy(host_.block(c.host_entry), arena_->block(c.block), bytes);
+    }
+    for (const KvBlockCopy& c : batch.block_loads) {
+        ONECARD_CHECK(c.host_entry >= 0 && c.host_entry < host_.n_blocks, "cpu runner: host entry {} out of range",
+                      c.host_entry);
+        std::memcpy(arena_->block(c.block), host_.block(c.host_entry), bytes);
+    }
 }
 
 std::vector<float> CpuModelRunner::forward_saving(Live& live, const ScheduledRequest& e) {
@@ -88,7 +112,7 @@ std::vector<float> CpuModelRunner::forward_saving(Live& live, const ScheduledReq
 RunnerOutput CpuModelRunner::execute(const SchedulerOutput& batch) {
     for (RequestId id : batch.finished_ids) states_.erase(id);
     for (RequestId id : batch.preempted_ids) states_.erase(id);
-    for (int64_t id : batch.dropped_snapshots) snapshots_.erase(id);  // ids never stored are no-ops
+    if (!batch.block_spills.empty() || !batch.block_loads.empty()) copy_blocks(batch);
     ONECARD_CHECK(paged_kv() || model_.numerics() != Numerics::Reference,
                   "cpu runner: reference numerics keep KV in the engine's pool, but bind_kv_pool() was not called");
     RunnerOutput out;

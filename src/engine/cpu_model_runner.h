@@ -23,7 +23,9 @@
 // snapshot: windows n_layers * sliding_window * entry_bytes + 4 * Σ_CSA 2 * 4 * (2 * head_dim +
 // 2 * index_head_dim); at the Flash shape 44 * 128 * 584 + 4 * 21 * 8 * (1024 + 256) = 4.15 MB,
 // against 493 KB of paged KV per 128-token block: one every block costs ~8x the blocks' bytes, so
-// the engine bounds how many are kept (EngineConfig::prefix_snapshot_bytes, LRU). Restoring one
+// the engine bounds how many are kept (EngineConfig::prefix_snapshot_bytes, LRU). Snapshots and
+// host-tier blocks live in the engine's host memory (bind_host_tier); a snapshot's bytes are
+// [n_tokens: int64][carry: fp32 x boundary_carry_floats][window regions in spec order]. Restoring one
 // into a fresh state and computing on is bit for bit a cold run (the forward pass is exact under
 // any chunking), as tests/unit/prefix_cache_test.cpp checks at every boundary kind.
 #pragma once
@@ -52,10 +54,10 @@ public:
     void bind_kv_pool(const KvCacheSpec& spec, const KvPoolSize& size) override;
     bool supports_prefix_caching() const override { return model_.numerics() == Numerics::Reference; }
     int64_t prefix_snapshot_bytes(const KvCacheSpec& spec) const override;
+    void bind_host_tier(const KvHostMemory& mem) override { host_ = mem; }
     RunnerOutput execute(const SchedulerOutput& batch) override;
 
     size_t n_live_states() const { return states_.size(); }
-    size_t n_snapshots() const { return snapshots_.size(); }
     bool paged_kv() const { return arena_ != nullptr; }
     // Throws onecard::Error unless every live state is consistent and, with paged KV, live requests
     // hold distinct slots and pairwise disjoint block tables (inside the arena) that cover their tokens.
@@ -67,13 +69,9 @@ private:
         int32_t slot = -1;                 // paged KV: the request's slot
         std::vector<int32_t> block_table;  // paged KV: the table of its last step
     };
-    struct Snapshot {  // a sequence's state at a block boundary, besides its blocks
-        int64_t n_tokens = 0;
-        std::vector<float> carry;      // SequenceState::boundary_carry()
-        std::vector<uint8_t> windows;  // the slot's Window regions, in spec order
-    };
     void save_snapshot(const Live& live, int64_t id);
     Live restore_snapshot(int64_t id, int32_t slot, int64_t start_pos);
+    void copy_blocks(const SchedulerOutput& batch);  // the host tier's spills, then its loads
     // Advances `live` by tokens, returning the logits of the last call; splits the work at the
     // boundaries where snapshots are to be taken.
     std::vector<float> forward_saving(Live& live, const ScheduledRequest& e);
@@ -85,8 +83,8 @@ private:
     std::unique_ptr<KvCacheSpec> spec_;
     std::unique_ptr<PagedKvLayout> layout_;
     std::unique_ptr<KvHostArena> arena_;
-    std::unordered_map<int64_t, Snapshot> snapshots_;  // prefix-cache snapshots by id
-    std::vector<size_t> window_regions_;               // the spec's Window regions (fixed indices)
+    KvHostMemory host_;                   // prefix caching: snapshots and host-tier blocks
+    std::vector<size_t> window_regions_;  // the spec's Window regions (fixed indices)
 };
 
 }  // namespace onecard

@@ -135,6 +135,25 @@ struct Engine::Impl {
         stats.prefix_caching = core.prefix_caching();
         stats.prefix_cache_queries = core.scheduler().n_prefix_queries();
         stats.prefix_cache_hits = core.scheduler().n_prefix_hits();
+        stats.prefix_cache_hits_offloaded = core.scheduler().n_prefix_hits_offloaded();
+        if (const KvHostTier* t = core.kv().host_tier()) {
+            const PrefixCacheStats ps = core.kv().prefix_cache_stats();
+            stats.n_host_kv_blocks = ps.n_host_blocks;
+            stats.n_total_host_kv_blocks = t->config().max_host_blocks;
+            stats.n_prefix_snapshots = ps.n_snapshots;
+            stats.n_total_prefix_snapshots = t->config().max_snapshots;
+            stats.n_disk_kv_entries = ps.n_disk_entries;
+            stats.disk_kv_bytes = ps.disk_bytes;
+            if (const KvDiskStore* d = t->disk()) {
+                const KvDiskStartupReport& r = d->startup_report();
+                stats.disk_reused_entries = r.n_entries;
+                stats.disk_reused_bytes = r.bytes;
+                stats.disk_removed_torn = r.n_removed_temp;
+                stats.disk_removed_foreign = r.n_removed_foreign;
+                stats.disk_removed_corrupt = r.n_removed_corrupt;
+                stats.disk_removed_excess = r.n_evicted_over_bound;
+            }
+        }
         idle_cv.notify_all();
     }
 

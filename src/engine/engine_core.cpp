@@ -45,12 +45,26 @@ EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<ModelRunner> 
         const int64_t budget =
             config_.prefix_snapshot_bytes >= 0 ? config_.prefix_snapshot_bytes : config_.kv_cache_bytes / 4;
         prefix.max_snapshots = snapshot_bytes > 0 ? budget / snapshot_bytes : 0;
+        prefix.snapshot_bytes = std::max<int64_t>(snapshot_bytes, 1);
+        ONECARD_CHECK(config_.kv_offload_bytes >= 0, "engine: kv_offload_bytes {} is negative", config_.kv_offload_bytes);
+        prefix.max_host_blocks = config_.kv_offload_bytes / spec.block_bytes;
+        if (!config_.kv_disk_dir.empty()) {
+            ONECARD_CHECK(prefix.max_host_blocks > 0 && config_.kv_disk_bytes > 0,
+                          "engine: a disk KV tier ({}) needs kv_offload_bytes and kv_disk_bytes > 0", config_.kv_disk_dir);
+            KvDiskStoreOptions d;
+            d.dir = config_.kv_disk_dir;
+            d.max_bytes = config_.kv_disk_bytes;
+            // What the bytes mean: the model, the KV layout and the runner's snapshot format.
+            d.layout_fingerprint = kv_layout_fingerprint(spec, snapshot_bytes, config_.kv_disk_model_id);
+            prefix.disk = d;
+        }
     }
     kv_ = std::make_unique<KvCacheManager>(std::move(spec), size, prefix);
     runner_->bind_kv_pool(kv_->spec(), size);
-    scheduler_ = std::make_unique<Scheduler>(
-        SchedulerConfig{config_.max_num_batched_tokens, config_.long_prefill_token_threshold, config_.max_num_seqs},
-        *kv_);
+    if (const KvHostMemory* host = kv_->host_memory()) runner_->bind_host_tier(*host);
+    SchedulerConfig sc{config_.max_num_batched_tokens, config_.long_prefill_token_threshold, config_.max_num_seqs};
+    sc.snapshots_inside_chunks = runner_->prefix_snapshots_inside_chunks();
+    scheduler_ = std::make_unique<Scheduler>(sc, *kv_);
 }
 
 void EngineCore::validate(const GenerateRequest& req) const {
@@ -273,7 +287,7 @@ std::vector<EngineEvent> EngineCore::step() {
     std::vector<EngineEvent> events;
     SchedulerOutput out = scheduler_->schedule();
     last_step_scheduled_ = !out.empty();
-    if (out.empty() && out.finished_ids.empty() && out.preempted_ids.empty() && out.dropped_snapshots.empty()) {
+    if (out.empty() && out.finished_ids.empty() && out.preempted_ids.empty()) {
         last_output_ = std::move(out);
         return events;
     }

@@ -98,10 +98,12 @@ private:
     EngineEvent final_event(const Request& req, FinishReason reason) const;
 
     EngineConfig config_;
+    // Declared before runner_ so that it is destroyed after it: the runner may hold the manager's
+    // host-tier memory registered (ModelRunner::bind_host_tier) until its destructor.
+    std::unique_ptr<KvCacheManager> kv_;
     std::unique_ptr<ModelRunner> runner_;
     int64_t vocab_size_ = 0;
     int64_t max_model_len_ = 0;
-    std::unique_ptr<KvCacheManager> kv_;
     std::unique_ptr<Scheduler> scheduler_;
     Sampler sampler_;
     std::mt19937_64 seed_rng_;  // seeds for requests that bring none

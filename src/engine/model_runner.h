@@ -4,6 +4,7 @@
 #pragma once
 
 #include "engine/scheduler_output.h"
+#include "kvcache/kv_host_tier.h"
 #include "kvcache/kv_spec.h"
 
 #include <cstdint>
@@ -45,14 +46,21 @@ public:
     }
     // Prefix caching (kvcache/kv_manager.h): a runner that can take snapshots of a sequence's state at
     // block boundaries and resume a new sequence from one (ScheduledRequest::save_snapshots,
-    // restore_snapshot, SchedulerOutput::dropped_snapshots) says so here; the engine turns prefix
-    // caching on only then, so any other runner never sees those fields set and runs as before.
+    // restore_snapshot) and copy blocks to and from the host tier (SchedulerOutput::block_spills,
+    // block_loads) says so here; the engine turns prefix caching on only then, so any other runner
+    // never sees those fields set and runs as before.
     virtual bool supports_prefix_caching() const { return false; }
-    // Bytes one snapshot takes in the runner's store (the engine sizes the snapshot budget with it).
+    // Bytes one snapshot takes (the engine sizes the snapshot store with it).
     virtual int64_t prefix_snapshot_bytes(const KvCacheSpec& spec) const {
         (void)spec;
         return 0;
     }
+    // True if a snapshot can be taken at a boundary inside a chunk; false: only at a chunk's end (the
+    // scheduler then cuts chunks at boundaries, SchedulerConfig::snapshots_inside_chunks).
+    virtual bool prefix_snapshots_inside_chunks() const { return true; }
+    // Called once after bind_kv_pool() when prefix caching is on: the host memory snapshots and
+    // host-tier blocks live in (the engine's; valid until the runner is destroyed).
+    virtual void bind_host_tier(const KvHostMemory& mem) { (void)mem; }
     virtual RunnerOutput execute(const SchedulerOutput& batch) = 0;
 };
 

@@ -56,12 +56,24 @@ ScheduledRequest Scheduler::make_entry(Request& r, int64_t n) {
         // lets a later request with this prefix resume there (kv_manager.h bounds how many stay).
         update_block_hashes(r);
         const int64_t bs = kv_.spec().block_size;
-        for (int64_t pos = (e.start_pos / bs + 1) * bs; pos <= e.start_pos + n; pos += bs) {
+        const int64_t first = config_.snapshots_inside_chunks ? (e.start_pos / bs + 1) * bs : e.start_pos + n;
+        for (int64_t pos = first; pos <= e.start_pos + n; pos += bs) {
+            if (pos % bs != 0) continue;
             const int64_t id = kv_.plan_snapshot(r.block_hashes[static_cast<size_t>(pos / bs - 1)]);
             if (id >= 0) e.save_snapshots.push_back({pos, id});
         }
     }
     return e;
+}
+
+int64_t Scheduler::chunk_tokens(const Request& r, int64_t start, int64_t n) const {
+    if (!kv_.prefix_caching() || config_.snapshots_inside_chunks) return n;
+    const int64_t bs = kv_.spec().block_size, end = start + n;
+    const int64_t last_boundary = (r.num_tokens() - 1) / bs * bs;  // where a re-sent sequence resumes
+    if (start < last_boundary && end > last_boundary) return last_boundary - start;
+    const int64_t aligned = end / bs * bs;
+    if (end < r.num_tokens() && aligned > start) return aligned - start;
+    return n;
 }
 
 void Scheduler::preempt(Request* victim, SchedulerOutput& out, int64_t& budget) {
@@ -101,7 +113,8 @@ SchedulerOutput Scheduler::schedule() {
             if (r->status != RequestStatus::Running || r->paused || budget == 0) continue;
             const int64_t remaining = r->num_tokens() - r->num_computed_tokens;
             if (remaining <= 0 || (remaining == 1) != decode_pass) continue;
-            const int64_t n = std::min({remaining, config_.long_prefill_token_threshold, budget});
+            const int64_t n = chunk_tokens(
+                *r, r->num_computed_tokens, std::min({remaining, config_.long_prefill_token_threshold, budget}));
             const int64_t need = r->num_computed_tokens + n - kv_.n_tokens(r->kv);  // KV tokens to add
             bool self_preempted = false;
             while (need > 0 && !kv_.can_extend(r->kv, need)) {
@@ -128,10 +141,12 @@ SchedulerOutput Scheduler::schedule() {
         PrefixMatch match;
         if (kv_.prefix_caching()) {
             update_block_hashes(*r);
+            kv_.promote_from_disk(r->block_hashes, r->tokens());
             match = kv_.match_prefix(r->block_hashes, r->tokens());
         }
         const int64_t start = match.n_tokens;  // < num_tokens(): the last token is always computed
-        const int64_t n = std::min({r->num_tokens() - start, config_.long_prefill_token_threshold, budget});
+        const int64_t n =
+            chunk_tokens(*r, start, std::min({r->num_tokens() - start, config_.long_prefill_token_threshold, budget}));
         if (!kv_.can_allocate(match, start + n)) break;
         waiting_.pop_front();
         r->kv = kv_.allocate(match, start + n);
@@ -142,6 +157,7 @@ SchedulerOutput Scheduler::schedule() {
             if (kv_.prefix_caching()) {
                 n_prefix_queries_ += r->num_prompt_tokens();
                 n_prefix_hits_ += r->num_cached_tokens;
+                n_prefix_hits_offloaded_ += static_cast<int64_t>(match.host_blocks.size()) * kv_.spec().block_size;
             }
         }
         running_.push_back(r);
@@ -152,7 +168,9 @@ SchedulerOutput Scheduler::schedule() {
     }
 
     for (auto& e : out.requests) e.block_table = kv_.block_table(e.kv);
-    out.dropped_snapshots = kv_.take_dropped_snapshots();
+    KvCacheManager::BlockCopies copies = kv_.take_block_copies();
+    out.block_spills = std::move(copies.spills);
+    out.block_loads = std::move(copies.loads);
     return out;
 }
 

@@ -28,6 +28,11 @@ struct SchedulerConfig {
     int64_t max_num_batched_tokens = 2048;
     int64_t long_prefill_token_threshold = 1024;
     int64_t max_num_seqs = 16;
+    // The runner can snapshot at a block boundary inside a chunk (ModelRunner::prefix_snapshot_points).
+    // When it cannot (the CUDA runner: a step computes its chunk in one pass), prefill chunks end at
+    // block boundaries where they can, and never run past the last boundary below the sequence's last
+    // token, so each boundary a later request can resume at is some chunk's end.
+    bool snapshots_inside_chunks = true;
 };
 
 class Scheduler {
@@ -54,6 +59,8 @@ public:
     // Prefix caching, as vLLM counts it: prompt tokens of first admissions looked up, and found cached.
     int64_t n_prefix_queries() const { return n_prefix_queries_; }
     int64_t n_prefix_hits() const { return n_prefix_hits_; }
+    // Of those, tokens whose blocks came back from the host (or disk) tier (vLLM's "external" hits).
+    int64_t n_prefix_hits_offloaded() const { return n_prefix_hits_offloaded_; }
     const SchedulerConfig& config() const { return config_; }
     const KvCacheManager& kv() const { return kv_; }
 
@@ -64,6 +71,8 @@ public:
 private:
     void preempt(Request* victim, SchedulerOutput& out, int64_t& budget);
     ScheduledRequest make_entry(Request& r, int64_t n);
+    // n tokens of r from `start`, cut to end at a block boundary when snapshots are taken at chunk ends.
+    int64_t chunk_tokens(const Request& r, int64_t start, int64_t n) const;
     void update_block_hashes(Request& r) const;
 
     SchedulerConfig config_;
@@ -74,7 +83,7 @@ private:
     std::vector<RequestId> finished_since_last_step_;
     int64_t step_ = 0;
     int64_t n_preemptions_ = 0;
-    int64_t n_prefix_queries_ = 0, n_prefix_hits_ = 0;
+    int64_t n_prefix_queries_ = 0, n_prefix_hits_ = 0, n_prefix_hits_offloaded_ = 0;
 };
 
 }  // namespace onecard

@@ -50,11 +50,12 @@ struct ScheduledRequest {
     std::vector<int32_t> block_table;  // paged blocks covering [0, start_pos + n_tokens)
 
     // Prefix caching (kvcache/kv_manager.h; only for a runner that supports_prefix_caching()).
-    // >= 0: a prefix hit. The request starts at start_pos > 0 from the runner's snapshot with this id
-    // (taken at start_pos); block_table's first start_pos / block_size blocks hold the prefix.
+    // >= 0: a prefix hit. The request starts at start_pos > 0 from the snapshot in this host entry
+    // (KvHostMemory::snapshot, taken at start_pos); block_table's first start_pos / block_size blocks
+    // hold the prefix (those of block_loads are copied in before the step computes).
     int64_t restore_snapshot = -1;
     // Snapshots to take while computing this chunk: the state after position pos - 1 (pos a block
-    // boundary in (start_pos, start_pos + n_tokens], ascending), stored under id.
+    // boundary in (start_pos, start_pos + n_tokens], ascending), written to host entry id.
     struct SnapshotSave {
         int64_t pos = 0;
         int64_t id = -1;
@@ -73,8 +74,11 @@ struct SchedulerOutput {
     // since the last step, and requests preempted (they come back later with start_pos 0).
     std::vector<RequestId> finished_ids;
     std::vector<RequestId> preempted_ids;
-    // Snapshot ids the runner frees before this step (evicted from the prefix cache, or abandoned).
-    std::vector<int64_t> dropped_snapshots;
+    // Prefix caching's host tier (KvCacheManager::take_block_copies): before computing, the runner
+    // copies every spilled block to its host entry, then every loaded entry into its block, ordered
+    // against the step's compute (and any earlier step's) that touches the same device blocks.
+    std::vector<KvBlockCopy> block_spills;
+    std::vector<KvBlockCopy> block_loads;
 
     bool empty() const { return requests.empty(); }
 };

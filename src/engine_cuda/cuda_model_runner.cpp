@@ -129,6 +129,90 @@ void CudaModelRunner::bind_kv_pool(const KvCacheSpec& spec, const KvPoolSize& si
     report_.free_after = arena_->remaining();
 }
 
+void CudaModelRunner::LazyPinned::reset(uint8_t* p, int64_t n, int64_t entry_bytes) {
+    base = p;
+    bytes = std::max<int64_t>(n, 0);
+    // Whole entries per chunk: one async copy must lie inside one registration (CUDA refuses a copy
+    // spanning two with "invalid argument").
+    chunk = entry_bytes > 0 ? std::max<int64_t>(1, kChunkTarget / entry_bytes) * entry_bytes : kChunkTarget;
+    pinned.assign(static_cast<size_t>((bytes + chunk - 1) / chunk), 0);
+}
+
+void CudaModelRunner::LazyPinned::ensure(const uint8_t* p, int64_t n) {
+    ONECARD_CHECK(p >= base && p + n <= base + bytes, "cuda runner: a host-tier copy outside its arena");
+    ONECARD_CHECK((p - base) / chunk == (p + n - 1 - base) / chunk, "cuda runner: a host-tier entry spans two pinned chunks");
+    for (int64_t c = (p - base) / chunk; c <= (p + n - 1 - base) / chunk; ++c) {
+        if (pinned[static_cast<size_t>(c)]) continue;
+        const int64_t len = std::min(chunk, bytes - c * chunk);
+        CUDA_CHECK(cudaHostRegister(base + c * chunk, static_cast<size_t>(len), cudaHostRegisterDefault));
+        pinned[static_cast<size_t>(c)] = 1;
+    }
+}
+
+CudaModelRunner::LazyPinned::~LazyPinned() {
+    for (size_t c = 0; c < pinned.size(); ++c)
+        if (pinned[c]) cudaHostUnregister(base + static_cast<int64_t>(c) * chunk);  // nothing to do on failure
+}
+
+void CudaModelRunner::bind_host_tier(const KvHostMemory& mem) {
+    ONECARD_CHECK(pool_ != nullptr && host_tier_.snapshot_bytes == 0 && host_tier_.block_bytes == 0,
+                  "cuda runner: bind_host_tier() before bind_kv_pool() or twice");
+    ONECARD_CHECK(mem.n_snapshots == 0 || mem.snapshot_bytes == pool_->spec().slot_bytes,
+                  "cuda runner: snapshots of {} bytes, but a slot is {}", mem.snapshot_bytes, pool_->spec().slot_bytes);
+    ONECARD_CHECK(mem.n_blocks == 0 || mem.block_bytes == pool_->spec().block_bytes,
+                  "cuda runner: host-tier blocks of {} bytes, but a block is {}", mem.block_bytes,
+                  pool_->spec().block_bytes);
+    host_tier_ = mem;
+    pinned_snapshots_.reset(mem.snapshots, mem.n_snapshots * mem.snapshot_bytes, mem.snapshot_bytes);
+    pinned_blocks_.reset(mem.blocks, mem.n_blocks * mem.block_bytes, mem.block_bytes);
+    report_.host_tier_bytes = static_cast<uint64_t>(mem.n_snapshots * mem.snapshot_bytes + mem.n_blocks * mem.block_bytes);
+}
+
+void CudaModelRunner::queue_prefix_copies_in(const SchedulerOutput& batch) {
+    const auto block_bytes = static_cast<size_t>(pool_->spec().block_bytes);
+    auto check_entry = [this](int64_t e) {
+        ONECARD_CHECK(e >= 0 && e < host_tier_.n_blocks, "cuda runner: host-tier entry {} outside [0, {})", e,
+                      host_tier_.n_blocks);
+    };
+    // Spills first: a block evicted this step may be the target of one of this step's loads.
+    for (const KvBlockCopy& c : batch.block_spills) {
+        check_entry(c.host_entry);
+        pinned_blocks_.ensure(host_tier_.block(c.host_entry), host_tier_.block_bytes);
+        CUDA_CHECK(cudaMemcpyAsync(host_tier_.block(c.host_entry), pool_->base() + pool_->block_offset(c.block),
+                                   block_bytes, cudaMemcpyDeviceToHost, stream_.get()));
+    }
+    for (const KvBlockCopy& c : batch.block_loads) {
+        check_entry(c.host_entry);
+        pinned_blocks_.ensure(host_tier_.block(c.host_entry), host_tier_.block_bytes);
+        CUDA_CHECK(cudaMemcpyAsync(pool_->base() + pool_->block_offset(c.block), host_tier_.block(c.host_entry),
+                                   block_bytes, cudaMemcpyHostToDevice, stream_.get()));
+    }
+    for (const auto& r : batch.requests) {
+        if (r.restore_snapshot < 0) continue;
+        ONECARD_CHECK(r.restore_snapshot < host_tier_.n_snapshots, "cuda runner: snapshot {} outside [0, {})",
+                      r.restore_snapshot, host_tier_.n_snapshots);
+        pinned_snapshots_.ensure(host_tier_.snapshot(r.restore_snapshot), host_tier_.snapshot_bytes);
+        CUDA_CHECK(cudaMemcpyAsync(pool_->base() + pool_->slot_offset(r.kv.slot), host_tier_.snapshot(r.restore_snapshot),
+                                   static_cast<size_t>(pool_->spec().slot_bytes), cudaMemcpyHostToDevice,
+                                   stream_.get()));
+    }
+}
+
+void CudaModelRunner::queue_snapshot_saves(const SchedulerOutput& batch) {
+    for (const auto& r : batch.requests)
+        for (const auto& save : r.save_snapshots) {
+            ONECARD_CHECK(save.pos == r.start_pos + r.n_tokens(),
+                          "cuda runner: request {} asks for a snapshot at {} inside its chunk [{}, {})", r.id, save.pos,
+                          r.start_pos, r.start_pos + r.n_tokens());
+            ONECARD_CHECK(save.id >= 0 && save.id < host_tier_.n_snapshots, "cuda runner: snapshot {} outside [0, {})",
+                          save.id, host_tier_.n_snapshots);
+            pinned_snapshots_.ensure(host_tier_.snapshot(save.id), host_tier_.snapshot_bytes);
+            CUDA_CHECK(cudaMemcpyAsync(host_tier_.snapshot(save.id), pool_->base() + pool_->slot_offset(r.kv.slot),
+                                       static_cast<size_t>(pool_->spec().slot_bytes), cudaMemcpyDeviceToHost,
+                                       stream_.get()));
+        }
+}
+
 RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
     ONECARD_CHECK(model_ != nullptr, "cuda runner: bind_kv_pool() was not called");
     for (RequestId id : batch.finished_ids) n_tokens_.erase(id);
@@ -136,10 +220,12 @@ RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
     RunnerOutput out;
     out.vocab_size = cfg_.vocab_size;
     if (batch.requests.empty()) return out;
+    queue_prefix_copies_in(batch);
     std::vector<GpuStepSeq> seqs;
     seqs.reserve(batch.requests.size());
     for (const auto& r : batch.requests) {
         if (r.start_pos == 0) n_tokens_[r.id] = 0;
+        if (r.restore_snapshot >= 0) n_tokens_[r.id] = r.start_pos;  // its slot was restored above
         auto it = n_tokens_.find(r.id);
         ONECARD_CHECK(it != n_tokens_.end(), "cuda runner: request {} continues at position {} without state", r.id,
                       r.start_pos);
@@ -156,6 +242,7 @@ RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
         if (r.sample) out.row_ids.push_back(r.id);
     }
     const float* logits = model_->step(seqs, false, stream_.get());
+    queue_snapshot_saves(batch);
     // Rows the engine lets us sample are drawn on the GPU (only their ids come back); the others'
     // logits are copied for the host sampler.
     // Grammar masks overlap the forward: step() has only queued the forward on the stream, so the

@@ -54,6 +54,7 @@ struct CudaRunnerReport {
     uint64_t arena_bytes = 0, weight_bytes = 0, kv_pool_bytes = 0, workspace_bytes = 0, free_after = 0;
     uint64_t host_expert_bytes = 0;  // pinned host RAM holding the experts kept off the GPU
     uint64_t host_embed_bytes = 0;   // pinned host RAM holding the embedding table (embed_on_host)
+    uint64_t host_tier_bytes = 0;    // pinned host RAM of the prefix cache (snapshots, host KV tier)
     std::string placement;           // ExpertPlacement::summary(), or empty when every expert is on the GPU
     int64_t expert_swaps = 0;        // re-placements done while serving
     int64_t kv_token_capacity = 0, kv_slots = 0;
@@ -79,6 +80,18 @@ public:
     int64_t max_model_len() const override { return opt_.max_model_len; }
     KvModelShape kv_model_shape() const override;
     void bind_kv_pool(const KvCacheSpec& spec, const KvPoolSize& size) override;
+    // Prefix caching: a snapshot is the sequence's whole slot (window rings and compressor rings,
+    // spec.slot_bytes), copied out after a chunk that ends at a block boundary (a step computes its
+    // chunk in one pass, so not inside one) and back into a fresh slot on a hit. Snapshots and
+    // host-tier blocks live in the engine's host memory, registered as pinned here; every copy runs on
+    // the compute stream (spills and loads and restores before the step's kernels, saves after), so it
+    // is ordered against every kernel that reads or writes the same device bytes: a restore cannot race
+    // a running step (the garbling vLLM #47282 saw with a side stream and no event). The host memory is
+    // registered (pinned) 1 GiB at a time as copies first reach it.
+    bool supports_prefix_caching() const override { return true; }
+    int64_t prefix_snapshot_bytes(const KvCacheSpec& spec) const override { return spec.slot_bytes; }
+    bool prefix_snapshots_inside_chunks() const override { return false; }
+    void bind_host_tier(const KvHostMemory& mem) override;
     RunnerOutput execute(const SchedulerOutput& batch) override;
 
     const CudaRunnerReport& report() const { return report_; }
@@ -94,6 +107,9 @@ public:
 
 private:
     void load(const ModelWeights* w, uint64_t dummy_seed);  // w == nullptr: dummy weights from the seed
+    // The host tier's copies and the snapshot restores of a step, queued on the stream before its forward.
+    void queue_prefix_copies_in(const SchedulerOutput& batch);
+    void queue_snapshot_saves(const SchedulerOutput& batch);  // after the forward
 
     ModelConfig cfg_;
     CudaRunnerOptions opt_;
@@ -105,6 +121,19 @@ private:
     std::unique_ptr<GpuKvPool> pool_;
     std::unique_ptr<GpuModel> model_;
     std::unordered_map<RequestId, int64_t> n_tokens_;  // live requests: tokens computed so far
+    KvHostMemory host_tier_;                           // prefix caching (bind_host_tier)
+    // Host memory registered as pinned in ~1 GiB chunks (whole entries each) on first use: pinning tens
+    // of GiB of host tier at start would cost seconds and RAM the tier may never fill.
+    struct LazyPinned {
+        static constexpr int64_t kChunkTarget = int64_t{1} << 30;
+        uint8_t* base = nullptr;
+        int64_t bytes = 0, chunk = kChunkTarget;
+        std::vector<char> pinned;  // [chunks]
+        void reset(uint8_t* p, int64_t n, int64_t entry_bytes);
+        void ensure(const uint8_t* p, int64_t n);  // registers the chunks [p, p + n) touches
+        ~LazyPinned();
+    };
+    LazyPinned pinned_snapshots_, pinned_blocks_;
     struct PinnedFree {
         void operator()(uint32_t* p) const;
     };

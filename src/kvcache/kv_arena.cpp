@@ -56,4 +56,9 @@ uint8_t* KvHostArena::window_entry(int32_t slot, size_t region, int64_t pos) {
     return fixed_region(slot, region) + (pos % r.n_rows) * r.row_bytes;
 }
 
+uint8_t* KvHostArena::block(int32_t block) {
+    ONECARD_CHECK(block >= 0 && block < n_blocks_, "kv arena: block {} outside [0, {})", block, n_blocks_);
+    return blocks_.data() + static_cast<size_t>(block) * static_cast<size_t>(spec_.block_bytes);
+}
+
 }  // namespace onecard

@@ -31,6 +31,8 @@ public:
     const uint8_t* paged_entry(std::span<const int32_t> block_table, size_t stream, int64_t i) const;
     // [n_rows, row_bytes] of fixed region r in a slot.
     uint8_t* fixed_region(int32_t slot, size_t region);
+    // [block_bytes] of paged block `block` (the host tier copies whole blocks).
+    uint8_t* block(int32_t block);
     // [entry_bytes] window row for token position pos (ring of sliding_window rows).
     uint8_t* window_entry(int32_t slot, size_t region, int64_t pos);
 

@@ -54,7 +54,13 @@ KvCacheManager::KvCacheManager(KvCacheSpec spec, KvPoolSize size, PrefixCacheCon
     ONECARD_CHECK(size.n_slots > 0 && size.n_slots <= std::numeric_limits<int32_t>::max(),
                   "kv manager: bad slot count {}", size.n_slots);
     ONECARD_CHECK(prefix_.max_snapshots >= 0, "kv manager: max_snapshots {} is negative", prefix_.max_snapshots);
-    if (prefix_.enabled) cached_.resize(static_cast<size_t>(size.n_blocks));
+    if (prefix_.enabled) {
+        cached_.resize(static_cast<size_t>(size.n_blocks));
+        ONECARD_CHECK(!prefix_.disk || prefix_.max_host_blocks > 0,
+                      "kv manager: a disk tier needs the host tier (blocks come back through host RAM)");
+        host_ = std::make_unique<KvHostTier>(spec_, KvHostTierConfig{prefix_.max_snapshots, prefix_.snapshot_bytes,
+                                                                     prefix_.max_host_blocks, prefix_.disk});
+    }
     slots_.resize(static_cast<size_t>(size.n_slots));
     for (auto s = static_cast<int32_t>(size.n_slots) - 1; s >= 0; --s) free_slots_.push_back(s);
 }
@@ -103,9 +109,11 @@ KvHandle KvCacheManager::allocate(const PrefixMatch& match, int64_t n_tokens) {
     ONECARD_CHECK(can_allocate(match, n_tokens),
                   "kv manager: allocate({}, {} cached) without room ({} free slots, {} free blocks)", n_tokens,
                   match.n_tokens, free_slots_.size(), n_free_blocks());
-    ONECARD_CHECK(match.blocks.empty() || prefix_.enabled, "kv manager: a prefix match with prefix caching off");
-    ONECARD_CHECK(static_cast<int64_t>(match.blocks.size()) * spec_.block_size == match.n_tokens,
-                  "kv manager: a prefix match of {} blocks for {} tokens", match.blocks.size(), match.n_tokens);
+    ONECARD_CHECK((match.blocks.empty() && match.host_blocks.empty()) || prefix_.enabled,
+                  "kv manager: a prefix match with prefix caching off");
+    const auto n_match = static_cast<int64_t>(match.blocks.size() + match.host_blocks.size());
+    ONECARD_CHECK(n_match * spec_.block_size == match.n_tokens, "kv manager: a prefix match of {} blocks for {} tokens",
+                  n_match, match.n_tokens);
     const int32_t id = free_slots_.back();
     free_slots_.pop_back();
     Slot& s = slots_[static_cast<size_t>(id)];
@@ -113,22 +121,31 @@ KvHandle KvCacheManager::allocate(const PrefixMatch& match, int64_t n_tokens) {
     ++s.generation;
     s.n_tokens = n_tokens;
     s.blocks.clear();
-    s.n_registered = static_cast<int64_t>(match.blocks.size());
+    s.n_registered = n_match;
     for (int32_t b : match.blocks) {
         ONECARD_CHECK(pool_.is_cached(b), "kv manager: prefix match names block {}, which is not cached", b);
         pool_.incref(b);
         s.blocks.push_back(b);
     }
-    if (match.snapshot >= 0) {  // a hit: its snapshot is the most recently used
-        auto it = snapshots_.find(match.blocks.empty() ? 0 : cached_[static_cast<size_t>(match.blocks.back())].hash);
-        ONECARD_CHECK(it != snapshots_.end() && it->second.id == match.snapshot,
-                      "kv manager: prefix match names snapshot {}, which is not indexed", match.snapshot);
-        snapshot_lru_.splice(snapshot_lru_.end(), snapshot_lru_, it->second.lru);
-    }
+    // Pinned before any eviction below can spill into the host tier: their entries are read this step.
+    for (int64_t e : match.host_blocks) host_->use_block(e);
+    if (match.snapshot >= 0) host_->use_snapshot(match.snapshot);  // a hit: the most recently used
     std::vector<int32_t> evicted;
     pool_.allocate(static_cast<int32_t>(spec_.blocks_for_tokens(n_tokens) - static_cast<int64_t>(s.blocks.size())),
                    s.blocks, &evicted);
     forget_evicted(evicted);
+    // The host-tier blocks come back into the first fresh blocks and are cached again at once.
+    for (size_t j = 0; j < match.host_blocks.size(); ++j) {
+        const int64_t e = match.host_blocks[j];
+        const int32_t b = s.blocks[match.blocks.size() + j];
+        CachedBlock& c = cached_[static_cast<size_t>(b)];
+        c.hash = host_->block_hash(e);
+        c.tokens = host_->block_tokens(e);
+        ONECARD_CHECK(!block_of_hash_.contains(c.hash), "kv manager: host block {} is also on the device", e);
+        block_of_hash_.emplace(c.hash, b);
+        pool_.set_cached(b, true);
+        copies_.loads.push_back({b, e});
+    }
     return KvHandle{id, s.generation};
 }
 
@@ -136,48 +153,69 @@ void KvCacheManager::forget_evicted(const std::vector<int32_t>& evicted) {
     for (int32_t b : evicted) {
         CachedBlock& c = cached_[static_cast<size_t>(b)];
         block_of_hash_.erase(c.hash);
+        // Into the host tier (copied before the step that reuses b computes), if it has one.
+        const int64_t e = host_->spill_block(c.hash, c.tokens);
+        if (e >= 0) copies_.spills.push_back({b, e});
         // The snapshot that ends at this block cannot be resumed without it.
-        drop_snapshot(c.hash);
+        if (!host_->has_block(c.hash)) host_->drop_snapshot(c.hash);
         c = CachedBlock{};
         ++n_evicted_blocks_;
     }
-}
-
-void KvCacheManager::drop_snapshot(BlockHash hash) {
-    auto it = snapshots_.find(hash);
-    if (it == snapshots_.end()) return;
-    dropped_snapshots_.push_back(it->second.id);
-    snapshot_lru_.erase(it->second.lru);
-    snapshots_.erase(it);
-    ++n_evicted_snapshots_;
 }
 
 PrefixMatch KvCacheManager::match_prefix(std::span<const BlockHash> hashes, const SequenceTokens& tokens) const {
     PrefixMatch m;
     if (!prefix_.enabled) return m;
     const auto bs = static_cast<size_t>(spec_.block_size);
-    std::vector<int32_t> chain;
+    std::vector<int32_t> chain;  // device blocks
+    std::vector<int64_t> host;   // then host-tier entries
+    std::vector<int32_t> block_tokens(bs);
     for (size_t b = 0; b < hashes.size() && (b + 1) * bs <= tokens.size(); ++b) {
+        for (size_t i = 0; i < bs; ++i) block_tokens[i] = tokens[b * bs + i];
         auto it = block_of_hash_.find(hashes[b]);
-        if (it == block_of_hash_.end()) break;
-        const CachedBlock& c = cached_[static_cast<size_t>(it->second)];
-        // The chain hash covers the parents; the tokens rule out a collision.
-        bool same = true;
-        for (size_t i = 0; i < bs && same; ++i) same = c.tokens[i] == tokens[b * bs + i];
-        if (!same) break;
-        chain.push_back(it->second);
+        if (host.empty() && it != block_of_hash_.end()) {
+            // The chain hash covers the parents; the tokens rule out a collision.
+            if (cached_[static_cast<size_t>(it->second)].tokens != block_tokens) break;
+            chain.push_back(it->second);
+            continue;
+        }
+        // A device block after a host one would need a third kind of match entry: stop there.
+        if (it != block_of_hash_.end()) break;
+        const int64_t e = host_->find_block(hashes[b], block_tokens);
+        if (e < 0) break;
+        host.push_back(e);
     }
     // Resume at the last boundary with a snapshot that leaves at least one token to compute.
-    for (size_t j = chain.size(); j > 0; --j) {
+    for (size_t j = chain.size() + host.size(); j > 0; --j) {
         if (j * bs >= tokens.size()) continue;
-        auto it = snapshots_.find(hashes[j - 1]);
-        if (it == snapshots_.end()) continue;
-        m.blocks.assign(chain.begin(), chain.begin() + static_cast<long>(j));
+        const int64_t snap = host_->find_snapshot(hashes[j - 1]);
+        if (snap < 0) continue;
+        const size_t n_dev = std::min(j, chain.size());
+        m.blocks.assign(chain.begin(), chain.begin() + static_cast<long>(n_dev));
+        m.host_blocks.assign(host.begin(), host.begin() + static_cast<long>(j - n_dev));
         m.n_tokens = static_cast<int64_t>(j * bs);
-        m.snapshot = it->second.id;
+        m.snapshot = snap;
         break;
     }
     return m;
+}
+
+void KvCacheManager::promote_from_disk(std::span<const BlockHash> hashes, const SequenceTokens& tokens) {
+    if (!host_ || host_->disk() == nullptr) return;
+    const auto bs = static_cast<size_t>(spec_.block_size);
+    std::vector<int32_t> block_tokens(bs);
+    size_t n_avail = 0;  // leading blocks available in some tier
+    for (size_t b = 0; b < hashes.size() && (b + 1) * bs <= tokens.size(); ++b, ++n_avail) {
+        if (block_of_hash_.contains(hashes[b])) continue;
+        for (size_t i = 0; i < bs; ++i) block_tokens[i] = tokens[b * bs + i];
+        if (host_->find_block(hashes[b], block_tokens) >= 0) continue;
+        if (host_->promote_block(hashes[b], block_tokens) < 0) break;
+    }
+    // The resume point match_prefix will pick: the last boundary below the last token with a snapshot.
+    for (size_t j = n_avail; j > 0; --j) {
+        if (j * bs >= tokens.size()) continue;
+        if (host_->find_snapshot(hashes[j - 1]) >= 0 || host_->promote_snapshot(hashes[j - 1]) >= 0) break;
+    }
 }
 
 void KvCacheManager::cache_blocks(KvHandle h, std::span<const BlockHash> hashes, const SequenceTokens& tokens,
@@ -203,43 +241,44 @@ void KvCacheManager::cache_blocks(KvHandle h, std::span<const BlockHash> hashes,
 }
 
 int64_t KvCacheManager::plan_snapshot(BlockHash block_hash) {
-    if (!prefix_.enabled || prefix_.max_snapshots == 0 || snapshots_.contains(block_hash)) return -1;
-    for (const auto& [id, hash] : pending_snapshots_)
-        if (hash == block_hash) return -1;
-    const int64_t id = next_snapshot_id_++;
-    pending_snapshots_.emplace(id, block_hash);
-    return id;
+    return prefix_.enabled ? host_->plan_snapshot(block_hash) : -1;
 }
 
 void KvCacheManager::commit_snapshot(int64_t id) {
-    auto it = pending_snapshots_.find(id);
-    ONECARD_CHECK(it != pending_snapshots_.end(), "kv manager: commit of snapshot {}, which is not pending", id);
-    const BlockHash hash = it->second;
-    pending_snapshots_.erase(it);
-    if (snapshots_.contains(hash)) {
-        dropped_snapshots_.push_back(id);
-        return;
-    }
-    while (static_cast<int64_t>(snapshots_.size()) >= prefix_.max_snapshots) drop_snapshot(snapshot_lru_.front());
-    snapshots_.emplace(hash, Snapshot{id, snapshot_lru_.insert(snapshot_lru_.end(), hash)});
+    ONECARD_CHECK(prefix_.enabled, "kv manager: commit of snapshot {} with prefix caching off", id);
+    host_->commit_snapshot(id);
 }
 
 void KvCacheManager::abandon_pending_snapshots() {
-    for (const auto& [id, hash] : pending_snapshots_) dropped_snapshots_.push_back(id);
-    pending_snapshots_.clear();
+    if (prefix_.enabled) host_->abandon_pending_snapshots();
 }
 
-std::vector<int64_t> KvCacheManager::take_dropped_snapshots() {
-    return std::exchange(dropped_snapshots_, {});
+KvCacheManager::BlockCopies KvCacheManager::take_block_copies() {
+    if (host_) host_->end_step();
+    return std::exchange(copies_, {});
 }
 
 PrefixCacheStats KvCacheManager::prefix_cache_stats() const {
     PrefixCacheStats st;
     st.n_cached_blocks = static_cast<int64_t>(block_of_hash_.size());
     st.n_evictable_blocks = pool_.n_evictable();
-    st.n_snapshots = static_cast<int64_t>(snapshots_.size());
     st.n_evicted_blocks = n_evicted_blocks_;
-    st.n_evicted_snapshots = n_evicted_snapshots_;
+    if (host_) {
+        const KvHostTierStats h = host_->stats();
+        st.n_snapshots = h.n_snapshots;
+        st.n_evicted_snapshots = h.n_evicted_snapshots;
+        st.n_host_blocks = h.n_host_blocks;
+        st.n_evicted_host_blocks = h.n_evicted_host_blocks;
+        st.n_spilled_blocks = h.n_spilled_blocks;
+        st.n_loaded_blocks = h.n_loaded_blocks;
+        st.n_disk_writes = h.n_disk_writes;
+        st.n_disk_reads = h.n_disk_reads;
+        if (const KvDiskStore* d = host_->disk()) {
+            const KvDiskStats ds = d->stats();
+            st.n_disk_entries = ds.n_entries;
+            st.disk_bytes = ds.bytes;
+        }
+    }
     return st;
 }
 
@@ -324,15 +363,7 @@ void KvCacheManager::check_integrity() const {
         ONECARD_CHECK(b >= 0 && b < pool_.n_blocks() && pool_.is_cached(b) &&
                           cached_[static_cast<size_t>(b)].hash == hash,
                       "kv manager integrity: hash index names block {}, which is not cached under it", b);
-    ONECARD_CHECK(snapshots_.size() == snapshot_lru_.size() &&
-                      static_cast<int64_t>(snapshots_.size()) <= prefix_.max_snapshots,
-                  "kv manager integrity: {} snapshots, {} in the LRU, at most {}", snapshots_.size(),
-                  snapshot_lru_.size(), prefix_.max_snapshots);
-    for (auto it = snapshot_lru_.begin(); it != snapshot_lru_.end(); ++it) {
-        auto s = snapshots_.find(*it);
-        ONECARD_CHECK(s != snapshots_.end() && s->second.lru == it,
-                      "kv manager integrity: the snapshot LRU and its index disagree");
-    }
+    if (host_) host_->check_integrity();
 }
 
 }  // namespace onecard

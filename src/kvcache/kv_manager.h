@@ -14,20 +14,26 @@
 //    an allocation needs them; a hit shares them by refcount, so a running sequence's blocks are
 //    never evicted.
 //  * snapshots of the per-sequence state that is not in blocks (window rings, compressor carries:
-//    the runner's business, ModelRunner::prefix_snapshot_bytes). A snapshot is taken at a block
-//    boundary and keyed by the hash of the block that ends there; the runner stores it under the id
-//    the manager hands out (plan_snapshot), the manager keeps the index, an LRU of at most
-//    max_snapshots, and the ids the runner should drop (take_dropped_snapshots).
-// A hit resumes at the last block boundary b * block_size such that blocks [0, b) are cached and a
-// snapshot exists at b, and b < the sequence's tokens (the last token is always recomputed, so
-// there are logits to sample).
+//    the runner's byte format, ModelRunner::prefix_snapshot_bytes). A snapshot is taken at a block
+//    boundary and keyed by the hash of the block that ends there; it lives in host RAM (KvHostTier,
+//    an LRU of at most max_snapshots entries): plan_snapshot hands out the entry the runner writes.
+//  * the host KV tier (max_host_blocks > 0): a cached block evicted from the device pool is copied
+//    to a host entry first (a spill), and a later hit copies it back into a fresh device block (a
+//    load). take_block_copies() gives the runner a step's copies; it performs every spill, then every
+//    load, before the step's compute, on the stream that computes (kvcache/kv_host_tier.h).
+// A hit resumes at the last block boundary b * block_size such that blocks [0, b) are cached (on the
+// device or in the host tier) and a snapshot exists at b, and b < the sequence's tokens (the last
+// token is always recomputed, so there are logits to sample).
 #pragma once
 
 #include "kvcache/block_pool.h"
+#include "kvcache/kv_host_tier.h"
 #include "kvcache/kv_spec.h"
 
 #include <cstdint>
 #include <list>
+#include <memory>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -56,7 +62,6 @@ KvPoolSize plan_kv_pool(const KvCacheSpec& spec, int64_t memory_budget_bytes, in
 // Chain hash of one block: its parent's hash (kNoParentHash for block 0), its token ids and extra
 // keys (anything else the block's KV depends on; 0 when none). Collisions are caught by the token
 // comparison of match_prefix, so 64 bits only bound how often a lookup does that comparison.
-using BlockHash = uint64_t;
 inline constexpr BlockHash kNoParentHash = 0x6f6e65636172645fULL;  // "onecard_"
 
 // A sequence's token ids in two pieces (a request's prompt and its output), read without copying.
@@ -77,22 +82,36 @@ void extend_block_hashes(std::vector<BlockHash>& hashes, const SequenceTokens& t
 
 struct PrefixCacheConfig {
     bool enabled = false;
-    int64_t max_snapshots = 0;  // snapshots kept at most (0: none kept, so nothing can hit)
+    int64_t max_snapshots = 0;    // snapshots kept at most (0: none kept, so nothing can hit)
+    int64_t snapshot_bytes = 1;   // bytes of one snapshot (the runner's prefix_snapshot_bytes)
+    int64_t max_host_blocks = 0;  // host KV tier entries (0: off; evicted blocks are forgotten)
+    std::optional<KvDiskStoreOptions> disk;  // the disk tier below the host tier (needs max_host_blocks)
 };
 
-// What a new sequence can reuse: its first blocks (shared) and the snapshot to resume from.
+// What a new sequence can reuse: its first blocks and the snapshot to resume from.
 struct PrefixMatch {
-    std::vector<int32_t> blocks;  // cached blocks covering [0, n_tokens)
-    int64_t n_tokens = 0;         // tokens served from the cache (a multiple of block_size)
-    int64_t snapshot = -1;        // the runner's snapshot id at n_tokens (-1: no hit)
+    std::vector<int32_t> blocks;       // device blocks (shared) covering the first blocks.size() blocks
+    std::vector<int64_t> host_blocks;  // host-tier entries of the next ones (loaded into fresh blocks)
+    int64_t n_tokens = 0;              // tokens served from the cache (a multiple of block_size)
+    int64_t snapshot = -1;             // the snapshot entry at n_tokens (-1: no hit)
+};
+
+// A copy between a device block and a host-tier entry (SchedulerOutput::block_spills / block_loads).
+struct KvBlockCopy {
+    int32_t block = -1;
+    int64_t host_entry = -1;
 };
 
 struct PrefixCacheStats {
-    int64_t n_cached_blocks = 0;     // registered blocks, in use or evictable
+    int64_t n_cached_blocks = 0;     // registered device blocks, in use or evictable
     int64_t n_evictable_blocks = 0;  // registered with refcount 0
     int64_t n_snapshots = 0;
-    int64_t n_evicted_blocks = 0;     // cumulative
+    int64_t n_evicted_blocks = 0;     // cumulative: device blocks whose cached content was dropped
     int64_t n_evicted_snapshots = 0;  // cumulative
+    int64_t n_host_blocks = 0;        // blocks held by the host tier
+    int64_t n_evicted_host_blocks = 0, n_spilled_blocks = 0, n_loaded_blocks = 0;  // cumulative
+    int64_t n_disk_writes = 0, n_disk_reads = 0;                                    // cumulative
+    int64_t n_disk_entries = 0, disk_bytes = 0;                                     // on disk now
 };
 
 class KvCacheManager {
@@ -110,6 +129,10 @@ public:
     // The longest usable cached prefix of a sequence with these tokens and their full blocks' chain
     // hashes (extend_block_hashes). Does not change the cache.
     PrefixMatch match_prefix(std::span<const BlockHash> hashes, const SequenceTokens& tokens) const;
+    // With a disk tier: reads the chain's blocks that are neither on the device nor in host RAM, and
+    // a snapshot where the available chain ends, from disk into the host tier (pinned for this
+    // scheduling pass), so that the match_prefix that follows sees them. No-op without one.
+    void promote_from_disk(std::span<const BlockHash> hashes, const SequenceTokens& tokens);
     // As can_allocate / allocate, reusing `match` (from match_prefix, with no cache change since):
     // its blocks are shared, fresh ones cover the rest of n_tokens (>= match.n_tokens).
     bool can_allocate(const PrefixMatch& match, int64_t n_tokens) const;
@@ -119,16 +142,23 @@ public:
     // same content computed twice) stays private to h.
     void cache_blocks(KvHandle h, std::span<const BlockHash> hashes, const SequenceTokens& tokens,
                       int64_t n_computed);
-    // A new snapshot id for the boundary that ends the block with this hash, or -1 if one exists or
-    // is already planned (or snapshots are off). The id is pending until commit_snapshot.
+    // A snapshot entry for the boundary that ends the block with this hash (the least recently used
+    // one is evicted if none is free), or -1 if one exists or is already planned (or snapshots are
+    // off). The entry is pending until commit_snapshot.
     int64_t plan_snapshot(BlockHash block_hash);
-    // The runner stored pending snapshot `id`: it joins the index (evicting the least recently used
-    // beyond max_snapshots; a duplicate of an indexed hash is dropped).
+    // The runner stored pending snapshot `id`: it joins the index as the most recently used.
     void commit_snapshot(int64_t id);
     // Pending snapshots never committed (their step failed) are dropped.
     void abandon_pending_snapshots();
-    // Snapshot ids the runner should free (evicted or abandoned) since the last call.
-    std::vector<int64_t> take_dropped_snapshots();
+    // The copies between the device pool and the host tier the step being scheduled needs (spills of
+    // evicted blocks, loads of hit blocks), since the last call; ends the scheduling pass's pins.
+    struct BlockCopies {
+        std::vector<KvBlockCopy> spills, loads;
+    };
+    BlockCopies take_block_copies();
+    // The host memory the runner binds (ModelRunner::bind_host_tier); null when prefix caching is off.
+    const KvHostMemory* host_memory() const { return host_ ? &host_->memory() : nullptr; }
+    const KvHostTier* host_tier() const { return host_.get(); }
     PrefixCacheStats prefix_cache_stats() const;
     // True if h can grow by n_new_tokens without running out of blocks.
     bool can_extend(KvHandle h, int64_t n_new_tokens) const;
@@ -149,7 +179,7 @@ public:
     // Throws onecard::Error unless: the pool is consistent; every block refcount equals the number of
     // live block tables that hold it; every live sequence has exactly blocks_for_tokens(n_tokens)
     // blocks; free slots are distinct and not live; the hash index and the pool's cached blocks are
-    // the same set; the snapshot index and its LRU agree and hold at most max_snapshots.
+    // the same set; the host tier is consistent (KvHostTier::check_integrity).
     void check_integrity() const;
 
 private:
@@ -164,17 +194,12 @@ private:
         BlockHash hash = 0;
         std::vector<int32_t> tokens;  // [block_size]
     };
-    struct Snapshot {
-        int64_t id = -1;
-        std::list<BlockHash>::iterator lru;
-    };
     const Slot& slot_of(KvHandle h, const char* verb) const;
     Slot& slot_of(KvHandle h, const char* verb);
     int64_t extra_blocks(const Slot& s, int64_t n_new_tokens) const;
     // Blocks of `match` that sit evictable now (allocating the match takes them out of n_free_blocks).
     int64_t n_evictable_in(const PrefixMatch& match) const;
     void forget_evicted(const std::vector<int32_t>& evicted);
-    void drop_snapshot(BlockHash hash);
 
     KvCacheSpec spec_;
     PrefixCacheConfig prefix_;
@@ -184,12 +209,9 @@ private:
     // Prefix caching.
     std::vector<CachedBlock> cached_;                       // [n_blocks], valid where pool_.is_cached
     std::unordered_map<BlockHash, int32_t> block_of_hash_;  // registered blocks
-    std::unordered_map<BlockHash, Snapshot> snapshots_;     // by the hash of the block ending at it
-    std::list<BlockHash> snapshot_lru_;                     // front() is evicted next
-    std::unordered_map<int64_t, BlockHash> pending_snapshots_;
-    std::vector<int64_t> dropped_snapshots_;
-    int64_t next_snapshot_id_ = 0;
-    int64_t n_evicted_blocks_ = 0, n_evicted_snapshots_ = 0;
+    std::unique_ptr<KvHostTier> host_;                      // snapshots and the host KV tier
+    BlockCopies copies_;                                    // of the step being scheduled
+    int64_t n_evicted_blocks_ = 0;
 };
 
 }  // namespace onecard

@@ -38,6 +38,7 @@ public:
 
     uint8_t* base() const { return base_; }
     int64_t slot_offset(int64_t slot) const { return slots_offset_ + slot * spec_.slot_bytes; }  // bytes from base
+    int64_t block_offset(int64_t block) const { return block * spec_.block_bytes; }              // bytes from base
     int64_t step_entries_offset() const { return step_offset_; }
     int64_t total_bytes() const { return total_bytes_; }
     const KvCacheSpec& spec() const { return spec_; }

@@ -157,6 +157,25 @@ std::string ServerMetrics::render(const EngineStats& es, int64_t n_http_inflight
                  static_cast<double>(es.prefix_cache_queries));
     vllm_counter("prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
                  static_cast<double>(es.prefix_cache_hits));
+    // vLLM counts hits served by a KV connector's offload tier as "external"; here the host/disk tier.
+    vllm_counter("external_prefix_cache_queries_total",
+                 "External prefix cache queries, in terms of number of queried tokens.",
+                 static_cast<double>(es.prefix_cache_queries));
+    vllm_counter("external_prefix_cache_hits_total", "External prefix cache hits, in terms of number of cached tokens.",
+                 static_cast<double>(es.prefix_cache_hits_offloaded));
+    gauge("kv_host_tier_blocks", "KV blocks held in the host-RAM tier.", static_cast<double>(es.n_host_kv_blocks));
+    gauge("kv_host_tier_capacity_blocks", "KV blocks the host-RAM tier can hold.",
+          static_cast<double>(es.n_total_host_kv_blocks));
+    gauge("kv_host_tier_usage_perc", "Host-RAM KV tier usage. 1 means 100 percent usage.",
+          es.n_total_host_kv_blocks > 0
+              ? static_cast<double>(es.n_host_kv_blocks) / static_cast<double>(es.n_total_host_kv_blocks)
+              : 0.0);
+    gauge("prefix_snapshots", "Prefix-cache state snapshots held in host RAM.", static_cast<double>(es.n_prefix_snapshots));
+    gauge("prefix_snapshots_capacity", "Prefix-cache state snapshots host RAM can hold.",
+          static_cast<double>(es.n_total_prefix_snapshots));
+    gauge("kv_disk_tier_entries", "Entries (blocks and snapshots) in the disk KV tier.",
+          static_cast<double>(es.n_disk_kv_entries));
+    gauge("kv_disk_tier_bytes", "Bytes of the disk KV tier's entry files.", static_cast<double>(es.disk_kv_bytes));
     gauge("kv_cache_free_blocks", "Free KV-cache blocks.", static_cast<double>(es.n_free_kv_blocks));
     gauge("kv_cache_total_blocks", "KV-cache blocks in the pool.", static_cast<double>(es.n_total_kv_blocks));
     gauge("kv_cache_free_slots", "Free per-sequence KV slots.", static_cast<double>(es.n_free_kv_slots));

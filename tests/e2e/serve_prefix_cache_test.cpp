@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -141,6 +142,47 @@ TEST_F(ServePrefixCache, NoEnablePrefixCachingTurnsItOff) {
         EXPECT_EQ(metric(m->body, "vllm:prefix_cache_queries_total"), 0) << m->body;
     });
     EXPECT_NE(text.find("serve: prefix caching off"), std::string::npos) << text;
+}
+
+// The host and disk tiers through serve, with the disk tier in /dev/shm (so a restarted server can
+// reuse it): a crashed process's torn write there is removed at start and the startup report says so;
+// a tiny KV pool pushes a prompt's blocks out to host RAM and disk, and a restarted server serves the
+// prompt from the disk tier with the same answer.
+TEST_F(ServePrefixCache, HostAndDiskTiersSurviveARestartAndCleanUpACrash) {
+    const std::filesystem::path shm = "/dev/shm";
+    if (!std::filesystem::is_directory(shm)) GTEST_SKIP() << "no /dev/shm on this machine";
+    test::TempDir tier_parent("onecard_kv_tier_e2e");
+    const std::filesystem::path tier = shm / ("onecard-e2e-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(tier);
+    std::filesystem::create_directories(tier);
+    std::ofstream(tier / "0-0123456789abcdef.kv.tmp") << "torn";  // what a writer killed mid-entry leaves
+    // A pool of a few dozen blocks, a host tier of 3 and 3 snapshots: evictions go device -> host -> disk.
+    const std::string args =
+        "--max-num-seqs 2 --max-model-len 1024 --kv-cache-memory-bytes 620000 --kv-offload-bytes 40000 "
+        "--prefix-snapshot-bytes 250000 --kv-disk-dir " + tier.string() + " --kv-disk-bytes 100000000";
+    const nlohmann::json first = {{"prompt", long_system()}, {"max_tokens", 3}, {"temperature", 0}};
+    nlohmann::json answer;
+    const std::string text1 = serve_and(args, [&](httplib::Client& c) {
+        answer = post(c, "/v1/completions", first);
+        for (int i = 0; i < 6; ++i) {  // other long prompts push the first one's KV out of RAM
+            nlohmann::json other = first;
+            other["prompt"] = std::to_string(i) + " other words " + long_system();
+            post(c, "/v1/completions", other);
+        }
+    });
+    EXPECT_NE(text1.find("removed 1 torn writes of a crashed process"), std::string::npos) << text1;
+    EXPECT_FALSE(std::filesystem::exists(tier / "0-0123456789abcdef.kv.tmp"));
+    const std::string text2 = serve_and(args, [&](httplib::Client& c) {
+        const auto again = post(c, "/v1/completions", first);
+        EXPECT_GE(again["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(), 128) << again.dump();
+        EXPECT_EQ(again["choices"][0]["text"], answer["choices"][0]["text"]);
+        auto m = c.Get("/metrics");
+        ASSERT_TRUE(m);
+        EXPECT_GT(metric(m->body, "vllm:external_prefix_cache_hits_total"), 0) << m->body;
+        EXPECT_GT(metric(m->body, "onecard:kv_disk_tier_entries"), 0) << m->body;
+    });
+    EXPECT_EQ(text2.find("reused 0 entries"), std::string::npos) << text2;
+    std::filesystem::remove_all(tier);
 }
 
 }  // namespace

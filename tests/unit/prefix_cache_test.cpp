@@ -11,7 +11,7 @@
 #include "model/synth.h"
 #include "server/metrics.h"
 
-#include "support/test_support.h"
+#include "support/prefix_cache_harness.h"
 
 #include <gtest/gtest.h>
 
@@ -65,8 +65,9 @@ TEST(PrefixCacheManager, HashChainDependsOnEveryParent) {
 // blocks and snapshots as if computed, then free it.
 struct ManagerDriver {
     KvCacheManager kv;
-    explicit ManagerDriver(int64_t n_blocks, int64_t max_snapshots, int64_t n_slots = 8)
-        : kv(make_kv_cache_spec(small_shape(), 16), KvPoolSize{n_slots, n_blocks}, {true, max_snapshots}) {}
+    explicit ManagerDriver(int64_t n_blocks, int64_t max_snapshots, int64_t n_slots = 8, int64_t n_host_blocks = 0)
+        : kv(make_kv_cache_spec(small_shape(), 16), KvPoolSize{n_slots, n_blocks},
+             PrefixCacheConfig{true, max_snapshots, 64, n_host_blocks, std::nullopt}) {}
 
     PrefixMatch match(const std::vector<int32_t>& toks) const {
         std::vector<BlockHash> hashes;
@@ -150,15 +151,14 @@ TEST(PrefixCacheManager, LruEvictsUnreferencedBlocksOnlyTailFirst) {
     d.kv.check_integrity();
 }
 
-TEST(PrefixCacheManager, SnapshotLruIsBoundedAndReportsDrops) {
+TEST(PrefixCacheManager, SnapshotLruIsBounded) {
     ManagerDriver d(64, 3);
     std::mt19937 rng(5);
     const auto p = random_tokens(rng, 96, 100);  // 6 boundaries, only 3 snapshots kept
     KvHandle h;
     d.admit(p, h);
     EXPECT_EQ(d.kv.prefix_cache_stats().n_snapshots, 3);
-    EXPECT_EQ(d.kv.take_dropped_snapshots().size(), 3u);
-    EXPECT_TRUE(d.kv.take_dropped_snapshots().empty());
+    EXPECT_EQ(d.kv.prefix_cache_stats().n_evicted_snapshots, 3);
     // The survivors are the most recent boundaries (64, 80, 96): a 96-token re-send resumes at 80.
     KvHandle h2;
     EXPECT_EQ(d.admit(p, h2).n_tokens, 80);
@@ -170,12 +170,83 @@ TEST(PrefixCacheManager, SnapshotLruIsBoundedAndReportsDrops) {
     ASSERT_GE(id, 0);
     EXPECT_EQ(d.kv.plan_snapshot(hashes[0]), -1);  // already planned
     d.kv.abandon_pending_snapshots();
-    EXPECT_EQ(d.kv.take_dropped_snapshots(), std::vector<int64_t>{id});
+    d.kv.check_integrity();
+    EXPECT_EQ(d.kv.prefix_cache_stats().n_snapshots, 2);  // the planned entry was an evicted one, now free
+    EXPECT_GE(d.kv.plan_snapshot(hashes[0]), 0);          // and the boundary can be planned again
+}
+
+TEST(PrefixCacheManager, HostTierSpillsEvictedBlocksAndLoadsThemBack) {
+    ManagerDriver d(8, 100, 4, 16);  // 8 device blocks, 16 host-tier entries
+    std::mt19937 rng(7);
+    const auto a = random_tokens(rng, 64, 100), b = random_tokens(rng, 128, 100);
+    KvHandle ha, hb;
+    d.admit(a, ha);
+    d.kv.free(ha);  // a's 4 blocks cached on the device
+    const std::vector<int32_t> a_blocks = [&] {
+        std::vector<BlockHash> h;
+        extend_block_hashes(h, a, 16);
+        return d.kv.match_prefix(h, a).blocks;
+    }();
+    ASSERT_EQ(a_blocks.size(), 3u);
+    d.kv.take_block_copies();
+    d.admit(b, hb);  // needs all 8 blocks: a's 4 are evicted, into the host tier
+    auto copies = d.kv.take_block_copies();
+    EXPECT_EQ(copies.spills.size(), 4u);
+    EXPECT_TRUE(copies.loads.empty());
+    EXPECT_EQ(d.kv.prefix_cache_stats().n_host_blocks, 4);
+    d.kv.free(hb);
+    // a again: its 3 resumable blocks come back from the host into fresh device blocks (b's are
+    // evicted to make room, and spilled first: the runner copies spills before loads).
+    KvHandle ha2;
+    const PrefixMatch m = d.admit(a, ha2);
+    EXPECT_EQ(m.n_tokens, 48);
+    EXPECT_TRUE(m.blocks.empty());
+    EXPECT_EQ(m.host_blocks.size(), 3u);
+    copies = d.kv.take_block_copies();
+    ASSERT_EQ(copies.loads.size(), 3u);
+    for (size_t j = 0; j < 3; ++j) {
+        EXPECT_EQ(copies.loads[j].block, d.kv.block_table(ha2)[j]);
+        EXPECT_EQ(copies.loads[j].host_entry, m.host_blocks[j]);
+        // A block that is loaded into must have been spilled first if it held cached content.
+        for (const KvBlockCopy& s : copies.spills) EXPECT_NE(s.host_entry, copies.loads[j].host_entry);
+    }
+    const PrefixCacheStats st = d.kv.prefix_cache_stats();
+    EXPECT_EQ(st.n_loaded_blocks, 3);
+    EXPECT_GE(st.n_spilled_blocks, 4);
+    // The loaded blocks are cached on the device again: a third copy shares them, no loads.
+    KvHandle ha3;
+    const PrefixMatch m3 = d.admit(a, ha3);
+    EXPECT_EQ(m3.blocks.size(), 3u);
+    EXPECT_TRUE(m3.host_blocks.empty());
+    EXPECT_TRUE(d.kv.take_block_copies().loads.empty());
+    d.kv.free(ha2);
+    d.kv.free(ha3);
+    d.kv.check_integrity();
+}
+
+TEST(PrefixCacheManager, HostTierEntriesOfAStepAreNeverReusedInIt) {
+    // 4 host entries: a load of 3 and the spills the same allocation causes must not share one.
+    ManagerDriver d(6, 100, 4, 4);
+    std::mt19937 rng(8);
+    const auto a = random_tokens(rng, 64, 100), b = random_tokens(rng, 96, 100);
+    KvHandle h;
+    d.admit(a, h);
+    d.kv.free(h);
+    d.kv.take_block_copies();
+    d.admit(b, h);  // evicts a's blocks into the host tier (4 entries, all used)
+    d.kv.free(h);
+    d.kv.take_block_copies();
+    KvHandle h2;
+    const PrefixMatch m = d.admit(a, h2);  // loads a's 3 blocks; evicting b's spills need entries too
+    auto copies = d.kv.take_block_copies();
+    for (const KvBlockCopy& s : copies.spills)
+        for (int64_t e : m.host_blocks) EXPECT_NE(s.host_entry, e) << "a spill overwrote an entry this step loads";
+    d.kv.free(h2);
     d.kv.check_integrity();
 }
 
 TEST(PrefixCacheManager, RandomWorkloadKeepsIntegrity) {
-    ManagerDriver d(40, 20, 6);
+    ManagerDriver d(40, 20, 6, 12);
     std::mt19937 rng(6);
     // A few shared stems so hits, duplicates and evictions all happen.
     std::vector<std::vector<int32_t>> stems;
@@ -201,7 +272,7 @@ TEST(PrefixCacheManager, RandomWorkloadKeepsIntegrity) {
             live.push_back(h);
         }
         d.kv.check_integrity();
-        d.kv.take_dropped_snapshots();
+        d.kv.take_block_copies();  // ends the pass (the scheduler's schedule() does)
     }
     for (KvHandle h : live) d.kv.free(h);
     d.kv.check_integrity();
@@ -224,27 +295,9 @@ TEST(PrefixCacheMetrics, VllmCounterNames) {
 
 // ---------------------------------------------------------------- engine on the tiny model
 
-constexpr uint64_t kSeed = 4242;
-
-// The tiny preset with the real model's 128-token sliding window (its own is 32).
-struct WindowedTinyModel {
-    test::TempDir dir{"onecard_prefix_cache"};
-    ModelConfig cfg;
-    std::unique_ptr<Checkpoint> ckpt;
-    ModelWeights weights;
-    std::unique_ptr<DeepSeekV4> reference;
-    WindowedTinyModel() {
-        SynthOptions opt;
-        opt.preset = SynthPreset::Tiny;
-        opt.seed = kSeed;
-        opt.window = 128;
-        synth_write(synth_config(opt), kSeed, dir.path(), synth_default_shard_bytes(SynthPreset::Tiny), false);
-        cfg = load_config(dir / "config.json");
-        ckpt = std::make_unique<Checkpoint>(Checkpoint::open(dir.path()));
-        weights = bind_weights(cfg, *ckpt);
-        reference = std::make_unique<DeepSeekV4>(cfg, weights, Numerics::Reference);
-    }
-};
+using test::WindowedTinyModel;
+using Result = test::PrefixResult;
+using test::expect_same_rows;
 WindowedTinyModel* g_model = nullptr;
 
 class ModelEnv : public ::testing::Environment {
@@ -257,112 +310,16 @@ public:
 };
 const auto* const g_env = ::testing::AddGlobalTestEnvironment(new ModelEnv);
 
-// Records every sampled logits row per request and checks the runner's invariants after each step.
-class RecordingRunner : public CpuModelRunner {
-public:
-    using CpuModelRunner::CpuModelRunner;
-    RunnerOutput execute(const SchedulerOutput& b) override {
-        RunnerOutput out = CpuModelRunner::execute(b);
-        for (size_t i = 0; i < out.row_ids.size(); ++i)
-            rows[out.row_ids[i]].emplace_back(out.row(i), out.row(i) + out.vocab_size);
-        for (const auto& e : b.requests) max_chunk = std::max(max_chunk, e.n_tokens());
-        check_integrity();
-        return out;
-    }
-    std::map<RequestId, std::vector<std::vector<float>>> rows;
-    int64_t max_chunk = 0;
-};
-
 EngineConfig engine_config(bool caching, int64_t budget = 2048, int64_t cap = 1024, int64_t max_seqs = 8) {
-    EngineConfig c;
-    c.max_num_batched_tokens = budget;
-    c.long_prefill_token_threshold = cap;
-    c.max_num_seqs = max_seqs;
-    c.kv_block_size = 128;
-    c.kv_cache_bytes = 64LL << 20;
-    c.enable_prefix_caching = caching;
-    return c;
+    return test::prefix_engine_config(caching, budget, cap, max_seqs);
 }
-
-struct Result {
-    std::vector<int32_t> tokens;
-    std::vector<std::vector<float>> rows;
-    int64_t cached_tokens = -1;
-    int64_t n_preemptions = 0;
+struct Harness : test::PrefixHarness {
+    explicit Harness(const EngineConfig& c) : PrefixHarness(*g_model->reference, c) {}
 };
-
-// One engine kept across calls (its cache persists between them).
-class Harness {
-public:
-    explicit Harness(const EngineConfig& cfg) {
-        auto r = std::make_unique<RecordingRunner>(*g_model->reference, 4096);
-        rec_ = r.get();
-        core_ = std::make_unique<EngineCore>(cfg, std::move(r));
-    }
-    // Runs these prompts together (greedy, max_tokens each) until all finish.
-    std::vector<Result> run(const std::vector<std::vector<int32_t>>& prompts, int64_t max_tokens) {
-        std::vector<RequestId> ids;
-        for (const auto& p : prompts) {
-            SamplingParams sp;
-            sp.temperature = 0.0f;
-            sp.max_tokens = max_tokens;
-            ids.push_back(next_id_);
-            core_->add_request(next_id_++, {p, sp});
-        }
-        std::map<RequestId, Result> by_id;
-        while (core_->has_unfinished()) {
-            for (auto& ev : core_->step()) {
-                Result& r = by_id[ev.request_id];
-                r.tokens.insert(r.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
-                if (ev.stop_token) r.tokens.push_back(*ev.stop_token);
-                if (ev.finished()) {
-                    EXPECT_EQ(ev.finish_reason, FinishReason::Length) << ev.error;
-                    r.cached_tokens = ev.usage.cached_tokens;
-                    r.n_preemptions = ev.usage.n_preemptions;
-                }
-            }
-            core_->check_integrity();
-        }
-        core_->step();  // lets the runner drop the finished states
-        std::vector<Result> out;
-        for (RequestId id : ids) {
-            Result r = by_id[id];
-            r.rows = std::move(rec_->rows[id]);
-            out.push_back(std::move(r));
-        }
-        return out;
-    }
-    Result run_one(const std::vector<int32_t>& prompt, int64_t max_tokens) { return run({prompt}, max_tokens)[0]; }
-    EngineCore& core() { return *core_; }
-    RecordingRunner& runner() { return *rec_; }
-
-private:
-    RecordingRunner* rec_ = nullptr;
-    std::unique_ptr<EngineCore> core_;
-    RequestId next_id_ = 1;
-};
-
-// A cold run: caching off, the whole prompt in one prefill.
 Result cold(const std::vector<int32_t>& prompt, int64_t max_tokens) {
-    Harness h(engine_config(false));
-    EXPECT_FALSE(h.core().prefix_caching());
-    return h.run_one(prompt, max_tokens);
+    return test::cold_run(*g_model->reference, prompt, max_tokens);
 }
-
-void expect_same_rows(const Result& got, const Result& want, const std::string& what) {
-    ASSERT_EQ(got.rows.size(), want.rows.size()) << what;
-    for (size_t i = 0; i < got.rows.size(); ++i) {
-        ASSERT_EQ(got.rows[i].size(), want.rows[i].size()) << what;
-        ASSERT_EQ(0, std::memcmp(got.rows[i].data(), want.rows[i].data(), got.rows[i].size() * sizeof(float)))
-            << what << ": logits row " << i << " differs from the cold run";
-    }
-    EXPECT_EQ(got.tokens, want.tokens) << what;
-}
-
-std::vector<int32_t> prompt_of(uint32_t seed, size_t n) {
-    std::mt19937 rng(seed);
-    return random_tokens(rng, n, static_cast<int32_t>(g_model->cfg.vocab_size));
-}
+std::vector<int32_t> prompt_of(uint32_t seed, size_t n) { return test::random_prompt(seed, n, g_model->cfg.vocab_size); }
 
 // The boundary a hit resumes at: the last multiple of 128 below n.
 int64_t resume_point(int64_t n) { return (n - 1) / 128 * 128; }
@@ -377,7 +334,7 @@ TEST(PrefixCacheEngine, RunnerAdvertisesPrefixCachingOnlyInReferenceNumerics) {
     const KvCacheSpec spec = make_kv_cache_spec(CpuModelRunner(*g_model->reference).kv_model_shape(), 128);
     const int64_t windows = 7 * 128 * spec.entry.entry_bytes();
     const int64_t carry = 2 * 4 * (2 * 4 * 2 * g_model->cfg.head_dim + 2 * 4 * 2 * g_model->cfg.index_head_dim);
-    EXPECT_EQ(CpuModelRunner(*g_model->reference).prefix_snapshot_bytes(spec), windows + carry);
+    EXPECT_EQ(CpuModelRunner(*g_model->reference).prefix_snapshot_bytes(spec), 8 + windows + carry);
 }
 
 TEST(PrefixCacheEngine, IdenticalPromptIsBitExactAtEveryBoundaryKind) {
@@ -515,8 +472,7 @@ TEST(PrefixCacheEngine, ManySequencesUnderKvPressureMatchUncached) {
     EXPECT_GT(st.n_evicted_blocks, 0);
     EXPECT_EQ(cached.core().kv().n_free_blocks(), cached.core().kv().n_total_blocks());
     EXPECT_EQ(cached.runner().n_live_states(), 0u);
-    // The runner holds exactly the snapshots the manager indexes (drops reached it).
-    EXPECT_EQ(static_cast<int64_t>(cached.runner().n_snapshots()), st.n_snapshots);
+    EXPECT_GT(st.n_evicted_snapshots, 0);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "engine/cpu_model_runner.h"
 #include "engine/max_model_len.h"
+#include "engine/memory_plan.h"
 #include "loader/checkpoint.h"
 #include "model/config.h"
 #include "model/deepseek_v4.h"
@@ -24,6 +25,7 @@
 #include "server/text_decoder.h"
 #include "server/vllm_compat.h"
 #include "serve_plan.h"
+#include "serve_prefix_cache.h"
 #include "tokenizer/deepseek_v4_vocab.h"
 #include "tokenizer/tokenizer.h"
 
@@ -36,6 +38,7 @@
 #include <nlohmann/json.hpp>
 
 #include <pthread.h>
+#include <unistd.h>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -80,6 +83,10 @@ struct ServeArgs {
     bool disable_uvicorn_access_log = false;
     uint64_t seed = 0;
     bool enable_prefix_caching = true;  // vLLM's --enable-prefix-caching / --no-enable-prefix-caching
+    int64_t kv_offload_bytes = -1;      // host KV tier (-1: choose_kv_offload_bytes's default; 0: off)
+    int64_t prefix_snapshot_bytes = -1;  // host RAM for state snapshots (-1: max(KV pool / 4, 2 GiB))
+    std::string kv_disk_dir;            // disk KV tier below it (empty: off)
+    int64_t kv_disk_bytes = 0;          // its bound (0 with a dir: half the filesystem's free space, at most 256 GiB)
     std::string load_format = "auto";   // vLLM's --load-format: auto | safetensors | dummy (random weights, GPU)
     bool compat_bool = false;        // target of the accepted-and-ignored vLLM flags
     std::string compat_value;        // target of the accepted-and-ignored vLLM options with a value
@@ -185,11 +192,39 @@ fs::path ensure_demo(bool need_weights) {
 // `onecard serve` exits with this when it cannot listen on --host/--port (98 = EADDRINUSE on Linux).
 constexpr int kExitCannotListen = 98;
 
+// What SIGTERM/SIGINT do when a thread that does not block them takes them: OpenBLAS starts its thread
+// pool in a library constructor, before main() can block the signals, and the kernel hands a
+// process-directed signal to such a thread whenever the main thread is not in sigwait(): while the
+// model loads. A signal handler has no context argument, hence these two process-wide values (set once
+// on the main thread before loading; lock-free atomics are async-signal-safe).
+std::atomic<bool> g_serving{false};
+pthread_t g_main_thread;
+
+void on_stop_signal(int sig) {
+    if (g_serving.load()) {
+        pthread_kill(g_main_thread, sig);  // pending on the main thread, whose sigwait() takes it
+        return;
+    }
+    // Still loading: nothing to drain and nothing half-written that the next start does not clean up
+    // (a disk KV tier's temp files), so stop at once, saying so, with a clean exit status.
+    static const char msg[] = "serve: stop signal while loading: stopped before serving\n";
+    ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)ignored;
+    _exit(0);
+}
+
 void block_stop_signals(sigset_t& set) {
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
-    // Blocked before any thread starts, so every thread inherits the mask and only sigwait() sees them.
+    // Blocked here, so every thread started from now on inherits the mask and only sigwait() sees them;
+    // threads started before main() (OpenBLAS's) run on_stop_signal instead of dying of the signal.
+    g_main_thread = pthread_self();
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
     std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
 }
@@ -439,18 +474,49 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     ec.enable_prefix_caching = a.enable_prefix_caching;
     const bool prefix_caching_asked = cmd->get_option("--enable-prefix-caching")->count() > 0;
     const bool runner_caches = runner->supports_prefix_caching();
+    if (a.enable_prefix_caching && runner_caches) {
+        // Snapshots (4 MB each at the Flash shape) are cheap in host RAM: at least 2 GiB of them (~500).
+        ec.prefix_snapshot_bytes = a.prefix_snapshot_bytes >= 0
+                                       ? a.prefix_snapshot_bytes
+                                       : std::max<int64_t>(ec.kv_cache_bytes / 4, int64_t{2} << 30);
+        // Host RAM is read now: the weights (and any pinned host experts) are already loaded.
+        bool on_gpu = false;
+#ifdef ONECARD_HAVE_CUDA
+        on_gpu = cuda_runner != nullptr;
+#endif
+        // On the CPU the KV pool is host RAM already: a host tier there is only had by asking.
+        const KvOffloadChoice off =
+            !on_gpu && a.kv_offload_bytes < 0
+                ? KvOffloadChoice{0, "off: the CPU backend's KV pool is host RAM already"}
+                : choose_kv_offload_bytes(a.kv_offload_bytes, 0, static_cast<uint64_t>(ec.prefix_snapshot_bytes),
+                                          host_mem_available_bytes());
+        ec.kv_offload_bytes = off.bytes;
+        std::fprintf(stderr, "serve: prefix cache host RAM: %.2f GiB of state snapshots, %.2f GiB host KV tier (%s)\n",
+                     ec.prefix_snapshot_bytes / double(1ull << 30), off.bytes / double(1ull << 30), off.why.c_str());
+        if (!a.kv_disk_dir.empty()) {
+            ONECARD_CHECK(off.bytes > 0, "serve: --kv-disk-dir needs the host KV tier (--kv-offload-bytes > 0)");
+            ec.kv_disk_dir = a.kv_disk_dir;
+            ec.kv_disk_bytes = a.kv_disk_bytes;
+            if (ec.kv_disk_bytes == 0) {
+                fs::create_directories(a.kv_disk_dir);
+                ec.kv_disk_bytes = static_cast<int64_t>(
+                    std::min<uintmax_t>(fs::space(a.kv_disk_dir).available / 2, uintmax_t{256} << 30));
+            }
+            ec.kv_disk_model_id = kv_disk_model_id(model_dir, a.load_format == "dummy", a.seed == 0 ? 1 : a.seed);
+        }
+    } else if (!a.kv_disk_dir.empty() || a.kv_offload_bytes > 0) {
+        std::fprintf(stderr, "serve: --kv-offload-bytes / --kv-disk-dir have no effect without prefix caching\n");
+    }
     engine_owner = std::make_unique<Engine>(ec, std::move(runner));
     Engine& engine = *engine_owner;
-    // Prefix caching: on where asked (the default) and the runner has it; the CUDA runner does not
-    // yet, so GPU serving is exactly as before, and says so when the flag was given.
     if (!a.enable_prefix_caching)
         std::fprintf(stderr, "serve: prefix caching off (--no-enable-prefix-caching)\n");
     else if (runner_caches)
-        std::fprintf(stderr, "serve: prefix caching on (128-token blocks; state snapshots at block boundaries)\n");
+        std::fputs(prefix_cache_report(engine, ec).c_str(), stderr);
     else if (prefix_caching_asked)
-        std::fprintf(stderr, "serve: --enable-prefix-caching: not supported by the %s yet; serving without a prefix "
+        std::fprintf(stderr, "serve: --enable-prefix-caching: not supported by the %s; serving without a prefix "
                              "cache\n",
-                     test_mode ? "test-script runner" : model ? "CPU backend in exact numerics" : "CUDA runner");
+                     test_mode ? "test-script runner" : "CPU backend in exact numerics");
     std::fprintf(stderr, "serve: engine up (%lld KV blocks); warming up\n",
                  static_cast<long long>(engine.stats().n_total_kv_blocks));
 #ifdef ONECARD_HAVE_CUDA
@@ -527,6 +593,7 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     std::fflush(stdout);
 
     int sig = 0;
+    g_serving = true;  // from here a stop signal drains (on_stop_signal forwards it to this sigwait)
     sigwait(&stop_signals, &sig);
     std::fprintf(stderr, "serve: signal %d: draining (up to %.1fs; a second signal cancels what is left)\n", sig,
                  a.shutdown_timeout);
@@ -610,6 +677,20 @@ void add_cmd_serve(CLI::App& app) {
         ->check(CLI::PositiveNumber);
     cmd->add_option("--kv-cache-memory-bytes", a->kv_cache_memory_bytes, "KV pool budget in bytes (default 1 GiB)")
         ->check(CLI::PositiveNumber);
+    cmd->add_option("--kv-offload-bytes", a->kv_offload_bytes,
+                    "host RAM for the prefix cache's host KV tier: cached blocks evicted from the KV pool move there "
+                    "and come back on a hit (default: a quarter of the free host RAM, at most 64 GiB; 0 = off)")
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--prefix-snapshot-bytes", a->prefix_snapshot_bytes,
+                    "host RAM for the prefix cache's state snapshots, one per resumable 128-token boundary "
+                    "(default: a quarter of the KV pool, at least 2 GiB)")
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--kv-disk-dir", a->kv_disk_dir,
+                    "directory for a disk KV tier below the host tier (checksummed entries, LRU; reused after a "
+                    "restart of the same model; /dev/shm works)");
+    cmd->add_option("--kv-disk-bytes", a->kv_disk_bytes,
+                    "bound of the disk KV tier (default: half the directory's free space, at most 256 GiB)")
+        ->check(CLI::NonNegativeNumber);
     cmd->add_option("--max-queued-requests", o.max_queued_requests,
                     "requests waiting beyond --max-num-seqs before 429 (default 256)")
         ->check(CLI::NonNegativeNumber);
