@@ -142,6 +142,28 @@ TEST(ServeStartup, WhileTheModelLoadsProbesSay503ThenReady) {
     stop();
 }
 
+// SIGTERM while the model loads: OpenBLAS's threads (started before main() could block the signal)
+// used to take it and die of it (exit 143, no word said). Now it stops at once, says so, exits 0.
+TEST(ServeStartup, AStopSignalWhileLoadingStopsCleanlyAtOnce) {
+    test::TempDir dir("serve_startup_sigterm");
+    const auto out = dir / "serve.out";
+    // Started from a script so that its exit status can be waited for: listening, then SIGTERM.
+    const auto script = dir / "stop_while_loading.sh";
+    std::ofstream(script) << serve_command(dir, 20000, "--port 0") << " > " << out.string() << " 2>&1 </dev/null &\n"
+                          << "pid=$!\n"
+                          << "for i in $(seq 600); do grep -q '\"event\":\"listening\"' " << out.string()
+                          << " && break; sleep 0.05; done\n"
+                          << "kill -TERM $pid; wait $pid; echo \"exit=$?\"\n";
+    const auto t0 = Clock::now();
+    const auto r = test::run_command("timeout 120 bash " + script.string() + " 2>&1");
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    const std::string log = slurp(out);
+    EXPECT_NE(r.out.find("exit=0"), std::string::npos) << r.out << log;
+    EXPECT_NE(log.find("stop signal while loading: stopped before serving"), std::string::npos) << log;
+    EXPECT_LT(secs, 15.0) << "it waited for the 20 s load\n" << log;
+    EXPECT_EQ(log.find("\"event\":\"ready\""), std::string::npos) << log;
+}
+
 TEST(ServeStartup, AGenerationConfigFolderWithoutTheFileIsRefused) {
     test::TempDir dir("serve_startup_genconfig");
     const auto r = test::run_command("timeout 60 " + serve_command(dir, 0, "--port 0 --generation-config " +
