@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake ninja-build pkg-config git
       nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libpcre2-dev libssl-dev
-      libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libcpp-httplib-dev
+      libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libcpp-httplib-dev libhttp-parser-dev
       libyaml-cpp-dev python3 python3-numpy nodejs npm openssl
       clang libclang-rt-14-dev)  # clang + its libFuzzer runtime: scripts/fuzz.sh
 

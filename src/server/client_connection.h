@@ -6,11 +6,12 @@
 // until the result is ready, commits the 200 status line before generation: an error found during
 // generation (500 generation failed, 503 cancelled at shutdown, 500 tool_choice not followed) could
 // then no longer have its status, and the body would be chunked. Instead the handler finds its own
-// TCP socket: under TLS httplib hands it over (Request::ssl); over plain HTTP it is the socket of
-// this process whose local and peer addresses are the request's (a connection's 4-tuple is unique,
-// and httplib keeps the socket open until the handler returns, so the descriptor cannot be reused
-// meanwhile). poll() with POLLRDHUP then tells that the peer closed or reset the connection without
-// reading or writing a byte, so the response keeps its status, headers and exact body.
+// TCP socket: the socket of this process whose local and peer addresses are the request's (a
+// connection's 4-tuple is unique, and the front end, http_front.h, keeps the socket open and leaves
+// it alone until the handler returns, so the descriptor cannot be reused meanwhile; under TLS too, as
+// the front end does TLS on that same socket). poll() with POLLRDHUP then tells that the peer closed
+// or reset the connection without reading or writing a byte, so the response keeps its status,
+// headers and exact body.
 //
 // A client that half-closes its side after sending the request (shutdown(SHUT_WR)) counts as gone,
 // as it does in vLLM's server (uvicorn ends the request on EOF). Where the socket cannot be found

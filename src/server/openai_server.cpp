@@ -204,37 +204,44 @@ OpenAIServer::OpenAIServer(ServerOptions options, const Tokenizer& tokenizer, Mo
     check_limits(s.opts);
     check_allow_paths(s.paths);
     if (!s.opts.tls_cert.empty()) {
-        auto ssl = std::make_unique<httplib::SSLServer>(s.opts.tls_cert.c_str(), s.opts.tls_key.c_str());
-        ONECARD_CHECK(ssl->is_valid(), "serve: cannot load the TLS certificate '{}' / key '{}' (PEM expected)",
-                      s.opts.tls_cert, s.opts.tls_key);
-        apply_tls_profile(ssl->ssl_context());
-        s.http = std::move(ssl);
-    } else {
-        s.http = std::make_unique<httplib::Server>();
+        s.tls.reset(SSL_CTX_new(TLS_server_method()));
+        ONECARD_CHECK(s.tls != nullptr, "serve: cannot create a TLS context");
+        SSL_CTX_set_options(s.tls.get(), SSL_OP_NO_COMPRESSION | SSL_OP_NO_SESSION_RESUMPTION_ON_RENEGOTIATION);
+        ONECARD_CHECK(SSL_CTX_use_certificate_chain_file(s.tls.get(), s.opts.tls_cert.c_str()) == 1 &&
+                          SSL_CTX_use_PrivateKey_file(s.tls.get(), s.opts.tls_key.c_str(), SSL_FILETYPE_PEM) == 1 &&
+                          SSL_CTX_check_private_key(s.tls.get()) == 1,
+                      "serve: cannot load the TLS certificate '{}' / key '{}' (PEM expected)", s.opts.tls_cert,
+                      s.opts.tls_key);
+        apply_tls_profile(s.tls.get());
     }
-    httplib::Server& http = *s.http;
-    const int n_threads = s.opts.http_threads > 0
-                              ? s.opts.http_threads
-                              : static_cast<int>(std::max<int64_t>(16, 2 * s.opts.max_num_seqs + 8));
-    http.new_task_queue = [n_threads] { return new httplib::ThreadPool(static_cast<size_t>(n_threads)); };
+    RouteServer& http = s.http;
     http.set_payload_max_length(s.opts.max_body_bytes);
-    http.set_keep_alive_timeout(5);
-    // httplib closes a keep-alive connection after 5 requests by default; clients (and vLLM's server)
-    // expect one connection to carry any number, so the cap is lifted. An idle connection is still
-    // closed after the keep-alive timeout above.
+    // httplib writes these into its Keep-Alive header; the front end enforces them.
+    const auto idle_s = std::chrono::duration_cast<std::chrono::seconds>(s.opts.idle_timeout).count();
+    http.set_keep_alive_timeout(std::max<time_t>(1, idle_s));
     http.set_keep_alive_max_count(kKeepAliveMaxRequests);
-    http.set_read_timeout(30);
-    http.set_write_timeout(30);
-    http.set_tcp_nodelay(true);
-    // httplib (0.11) creates the listening socket itself with a compiled-in backlog of 5; under a burst
-    // of connections (64 streaming clients at once) Linux drops the overflow and the clients see their
-    // connections reset. Record the socket here (this replaces httplib's default options, so set
-    // SO_REUSEADDR as it does) and raise the backlog in bind().
-    http.set_socket_options([&s](socket_t sock) {
-        int yes = 1;
-        ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-        s.listen_fd = sock;
-    });
+
+    FrontOptions fo;
+    fo.host = s.opts.host;
+    fo.port = s.opts.port;
+    fo.limits.max_header_bytes = s.opts.max_header_bytes;
+    fo.limits.max_body_bytes = s.opts.max_body_bytes;
+    fo.max_buffered_bytes = s.opts.max_buffered_body_bytes;
+    fo.idle_timeout = s.opts.idle_timeout;
+    fo.header_timeout = s.opts.header_timeout;
+    fo.body_timeout = s.opts.body_timeout;
+    fo.write_timeout = s.opts.write_timeout;
+    fo.n_workers = http_worker_count(s.opts);
+    fo.tls = s.tls.get();
+    s.front = std::make_unique<HttpFront>(
+        fo, [&s](const std::string& addr) { return s.allow.allows(addr); },
+        [&s](int status, const std::string& message) {
+            // Refused while reading (before routing): counted like httplib's own errors, not access-logged.
+            s.metrics.record_http("other", status);
+            return error_body(ErrorShape::OpenAI, status, message)
+                .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+        },
+        [&s](httplib::Stream& stream) { return s.http.serve(stream); });
 
     http.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
         AccessLogContext& ctx = access_log_context();
@@ -242,11 +249,8 @@ OpenAIServer::OpenAIServer(ServerOptions options, const Tokenizer& tokenizer, Mo
         ctx.fields = nlohmann::json::object();
         const Route* route = find_route(req.path);
         const ErrorShape shape = route ? route->shape : ErrorShape::OpenAI;
-        // Address first: a client outside the allowlist learns nothing else, not even which paths exist
-        // (the error's shape follows the path, but the answer is the same for every path).
-        if (!s.allow.allows(req.remote_addr))
-            return reject(res, 403, fmt::format("address {} is not allowed", req.remote_addr), "address_not_allowed",
-                          shape);
+        // The address allowlist is not here: the front end closes a refused address's connection at
+        // accept, before reading a byte (http_front.h).
         // --allow-path: a path outside it is answered exactly as a path onecard has no route for, so
         // a hidden route does not show that it exists; before CORS and the API key.
         if (!s.paths.allows(req.path)) return reject(res, 404, fmt::format("no route for {}", req.path), "not_found");
@@ -392,31 +396,24 @@ OpenAIServer::OpenAIServer(ServerOptions options, const Tokenizer& tokenizer, Mo
 }
 
 OpenAIServer::~OpenAIServer() {
-    if (state_->http && state_->http->is_running()) state_->http->stop();
+    if (state_->front && state_->front->running()) state_->front->stop();
 }
 
 int OpenAIServer::bind() {
     State& s = *state_;
-    if (s.opts.port == 0) {
-        s.bound_port = s.http->bind_to_any_port(s.opts.host);
-        ONECARD_CHECK(s.bound_port > 0, "serve: cannot bind {} on an ephemeral port", s.opts.host);
-    } else {
-        errno = 0;
-        const bool bound = s.http->bind_to_port(s.opts.host, s.opts.port);
-        const int err = errno;  // httplib leaves bind()'s errno in place
-        ONECARD_CHECK(bound, "serve: cannot listen on {}:{}: {}", s.opts.host, s.opts.port,
-                      err == EADDRINUSE ? "the address is already in use (another server on this port?)"
-                      : err != 0        ? std::strerror(err)
-                                        : "not a local address?");
-        s.bound_port = s.opts.port;
-    }
-    // listen() on a listening socket only updates its backlog (the kernel caps it at somaxconn).
-    if (s.listen_fd >= 0) ::listen(s.listen_fd, 1024);
+    errno = 0;
+    const int port = s.front->bind();
+    const int err = errno;
+    ONECARD_CHECK(port > 0, "serve: cannot listen on {}:{}: {}", s.opts.host, s.opts.port,
+                  err == EADDRINUSE ? "the address is already in use (another server on this port?)"
+                  : err != 0        ? std::strerror(err)
+                                    : "not a local address?");
+    s.bound_port = port;
     return s.bound_port;
 }
 
 void OpenAIServer::run() {
-    state_->http->listen_after_bind();
+    state_->front->run();
 }
 
 void OpenAIServer::attach_engine(Engine& engine, int64_t max_model_len) {
@@ -446,6 +443,7 @@ void OpenAIServer::check_integrity() const {
     ONECARD_CHECK(static_cast<int64_t>(s.live.size()) <= n,
                   "server: {} live engine streams but only {} admitted requests", s.live.size(), n);
     s.responses.check_integrity();
+    if (s.front) s.front->check_integrity();
 }
 
 void OpenAIServer::cut_drain() {
@@ -471,10 +469,8 @@ int64_t OpenAIServer::shutdown(std::chrono::milliseconds drain) {
     const auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     while (s.inflight.load() > 0 && std::chrono::steady_clock::now() < grace)
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    // httplib's stop() does nothing before run() has started listening (a load that failed right
-    // after bind()): give run() a moment to start, so the stop reaches it.
-    for (int i = 0; i < 200 && !s.http->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    s.http->stop();
+    // The front end's stop() holds even before run() starts: run() then returns at once.
+    s.front->stop();
     return n_cancelled;
 }
 

@@ -1,7 +1,9 @@
 // The OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/responses (and GET /
 // DELETE /v1/responses/{id}), the Anthropic /v1/messages[/count_tokens], /v1/models[/{id}], /tokenize,
 // /detokenize, /health, /ready, /metrics, /version, over one Engine (one engine thread) and a pool of HTTP
-// threads. Every request passes, in order: the CIDR allowlist (403), --allow-path (404, as for a path
+// threads. Every connection passes the CIDR allowlist at accept (a refused address is closed before a
+// byte is read); every request is read whole under limits and deadlines by the event-driven front end
+// (http_front.h: 431 / 413 at once), then passes, in order: --allow-path (404, as for a path
 // with no route), the route table (404/405),
 // the API key (401; /health, /ready, /version and, unless metrics_require_auth, /metrics are open),
 // the JSON Content-Type of POST bodies (415), the body-size limit (413), then its handler; admission is bounded (429
@@ -25,6 +27,7 @@
 #include "tokenizer/chat_encoding.h"
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -37,7 +40,8 @@ namespace onecard::server {
 // Requests one keep-alive connection may carry before the server closes it (httplib's default is 5).
 inline constexpr size_t kKeepAliveMaxRequests = 100000;
 
-// Largest --max-body-bytes accepted: every HTTP thread may hold one body in memory.
+// Largest --max-body-bytes accepted (bodies being read are held in memory; all of them together are
+// bounded by ServerOptions::max_buffered_body_bytes).
 inline constexpr size_t kMaxBodyBytesCeiling = size_t{1} << 30;
 
 struct ServerOptions {
@@ -47,8 +51,17 @@ struct ServerOptions {
     std::vector<std::string> allow_cidrs;  // empty -> every address
     std::vector<std::string> allow_paths;  // --allow-path patterns ("/v1/*"); empty -> every route
     std::string tls_cert, tls_key;         // both set -> HTTPS
-    size_t max_body_bytes = 16u << 20;     // larger bodies get 413
-    int http_threads = 0;                  // 0 -> max(16, 2 * max_num_seqs + 8)
+    size_t max_body_bytes = 16u << 20;     // larger bodies get 413, as soon as the size is known
+    size_t max_header_bytes = 64u << 10;   // request line + headers; larger get 431 (http_front.h)
+    size_t max_buffered_body_bytes = size_t{512} << 20;  // bodies being uploaded, all together; past it 503
+    // Per-connection deadlines (http_front.h): no request begun (after accept, between keep-alive
+    // requests), a request's first byte (or accept, under TLS) to the end of its headers, then to the
+    // end of its body, and each write of a response.
+    std::chrono::milliseconds idle_timeout{5000};
+    std::chrono::milliseconds header_timeout{10000};
+    std::chrono::milliseconds body_timeout{30000};
+    std::chrono::milliseconds write_timeout{30000};
+    int http_threads = 0;                  // requests served at once; 0 -> http_worker_count()
     int64_t max_num_seqs = 16;             // the engine's, for sizing the thread pool
     int64_t max_queued_requests = 256;     // generation requests beyond max_num_seqs before 429
     bool log_requests_text = false;        // access log includes prompt and completion text
@@ -62,6 +75,16 @@ struct ServerOptions {
     // were strict: true), not only the strict ones (--strict-tools-all).
     bool strict_tools_all = false;
 };
+
+// Worker threads that serve complete requests (http_front.h): --http-threads, or by default one for
+// every generation request admission lets in (max_num_seqs running + max_queued_requests queued, a
+// stream holds its worker to the end) plus 16, so that with every admitted request holding one, probes
+// still answer at once and the next generation request gets its 429 at once. Idle and slow connections
+// need none.
+inline size_t http_worker_count(const ServerOptions& o) {
+    return o.http_threads > 0 ? static_cast<size_t>(o.http_threads)
+                              : static_cast<size_t>(std::max<int64_t>(0, o.max_num_seqs + o.max_queued_requests)) + 16;
+}
 
 // What the server tells clients about the model it serves.
 struct ModelInfo {

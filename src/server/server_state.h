@@ -4,6 +4,7 @@
 #include "grammar/grammar_cache.h"
 #include "server/access_control.h"
 #include "server/api_error.h"
+#include "server/http_front.h"
 #include "server/metrics.h"
 #include "server/openai_server.h"
 #include "server/request_params.h"
@@ -14,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,6 +26,27 @@ class TriggerTokens;  // engine/triggered_constraint.h
 }
 
 namespace onecard::server {
+
+// httplib's router and route handlers, over requests the front end (http_front.h) has read whole and
+// checked: process_request() (protected in httplib::Server) parses one request from the stream, runs
+// pre-routing, the route and the logger, and writes the response. httplib's own listener is never used.
+class RouteServer : public httplib::Server {
+public:
+    // httplib ends a streamed (content-provider) response as soon as its listening socket is
+    // INVALID_SOCKET, its sign of shutting down; this server has no listener of its own, so the socket
+    // is set to a value that is no descriptor (never closed or polled: httplib only does that from
+    // listen() and stop(), which are not used).
+    RouteServer() { svr_sock_ = std::numeric_limits<socket_t>::max(); }
+    // Returns false when the connection must end (a failed write, or the client asked for a close).
+    bool serve(httplib::Stream& stream) {
+        bool closed = false;
+        return process_request(stream, false, closed, nullptr) && !closed;
+    }
+};
+
+struct SslCtxFree {
+    void operator()(SSL_CTX* ctx) const { SSL_CTX_free(ctx); }
+};
 
 struct OpenAIServer::State {
     State(ServerOptions o, const Tokenizer& t, ModelInfo i)
@@ -45,9 +68,10 @@ struct OpenAIServer::State {
     PathAllowlist paths;
     ApiKeys keys;
     ServerMetrics metrics;
-    std::unique_ptr<httplib::Server> http;
+    RouteServer http;                            // routes; runs on the front end's worker threads
+    std::unique_ptr<SSL_CTX, SslCtxFree> tls;    // set -> HTTPS
+    std::unique_ptr<HttpFront> front;            // accept, TLS, reading, keep-alive (http_front.h)
     int bound_port = -1;
-    int listen_fd = -1;  // recorded while httplib creates it, to raise its listen backlog
 
     std::atomic<bool> ready{false};
     std::atomic<bool> draining{false};

@@ -704,7 +704,7 @@ void add_cmd_serve(CLI::App& app) {
             return d < 0 ? "must not be negative, got " + v + " (a negative limit does not mean 'no limit')" : "";
         },
         ">=0");
-    cmd->add_option("--http-threads", o.http_threads, "HTTP worker threads (default max(16, 2*max-num-seqs+8))")
+    cmd->add_option("--http-threads", o.http_threads, "threads serving complete requests (default max-num-seqs + max-queued-requests + 16); idle or slow connections use none")
         ->check(non_negative);
     cmd->add_option("--max-body-bytes", o.max_body_bytes,
                     "largest request body, 1 B to 1 GiB; larger gets 413 (default 16 MiB)")
