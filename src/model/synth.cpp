@@ -107,7 +107,14 @@ Role role_of(const std::string& name) {
 //    picks other experts for most tokens.
 // Everything else is drawn as by the default rule (same random numbers, same FP8/MXFP4 quantisation),
 // so routers, indexers, compressors and attention compute what they compute on the default model.
-constexpr double kTamePost = 0.1;
+// Measured (tests/model/tame_model_test.cpp, tiny preset, 192 tokens, one-ulp hc-bias nudge): in
+// reference numerics the floor is ~2e-7 median on both rules; the bf16-storage oracle's floor is
+// 6.5e-3 with this rule (kTamePost 0.1: 1.7e-2, 0.01: 2.4e-3) against 2.3e-2 with the default one.
+// What is left is the bf16 storage itself: every stored activation (the residual streams included) is
+// rounded to 8 mantissa bits, so a difference grows like sqrt(e · 2^-8) per rounding point — even
+// exact numerics with bf16 storage reach 4e-3. No weight scale removes that; issue 23's 1e-3 needs
+// an oracle that mirrors fewer roundings or a smaller share for every sub-block.
+constexpr double kTamePost = 0.05;
 constexpr double kTameSwigluIn = 8.0;
 constexpr double kTameBiasGain = 4.0;
 constexpr double kTameAttnOut = 4.0;
