@@ -81,10 +81,62 @@ Role role_of(const std::string& name) {
     return Role::Linear;
 }
 
+// The tame rule (SynthOptions::tame). Why the default network is chaotic: every quantised linear
+// rounds its input to FP8 (3 mantissa bits), so an input difference of relative size e flips about
+// 11·e of the roundings, each by a whole FP8 step — the linear's output moves by ~0.3·sqrt(e), not e.
+// Through the 3–4 chained linears of a sub-block any difference grows to a few percent of the
+// sub-block's output; at unit gain that is a few percent of the residual stream, which the next
+// layer amplifies again, and attention, the compressors and the indexer carry it to every later
+// position. The tame rule breaks the loop where it closes, at the residual stream, and nowhere else:
+//  * post-mix weight (hc_*_base, the post entries): 2·sigmoid(bias) = kTamePost instead of 1, so a
+//    sub-block adds kTamePost of its (unit-size) output to the stream. A difference that grew to a few
+//    percent inside a sub-block reaches the stream, and so the next layer's inputs and the logits,
+//    kTamePost times smaller; below ~1e-5 relative a 4096-wide FP8 rounding flips less than once per
+//    token, so most positions see no flip at all and a flip at one position is not carried on;
+//  * experts' w1 and w3 (routed and shared): gain kTameSwigluIn, so the gate and up projections reach
+//    the SwiGLU clamp (swiglu_limit 10) on 10–20% of elements — the clamp path does real work, and
+//    a missing clamp changes the experts' output by far more than the parity bar;
+//  * experts' w2: gain 1 / kTameSwigluIn², so an expert's output keeps about the default rule's size
+//    and the post-mix weight alone sets the sub-block's share of the stream;
+//  * attention's wo_b: gain kTameAttnOut. Attention averages the values of ~window / e keys (unit-size
+//    score spread), so its output is ~1/sqrt(50) of a unit-gain sub-block's at the real window of 128;
+//    the gain brings it to about the MoE sub-block's size, so a wrong key list or KV entry moves the
+//    stream as much as a wrong expert does, instead of hiding under the MoE's output;
+//  * router selection bias (gate.bias): gain kTameBiasGain (sd 0.2, against scores that spread by
+//    ~0.3), so the bias really decides picks, as it does in the real model, and routing without it
+//    picks other experts for most tokens.
+// Everything else is drawn as by the default rule (same random numbers, same FP8/MXFP4 quantisation),
+// so routers, indexers, compressors and attention compute what they compute on the default model.
+// Measured (tests/model/tame_model_test.cpp, tiny preset, 192 tokens, one-ulp hc-bias nudge): in
+// reference numerics the floor is ~2e-7 median on both rules; the bf16-storage oracle's floor is
+// 6.5e-3 with this rule (kTamePost 0.1: 1.7e-2, 0.01: 2.4e-3) against 2.3e-2 with the default one.
+// What is left is the bf16 storage itself: every stored activation (the residual streams included) is
+// rounded to 8 mantissa bits, so a difference grows like sqrt(e · 2^-8) per rounding point — even
+// exact numerics with bf16 storage reach 4e-3. No weight scale removes that; issue 23's 1e-3 needs
+// an oracle that mirrors fewer roundings or a smaller share for every sub-block.
+constexpr double kTamePost = 0.05;
+constexpr double kTameSwigluIn = 8.0;
+constexpr double kTameBiasGain = 4.0;
+constexpr double kTameAttnOut = 4.0;
+
+// The tame rule's gain on a linear tensor's default values (1 where the rule leaves it alone).
+double tame_gain(const std::string& name) {
+    if (ends_with(name, ".w1.weight") || ends_with(name, ".w3.weight")) return kTameSwigluIn;
+    if (ends_with(name, ".w2.weight")) return 1.0 / (kTameSwigluIn * kTameSwigluIn);
+    if (ends_with(name, ".attn.wo_b.weight")) return kTameAttnOut;
+    return 1.0;
+}
+
+// hc block base under the tame rule: the post entries give 2·sigmoid(b) = kTamePost.
+double tame_hc_base_value(int64_t hc, int64_t j) {
+    if (j >= hc && j < 2 * hc) return synth_random::det_log(kTamePost / (2.0 - kTamePost));
+    return hc_base_value(hc, j, false);
+}
+
 }  // namespace
 
 void synth_master_rows(const ModelConfig& cfg, uint64_t seed, const TensorSpec& spec, int64_t row0, int64_t n_rows,
-                       float* out) {
+                       float* out, bool tame) {
     const std::string& name = spec.name;
     const int64_t cols = logical_cols(spec);
     ONECARD_CHECK(spec.dtype != DType::I64 && spec.dtype != DType::I32 && spec.dtype != DType::F8_E8M0,
@@ -93,6 +145,7 @@ void synth_master_rows(const ModelConfig& cfg, uint64_t seed, const TensorSpec& 
                   row0 + n_rows, name);
     const Role role = role_of(name);
     const double inv_sqrt_fan_in = 1.0 / std::sqrt(static_cast<double>(cols));
+    const double linear_gain = tame ? tame_gain(name) * inv_sqrt_fan_in : inv_sqrt_fan_in;
     for (int64_t r = 0; r < n_rows; ++r) {
         Rng rng = row_rng(seed, name, row0 + r);
         float* o = out + r * cols;
@@ -104,7 +157,7 @@ void synth_master_rows(const ModelConfig& cfg, uint64_t seed, const TensorSpec& 
                     v = z;
                     break;  // per-head sink logits ~ N(0, 1)
                 case Role::HcBase:
-                    v = hc_base_value(cfg.hc_mult, c, false) + 0.02 * z;
+                    v = (tame ? tame_hc_base_value(cfg.hc_mult, c) : hc_base_value(cfg.hc_mult, c, false)) + 0.02 * z;
                     break;
                 case Role::HcHeadBase:
                     v = hc_base_value(cfg.hc_mult, c, true) + 0.02 * z;
@@ -122,13 +175,13 @@ void synth_master_rows(const ModelConfig& cfg, uint64_t seed, const TensorSpec& 
                     v = 0.1 * z;
                     break;
                 case Role::GateBias:
-                    v = 0.05 * z;
+                    v = (tame ? kTameBiasGain : 1.0) * 0.05 * z;
                     break;
                 case Role::Embed:
                     v = z;
                     break;
                 default:
-                    v = z * inv_sqrt_fan_in;
+                    v = z * linear_gain;
                     break;  // linear layers: unit gain, N(0, 1/fan_in)
             }
             o[c] = static_cast<float>(v);
@@ -304,8 +357,8 @@ constexpr uint64_t kProgressMinBytes = uint64_t{256} << 20;  // smaller writes f
 
 class ShardWriter {
 public:
-    ShardWriter(const ModelConfig& cfg, uint64_t seed, uint64_t total, bool progress, unsigned threads)
-        : cfg_(cfg), seed_(seed), total_(total), progress_(progress), threads_(std::max(1u, threads)) {}
+    ShardWriter(const ModelConfig& cfg, uint64_t seed, bool tame, uint64_t total, bool progress, unsigned threads)
+        : cfg_(cfg), seed_(seed), tame_(tame), total_(total), progress_(progress), threads_(std::max(1u, threads)) {}
 
     void write_shard(const std::filesystem::path& path, const SynthShard& shard, size_t index, size_t n_shards) {
         shard_ = index;
@@ -399,7 +452,7 @@ private:
             vals.resize(static_cast<size_t>(n * cols));
             bytes.resize(vals.size() * elt);
             parallel_rows(n, [&](int64_t b, int64_t e) {
-                synth_master_rows(cfg_, seed_, spec, r0 + b, e - b, vals.data() + b * cols);
+                synth_master_rows(cfg_, seed_, spec, r0 + b, e - b, vals.data() + b * cols, tame_);
                 for (size_t i = static_cast<size_t>(b * cols); i < static_cast<size_t>(e * cols); ++i) {
                     if (elt == 2) {
                         const uint16_t v = f32_to_bf16(vals[i]);
@@ -431,7 +484,7 @@ private:
             parallel_rows(n_blocks, [&](int64_t b, int64_t e) {
                 for (int64_t ib = b; ib < e; ++ib) {
                     const int64_t rb = ib * blk, nr = std::min(blk, n - rb);
-                    synth_master_rows(cfg_, seed_, spec, r0 + rb, nr, vals.data() + rb * cols);
+                    synth_master_rows(cfg_, seed_, spec, r0 + rb, nr, vals.data() + rb * cols, tame_);
                     quantize_fp8_block_rows(vals.data() + rb * cols, nr, cols, blk, codes.data() + rb * cols,
                                             pending_scale_.data() + ((r0 + rb) / blk) * n_cb);
                 }
@@ -453,7 +506,7 @@ private:
             vals.resize(static_cast<size_t>(n * cols));
             packed.resize(static_cast<size_t>(n * cols / 2));
             parallel_rows(n, [&](int64_t b, int64_t e) {
-                synth_master_rows(cfg_, seed_, spec, r0 + b, e - b, vals.data() + b * cols);
+                synth_master_rows(cfg_, seed_, spec, r0 + b, e - b, vals.data() + b * cols, tame_);
                 for (int64_t r = b; r < e; ++r)
                     quantize_mxfp4_row(vals.data() + r * cols, cols, packed.data() + r * cols / 2,
                                        pending_scale_.data() + (r0 + r) * (cols / 32));
@@ -501,6 +554,7 @@ private:
 
     const ModelConfig& cfg_;
     uint64_t seed_;
+    bool tame_;
     uint64_t total_;
     bool progress_;
     int64_t threads_;
@@ -522,7 +576,7 @@ void write_text(const std::filesystem::path& path, const std::string& text) {
 }  // namespace
 
 SynthResult synth_write(const ModelConfig& cfg, uint64_t seed, const std::filesystem::path& out_dir,
-                        uint64_t shard_bytes, bool progress, unsigned threads) {
+                        uint64_t shard_bytes, bool progress, unsigned threads, bool tame) {
     if (threads == 0) threads = std::min(16u, std::max(1u, std::thread::hardware_concurrency()));
     std::filesystem::create_directories(out_dir);
     const std::vector<SynthShard> plan = synth_shard_plan(cfg, shard_bytes);
@@ -541,7 +595,7 @@ SynthResult synth_write(const ModelConfig& cfg, uint64_t seed, const std::filesy
         if (std::regex_match(f, shard_re) && !planned.count(f)) std::filesystem::remove(entry.path());
     }
 
-    ShardWriter writer(cfg, seed, res.n_bytes, progress, threads);
+    ShardWriter writer(cfg, seed, tame, res.n_bytes, progress, threads);
     nlohmann::json weight_map = nlohmann::json::object();
     for (size_t i = 0; i < plan.size(); ++i) {
         writer.write_shard(out_dir / plan[i].file, plan[i], i, plan.size());

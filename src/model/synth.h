@@ -1,7 +1,13 @@
 // Synthetic DeepSeek-V4 checkpoints in the exact official format (names, dtypes, FP8 128x128
 // blocks with UE8M0 scales, MXFP4 experts, shards + model.safetensors.index.json, config.json,
 // generation_config.json) with random weights of sensible scale. Bit-deterministic: the bytes
-// depend only on (config, seed) — own PRNG, own Box-Muller, fixed write order, rows independent.
+// depend only on (config, seed, tame) — own PRNG, own Box-Muller, fixed write order, rows independent.
+//
+// Two drawing rules. The default one gives every sub-block unit gain: a chaotic network, where the
+// smallest difference (one fp32 ulp on a hyper-connection bias) flips FP8 activation roundings,
+// router and indexer picks and the flips spread to every later position (tests/ops/gpu_model_test.cpp).
+// The tame rule (synth_master_rows) draws the same random numbers and rescales a few tensors so that a
+// small difference stays small, while every op still does real work (tests/model/tame_model_test.cpp).
 // Every tensor is streamed to disk in chunks, so full-size checkpoints need little RAM.
 #pragma once
 
@@ -45,6 +51,7 @@ struct SynthOptions {
     std::optional<int64_t> index_topk;
     std::optional<int64_t> mtp;           // num_nextn_predict_layers
     std::optional<uint64_t> shard_bytes;  // target shard size (a tensor never spans shards)
+    bool tame = false;                    // the tame drawing rule (file comment, synth_master_rows)
 };
 
 std::optional<SynthPreset> synth_preset_from_name(const std::string& name);  // "tiny", "small", "flash"
@@ -73,8 +80,9 @@ struct SynthResult {
 // run are replaced). Progress lines go to stderr when `progress` is set. `threads` (0 = all
 // cores, at most 16) only changes the speed: rows are generated independently and written in a
 // fixed order, so the bytes are the same for any thread count.
+// `tame` picks the tame drawing rule (SynthOptions::tame).
 SynthResult synth_write(const ModelConfig& cfg, uint64_t seed, const std::filesystem::path& out_dir,
-                        uint64_t shard_bytes, bool progress, unsigned threads = 0);
+                        uint64_t shard_bytes, bool progress, unsigned threads = 0, bool tame = false);
 // Only config.json and generation_config.json (synth_write writes them too): a model directory for
 // `serve --load-format dummy`, which makes the weights on the GPU.
 void synth_write_config(const ModelConfig& cfg, const std::filesystem::path& out_dir);
@@ -83,7 +91,8 @@ void synth_write_config(const ModelConfig& cfg, const std::filesystem::path& out
 // logical matrix: [shape[0], prod(shape[1:])] — for packed MXFP4 the logical width is 2x the
 // stored one; 1-D tensors are one row. Quantised tensors store these values rounded to their
 // format; BF16 tensors store them rounded to bf16. Not defined for I64/I32 (tid2eid) or scales.
+// With `tame`, the tame rule: the same draws, a few tensors rescaled (synth.cpp, tame_gain).
 void synth_master_rows(const ModelConfig& cfg, uint64_t seed, const TensorSpec& spec, int64_t row0, int64_t n_rows,
-                       float* out);
+                       float* out, bool tame = false);
 
 }  // namespace onecard

@@ -282,6 +282,11 @@ void GpuModel::set_gemv_paths(bool moe, bool linears) {
     drop_graphs();
 }
 
+void GpuModel::set_faults(const GpuFaultPlan& plan) {
+    opt_.faults = plan;
+    drop_graphs();
+}
+
 void GpuModel::tick(const char* label, cudaStream_t s) {
     if (!profiling_) return;
     cudaEvent_t e = nullptr;
@@ -411,7 +416,7 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
         const int64_t nI = c.index_n_heads, dI = c.index_head_dim;
         compress(ix.compressor, addr.index_comp_region, b.ikv, b.ientries);
         cuda::hadamard_fp4_sim(b.ientries, n, dI, s);
-        cuda::indexer_key_write(b.ientries, b.key_dst, pool_.base(), n, dI, s);
+        if (!opt_.faults.stale_indexer_keys) cuda::indexer_key_write(b.ientries, b.key_dst, pool_.base(), n, dI, s);
         tick("attn: indexer compressor", s);
         if (qr_once)
             lin_->fp8_quantized(ix.wq_b, b.qrq, b.qrs, n, b.iq, s);
@@ -437,7 +442,8 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
     max_keys = std::max<int64_t>(max_keys, W);
     ONECARD_CHECK(max_keys <= b.max_keys, "gpu model: position {} needs {} keys (max_model_len too small?)",
                   meta_->max_pos, max_keys);
-    build_attention_offsets(*meta_, pool_, il, W, picks, c.index_topk, max_keys, b.kv_off, s);
+    build_attention_offsets(*meta_, pool_, il, W - (opt_.faults.window_off_by_one ? 1 : 0), picks, c.index_topk,
+                            max_keys, b.kv_off, s);
     cuda::SparseAttnDims ad;
     ad.n_heads = H;
     ad.head_dim = hd;
@@ -455,19 +461,21 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
     lin_->fp8(w.wo_b, b.z, n, out, s);
     tick("attn: wo_b", s);
     // Only now may the window rings take this step's rows (earlier tokens of the step read the old ones).
-    cuda::kv_write_entries(b.kv, 0, b.ring_dst, pool_.base(), n, ed, s);
+    const int64_t ring_rows = opt_.faults.drop_ring_row ? n - 1 : n;
+    if (ring_rows > 0) cuda::kv_write_entries(b.kv, 0, b.ring_dst, pool_.base(), ring_rows, ed, s);
 }
 
 void GpuModel::moe(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t s) {
     Buffers& b = *buf_;
     const ModelConfig& c = cfg_;
     const int64_t n = meta_->n, D = c.hidden_size, I = c.moe_intermediate_size, K = c.num_experts_per_tok;
-    const float limit = static_cast<float>(c.swiglu_limit);
+    const float limit = opt_.faults.no_swiglu_clamp ? 0.0f : static_cast<float>(c.swiglu_limit);  // 0: no clamp
     const GpuMoE& m = blk.ffn;
     const bool hash = c.is_hash_layer(blk.layer_id);
     lin_->bf16(m.gate, xn, n, b.router, cuda::GemmOut::F32, s);
-    cuda::moe_route(b.router, hash ? nullptr : m.bias, hash ? m.tid2eid : nullptr, meta_->tokens, n, c.n_routed_experts,
-                    K, static_cast<float>(c.routed_scaling_factor), b.experts, b.weights, s);
+    cuda::moe_route(b.router, hash || opt_.faults.route_without_bias ? nullptr : m.bias, hash ? m.tid2eid : nullptr,
+                    meta_->tokens, n, c.n_routed_experts, K, static_cast<float>(c.routed_scaling_factor), b.experts,
+                    b.weights, s);
     if (b.pick_counts) cuda::count_expert_picks(b.experts, n * K, b.pick_counts + blk.layer_id * c.n_routed_experts, s);
     tick("moe: router", s);
     // Shared expert: w1 and w3 as one linear when fused; on the GEMV path xn is quantised once for

@@ -13,6 +13,7 @@
 #include "backend/cuda/ops/model_io.cuh"
 #include "backend/cuda/ops/moe_experts.cuh"
 #include "model/config.h"
+#include "model_cuda/gpu_fault_plan.h"
 #include "model_cuda/gpu_kv_pool.h"
 #include "model_cuda/gpu_linear.h"
 #include "model_cuda/gpu_step.h"
@@ -39,6 +40,7 @@ struct GpuModelOptions {
     bool cuda_graphs = true;  // replay steps of <= kGraphMaxTokens tokens as CUDA graphs
     bool count_expert_picks = false;  // count routing picks per (layer, expert) on the device (expert_pick_counts)
     HostMoeOptions host_experts;      // the host expert pool, when the weights keep experts in host RAM
+    GpuFaultPlan faults;              // tests only: planted bugs (gpu_fault_plan.h); all off
 };
 
 class GpuModel {
@@ -75,6 +77,9 @@ public:
     // Tests: route decode-sized steps through the many-token paths (grouped MoE, GEMM linears) instead
     // of the GEMV kernels, to check each path against the others.
     void set_gemv_paths(bool moe, bool linears);
+    // Tests: plants the faults of `plan` in the steps that follow (drops captured graphs, which
+    // recorded the old behaviour).
+    void set_faults(const GpuFaultPlan& plan);
     int64_t n_graphs() const { return static_cast<int64_t>(graphs_.size()); }
     // Nodes (kernel launches, copies, memsets) of the graph captured last: a decode step's launch count.
     int64_t last_graph_nodes() const { return last_graph_nodes_; }

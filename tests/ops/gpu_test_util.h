@@ -25,9 +25,9 @@ namespace onecard::test {
 
 // The whole-model GPU tests' checkpoint, written to `dir`: 4 layers at the real per-layer Flash
 // dimensions (three hash-routed layers, one learned-routing layer), `experts` routed experts with
-// top-6, vocabulary 1024, moe_intermediate 1024, no MTP.
+// top-6, vocabulary 1024, moe_intermediate 1024, no MTP. `tame`: the tame drawing rule (SynthOptions::tame).
 inline ModelConfig write_flash_dims_checkpoint(const std::filesystem::path& dir, uint64_t seed, int64_t experts,
-                                               int64_t index_topk) {
+                                               int64_t index_topk, bool tame = false) {
     SynthOptions o;
     o.preset = SynthPreset::Flash;
     o.seed = seed;
@@ -38,8 +38,9 @@ inline ModelConfig write_flash_dims_checkpoint(const std::filesystem::path& dir,
     o.moe_inter = 1024;
     o.index_topk = index_topk;
     o.mtp = 0;
+    o.tame = tame;
     const ModelConfig cfg = synth_config(o);
-    synth_write(cfg, o.seed, dir, synth_default_shard_bytes(SynthPreset::Flash), false);
+    synth_write(cfg, o.seed, dir, synth_default_shard_bytes(SynthPreset::Flash), false, 0, o.tame);
     return cfg;
 }
 

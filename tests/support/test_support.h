@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace onecard::test {
 
@@ -192,6 +194,43 @@ inline ModelWeights nudge_hc_bases(const ModelWeights& w, std::vector<std::vecto
         }
     }
     return out;
+}
+
+// Per-row agreement of two logits arrays [rows, vocab]: rows [0, n) of `a` against rows [row0, row0 + n)
+// of `b` (the reference). Relative L2 per row in double (‖a − b‖ / ‖b‖; a non-finite value gives +inf),
+// its median and worst, and how many rows have the same argmax.
+struct LogitsAgreement {
+    double median = 0.0, worst = 0.0;
+    int64_t argmax_same = 0, n = 0;
+    std::vector<double> per_row;  // [n]
+    double argmax_share() const { return n ? static_cast<double>(argmax_same) / static_cast<double>(n) : 1.0; }
+};
+
+inline LogitsAgreement compare_logits(const std::vector<float>& a, const std::vector<float>& b, int64_t row0, int64_t n,
+                                      int64_t vocab) {
+    if (n <= 0 || static_cast<int64_t>(a.size()) < n * vocab || static_cast<int64_t>(b.size()) < (row0 + n) * vocab)
+        throw std::runtime_error("compare_logits: rows out of range");
+    LogitsAgreement g;
+    g.n = n;
+    for (int64_t i = 0; i < n; ++i) {
+        const float* x = a.data() + i * vocab;
+        const float* y = b.data() + (row0 + i) * vocab;
+        double num = 0.0, den = 0.0;
+        bool finite = true;
+        for (int64_t j = 0; j < vocab; ++j) {
+            finite = finite && std::isfinite(x[j]) && std::isfinite(y[j]);
+            const double d = static_cast<double>(x[j]) - y[j];
+            num += d * d;
+            den += static_cast<double>(y[j]) * y[j];
+        }
+        g.per_row.push_back(finite ? std::sqrt(num / (den > 0 ? den : 1.0)) : INFINITY);
+        g.argmax_same += std::max_element(x, x + vocab) - x == std::max_element(y, y + vocab) - y;
+    }
+    std::vector<double> s = g.per_row;
+    std::sort(s.begin(), s.end());
+    g.median = s[s.size() / 2];
+    g.worst = s.back();
+    return g;
 }
 
 }  // namespace onecard::test

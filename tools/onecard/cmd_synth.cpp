@@ -40,6 +40,9 @@ void add_cmd_synth(CLI::App& app) {
     cmd->add_option("--shard-mb", args->shard_mb,
                     "target shard size in MB (default: tiny 2 MiB, small 32 MiB, flash 5 GB)");
     cmd->add_flag("--quiet", args->quiet, "no progress output");
+    cmd->add_flag("--tame", args->opt.tame,
+                  "tame drawing rule: sub-blocks add a twentieth of their output to the residual stream, experts reach "
+                  "the SwiGLU clamp (a non-chaotic model for tight GPU parity bars; src/model/synth.cpp)");
     cmd->add_flag("--config-only", args->config_only,
                   "write config.json and generation_config.json but no weights: a model directory for `serve "
                   "--load-format dummy` (give it a tokenizer with --tokenizer, or copy one in)");
@@ -75,13 +78,13 @@ void add_cmd_synth(CLI::App& app) {
             std::printf("wrote %s: preset %s, config only (no weights)\n", args->out.c_str(), args->preset.c_str());
             return;
         }
-        const SynthResult res = synth_write(cfg, args->seed, args->out, shard_bytes, !args->quiet);
+        const SynthResult res = synth_write(cfg, args->seed, args->out, shard_bytes, !args->quiet, 0, opt.tame);
         // The demo preset has the full DeepSeek vocabulary, so it ships the real V4 tokenizer files:
         // a checkpoint dir that render-chat, tokenize and serve can use as it is.
         if (opt.preset == SynthPreset::Small) write_demo_tokenizer(args->out);
-        std::printf("wrote %s: preset %s, seed %llu, %zu tensors, %.3f GB in %zu shard(s)\n", args->out.c_str(),
-                    args->preset.c_str(), static_cast<unsigned long long>(args->seed), res.n_tensors,
-                    static_cast<double>(res.n_bytes) / 1e9, res.n_shards);
+        std::printf("wrote %s: preset %s%s, seed %llu, %zu tensors, %.3f GB in %zu shard(s)\n", args->out.c_str(),
+                    args->preset.c_str(), opt.tame ? " (tame)" : "", static_cast<unsigned long long>(args->seed),
+                    res.n_tensors, static_cast<double>(res.n_bytes) / 1e9, res.n_shards);
     });
 }
 
