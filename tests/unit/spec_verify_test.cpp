@@ -110,6 +110,8 @@ private:
             const ForwardOutput out = m.forward_with_streams(s, extra);
             last.assign(out.logits.end() - V, out.logits.end());
             streams.insert(streams.end(), out.streams.begin(), out.streams.end() - per);
+        } else {
+            streams.resize(static_cast<size_t>(per));  // only position L-2
         }
         std::vector<double> p = dense_distribution(sampler_.target_distribution(last, params_, {}, {}), V);
         // The MTP block at positions L-2 .. n-2 (n = L + e: streams of p, token p + 1); its last row
