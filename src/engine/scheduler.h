@@ -28,6 +28,7 @@ struct SchedulerConfig {
     int64_t max_num_batched_tokens = 2048;
     int64_t long_prefill_token_threshold = 1024;
     int64_t max_num_seqs = 16;
+    int64_t num_speculative_tokens = 0;  // drafts a decode row may verify per step (0: off)
 };
 
 class Scheduler {
@@ -42,6 +43,9 @@ public:
     // Record that the runner computed the batch: advances num_computed_tokens of each scheduled request.
     // (Appending sampled tokens is the engine's job; it calls this first.)
     void update_from_output(const SchedulerOutput& out);
+    // Speculative decoding: after update_from_output, the runner also computed n accepted draft
+    // tokens of request id (the engine has appended them to its output). Unknown ids are ignored.
+    void accept_draft_tokens(RequestId id, int64_t n);
     // Removes a request (finished, cancelled, failed): frees its KV; reported in the next output's
     // finished_ids. Unknown ids are ignored.
     void finish_request(RequestId id);
@@ -64,6 +68,8 @@ public:
 private:
     void preempt(Request* victim, SchedulerOutput& out, int64_t& budget);
     ScheduledRequest make_entry(Request& r, int64_t n);
+    // Drafts a decode row of r gets this step (config, budget, max_tokens and KV room allow).
+    int64_t draft_tokens_for(const Request& r, int64_t budget_left) const;
     void update_block_hashes(Request& r) const;
 
     SchedulerConfig config_;

@@ -143,8 +143,8 @@ void CompressorState::check_integrity() const {
                   kv_.size(), score_.size(), n);
     ONECARD_CHECK(n_tokens_ >= 0, "compressor state: negative token count {}", n_tokens_);
     ONECARD_CHECK(journaling() ? static_cast<int64_t>(journal_.size()) == n_tokens_ - journal_start_ : journal_.empty(),
-                  "compressor state: journal of {} pushes from {} tokens, state at {}", journal_.size(),
-                  journal_start_, n_tokens_);
+                  "compressor state: journal of {} pushes from {} tokens, state at {}", journal_.size(), journal_start_,
+                  n_tokens_);
     if (overlap() && n_tokens_ < ratio_) {
         for (int64_t i = 0; i < ratio_ * row_width(); ++i)
             ONECARD_CHECK(std::isinf(score_[i]) && score_[i] < 0,
