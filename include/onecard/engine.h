@@ -119,6 +119,15 @@ public:
     virtual std::string flush() = 0;  // whatever is still buffered at the end
 };
 
+// Speculative decoding, shaped like vLLM's --speculative-config '{"method": "mtp",
+// "num_speculative_tokens": k}'. Off unless method is set and k > 0. The engine refuses a method
+// its runner does not support (ModelRunner::supports_speculation).
+struct SpeculativeConfig {
+    std::string method;                  // "mtp" (the checkpoint's mtp.0 block); "" -> off
+    int64_t num_speculative_tokens = 0;  // drafts per decode step
+    bool enabled() const { return !method.empty() && num_speculative_tokens > 0; }
+};
+
 struct EngineConfig {
     int64_t max_num_batched_tokens = 2048;        // tokens computed per step, all requests together
     int64_t long_prefill_token_threshold = 1024;  // the most one request's prompt may take per step
@@ -142,6 +151,9 @@ struct EngineConfig {
     std::string kv_disk_dir;
     int64_t kv_disk_bytes = 0;
     uint64_t kv_disk_model_id = 0;
+    // Speculative decoding (off by default). With it on, prefix caching is off: the runner's
+    // boundary snapshots do not carry the draft model's state.
+    SpeculativeConfig speculative;
     size_t submit_queue_capacity = 256;
     size_t event_queue_capacity = 64;
     std::function<std::unique_ptr<TextDecoder>()> make_text_decoder;  // empty -> no text, no stop strings
@@ -168,6 +180,12 @@ struct EngineStats {
     // foreign writer left that was removed (torn temp files, other models' or corrupt entries, excess).
     int64_t disk_reused_entries = 0, disk_reused_bytes = 0;
     int64_t disk_removed_torn = 0, disk_removed_foreign = 0, disk_removed_corrupt = 0, disk_removed_excess = 0;
+    // Speculative decoding (vLLM's vllm:spec_decode_num_drafts, _num_draft_tokens,
+    // _num_accepted_tokens, _num_accepted_tokens_per_pos).
+    int64_t spec_num_drafts = 0;
+    int64_t spec_num_draft_tokens = 0;
+    int64_t spec_num_accepted_tokens = 0;
+    std::vector<int64_t> spec_num_accepted_tokens_per_pos;  // [num_speculative_tokens]
 };
 
 class RequestStream;

@@ -61,7 +61,7 @@ CpuModelRunner::Live CpuModelRunner::restore_snapshot(int64_t id, int32_t slot, 
     std::memcpy(&n, p, 8);
     p += 8;
     ONECARD_CHECK(n == start_pos, "cpu runner: snapshot {} was taken at {} tokens, not {}", id, n, start_pos);
-    Live live{model_.new_sequence_external_kv(), slot, {}};
+    Live live{model_.new_sequence_external_kv(), slot, {}, {}};
     std::vector<float> carry(static_cast<size_t>(live.state.boundary_carry_floats()));
     std::memcpy(carry.data(), p, carry.size() * 4);
     p += carry.size() * 4;
@@ -125,7 +125,7 @@ RunnerOutput CpuModelRunner::execute(const SchedulerOutput& batch) {
             states_.insert_or_assign(e.id, restore_snapshot(e.restore_snapshot, e.kv.slot, e.start_pos));
         else if (e.start_pos == 0)
             states_.insert_or_assign(
-                e.id, Live{paged_kv() ? model_.new_sequence_external_kv() : model_.new_sequence(), e.kv.slot, {}});
+                e.id, Live{paged_kv() ? model_.new_sequence_external_kv() : model_.new_sequence(), e.kv.slot, {}, {}});
         auto it = states_.find(e.id);
         ONECARD_CHECK(it != states_.end(), "cpu runner: request {} continues at position {} without state", e.id,
                       e.start_pos);
@@ -140,8 +140,16 @@ RunnerOutput CpuModelRunner::execute(const SchedulerOutput& batch) {
             ONECARD_CHECK(e.kv.slot == live.slot, "cpu runner: request {} moved from KV slot {} to {} while live", e.id,
                           live.slot, e.kv.slot);
             live.block_table = e.block_table;
-            PagedSequenceKv(*arena_, *layout_, live.slot, live.block_table).check_covers(e.start_pos + e.n_tokens());
+            PagedSequenceKv(*arena_, *layout_, live.slot, live.block_table)
+                .check_covers(e.start_pos + e.n_tokens() + e.n_draft_tokens);
+            if (spec_k_ > 0) {
+                execute_spec_row(live, e, out);
+                continue;
+            }
             logits = forward_saving(live, e);
+        } else if (spec_k_ > 0) {
+            execute_spec_row(live, e, out);
+            continue;
         } else {
             logits = model_.forward(live.state, e.token_ids);
         }

@@ -32,6 +32,7 @@
 
 #include "engine/model_runner.h"
 #include "engine/paged_sequence_kv.h"
+#include "engine/spec_decoder.h"
 #include "model/config.h"
 #include "model/deepseek_v4.h"
 
@@ -56,6 +57,11 @@ public:
     int64_t prefix_snapshot_bytes(const KvCacheSpec& spec) const override;
     void bind_host_tier(const KvHostMemory& mem) override { host_ = mem; }
     RunnerOutput execute(const SchedulerOutput& batch) override;
+    // Speculative decoding with the checkpoint's mtp.0 block (cpu_spec_runner.cpp): every row then
+    // keeps the streams its MTP block has not read (SpecTrail), and a decode row with drafts is
+    // drafted, verified and rolled back in one call (engine/spec_decoder.h).
+    bool supports_speculation(const std::string& method) const override;
+    void enable_speculation(const std::string& method, int64_t num_speculative_tokens) override;
 
     size_t n_live_states() const { return states_.size(); }
     bool paged_kv() const { return arena_ != nullptr; }
@@ -68,6 +74,7 @@ private:
         SequenceState state;
         int32_t slot = -1;                 // paged KV: the request's slot
         std::vector<int32_t> block_table;  // paged KV: the table of its last step
+        SpecTrail trail;                   // speculative decoding on: tokens fed, streams for the MTP block
     };
     void save_snapshot(const Live& live, int64_t id);
     Live restore_snapshot(int64_t id, int32_t slot, int64_t start_pos);
@@ -75,6 +82,9 @@ private:
     // Advances `live` by tokens, returning the logits of the last call; splits the work at the
     // boundaries where snapshots are to be taken.
     std::vector<float> forward_saving(Live& live, const ScheduledRequest& e);
+    // Speculative decoding on: computes e for live (a plain chunk, or a decode row's drafts and their
+    // verification) and appends its row to out (tokens and spec filled for every row).
+    void execute_spec_row(Live& live, const ScheduledRequest& e, RunnerOutput& out);
 
     const DeepSeekV4& model_;
     int64_t max_model_len_;
@@ -85,6 +95,7 @@ private:
     std::unique_ptr<KvHostArena> arena_;
     KvHostMemory host_;                   // prefix caching: snapshots and host-tier blocks
     std::vector<size_t> window_regions_;  // the spec's Window regions (fixed indices)
+    int64_t spec_k_ = 0;                  // num_speculative_tokens (0: off)
 };
 
 }  // namespace onecard

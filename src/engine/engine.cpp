@@ -133,6 +133,11 @@ struct Engine::Impl {
         stats.n_free_kv_slots = core.kv().n_free_slots();
         stats.n_preemptions = core.scheduler().n_preemptions();
         stats.prefix_caching = core.prefix_caching();
+        const EngineCore::SpecCounters& sc = core.spec_counters();
+        stats.spec_num_drafts = sc.n_drafts;
+        stats.spec_num_draft_tokens = sc.n_draft_tokens;
+        stats.spec_num_accepted_tokens = sc.n_accepted_tokens;
+        stats.spec_num_accepted_tokens_per_pos = sc.accepted_per_pos;
         stats.prefix_cache_queries = core.scheduler().n_prefix_queries();
         stats.prefix_cache_hits = core.scheduler().n_prefix_hits();
         stats.prefix_cache_hits_offloaded = core.scheduler().n_prefix_hits_offloaded();

@@ -36,10 +36,19 @@ EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<ModelRunner> 
     max_model_len_ = config_.max_model_len > 0 ? std::min(config_.max_model_len, runner_->max_model_len())
                                                : runner_->max_model_len();
     ONECARD_CHECK(max_model_len_ > 1, "engine: max_model_len {} too small", max_model_len_);
+    const SpeculativeConfig& sc = config_.speculative;
+    ONECARD_CHECK(sc.method.empty() || (sc.num_speculative_tokens >= 1 && sc.num_speculative_tokens <= 16),
+                  "engine: speculative decoding needs num_speculative_tokens in [1, 16], got {}",
+                  sc.num_speculative_tokens);
+    ONECARD_CHECK(!sc.enabled() || runner_->supports_speculation(sc.method),
+                  "engine: speculative decoding method '{}' is not supported by this model runner (the CPU runner "
+                  "supports 'mtp' for checkpoints with an mtp.0 block)",
+                  sc.method);
     KvCacheSpec spec = make_engine_kv_spec(*runner_, config_);
     const KvPoolSize size = plan_kv_pool(spec, config_.kv_cache_bytes, config_.max_num_seqs);
     PrefixCacheConfig prefix;
-    prefix.enabled = config_.enable_prefix_caching && runner_->supports_prefix_caching();
+    // Prefix-cache snapshots do not carry the draft model's state, so the two are not combined.
+    prefix.enabled = config_.enable_prefix_caching && runner_->supports_prefix_caching() && !sc.enabled();
     if (prefix.enabled) {
         const int64_t snapshot_bytes = runner_->prefix_snapshot_bytes(spec);
         const int64_t budget =
@@ -62,9 +71,14 @@ EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<ModelRunner> 
     kv_ = std::make_unique<KvCacheManager>(std::move(spec), size, prefix);
     runner_->bind_kv_pool(kv_->spec(), size);
     if (const KvHostMemory* host = kv_->host_memory()) runner_->bind_host_tier(*host);
-    SchedulerConfig sc{config_.max_num_batched_tokens, config_.long_prefill_token_threshold, config_.max_num_seqs};
-    sc.snapshots_inside_chunks = runner_->prefix_snapshots_inside_chunks();
-    scheduler_ = std::make_unique<Scheduler>(sc, *kv_);
+    if (sc.enabled()) {
+        runner_->enable_speculation(sc.method, sc.num_speculative_tokens);
+        spec_counters_.accepted_per_pos.assign(static_cast<size_t>(sc.num_speculative_tokens), 0);
+    }
+    SchedulerConfig sched{config_.max_num_batched_tokens, config_.long_prefill_token_threshold, config_.max_num_seqs};
+    sched.snapshots_inside_chunks = runner_->prefix_snapshots_inside_chunks();
+    sched.num_speculative_tokens = sc.enabled() ? sc.num_speculative_tokens : 0;
+    scheduler_ = std::make_unique<Scheduler>(sched, *kv_);
 }
 
 void EngineCore::validate(const GenerateRequest& req) const {
@@ -283,6 +297,43 @@ int64_t first_non_finite(std::span<const float> row) {
 }
 }  // namespace
 
+void EngineCore::check_spec_rows(const SchedulerOutput& out, const RunnerOutput& result) const {
+    if (result.spec.empty()) return;
+    ONECARD_CHECK(result.spec.size() == result.row_ids.size() && result.tokens.size() == result.row_ids.size(),
+                  "runner: {} speculative entries and {} tokens for {} rows", result.spec.size(), result.tokens.size(),
+                  result.row_ids.size());
+    size_t i = 0;
+    for (const auto& e : out.requests) {
+        if (!e.sample) continue;
+        const RunnerOutput::SpecRow& r = result.spec[i];
+        ONECARD_CHECK(r.n_drafts == 0 ||
+                          (r.n_drafts <= e.n_draft_tokens && !r.tokens.empty() &&
+                           static_cast<int64_t>(r.tokens.size()) <= r.n_drafts + 1 && r.tokens[0] == result.tokens[i]),
+                      "runner: request {} verified {} drafts ({} allowed) and emitted {} tokens", e.id, r.n_drafts,
+                      e.n_draft_tokens, r.tokens.size());
+        for (int32_t t : r.tokens)
+            ONECARD_CHECK(t >= 0 && t < vocab_size_, "runner: speculative token {} for request {} (vocab {})", t, e.id,
+                          vocab_size_);
+        ++i;
+    }
+}
+
+bool EngineCore::process_spec_row(Request& req, const RunnerOutput::SpecRow& row, EngineEvent& ev, bool finished) {
+    // The first token went through the usual path; the rest are the same kind of token (drawn with
+    // the row's RowSampling), one after another until the request ends.
+    int64_t n_more = 0;
+    for (size_t t = 1; t < row.tokens.size() && !finished; ++t, ++n_more)
+        finished = process_token(req, SampleResult{row.tokens[t], std::nullopt}, ev);
+    if (!finished) scheduler_->accept_draft_tokens(req.id, n_more);
+    const auto n_accepted = static_cast<int64_t>(row.tokens.size()) - 1;
+    ++spec_counters_.n_drafts;
+    spec_counters_.n_draft_tokens += row.n_drafts;
+    spec_counters_.n_accepted_tokens += n_accepted;
+    for (int64_t j = 0; j < n_accepted && j < static_cast<int64_t>(spec_counters_.accepted_per_pos.size()); ++j)
+        ++spec_counters_.accepted_per_pos[static_cast<size_t>(j)];
+    return finished;
+}
+
 std::vector<EngineEvent> EngineCore::step() {
     std::vector<EngineEvent> events;
     SchedulerOutput out = scheduler_->schedule();
@@ -302,7 +353,11 @@ std::vector<EngineEvent> EngineCore::step() {
     // for its token mask: the runner calls it once the forward is launched, so the grammar's mask is
     // built on this thread while the device computes the logits (see RowSampling::fill_mask).
     row_masks_.clear();
+    // Drafts (speculative decoding) only for rows the runner samples itself without a mask: the
+    // verification draws the emitted tokens with the row's RowSampling.
     for (auto& e : out.requests) {
+        const int64_t drafts = e.n_draft_tokens;
+        e.n_draft_tokens = 0;
         const Request* req = e.sample ? scheduler_->find(e.id) : nullptr;
         if (req == nullptr) continue;
         const SamplingParams& p = req->params;
@@ -310,6 +365,8 @@ std::vector<EngineEvent> EngineCore::step() {
         e.sampling = RowSampling{p.temperature, p.top_k, p.top_p, p.min_p, req->seed, req->output.size(), {}};
         if (constraint_of(e.id) != nullptr)
             e.sampling->fill_mask = [this, id = e.id](std::span<uint32_t> mask) { build_row_mask(id, mask); };
+        else
+            e.n_draft_tokens = drafts;
     }
     RunnerOutput result;
     try {
@@ -325,6 +382,7 @@ std::vector<EngineEvent> EngineCore::step() {
                               result.tokens[n_sample], e.id, vocab_size_, e.sampling ? "allowed" : "not allowed");
             ++n_sample;
         }
+        check_spec_rows(out, result);
         ONECARD_CHECK(n_sample == result.row_ids.size() && result.vocab_size == vocab_size_ &&
                           (result.tokens.empty() || result.tokens.size() == n_sample) &&
                           result.logits.size() == result.n_logits_rows() * static_cast<size_t>(vocab_size_),
@@ -392,7 +450,9 @@ std::vector<EngineEvent> EngineCore::step() {
         }
         EngineEvent ev;
         ev.request_id = req->id;
-        const bool finished = process_token(*req, s, ev);
+        bool finished = process_token(*req, s, ev);
+        if (!result.spec.empty() && result.spec[i].n_drafts > 0)
+            finished = process_spec_row(*req, result.spec[i], ev, finished);
         events.push_back(std::move(ev));
         if (finished) {
             scheduler_->finish_request(req->id);

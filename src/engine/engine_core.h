@@ -66,6 +66,14 @@ public:
     int64_t n_masks_built() const { return n_masks_built_; }
     // Prefix caching is on: asked for (EngineConfig::enable_prefix_caching) and the runner supports it.
     bool prefix_caching() const { return kv_->prefix_caching(); }
+    // Speculative decoding counters since construction (vLLM's spec_decode metrics).
+    struct SpecCounters {
+        int64_t n_drafts = 0;                   // rows that verified drafts
+        int64_t n_draft_tokens = 0;             // drafted tokens verified
+        int64_t n_accepted_tokens = 0;          // of those, accepted
+        std::vector<int64_t> accepted_per_pos;  // [num_speculative_tokens] accepted at draft position j
+    };
+    const SpecCounters& spec_counters() const { return spec_counters_; }
     void check_integrity() const {
         scheduler_->check_integrity();
         for (const auto& [id, os] : outputs_)
@@ -91,6 +99,11 @@ private:
     // min_tokens not yet reached: EOS and stop ids are masked, so the row is sampled on the host.
     bool holds_back_stop_tokens(const Request& req) const;
     bool process_token(Request& req, const SampleResult& s, EngineEvent& ev);
+    // A speculative row's tokens after the first (already processed; `finished` is its result):
+    // appends them until the request ends, advances the scheduler by the accepted drafts, counts.
+    bool process_spec_row(Request& req, const RunnerOutput::SpecRow& row, EngineEvent& ev, bool finished);
+    // Throws unless the runner's speculative rows stay within what each row was allowed.
+    void check_spec_rows(const SchedulerOutput& out, const RunnerOutput& result) const;
     void finish_text(Request& req, EngineEvent& ev);
     void fail_batch(const SchedulerOutput& out, const std::string& what, std::vector<EngineEvent>& events);
     // Ends one request with FinishReason::Error and `what` as its error.
@@ -121,6 +134,7 @@ private:
     };
     std::unordered_map<RequestId, RowMask> row_masks_;
     int64_t n_masks_built_ = 0;
+    SpecCounters spec_counters_;
 };
 
 }  // namespace onecard

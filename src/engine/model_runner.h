@@ -8,6 +8,7 @@
 #include "kvcache/kv_spec.h"
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace onecard {
@@ -20,6 +21,15 @@ struct RunnerOutput {
     std::vector<int32_t> tokens;
     std::vector<float> logits;  // [rows with logits, vocab_size] fp32, in row order
     int64_t vocab_size = 0;
+    // Speculative rows (ScheduledRequest::n_draft_tokens > 0). Empty, or [n_rows]: an entry with
+    // n_drafts > 0 is a row the runner drafted and verified itself; `tokens` holds what the step
+    // emitted (the accepted drafts, then the correction or bonus token, each drawn with the row's
+    // RowSampling), and the row's entry in `tokens` above is the first of them.
+    struct SpecRow {
+        int64_t n_drafts = 0;
+        std::vector<int32_t> tokens;
+    };
+    std::vector<SpecRow> spec;
 
     // Logits of the j-th row that came as logits.
     const float* row(size_t j) const { return logits.data() + j * static_cast<size_t>(vocab_size); }
@@ -61,6 +71,18 @@ public:
     // Called once after bind_kv_pool() when prefix caching is on: the host memory snapshots and
     // host-tier blocks live in (the engine's; valid until the runner is destroyed).
     virtual void bind_host_tier(const KvHostMemory& mem) { (void)mem; }
+    // Speculative decoding (issue 17): whether the runner can draft with `method` ("mtp") and
+    // verify drafts (ScheduledRequest::n_draft_tokens -> RunnerOutput::spec). The engine refuses a
+    // SpeculativeConfig whose method the runner does not support, and otherwise calls
+    // enable_speculation once, before the first step (the runner then keeps what drafting needs).
+    virtual bool supports_speculation(const std::string& method) const {
+        (void)method;
+        return false;
+    }
+    virtual void enable_speculation(const std::string& method, int64_t num_speculative_tokens) {
+        (void)method;
+        (void)num_speculative_tokens;
+    }
     virtual RunnerOutput execute(const SchedulerOutput& batch) = 0;
 };
 

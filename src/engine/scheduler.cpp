@@ -80,8 +80,8 @@ void Scheduler::preempt(Request* victim, SchedulerOutput& out, int64_t& budget) 
     // If the victim was already scheduled this step (decodes go first), take its tokens back.
     auto it = std::find_if(out.requests.begin(), out.requests.end(), [&](const auto& e) { return e.id == victim->id; });
     if (it != out.requests.end()) {
-        budget += it->n_tokens();
-        out.n_scheduled_tokens -= it->n_tokens();
+        budget += it->n_tokens() + it->n_draft_tokens;
+        out.n_scheduled_tokens -= it->n_tokens() + it->n_draft_tokens;
         out.requests.erase(it);
     }
     kv_.free(victim->kv);
@@ -115,7 +115,8 @@ SchedulerOutput Scheduler::schedule() {
             if (remaining <= 0 || (remaining == 1) != decode_pass) continue;
             const int64_t n = chunk_tokens(
                 *r, r->num_computed_tokens, std::min({remaining, config_.long_prefill_token_threshold, budget}));
-            const int64_t need = r->num_computed_tokens + n - kv_.n_tokens(r->kv);  // KV tokens to add
+            const int64_t drafts = decode_pass ? draft_tokens_for(*r, budget - n) : 0;
+            const int64_t need = r->num_computed_tokens + n + drafts - kv_.n_tokens(r->kv);  // KV tokens to add
             bool self_preempted = false;
             while (need > 0 && !kv_.can_extend(r->kv, need)) {
                 Request* victim = running_.back();
@@ -128,8 +129,9 @@ SchedulerOutput Scheduler::schedule() {
             if (self_preempted) continue;
             if (need > 0) kv_.extend(r->kv, need);
             out.requests.push_back(make_entry(*r, n));
-            out.n_scheduled_tokens += n;
-            budget -= n;
+            out.requests.back().n_draft_tokens = drafts;
+            out.n_scheduled_tokens += n + drafts;
+            budget -= n + drafts;
         }
     }
 
@@ -172,6 +174,26 @@ SchedulerOutput Scheduler::schedule() {
     out.block_spills = std::move(copies.spills);
     out.block_loads = std::move(copies.loads);
     return out;
+}
+
+int64_t Scheduler::draft_tokens_for(const Request& r, int64_t budget_left) const {
+    // No more drafts than the step budget leaves, than the request may still emit beyond the token
+    // it is sure to get, or than its KV can grow by without preempting anyone.
+    const int64_t room = r.params.max_tokens - static_cast<int64_t>(r.output.size()) - 1;
+    const int64_t k = std::min({config_.num_speculative_tokens, budget_left, room});
+    if (k <= 0) return 0;
+    const int64_t need = r.num_computed_tokens + 1 + k - kv_.n_tokens(r.kv);
+    return need <= 0 || kv_.can_extend(r.kv, need) ? k : 0;
+}
+
+void Scheduler::accept_draft_tokens(RequestId id, int64_t n) {
+    Request* r = find(id);
+    if (r == nullptr || r->status != RequestStatus::Running) return;
+    ONECARD_CHECK(
+        n >= 0 && r->num_computed_tokens + n < r->num_tokens() && kv_.n_tokens(r->kv) >= r->num_computed_tokens + n,
+        "scheduler: request {} accepts {} draft tokens at {} computed of {} (KV for {})", id, n, r->num_computed_tokens,
+        r->num_tokens(), kv_.n_tokens(r->kv));
+    r->num_computed_tokens += n;
 }
 
 void Scheduler::update_from_output(const SchedulerOutput& out) {

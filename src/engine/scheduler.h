@@ -33,6 +33,7 @@ struct SchedulerConfig {
     // block boundaries where they can, and never run past the last boundary below the sequence's last
     // token, so each boundary a later request can resume at is some chunk's end.
     bool snapshots_inside_chunks = true;
+    int64_t num_speculative_tokens = 0;  // drafts a decode row may verify per step (0: off)
 };
 
 class Scheduler {
@@ -47,6 +48,9 @@ public:
     // Record that the runner computed the batch: advances num_computed_tokens of each scheduled request.
     // (Appending sampled tokens is the engine's job; it calls this first.)
     void update_from_output(const SchedulerOutput& out);
+    // Speculative decoding: after update_from_output, the runner also computed n accepted draft
+    // tokens of request id (the engine has appended them to its output). Unknown ids are ignored.
+    void accept_draft_tokens(RequestId id, int64_t n);
     // Removes a request (finished, cancelled, failed): frees its KV; reported in the next output's
     // finished_ids. Unknown ids are ignored.
     void finish_request(RequestId id);
@@ -73,6 +77,8 @@ private:
     ScheduledRequest make_entry(Request& r, int64_t n);
     // n tokens of r from `start`, cut to end at a block boundary when snapshots are taken at chunk ends.
     int64_t chunk_tokens(const Request& r, int64_t start, int64_t n) const;
+    // Drafts a decode row of r gets this step (config, budget, max_tokens and KV room allow).
+    int64_t draft_tokens_for(const Request& r, int64_t budget_left) const;
     void update_block_hashes(Request& r) const;
 
     SchedulerConfig config_;

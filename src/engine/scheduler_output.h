@@ -43,6 +43,10 @@ struct ScheduledRequest {
     std::vector<int32_t> token_ids;    // [n_tokens] tokens to compute this step
     std::vector<int64_t> positions;    // [n_tokens] start_pos, start_pos + 1, ...
     bool sample = false;               // this chunk ends at the last known token: return its logits
+    // Speculative decoding, decode rows only: the runner may draft up to this many tokens after
+    // token_ids[0] and verify them in this step (block_table covers them; the step budget counted
+    // them). The engine clears it for rows the runner must not sample (RowSampling unset or masked).
+    int64_t n_draft_tokens = 0;
     // Set by the engine on sampled rows whose parameters need no host work (no penalties, no
     // logprobs): a runner may return the token instead of the logits (RunnerOutput::tokens).
     std::optional<RowSampling> sampling;

@@ -134,7 +134,7 @@ SequenceState DeepSeekV4::new_sequence_external_kv() const {
 }
 
 void DeepSeekV4::check_store(const SequenceState& state, const SequenceKv& kv) {
-    ONECARD_CHECK(!state.owns_kv() || &kv == &state.own_kv(),
+    ONECARD_CHECK(!state.owns_kv() || &kv.backing() == &state.own_kv(),
                   "forward: this sequence keeps its KV in its own store; another store cannot be used for it");
 }
 

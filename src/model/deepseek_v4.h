@@ -74,6 +74,11 @@ public:
                                    std::span<const int32_t> next_tokens) const;
     std::vector<float> forward_mtp(SequenceState& state, SequenceKv& kv, std::span<const float> streams,
                                    std::span<const int32_t> next_tokens) const;
+    // Same, also returning the block's output streams [n, hc, D] before its hc_head: what drafting
+    // k > 1 tokens feeds back as the next position's `streams` (dsv4-model.md §6.2, vLLM's recurrent
+    // use of the one MTP block).
+    ForwardOutput forward_mtp_with_streams(SequenceState& state, SequenceKv& kv, std::span<const float> streams,
+                                           std::span<const int32_t> next_tokens) const;
 
     const ModelConfig& config() const { return cfg_; }
     Numerics numerics() const { return numerics_; }

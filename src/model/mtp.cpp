@@ -15,6 +15,11 @@ std::vector<float> DeepSeekV4::forward_mtp(SequenceState& state, std::span<const
 
 std::vector<float> DeepSeekV4::forward_mtp(SequenceState& state, SequenceKv& kv, std::span<const float> streams,
                                            std::span<const int32_t> next_tokens) const {
+    return forward_mtp_with_streams(state, kv, streams, next_tokens).logits;
+}
+
+ForwardOutput DeepSeekV4::forward_mtp_with_streams(SequenceState& state, SequenceKv& kv, std::span<const float> streams,
+                                                   std::span<const int32_t> next_tokens) const {
     check_store(state, kv);
     ONECARD_CHECK(!dense_.mtp.empty(), "forward_mtp: the checkpoint has no mtp.0 block");
     const DenseMTP& m = dense_.mtp[0];
@@ -52,7 +57,10 @@ std::vector<float> DeepSeekV4::forward_mtp(SequenceState& state, SequenceKv& kv,
     ctx.bf16_storage = bf16_storage_;
     detail::block_forward(ctx, m.block, state.mtp_layers()[0], kv, next_tokens.data(), X.data(), n);
     state.advance_mtp(n);
-    return logits_from_streams(X.data(), n, m.hc_head, m.norm);
+    ForwardOutput out;
+    out.logits = logits_from_streams(X.data(), n, m.hc_head, m.norm);
+    out.streams = std::move(X);
+    return out;
 }
 
 }  // namespace onecard

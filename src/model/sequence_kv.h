@@ -34,6 +34,11 @@ public:
     // Indexer key i [index_head_dim] of a CSA layer (Hadamard-rotated in reference numerics).
     virtual void write_index_key(int64_t layer, int64_t i, const float* key) = 0;
     virtual void read_index_key(int64_t layer, int64_t i, float* key) const = 0;
+
+    // The store the vectors finally live in: itself, or for a view that stages writes in front of
+    // another store (model/staged_kv.h) that store's backing. Lets a sequence that owns its store
+    // accept a staging view of it.
+    virtual const SequenceKv& backing() const { return *this; }
 };
 
 // fp32 store: growable vectors per layer. Reading a window position that is not among the last

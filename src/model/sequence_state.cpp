@@ -116,6 +116,64 @@ void SequenceState::restore_boundary(int64_t n_tokens, const std::vector<float>&
     n_tokens_ = n_tokens;
 }
 
+namespace {
+
+template <typename F>
+void for_each_compressor(std::vector<LayerState>& layers, F&& f) {
+    for (LayerState& l : layers) {
+        if (l.compressor) f(*l.compressor);
+        if (l.index_compressor) f(*l.index_compressor);
+    }
+}
+
+void rollback_layers(std::vector<LayerState>& layers, int64_t n_tokens) {
+    for (LayerState& l : layers) {
+        ONECARD_CHECK(n_tokens <= l.n_tokens, "sequence state: layer {} cannot roll forward from {} to {} tokens",
+                      l.layer_id, l.n_tokens, n_tokens);
+        if (l.compressor) l.compressor->rollback(n_tokens);  // throws below the journal's start
+        if (l.index_compressor) l.index_compressor->rollback(n_tokens);
+        l.n_tokens = n_tokens;
+    }
+}
+
+}  // namespace
+
+void SequenceState::begin_journal() {
+    for_each_compressor(layers_, [](cpu::CompressorState& c) { c.begin_journal(); });
+    for_each_compressor(mtp_layers_, [](cpu::CompressorState& c) { c.begin_journal(); });
+    journal_n_tokens_ = n_tokens_;
+    journal_n_mtp_tokens_ = n_mtp_tokens_;
+}
+
+void SequenceState::rollback(int64_t n_tokens, int64_t n_mtp_tokens) {
+    ONECARD_CHECK(journal_n_tokens_ >= 0, "sequence state: rollback without begin_journal()");
+    // SWA layers keep no journal, so the journal's start is checked here for every layer kind.
+    ONECARD_CHECK(n_tokens >= journal_n_tokens_ && n_tokens <= n_tokens_ && n_mtp_tokens >= journal_n_mtp_tokens_ &&
+                      n_mtp_tokens <= n_mtp_tokens_,
+                  "sequence state: rollback to ({}, mtp {}) outside [({}, mtp {}), ({}, mtp {})]", n_tokens,
+                  n_mtp_tokens, journal_n_tokens_, journal_n_mtp_tokens_, n_tokens_, n_mtp_tokens_);
+    rollback_layers(layers_, n_tokens);
+    rollback_layers(mtp_layers_, n_mtp_tokens);
+    n_tokens_ = n_tokens;
+    n_mtp_tokens_ = n_mtp_tokens;
+}
+
+void SequenceState::end_journal() {
+    for_each_compressor(layers_, [](cpu::CompressorState& c) { c.end_journal(); });
+    for_each_compressor(mtp_layers_, [](cpu::CompressorState& c) { c.end_journal(); });
+    journal_n_tokens_ = journal_n_mtp_tokens_ = -1;
+}
+
+int64_t SequenceState::journal_bytes() const {
+    int64_t n = 0;
+    for (const auto* layers : {&layers_, &mtp_layers_})
+        for (const LayerState& l : *layers) {
+            if (l.compressor) n += l.compressor->journal_bytes();
+            if (l.index_compressor) n += l.index_compressor->journal_bytes();
+        }
+    return n;
+}
+
 void SequenceState::check_integrity() const {
     if (own_kv_) {
         own_kv_->check_integrity();

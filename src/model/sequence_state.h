@@ -79,6 +79,16 @@ public:
     void restore_boundary(int64_t n_tokens, const std::vector<float>& carry);
     void advance_mtp(int64_t n) { n_mtp_tokens_ += n; }
 
+    // Speculative steps (model/spec_checkpoint.h drives these): begin_journal() makes every
+    // compressor record what later pushes overwrite; rollback(n, n_mtp) returns the main layers to n
+    // tokens and the MTP blocks to n_mtp positions (neither below the counts at begin_journal(), nor
+    // above the current ones) without recomputing anything; end_journal() drops the journals. The
+    // stored KV is not touched here (the checkpoint stages its writes).
+    void begin_journal();
+    void rollback(int64_t n_tokens, int64_t n_mtp_tokens);
+    void end_journal();
+    int64_t journal_bytes() const;  // bytes the compressors' journals hold now
+
 private:
     void check_layer_kv(const LayerState& l) const;
 
@@ -87,6 +97,8 @@ private:
     std::vector<LayerState> layers_;      // one per main layer
     std::vector<LayerState> mtp_layers_;  // one per MTP block
     std::optional<Fp32SequenceKv> own_kv_;
+    int64_t journal_n_tokens_ = -1;      // n_tokens_ at begin_journal(); -1: no journal
+    int64_t journal_n_mtp_tokens_ = -1;  // n_mtp_tokens_ at begin_journal()
 };
 
 }  // namespace onecard

@@ -176,6 +176,20 @@ std::string ServerMetrics::render(const EngineStats& es, int64_t n_http_inflight
     gauge("kv_disk_tier_entries", "Entries (blocks and snapshots) in the disk KV tier.",
           static_cast<double>(es.n_disk_kv_entries));
     gauge("kv_disk_tier_bytes", "Bytes of the disk KV tier's entry files.", static_cast<double>(es.disk_kv_bytes));
+    // vLLM's speculative-decoding counters, present (as in vLLM) only when speculation is configured.
+    if (!es.spec_num_accepted_tokens_per_pos.empty()) {
+        vllm_counter("spec_decode_num_drafts_total", "Number of spec decoding drafts.",
+                     static_cast<double>(es.spec_num_drafts));
+        vllm_counter("spec_decode_num_draft_tokens_total", "Number of draft tokens.",
+                     static_cast<double>(es.spec_num_draft_tokens));
+        vllm_counter("spec_decode_num_accepted_tokens_total", "Number of accepted tokens.",
+                     static_cast<double>(es.spec_num_accepted_tokens));
+        o += "# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position.\n"
+             "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter\n";
+        for (size_t j = 0; j < es.spec_num_accepted_tokens_per_pos.size(); ++j)
+            o += fmt::format("vllm:spec_decode_num_accepted_tokens_per_pos_total{{{}{}position=\"{}\"}} {}\n", L,
+                             L.empty() ? "" : ",", j, static_cast<double>(es.spec_num_accepted_tokens_per_pos[j]));
+    }
     gauge("kv_cache_free_blocks", "Free KV-cache blocks.", static_cast<double>(es.n_free_kv_blocks));
     gauge("kv_cache_total_blocks", "KV-cache blocks in the pool.", static_cast<double>(es.n_total_kv_blocks));
     gauge("kv_cache_free_slots", "Free per-sequence KV slots.", static_cast<double>(es.n_free_kv_slots));

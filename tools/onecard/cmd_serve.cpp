@@ -16,11 +16,13 @@
 #include "model/synth.h"
 #include "model/weights.h"
 #include "onecard/engine.h"
+#include "serve_plan.h"
 #include "server/access_control.h"
 #include "server/config_file.h"
 #include "server/generation_config.h"
 #include "server/openai_server.h"
 #include "server/scripted_runner.h"
+#include "server/speculative_config.h"
 #include "server/startup_checks.h"
 #include "server/text_decoder.h"
 #include "server/vllm_compat.h"
@@ -87,6 +89,7 @@ struct ServeArgs {
     int64_t prefix_snapshot_bytes = -1;  // host RAM for state snapshots (-1: max(KV pool / 4, 2 GiB))
     std::string kv_disk_dir;            // disk KV tier below it (empty: off)
     int64_t kv_disk_bytes = 0;          // its bound (0 with a dir: half the filesystem's free space, at most 256 GiB)
+    std::string speculative_config;     // vLLM's --speculative-config JSON ("" -> off)
     std::string load_format = "auto";   // vLLM's --load-format: auto | safetensors | dummy (random weights, GPU)
     bool compat_bool = false;        // target of the accepted-and-ignored vLLM flags
     std::string compat_value;        // target of the accepted-and-ignored vLLM options with a value
@@ -472,6 +475,7 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     ec.submit_queue_capacity = static_cast<size_t>(a.max_num_seqs + a.opts.max_queued_requests + 16);
     ec.make_text_decoder = server::make_text_decoder_factory(tokenizer);
     ec.enable_prefix_caching = a.enable_prefix_caching;
+    if (!a.speculative_config.empty()) ec.speculative = server::parse_speculative_config(a.speculative_config);
     const bool prefix_caching_asked = cmd->get_option("--enable-prefix-caching")->count() > 0;
     const bool runner_caches = runner->supports_prefix_caching();
     if (a.enable_prefix_caching && runner_caches) {
@@ -772,6 +776,9 @@ void add_cmd_serve(CLI::App& app) {
     cmd->add_option("--tensor-parallel-size", v.tensor_parallel_size, "vLLM: 1 (one GPU)");
     cmd->add_option("--pipeline-parallel-size", v.pipeline_parallel_size, "vLLM: 1 (one GPU)");
     cmd->add_option("--data-parallel-size", v.data_parallel_size, "vLLM: 1 (one onecard per GPU)");
+    cmd->add_option("--speculative-config", a->speculative_config,
+                    "vLLM: speculative decoding, e.g. '{\"method\":\"mtp\",\"num_speculative_tokens\":3}' (the CPU "
+                    "backend; the engine refuses it where the runner cannot speculate)");
     cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", a->enable_prefix_caching,
                   "automatic prefix caching (default on; the CPU backend in reference numerics has it, the CUDA "
                   "backend not yet)");

@@ -37,6 +37,13 @@ CompressorState::CompressorState(int64_t ratio, int64_t head_dim) : ratio_(ratio
 bool CompressorState::push(const float* kv, const float* score, float* entry) {
     const int64_t W = row_width();
     const int64_t slot = (overlap() ? ratio_ : 0) + n_tokens_ % ratio_;
+    JournalRecord* rec = nullptr;
+    if (journaling()) {
+        rec = &journal_.emplace_back();
+        rec->slot = slot;
+        rec->kv.assign(kv_.begin() + slot * W, kv_.begin() + (slot + 1) * W);
+        rec->score.assign(score_.begin() + slot * W, score_.begin() + (slot + 1) * W);
+    }
     std::copy(kv, kv + W, kv_.begin() + slot * W);
     std::copy(score, score + W, score_.begin() + slot * W);
     ++n_tokens_;
@@ -61,10 +68,49 @@ bool CompressorState::push(const float* kv, const float* score, float* entry) {
     compress_pool(kv_rows.data(), score_rows.data(), static_cast<int64_t>(kv_rows.size()), head_dim_, entry);
     if (overlap()) {
         // The closed window becomes the next entry's "previous" window.
+        if (rec) {
+            rec->prev_kv.assign(kv_.begin(), kv_.begin() + ratio_ * W);
+            rec->prev_score.assign(score_.begin(), score_.begin() + ratio_ * W);
+        }
         std::copy(kv_.begin() + ratio_ * W, kv_.end(), kv_.begin());
         std::copy(score_.begin() + ratio_ * W, score_.end(), score_.begin());
     }
     return true;
+}
+
+void CompressorState::begin_journal() {
+    journal_.clear();
+    journal_start_ = n_tokens_;
+}
+
+void CompressorState::end_journal() {
+    journal_.clear();
+    journal_start_ = -1;
+}
+
+void CompressorState::rollback(int64_t n_tokens) {
+    ONECARD_CHECK(journaling() && n_tokens >= journal_start_ && n_tokens <= n_tokens_,
+                  "compressor: rollback to {} tokens outside the journal's [{}, {}]", n_tokens, journal_start_,
+                  n_tokens_);
+    const int64_t W = row_width();
+    while (n_tokens_ > n_tokens) {  // newest push first: each record restores what its push overwrote
+        const JournalRecord& rec = journal_.back();
+        if (!rec.prev_kv.empty()) {
+            std::copy(rec.prev_kv.begin(), rec.prev_kv.end(), kv_.begin());
+            std::copy(rec.prev_score.begin(), rec.prev_score.end(), score_.begin());
+        }
+        std::copy(rec.kv.begin(), rec.kv.end(), kv_.begin() + rec.slot * W);
+        std::copy(rec.score.begin(), rec.score.end(), score_.begin() + rec.slot * W);
+        journal_.pop_back();
+        --n_tokens_;
+    }
+}
+
+int64_t CompressorState::journal_bytes() const {
+    size_t floats = 0;
+    for (const JournalRecord& r : journal_)
+        floats += r.kv.size() + r.score.size() + r.prev_kv.size() + r.prev_score.size();
+    return static_cast<int64_t>(floats * sizeof(float));
 }
 
 void CompressorState::save_carry(float* out) const {
@@ -81,6 +127,7 @@ void CompressorState::restore_carry(int64_t n_tokens, const float* in) {
                   "compressor: carry restored at {} tokens, not a multiple of {}", n_tokens, ratio_);
     std::fill(kv_.begin(), kv_.end(), 0.0f);
     std::fill(score_.begin(), score_.end(), -INFINITY);
+    end_journal();  // a restored state has no pushes to undo
     n_tokens_ = n_tokens;
     // Before the first window closes the previous slots stay empty (-inf), as in a fresh state.
     if (!overlap() || n_tokens < ratio_) return;
@@ -95,6 +142,9 @@ void CompressorState::check_integrity() const {
     ONECARD_CHECK(kv_.size() == n && score_.size() == n, "compressor state: buffers hold {}/{} floats, expected {}",
                   kv_.size(), score_.size(), n);
     ONECARD_CHECK(n_tokens_ >= 0, "compressor state: negative token count {}", n_tokens_);
+    ONECARD_CHECK(journaling() ? static_cast<int64_t>(journal_.size()) == n_tokens_ - journal_start_ : journal_.empty(),
+                  "compressor state: journal of {} pushes from {} tokens, state at {}", journal_.size(), journal_start_,
+                  n_tokens_);
     if (overlap() && n_tokens_ < ratio_) {
         for (int64_t i = 0; i < ratio_ * row_width(); ++i)
             ONECARD_CHECK(std::isinf(score_[i]) && score_[i] < 0,

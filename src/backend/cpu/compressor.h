@@ -48,16 +48,37 @@ public:
     void save_carry(float* out) const;
     void restore_carry(int64_t n_tokens, const float* in);
 
+    // Speculative verification, rollback without replay: between begin_journal() and end_journal()
+    // each push records what it overwrites (its slot's old kv/score row and, when an overlapping
+    // window closes, the previous-window rows the shift replaces). rollback(n) undoes the pushes past
+    // n, newest first, which leaves the buffers bit for bit as if only the first n tokens had been
+    // pushed: rows written by kept pushes stay, nothing is recomputed. Cost per journaled push: one
+    // row (2·row_width() floats), plus 2·ratio·row_width() floats for an overlapping window close.
+    // Positions past the journal's start cannot be rolled back to (throws); end_journal() drops it.
+    void begin_journal();
+    void rollback(int64_t n_tokens);
+    void end_journal();
+    bool journaling() const { return journal_start_ >= 0; }
+    int64_t journal_bytes() const;  // bytes the journal holds now
+
     // Throws onecard::Error if the buffers are inconsistent with ratio/head_dim/n_tokens.
     void check_integrity() const;
 
 private:
+    struct JournalRecord {
+        int64_t slot = 0;
+        std::vector<float> kv, score;            // [row_width] the slot's rows before the push
+        std::vector<float> prev_kv, prev_score;  // [ratio, row_width] before an overlap shift (else empty)
+    };
+
     int64_t ratio_ = 0;
     int64_t head_dim_ = 0;
     int64_t n_tokens_ = 0;
     // [n_slots, row_width]; overlap: slots [0, ratio) = previous window, [ratio, 2·ratio) = open window.
     std::vector<float> kv_;
     std::vector<float> score_;
+    int64_t journal_start_ = -1;          // n_tokens at begin_journal(); -1: not journaling
+    std::vector<JournalRecord> journal_;  // one per push since begin_journal(), in push order
 };
 
 }  // namespace onecard::cpu

@@ -1,0 +1,61 @@
+// CpuModelRunner's speculative decoding (issue 17): the mtp.0 drafter and the one-step verify of
+// engine/spec_decoder.h on the runner's sequences, whose KV is in the engine's pool (reference
+// numerics) or in their own fp32 store (exact numerics).
+#include "core/error.h"
+#include "engine/cpu_model_runner.h"
+
+#include <optional>
+
+namespace onecard {
+
+bool CpuModelRunner::supports_speculation(const std::string& method) const {
+    return method == "mtp" && model_.has_mtp();
+}
+
+void CpuModelRunner::enable_speculation(const std::string& method, int64_t num_speculative_tokens) {
+    ONECARD_CHECK(supports_speculation(method), "cpu runner: speculative method '{}' is not supported{}", method,
+                  model_.has_mtp() ? "" : " (the checkpoint has no mtp.0 block)");
+    ONECARD_CHECK(num_speculative_tokens >= 1, "cpu runner: {} speculative tokens", num_speculative_tokens);
+    ONECARD_CHECK(states_.empty(), "cpu runner: speculation is enabled before the first step");
+    spec_k_ = num_speculative_tokens;
+}
+
+void CpuModelRunner::execute_spec_row(Live& live, const ScheduledRequest& e, RunnerOutput& out) {
+    ONECARD_CHECK(e.restore_snapshot < 0 && e.save_snapshots.empty(),
+                  "cpu runner: prefix-cache snapshots are off with speculative decoding");
+    std::optional<PagedSequenceKv> paged;
+    if (paged_kv()) paged.emplace(*arena_, *layout_, live.slot, live.block_table);
+    SequenceKv& kv = paged ? static_cast<SequenceKv&>(*paged) : live.state.own_kv();
+    const auto V = static_cast<size_t>(vocab_size());
+    if (e.n_draft_tokens == 0) {
+        const std::vector<float> logits = forward_tracked(model_, live.state, kv, live.trail, e.token_ids);
+        if (!e.sample) return;
+        out.row_ids.push_back(e.id);
+        out.tokens.push_back(-1);
+        out.spec.emplace_back();
+        out.logits.insert(out.logits.end(), logits.end() - static_cast<long>(V), logits.end());
+        return;
+    }
+    ONECARD_CHECK(e.n_tokens() == 1 && e.sample && e.sampling && !e.sampling->fill_mask && e.n_draft_tokens <= spec_k_,
+                  "cpu runner: request {} has {} drafts on a row of {} tokens that it may not sample itself", e.id,
+                  e.n_draft_tokens, e.n_tokens());
+    const RowSampling& rs = *e.sampling;
+    SamplingParams params;  // RowSampling's pipeline: no penalties, bias or logprobs
+    params.temperature = rs.temperature;
+    params.top_k = rs.top_k;
+    params.top_p = rs.top_p;
+    params.min_p = rs.min_p;
+    const int32_t next = e.token_ids[0];
+    const Draft d =
+        draft_with_mtp(model_, live.state, kv, live.trail, next, params, rs.seed, rs.counter, e.n_draft_tokens);
+    const SpecVerdict v = verify_draft(model_, live.state, kv, live.trail, next, d, params, rs.seed, rs.counter);
+    RunnerOutput::SpecRow row;
+    row.n_drafts = static_cast<int64_t>(d.tokens.size());
+    row.tokens.assign(d.tokens.begin(), d.tokens.begin() + v.n_accepted);
+    row.tokens.push_back(v.token);
+    out.row_ids.push_back(e.id);
+    out.tokens.push_back(row.tokens.front());
+    out.spec.push_back(std::move(row));
+}
+
+}  // namespace onecard

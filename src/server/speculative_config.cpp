@@ -1,0 +1,41 @@
+#include "server/speculative_config.h"
+
+#include "core/error.h"
+
+#include <nlohmann/json.hpp>
+
+namespace onecard::server {
+
+SpeculativeConfig parse_speculative_config(const std::string& json_text) {
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(json_text);
+    } catch (const nlohmann::json::exception& e) {
+        fail("--speculative-config: not JSON ({})", e.what());
+    }
+    ONECARD_CHECK(j.is_object(), "--speculative-config: expected a JSON object, got '{}'", json_text);
+    SpeculativeConfig c;
+    for (const auto& [key, v] : j.items()) {
+        if (key == "method") {
+            ONECARD_CHECK(v.is_string(), "--speculative-config: method must be a string");
+            c.method = v.get<std::string>();
+        } else if (key == "num_speculative_tokens") {
+            ONECARD_CHECK(v.is_number_integer(), "--speculative-config: num_speculative_tokens must be an integer");
+            c.num_speculative_tokens = v.get<int64_t>();
+        } else {
+            fail(
+                "--speculative-config: key '{}' is not supported (onecard reads method and "
+                "num_speculative_tokens)",
+                key);
+        }
+    }
+    if (c.method == "deepseek_mtp") c.method = "mtp";
+    ONECARD_CHECK(c.method == "mtp",
+                  "--speculative-config: method '{}' is not supported (onecard has 'mtp'; 'dspark' is not built yet)",
+                  c.method);
+    ONECARD_CHECK(c.num_speculative_tokens >= 1 && c.num_speculative_tokens <= 16,
+                  "--speculative-config: num_speculative_tokens must be in [1, 16], got {}", c.num_speculative_tokens);
+    return c;
+}
+
+}  // namespace onecard::server

@@ -1,0 +1,16 @@
+// vLLM's --speculative-config for `onecard serve`: a JSON object such as
+// {"method": "mtp", "num_speculative_tokens": 3}. vLLM's DeepSeek MTP spelling "deepseek_mtp" is
+// the same method. Keys onecard does not act on are refused by name rather than ignored, so a
+// config never silently means something else here.
+#pragma once
+
+#include "onecard/engine.h"
+
+#include <string>
+
+namespace onecard::server {
+
+// Throws onecard::Error naming the key or value at fault.
+SpeculativeConfig parse_speculative_config(const std::string& json_text);
+
+}  // namespace onecard::server

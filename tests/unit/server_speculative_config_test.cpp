@@ -1,0 +1,40 @@
+// `serve --speculative-config` (vLLM's JSON spelling): what it accepts and what it refuses by name.
+#include "core/error.h"
+#include "server/speculative_config.h"
+
+#include <gtest/gtest.h>
+
+namespace onecard {
+namespace {
+
+std::string error_of(const std::string& json) {
+    try {
+        server::parse_speculative_config(json);
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(SpeculativeConfig, ParsesVllmSpelling) {
+    const SpeculativeConfig c = server::parse_speculative_config(R"({"method":"mtp","num_speculative_tokens":3})");
+    EXPECT_EQ(c.method, "mtp");
+    EXPECT_EQ(c.num_speculative_tokens, 3);
+    EXPECT_TRUE(c.enabled());
+    EXPECT_EQ(server::parse_speculative_config(R"({"method":"deepseek_mtp","num_speculative_tokens":1})").method,
+              "mtp");
+}
+
+TEST(SpeculativeConfig, RefusesWhatItDoesNotDo) {
+    EXPECT_NE(error_of(R"({"method":"dspark","num_speculative_tokens":5})").find("'dspark'"), std::string::npos);
+    EXPECT_NE(error_of(R"({"method":"mtp","num_speculative_tokens":3,"draft_tensor_parallel_size":1})")
+                  .find("'draft_tensor_parallel_size'"),
+              std::string::npos);
+    EXPECT_NE(error_of(R"({"method":"mtp"})").find("num_speculative_tokens"), std::string::npos);
+    EXPECT_NE(error_of(R"({"method":"mtp","num_speculative_tokens":0})").find("[1, 16]"), std::string::npos);
+    EXPECT_NE(error_of("mtp").find("not JSON"), std::string::npos);
+    EXPECT_NE(error_of("[1]").find("JSON object"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace onecard
