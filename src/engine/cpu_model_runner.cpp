@@ -38,8 +38,7 @@ int64_t CpuModelRunner::prefix_snapshot_bytes(const KvCacheSpec& spec) const {
 }
 
 void CpuModelRunner::save_snapshot(const Live& live, int64_t id) {
-    ONECARD_CHECK(id >= 0 && id < host_.n_snapshots && host_.snapshot_bytes == prefix_snapshot_bytes(*spec_),
-                  "cpu runner: snapshot entry {} outside the bound host memory", id);
+    ONECARD_CHECK(id >= 0 && id < host_.n_snapshots, "cpu runner: snapshot entry {} outside the bound host memory", id);
     uint8_t* p = host_.snapshot(id);
     const int64_t n = live.state.n_tokens();
     std::memcpy(p, &n, 8);
@@ -72,6 +71,14 @@ CpuModelRunner::Live CpuModelRunner::restore_snapshot(int64_t id, int32_t slot, 
         p += bytes;
     }
     return live;
+}
+
+void CpuModelRunner::bind_host_tier(const KvHostMemory& mem) {
+    ONECARD_CHECK(paged_kv() && (mem.n_snapshots == 0 || mem.snapshot_bytes == prefix_snapshot_bytes(*spec_)) &&
+                      (mem.n_blocks == 0 || mem.block_bytes == spec_->block_bytes),
+                  "cpu runner: host tier entries of {} / {} bytes do not match this model's snapshots and blocks",
+                  mem.snapshot_bytes, mem.block_bytes);
+    host_ = mem;
 }
 
 void CpuModelRunner::copy_blocks(const SchedulerOutput& batch) {

@@ -55,7 +55,7 @@ public:
     void bind_kv_pool(const KvCacheSpec& spec, const KvPoolSize& size) override;
     bool supports_prefix_caching() const override { return model_.numerics() == Numerics::Reference; }
     int64_t prefix_snapshot_bytes(const KvCacheSpec& spec) const override;
-    void bind_host_tier(const KvHostMemory& mem) override { host_ = mem; }
+    void bind_host_tier(const KvHostMemory& mem) override;
     RunnerOutput execute(const SchedulerOutput& batch) override;
     // Speculative decoding with the checkpoint's mtp.0 block (cpu_spec_runner.cpp): every row then
     // keeps the streams its MTP block has not read (SpecTrail), and a decode row with drafts is

@@ -26,7 +26,6 @@
 #include "server/startup_checks.h"
 #include "server/text_decoder.h"
 #include "server/vllm_compat.h"
-#include "serve_plan.h"
 #include "serve_prefix_cache.h"
 #include "tokenizer/deepseek_v4_vocab.h"
 #include "tokenizer/tokenizer.h"
