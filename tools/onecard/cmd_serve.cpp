@@ -478,35 +478,15 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     const bool prefix_caching_asked = cmd->get_option("--enable-prefix-caching")->count() > 0;
     const bool runner_caches = runner->supports_prefix_caching();
     if (a.enable_prefix_caching && runner_caches) {
-        // Snapshots (4 MB each at the Flash shape) are cheap in host RAM: at least 2 GiB of them (~500).
-        ec.prefix_snapshot_bytes = a.prefix_snapshot_bytes >= 0
-                                       ? a.prefix_snapshot_bytes
-                                       : std::max<int64_t>(ec.kv_cache_bytes / 4, int64_t{2} << 30);
-        // Host RAM is read now: the weights (and any pinned host experts) are already loaded.
         bool on_gpu = false;
 #ifdef ONECARD_HAVE_CUDA
         on_gpu = cuda_runner != nullptr;
 #endif
-        // On the CPU the KV pool is host RAM already: a host tier there is only had by asking.
-        const KvOffloadChoice off =
-            !on_gpu && a.kv_offload_bytes < 0
-                ? KvOffloadChoice{0, "off: the CPU backend's KV pool is host RAM already"}
-                : choose_kv_offload_bytes(a.kv_offload_bytes, 0, static_cast<uint64_t>(ec.prefix_snapshot_bytes),
-                                          host_mem_available_bytes());
-        ec.kv_offload_bytes = off.bytes;
-        std::fprintf(stderr, "serve: prefix cache host RAM: %.2f GiB of state snapshots, %.2f GiB host KV tier (%s)\n",
-                     ec.prefix_snapshot_bytes / double(1ull << 30), off.bytes / double(1ull << 30), off.why.c_str());
-        if (!a.kv_disk_dir.empty()) {
-            ONECARD_CHECK(off.bytes > 0, "serve: --kv-disk-dir needs the host KV tier (--kv-offload-bytes > 0)");
-            ec.kv_disk_dir = a.kv_disk_dir;
-            ec.kv_disk_bytes = a.kv_disk_bytes;
-            if (ec.kv_disk_bytes == 0) {
-                fs::create_directories(a.kv_disk_dir);
-                ec.kv_disk_bytes = static_cast<int64_t>(
-                    std::min<uintmax_t>(fs::space(a.kv_disk_dir).available / 2, uintmax_t{256} << 30));
-            }
-            ec.kv_disk_model_id = kv_disk_model_id(model_dir, a.load_format == "dummy", a.seed == 0 ? 1 : a.seed);
-        }
+        PrefixTierFlags f{a.prefix_snapshot_bytes, a.kv_offload_bytes, a.kv_disk_dir, a.kv_disk_bytes};
+        std::fputs(configure_prefix_tiers(ec, f, on_gpu, kv_disk_model_id(model_dir, a.load_format == "dummy",
+                                                                          a.seed == 0 ? 1 : a.seed))
+                       .c_str(),
+                   stderr);
     } else if (!a.kv_disk_dir.empty() || a.kv_offload_bytes > 0) {
         std::fprintf(stderr, "serve: --kv-offload-bytes / --kv-disk-dir have no effect without prefix caching\n");
     }

@@ -1,6 +1,7 @@
 #include "serve_prefix_cache.h"
 
 #include "core/error.h"
+#include "engine/memory_plan.h"
 
 #include <fmt/format.h>
 
@@ -60,6 +61,34 @@ uint64_t kv_disk_model_id(const fs::path& model_dir, bool dummy_weights, uint64_
     std::sort(files.begin(), files.end());
     for (const std::string& f : files) h = fnv1a(h, f);
     return h;
+}
+
+std::string configure_prefix_tiers(EngineConfig& config, const PrefixTierFlags& flags, bool on_gpu,
+                                   uint64_t disk_model_id) {
+    // Snapshots (15 MB each at the Flash shape on the GPU) are cheap in host RAM: at least 2 GiB of them.
+    config.prefix_snapshot_bytes = flags.snapshot_bytes >= 0
+                                       ? flags.snapshot_bytes
+                                       : std::max<int64_t>(config.kv_cache_bytes / 4, int64_t{2} << 30);
+    // On the CPU the KV pool is host RAM already: a host tier there is only had by asking.
+    const KvOffloadChoice off =
+        !on_gpu && flags.offload_bytes < 0
+            ? KvOffloadChoice{0, "off: the CPU backend's KV pool is host RAM already"}
+            : choose_kv_offload_bytes(flags.offload_bytes, 0, static_cast<uint64_t>(config.prefix_snapshot_bytes),
+                                      host_mem_available_bytes());
+    config.kv_offload_bytes = off.bytes;
+    if (!flags.disk_dir.empty()) {
+        ONECARD_CHECK(off.bytes > 0, "serve: --kv-disk-dir needs the host KV tier (--kv-offload-bytes > 0)");
+        config.kv_disk_dir = flags.disk_dir;
+        config.kv_disk_bytes = flags.disk_bytes;
+        if (config.kv_disk_bytes == 0) {
+            fs::create_directories(flags.disk_dir);
+            config.kv_disk_bytes = static_cast<int64_t>(
+                std::min<uintmax_t>(fs::space(flags.disk_dir).available / 2, uintmax_t{256} << 30));
+        }
+        config.kv_disk_model_id = disk_model_id;
+    }
+    return fmt::format("serve: prefix cache host RAM: {:.2f} GiB of state snapshots, {:.2f} GiB host KV tier ({})\n",
+                       config.prefix_snapshot_bytes / double(kGiB), off.bytes / double(kGiB), off.why);
 }
 
 std::string prefix_cache_report(const Engine& engine, const EngineConfig& config) {
