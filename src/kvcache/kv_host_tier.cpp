@@ -160,6 +160,18 @@ int64_t KvHostTier::take_snapshot_entry() {
     return snaps_.take([this](int64_t e) { write_snapshot_to_disk(e); });
 }
 
+int64_t KvHostTier::index_new_block(BlockHash hash, std::span<const int32_t> tokens) {
+    const int64_t e = take_block_entry();
+    if (e < 0) return -1;
+    const auto i = static_cast<size_t>(e);
+    blocks_.hash[i] = hash;
+    blocks_.of_hash.emplace(hash, e);
+    blocks_.index(e);
+    blocks_.pinned[i] = 1;
+    block_tokens_[i].assign(tokens.begin(), tokens.end());
+    return e;
+}
+
 int64_t KvHostTier::promote_block(BlockHash hash, std::span<const int32_t> tokens) {
     if (!disk_ || !host_tier_on() || blocks_.of_hash.contains(hash) || !disk_->contains({KvTierKind::Block, hash}))
         return -1;
@@ -169,15 +181,9 @@ int64_t KvHostTier::promote_block(BlockHash hash, std::span<const int32_t> token
         payload.size() != tok_bytes + static_cast<size_t>(mem_.block_bytes) ||
         std::memcmp(payload.data(), tokens.data(), tok_bytes) != 0)
         return -1;
-    const int64_t e = take_block_entry();
+    const int64_t e = index_new_block(hash, tokens);
     if (e < 0) return -1;
-    const auto i = static_cast<size_t>(e);
     std::memcpy(mem_.block(e), payload.data() + tok_bytes, static_cast<size_t>(mem_.block_bytes));
-    blocks_.hash[i] = hash;
-    blocks_.of_hash.emplace(hash, e);
-    blocks_.index(e);
-    blocks_.pinned[i] = 1;
-    block_tokens_[i].assign(tokens.begin(), tokens.end());
     ++n_disk_reads_;
     return e;
 }
@@ -269,15 +275,8 @@ BlockHash KvHostTier::block_hash(int64_t entry) const {
 
 int64_t KvHostTier::spill_block(BlockHash hash, std::span<const int32_t> tokens) {
     if (!host_tier_on() || blocks_.of_hash.contains(hash)) return -1;
-    const int64_t e = take_block_entry();
-    if (e < 0) return -1;
-    const auto i = static_cast<size_t>(e);
-    blocks_.hash[i] = hash;
-    blocks_.of_hash.emplace(hash, e);
-    blocks_.index(e);
-    blocks_.pinned[i] = 1;
-    block_tokens_[i].assign(tokens.begin(), tokens.end());
-    ++n_spilled_;
+    const int64_t e = index_new_block(hash, tokens);
+    if (e >= 0) ++n_spilled_;
     return e;
 }
 

@@ -141,6 +141,9 @@ private:
     void write_block_to_disk(int64_t entry);
     void write_snapshot_to_disk(int64_t entry);
     int64_t take_block_entry();
+    // A block entry indexed under hash with these token ids, pinned for the pass (its bytes are the
+    // caller's to fill); -1 if none can be had.
+    int64_t index_new_block(BlockHash hash, std::span<const int32_t> tokens);
     int64_t take_snapshot_entry();
 };
 

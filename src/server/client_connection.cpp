@@ -13,10 +13,7 @@
 
 namespace onecard::server {
 
-namespace {
-
-// An address as httplib words Request::remote_addr / local_addr (getnameinfo, numeric host), and its port.
-bool endpoint(const sockaddr_storage& a, socklen_t len, std::string& ip, int& port) {
+bool socket_endpoint(const sockaddr_storage& a, socklen_t len, std::string& ip, int& port) {
     if (a.ss_family == AF_INET)
         port = ntohs(reinterpret_cast<const sockaddr_in*>(&a)->sin_port);
     else if (a.ss_family == AF_INET6)
@@ -31,17 +28,19 @@ bool endpoint(const sockaddr_storage& a, socklen_t len, std::string& ip, int& po
     return true;
 }
 
+namespace {
+
 // Whether `fd` is the server side of the request's TCP connection.
 bool is_connection_of(int fd, const httplib::Request& req) {
     sockaddr_storage a{};
     socklen_t len = sizeof(a);
     std::string ip;
     int port = -1;
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || !endpoint(a, len, ip, port) ||
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || !socket_endpoint(a, len, ip, port) ||
         port != req.local_port || ip != req.local_addr)
         return false;
     len = sizeof(a);
-    return ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 && endpoint(a, len, ip, port) &&
+    return ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 && socket_endpoint(a, len, ip, port) &&
            port == req.remote_port && ip == req.remote_addr;
 }
 

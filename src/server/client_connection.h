@@ -19,13 +19,19 @@
 #pragma once
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <chrono>
+#include <string>
 
 namespace onecard::server {
 
 // How often a non-streaming request looks at its connection while it waits for the engine.
 inline constexpr std::chrono::milliseconds kClientCheckInterval{100};
+
+// An address as httplib words Request::remote_addr / local_addr (getnameinfo, numeric host), and its
+// port; false for a family other than IPv4/IPv6 or an address getnameinfo refuses.
+bool socket_endpoint(const sockaddr_storage& a, socklen_t len, std::string& ip, int& port);
 
 class ClientConnection {
 public:

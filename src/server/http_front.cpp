@@ -1,6 +1,7 @@
 #include "server/http_front.h"
 
 #include "core/error.h"
+#include "server/client_connection.h"
 #include "server/connection_stream.h"
 
 #include <fmt/format.h>
@@ -53,22 +54,6 @@ const char* reason_phrase(int status) {
         default:
             return "Error";
     }
-}
-
-// An address as httplib words Request::remote_addr (numeric host) and its port.
-bool endpoint(const sockaddr_storage& a, socklen_t len, std::string& ip, int& port) {
-    if (a.ss_family == AF_INET)
-        port = ntohs(reinterpret_cast<const sockaddr_in*>(&a)->sin_port);
-    else if (a.ss_family == AF_INET6)
-        port = ntohs(reinterpret_cast<const sockaddr_in6*>(&a)->sin6_port);
-    else
-        return false;
-    std::array<char, NI_MAXHOST> host{};
-    if (::getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, host.data(), static_cast<socklen_t>(host.size()),
-                      nullptr, 0, NI_NUMERICHOST) != 0)
-        return false;
-    ip = host.data();
-    return true;
 }
 
 enum class Phase {
@@ -225,7 +210,7 @@ int HttpFront::bind() {
     std::string ip;
     int bound = -1;
     ::getsockname(m.listen_fd, reinterpret_cast<sockaddr*>(&a), &len);
-    endpoint(a, len, ip, bound);
+    socket_endpoint(a, len, ip, bound);
     return bound;
 }
 
@@ -315,14 +300,14 @@ void HttpFront::Impl::accept_all() {
         }
         auto c = std::make_unique<Conn>(fd, opts.limits);
         // The allowlist is the first thing a client meets: not one byte is read from a refused address.
-        if (!endpoint(a, len, c->ends.remote_addr, c->ends.remote_port) || !admit(c->ends.remote_addr)) {
+        if (!socket_endpoint(a, len, c->ends.remote_addr, c->ends.remote_port) || !admit(c->ends.remote_addr)) {
             ::close(fd);
             continue;
         }
         sockaddr_storage l{};
         socklen_t llen = sizeof(l);
         if (::getsockname(fd, reinterpret_cast<sockaddr*>(&l), &llen) == 0)
-            endpoint(l, llen, c->ends.local_addr, c->ends.local_port);
+            socket_endpoint(l, llen, c->ends.local_addr, c->ends.local_port);
         int yes = 1;
         ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
         Conn& conn = *c;

@@ -26,25 +26,6 @@ Json script() {
     return {{"scripts", Json::array()}, {"default", Json{{"text", "Fine.</think>All good."}}}};
 }
 
-// A TCP connection from `src_ip` to the test server (-1 on failure).
-int connect_from(const std::string& src_ip, int port) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
-    sockaddr_in src{};
-    src.sin_family = AF_INET;
-    inet_pton(AF_INET, src_ip.c_str(), &src.sin_addr);
-    sockaddr_in dst{};
-    dst.sin_family = AF_INET;
-    dst.sin_port = htons(static_cast<uint16_t>(port));
-    inet_pton(AF_INET, "127.0.0.1", &dst.sin_addr);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof(src)) != 0 ||
-        ::connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) != 0) {
-        ::close(fd);
-        return -1;
-    }
-    return fd;
-}
-
 int connect_to(int port) {
     return connect_from("127.0.0.1", port);
 }
@@ -188,10 +169,8 @@ TEST(ServerFront, SilentTlsConnectionsDoNotBlockTls) {
     if (std::system("openssl version >/dev/null 2>&1") != 0) GTEST_SKIP() << "openssl CLI not installed";
     std::signal(SIGPIPE, SIG_IGN);
     const auto dir = test_tmp_dir("front_tls");
-    const std::string cert = (dir / "cert.pem").string(), key = (dir / "key.pem").string();
-    const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 -keyout " + key +
-                            " -out " + cert + " >/dev/null 2>&1";
-    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    std::string cert, key;
+    ASSERT_TRUE(make_self_signed_cert(dir, cert, key));
     server::ServerOptions o;
     o.tls_cert = cert;
     o.tls_key = key;

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -115,10 +116,9 @@ inline std::unique_ptr<ModelRunner> scripted(const Tokenizer& tok, const nlohman
     return runner;
 }
 
-// One HTTP/1.1 request over a socket bound to `src_ip`; returns the status code (-1 on failure).
-inline int raw_request_status(const std::string& src_ip, int port, const std::string& request,
-                              std::string* response = nullptr) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+// A TCP connection from `src_ip` (a loopback alias) to the test server on 127.0.0.1 (-1 on failure).
+inline int connect_from(const std::string& src_ip, int port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
     sockaddr_in src{};
     src.sin_family = AF_INET;
@@ -127,13 +127,31 @@ inline int raw_request_status(const std::string& src_ip, int port, const std::st
     dst.sin_family = AF_INET;
     dst.sin_port = htons(static_cast<uint16_t>(port));
     inet_pton(AF_INET, "127.0.0.1", &dst.sin_addr);
-    timeval tv{10, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     if (::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof(src)) != 0 ||
         ::connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) != 0) {
         ::close(fd);
         return -1;
     }
+    return fd;
+}
+
+// A one-day self-signed certificate for 127.0.0.1 in dir/cert.pem and dir/key.pem (the openssl CLI);
+// false when the CLI is missing or fails.
+inline bool make_self_signed_cert(const std::filesystem::path& dir, std::string& cert, std::string& key) {
+    cert = (dir / "cert.pem").string();
+    key = (dir / "key.pem").string();
+    const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 -keyout " + key +
+                            " -out " + cert + " >/dev/null 2>&1";
+    return std::system(cmd.c_str()) == 0;
+}
+
+// One HTTP/1.1 request over a socket bound to `src_ip`; returns the status code (-1 on failure).
+inline int raw_request_status(const std::string& src_ip, int port, const std::string& request,
+                              std::string* response = nullptr) {
+    const int fd = connect_from(src_ip, port);
+    if (fd < 0) return -1;
+    timeval tv{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
     std::string got;
     char buf[4096];
