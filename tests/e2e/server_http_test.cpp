@@ -542,12 +542,8 @@ TEST(ServerHttp, TlsWithASelfSignedCertificate) {
     ONECARD_NEED_TOKENIZER();
     if (std::system("openssl version >/dev/null 2>&1") != 0) GTEST_SKIP() << "openssl CLI not installed";
     const auto dir = test_tmp_dir("tls");
-    const std::string cert = (dir / "cert.pem").string(), key = (dir / "key.pem").string();
-    const std::string cmd =
-        "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
-        "-addext subjectAltName=IP:127.0.0.1 -keyout " +
-        key + " -out " + cert + " >/dev/null 2>&1";
-    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    std::string cert, key;
+    ASSERT_TRUE(make_self_signed_cert(dir, cert, key));
     server::ServerOptions o;
     o.tls_cert = cert;
     o.tls_key = key;
