@@ -9,6 +9,11 @@
 // error happened (5xx, a refused connection, a malformed request accepted, a stream that did not end
 // with [DONE], KV blocks still in use or requests still running after the drain).
 //
+// tools/soak/soak.py is a port of this tool for machines without node (python3 standard library): same
+// flags, same report. The request mix (prompts, malformed bodies, the choices one() draws) lives in
+// tools/soak/mix.json, read by both; the order of the draws in one() and the report's layout are
+// mirrored in soak.py by hand, so a change to either belongs in both.
+//
 //   node tools/soak/soak.mjs --base-url http://127.0.0.1:8000 [--n 10000] [--concurrency 64]
 //        [--pid PID] [--model NAME] [--max-tokens 16] [--abort-share 0.1] [--malformed-share 0.1]
 //        [--slow-share 0.05] [--stream-share 0.5] [--max-seconds 1800] [--timeout-ms 120000]
@@ -51,30 +56,17 @@ const rand = () => {
 const pick = (a) => a[Math.floor(rand() * a.length)];
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-const PROMPTS = ["Hello!", "Write a haiku about the sea.", "What is 2 + 2?", "List three colours.",
-    "Explain recursion in one sentence.", "你好，请介绍一下你自己。", "Translate 'good morning' to French.",
-    "x ".repeat(200)];
-
+// The request mix, shared with soak.py (see mix.json's "about" for the body forms).
+const MIX = JSON.parse(readFileSync(new URL("./mix.json", import.meta.url), "utf8"));
+function mixBody(b) {
+    if (typeof b === "string") return b;
+    if (b.hex !== undefined) return Buffer.from(b.hex, "hex");
+    if (b.json !== undefined) return JSON.stringify(b.json);
+    return b.text.repeat(b.repeat ?? 1);
+}
+const PROMPTS = MIX.prompts.map(mixBody);
 // Malformed bodies: each must be refused with a 4xx.
-const MALFORMED_CASES = [
-    ["/v1/chat/completions", "{not json"],
-    ["/v1/chat/completions", JSON.stringify({ messages: "hi" })],
-    ["/v1/chat/completions", JSON.stringify({ messages: [] })],
-    ["/v1/chat/completions", JSON.stringify({ messages: [{ role: "wizard", content: "x" }] })],
-    ["/v1/chat/completions", JSON.stringify({ messages: [{ role: "user", content: "x" }], temperature: "hot" })],
-    ["/v1/chat/completions", JSON.stringify({ messages: [{ role: "user", content: "x" }], max_tokens: 0 })],
-    ["/v1/chat/completions", JSON.stringify({ messages: [{ role: "user", content: "x" }], n: 3 })],
-    ["/v1/chat/completions", JSON.stringify({ messages: [{ role: "user", content: "x" }], tools: [{ type: "function" }] })],
-    ["/v1/chat/completions", JSON.stringify({ model: "no-such-model", messages: [{ role: "user", content: "x" }] })],
-    ["/v1/chat/completions", "[".repeat(5000)],
-    ["/v1/chat/completions", '{"messages": [{"role": "user", "content": "\\ud800"}], "max_tokens": 1}x'],
-    ["/v1/completions", JSON.stringify({ prompt: [999999999] })],
-    ["/v1/completions", JSON.stringify({ prompt: "x", max_tokens: 1e300 })],
-    ["/v1/completions", JSON.stringify({ prompt: "x", suffix: "y" })],
-    ["/v1/completions", Buffer.from([0x7b, 0x22, 0x70, 0x22, 0x3a, 0x22, 0xff, 0xfe, 0x22, 0x7d])],
-    ["/tokenize", JSON.stringify({ prompt: 5 })],
-    ["/detokenize", JSON.stringify({ tokens: [-1] })],
-];
+const MALFORMED_CASES = MIX.malformed.map((c) => [c.path, mixBody(c.body)]);
 
 const stats = { started: 0, done: 0, ok: 0, aborted: 0, malformed_refused: 0, busy_429_503: 0, errors: {}, samples: [] };
 const latencies = {};  // kind -> [ms]
@@ -136,21 +128,22 @@ async function one(i) {
         }
         return;
     }
-    const chat = rand() < 0.7;
+    const chat = rand() < MIX.chat_share;
     const stream = rand() < STREAM;
     const abort = r < ABORT;
     const slow = stream && !abort && rand() < SLOW / Math.max(STREAM, 1e-9);
     const body = chat
         ? { model: MODEL, messages: [{ role: "user", content: pick(PROMPTS) }], max_tokens: 1 + Math.floor(rand() * MAX_TOKENS),
-            stream, temperature: rand() < 0.5 ? 0 : 0.8, seed: i, ...(stream && rand() < 0.5 ? { stream_options: { include_usage: true } } : {}),
-            ...(rand() < 0.3 ? { chat_template_kwargs: { thinking: false } } : {}) }
-        : { model: MODEL, prompt: pick(PROMPTS), max_tokens: 1 + Math.floor(rand() * MAX_TOKENS), stream, temperature: 0.5, seed: i };
+            stream, temperature: pick(MIX.chat_temperatures), seed: i,
+            ...(stream && rand() < MIX.include_usage_share ? { stream_options: { include_usage: true } } : {}),
+            ...(rand() < MIX.thinking_off_share ? { chat_template_kwargs: { thinking: false } } : {}) }
+        : { model: MODEL, prompt: pick(PROMPTS), max_tokens: 1 + Math.floor(rand() * MAX_TOKENS), stream, temperature: MIX.completions_temperature, seed: i };
     const kind = `${chat ? "chat" : "completions"}${stream ? "_stream" : ""}${slow ? "_slow" : ""}`;
     const path = chat ? "/v1/chat/completions" : "/v1/completions";
     const ctl = new AbortController();
     const timer = setTimeout(() => ctl.abort(new Error("timeout")), TIMEOUT_MS);
     let abortTimer = null;
-    if (abort) abortTimer = setTimeout(() => ctl.abort(new Error("client abort")), Math.floor(rand() * 400));
+    if (abort) abortTimer = setTimeout(() => ctl.abort(new Error("client abort")), Math.floor(rand() * MIX.abort_within_ms));
     const t0 = performance.now();
     try {
         const res = await fetch(BASE + path, { method: "POST", headers: { "content-type": "application/json" },
@@ -183,7 +176,7 @@ async function one(i) {
                 if (buf.includes("data: [DONE]")) done = true;
                 if (/^data: \{"error"/m.test(buf)) sawError = true;
                 if (buf.length > 65536) buf = buf.slice(-64);
-                if (slow) await sleep(50 + Math.floor(rand() * 200));
+                if (slow) await sleep(MIX.slow_pause_ms.min + Math.floor(rand() * MIX.slow_pause_ms.spread));
             }
             if (sawError) error("stream_error_event", `${kind}: ${buf.slice(0, 200)}`);
             else if (!done) error("stream_without_done", kind);
