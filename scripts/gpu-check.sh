@@ -27,8 +27,8 @@
 #   6. there:  scripts/gpu-check.sh --prefix-bench [OUT_DIR] (carry the tokenizer too): the prefix cache's
 #              TTFT figures through serve (cold, cached, restored from the host tier; a 20-turn agent trace).
 #
-#   7. there:  scripts/gpu-check.sh --soak [OUT_DIR] (carry the tokenizer too): tools/soak/soak.mjs against
-#              serve on the GPU (dummy weights of a small preset).
+#   7. there:  scripts/gpu-check.sh --soak [OUT_DIR] (carry the tokenizer too): the soak tool against serve
+#              on the GPU (dummy weights of a small preset): tools/soak/soak.mjs with node, else soak.py.
 #
 #   5. there:  scripts/gpu-check.sh --serve-bench [OUT_DIR] [bench-serve args...] (carry the tokenizer too):
 #              `onecard serve --load-format dummy` on the full Flash shape, then `onecard bench-serve`
@@ -319,12 +319,17 @@ PY
 }
 
 # The soak (issue 22) against `onecard serve --device cuda`: SOAK_PRESET's shape (default small) with
-# dummy weights made on the GPU, then tools/soak/soak.mjs (node; SOAK_ARGS, default 10,000 requests at
-# concurrency 64 with aborts, malformed and slow clients). Writes soak.json, soak.txt and serve.log.
+# dummy weights made on the GPU, then the soak tool (SOAK_ARGS, default 10,000 requests at concurrency 64
+# with aborts, malformed and slow clients): tools/soak/soak.mjs where node is installed, otherwise its
+# standard-library port tools/soak/soak.py (the GPU image has python3 but no node; same flags and report).
+# Writes soak.json, soak.txt and serve.log.
 soak() {
     local out=${1:-${OUT:-gpu-check-out}}
     mkdir -p "$out"
-    command -v node > /dev/null || { echo "soak: no node on this machine" | tee "$out/soak.txt"; return 1; }
+    local tool
+    if command -v node > /dev/null; then tool=(node tools/soak/soak.mjs)
+    elif command -v python3 > /dev/null; then tool=(python3 tools/soak/soak.py)
+    else echo "soak: neither node nor python3 on this machine" | tee "$out/soak.txt"; return 1; fi
     unpack
     local bin="$CARRY_DIR/bin/onecard" dir=/tmp/onecard-soak port=8013 status=0
     rm -rf "$dir"
@@ -333,8 +338,9 @@ soak() {
         --max-model-len 4096 --max-num-seqs 64 --no-access-log ${SERVE_ARGS:-} > "$out/serve.log" 2>&1 &
     local pid=$!
     wait_ready "$out/serve.log" $pid ${SMOKE_WAIT:-300} || { tail -30 "$out/serve.log"; kill $pid; return 1; }
-    node tools/soak/soak.mjs --base-url "http://127.0.0.1:$port" --pid $pid --json "$out/soak.json" \
-        ${SOAK_ARGS:---n 10000 --concurrency 64 --max-seconds 420} 2>&1 | tee "$out/soak.txt"
+    echo "soak: ${tool[*]}" | tee "$out/soak.txt"
+    "${tool[@]}" --base-url "http://127.0.0.1:$port" --pid $pid --json "$out/soak.json" \
+        ${SOAK_ARGS:---n 10000 --concurrency 64 --max-seconds 420} 2>&1 | tee -a "$out/soak.txt"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     kill -INT $pid; wait $pid
     tail -4 "$out/serve.log"
