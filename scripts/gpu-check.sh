@@ -45,16 +45,19 @@ mode=${1:---help}
 pack() {
     set -e
     local build=${BUILD_DIR:-build-gpu}
-    local tests
+    local tests benches="gemv_cuda_bench host_experts_bench"
     tests=$(ls tests/ops/*_test.cpp | xargs -n1 basename | sed 's/\.cpp$//; s/^/test_ops_/')
-    BUILD_DIR=$build JOBS=${JOBS:-2} bash scripts/build.sh $tests gemv_cuda_bench onecard host_experts_bench
+    # PACK_TESTS="test_ops_a test_ops_b": only those test binaries and onecard, no benchmarks (a quick
+    # check of a few tests; run it with SKIP_GEMV_BENCH=1).
+    if [ -n "${PACK_TESTS:-}" ]; then tests=$PACK_TESTS; benches=""; fi
+    BUILD_DIR=$build JOBS=${JOBS:-2} bash scripts/build.sh $tests $benches onecard
     rm -rf "$CARRY_DIR"
     mkdir -p "$CARRY_DIR/bin" "$CARRY_DIR/lib"
     for t in $tests; do strip --strip-unneeded -o "$CARRY_DIR/bin/$t" "$build/tests/$t"; done
     strip --strip-unneeded -o "$CARRY_DIR/bin/onecard" "$build/onecard"
-    strip --strip-unneeded -o "$CARRY_DIR/bin/gemv_cuda_bench" "$build/bench/gemv_cuda_bench"
-    # The host expert kernels' benchmark (CPU only): its thread sweep needs the GPU machine's 16 cores.
-    strip --strip-unneeded -o "$CARRY_DIR/bin/host_experts_bench" "$build/bench/host_experts_bench"
+    # The host expert kernels' benchmark (CPU only) runs there because its thread sweep needs the GPU
+    # machine's 16 cores.
+    for b in $benches; do strip --strip-unneeded -o "$CARRY_DIR/bin/$b" "$build/bench/$b"; done
     # Shared libraries outside glibc and the CUDA driver/toolkit (cuBLASLt comes from pip there).
     for b in "$CARRY_DIR"/bin/*; do
         ldd "$b" | awk '/=> \//{print $3}'
@@ -322,7 +325,8 @@ PY
 # dummy weights made on the GPU, then the soak tool (SOAK_ARGS, default 10,000 requests at concurrency 64
 # with aborts, malformed and slow clients): tools/soak/soak.mjs where node is installed, otherwise its
 # standard-library port tools/soak/soak.py (the GPU image has python3 but no node; same flags and report).
-# Writes soak.json, soak.txt and serve.log.
+# SOAK_DEVICE=cpu serves real synth weights on the CPU backend instead (SOAK_PORT apart, both can run
+# at once). Writes soak.json, soak.txt and serve.log.
 soak() {
     local out=${1:-${OUT:-gpu-check-out}}
     mkdir -p "$out"
@@ -331,11 +335,18 @@ soak() {
     elif command -v python3 > /dev/null; then tool=(python3 tools/soak/soak.py)
     else echo "soak: neither node nor python3 on this machine" | tee "$out/soak.txt"; return 1; fi
     unpack
-    local bin="$CARRY_DIR/bin/onecard" dir=/tmp/onecard-soak port=8013 status=0
+    local bin="$CARRY_DIR/bin/onecard" device=${SOAK_DEVICE:-cuda} port=${SOAK_PORT:-8013} status=0
+    local dir=/tmp/onecard-soak-$device
     rm -rf "$dir"
-    "$bin" synth --preset ${SOAK_PRESET:-small} --config-only --out "$dir" > /dev/null || return 1
-    "$bin" serve "$dir" --load-format dummy --tokenizer demo/small/tokenizer.json --device cuda --port $port \
-        --max-model-len 4096 --max-num-seqs 64 --no-access-log ${SERVE_ARGS:-} > "$out/serve.log" 2>&1 &
+    if [ "$device" = cpu ]; then  # SOAK_DEVICE=cpu: the CPU backend on this machine's cores, real synth weights
+        "$bin" synth --preset ${SOAK_PRESET:-small} --out "$dir" --seed 1 --quiet || return 1
+        "$bin" serve "$dir" --device cpu --port $port --max-model-len 4096 --max-num-seqs 64 --no-access-log \
+            ${SERVE_ARGS:-} > "$out/serve.log" 2>&1 &
+    else
+        "$bin" synth --preset ${SOAK_PRESET:-small} --config-only --out "$dir" > /dev/null || return 1
+        "$bin" serve "$dir" --load-format dummy --tokenizer demo/small/tokenizer.json --device cuda --port $port \
+            --max-model-len 4096 --max-num-seqs 64 --no-access-log ${SERVE_ARGS:-} > "$out/serve.log" 2>&1 &
+    fi
     local pid=$!
     wait_ready "$out/serve.log" $pid ${SMOKE_WAIT:-300} || { tail -30 "$out/serve.log"; kill $pid; return 1; }
     echo "soak: ${tool[*]}" | tee "$out/soak.txt"

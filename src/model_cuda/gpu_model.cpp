@@ -283,6 +283,22 @@ void GpuModel::set_gemv_paths(bool moe, bool linears) {
 }
 
 void GpuModel::set_faults(const GpuFaultPlan& plan) {
+    // The FNUZ fault edits one weight scale in place (and undoes it): the weights are device memory
+    // the model only reads otherwise, so the const view is cast away here and nowhere else.
+    if (plan.fp8_block_scale_x2 != opt_.faults.fp8_block_scale_x2 && !w_.layers.empty()) {
+        float* ws = const_cast<float*>(w_.layers.front().attn.wkv.ws);
+        float v = 0.0f;
+        cuda::copy_to_host(&v, ws, sizeof(v));
+        v = plan.fp8_block_scale_x2 ? v * 2.0f : v * 0.5f;  // powers of two: the undo is exact
+        cuda::copy_to_device(ws, &v, sizeof(v));
+    }
+    if ((plan.rope_off_by_one || plan.swap_expert_weights) && !fault_arena_) {
+        const int64_t T = opt_.max_step_tokens;
+        fault_arena_ = std::make_unique<cuda::DeviceArena>(static_cast<size_t>(T) * 8 + 1024, "gpu model faults");
+        fault_ones_ = fault_arena_->alloc_n<int32_t>(static_cast<size_t>(T), "fault: ones");
+        fault_swap_ = fault_arena_->alloc_n<float>(static_cast<size_t>(T), "fault: swap");
+        cuda::copy_to_device(fault_ones_, std::vector<int32_t>(static_cast<size_t>(T), 1));
+    }
     opt_.faults = plan;
     drop_graphs();
 }
@@ -366,6 +382,8 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
     }
     cuda::rmsnorm_bf16(b.q, nullptr, b.q, n * H, hd, eps, s);
     cuda::rope_bf16_pair(b.q, H, b.kv, 1, n, hd, rope, n_rope, meta_->positions, false, s);
+    // Planted fault: one more rotation by one position (rotations add) puts the queries at p + 1.
+    if (opt_.faults.rope_off_by_one) cuda::rope_bf16(b.q, n, H, hd, rope, n_rope, fault_ones_, false, s);
     tick("attn: q/kv path (wq_a|wkv, wq_b, norms, rope)", s);
     build_write_offsets(*meta_, pool_, il, W, b.step_dst, b.ring_dst, b.entry_dst, b.key_dst, s);
     const KvCacheSpec& spec = pool_.spec();
@@ -408,7 +426,8 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
     const int32_t* picks = nullptr;
     if (w.compressor) {
         compress(*w.compressor, addr.compressor_region, b.ckv, b.centries);
-        cuda::kv_write_entries(b.centries, 0, b.entry_dst, pool_.base(), n, ed, s);
+        const int64_t entry_rows = opt_.faults.skip_compressed_entry ? n - 1 : n;
+        if (entry_rows > 0) cuda::kv_write_entries(b.centries, 0, b.entry_dst, pool_.base(), entry_rows, ed, s);
         tick("attn: compressor", s);
     }
     if (w.indexer) {
@@ -476,6 +495,13 @@ void GpuModel::moe(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t 
     cuda::moe_route(b.router, hash || opt_.faults.route_without_bias ? nullptr : m.bias, hash ? m.tid2eid : nullptr,
                     meta_->tokens, n, c.n_routed_experts, K, static_cast<float>(c.routed_scaling_factor), b.experts,
                     b.weights, s);
+    if (opt_.faults.swap_expert_weights && K >= 2) {  // planted fault: picks 0 and 1 trade weights
+        const size_t pitch = static_cast<size_t>(K) * sizeof(float), row = sizeof(float);
+        const auto n_rows = static_cast<size_t>(n);
+        CUDA_CHECK(cudaMemcpy2DAsync(fault_swap_, row, b.weights, pitch, row, n_rows, cudaMemcpyDeviceToDevice, s));
+        CUDA_CHECK(cudaMemcpy2DAsync(b.weights, pitch, b.weights + 1, pitch, row, n_rows, cudaMemcpyDeviceToDevice, s));
+        CUDA_CHECK(cudaMemcpy2DAsync(b.weights + 1, pitch, fault_swap_, row, row, n_rows, cudaMemcpyDeviceToDevice, s));
+    }
     if (b.pick_counts) cuda::count_expert_picks(b.experts, n * K, b.pick_counts + blk.layer_id * c.n_routed_experts, s);
     tick("moe: router", s);
     // Shared expert: w1 and w3 as one linear when fused; on the GEMV path xn is quantised once for

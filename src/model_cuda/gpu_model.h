@@ -145,6 +145,11 @@ private:
     int64_t last_graph_nodes_ = 0;
     bool profile_ = false, profiling_ = false;
     std::vector<std::pair<const char*, cudaEvent_t>> ticks_;
+    // Planted faults' device data (tests only; allocated by the first set_faults that needs it):
+    // ones [max_step_tokens] int32 (the RoPE fault's extra rotation), swap [max_step_tokens] fp32.
+    std::unique_ptr<cuda::DeviceArena> fault_arena_;
+    int32_t* fault_ones_ = nullptr;
+    float* fault_swap_ = nullptr;
 };
 
 }  // namespace onecard

@@ -196,8 +196,8 @@ const Agreement& one_ulp_floor() {
 // Issue 7's bars where the oracle's own noise floor allows them, else the floor's (file comment).
 void expect_parity(const Agreement& a, const char* path) {
     const Agreement& fl = one_ulp_floor();
-    const double max_median = std::max(2e-2, 1.5 * fl.median), max_worst = std::max(2e-2, 1.5 * fl.worst);
-    const double min_argmax = std::min(0.98, 1.0 - 2.0 * (1.0 - static_cast<double>(fl.argmax_same) / fl.n));
+    const test::FloorBars bars = test::floor_bars(fl.median, fl.worst, static_cast<double>(fl.argmax_same) / fl.n);
+    const double max_median = bars.max_median, max_worst = bars.max_worst, min_argmax = bars.min_argmax;
     std::printf(
         "[gpu model] %-34s rows %3lld  vs bf16-storage oracle: rel L2 median %.2e worst %.2e  argmax "
         "%lld/%lld  (bars: median <= %.2e, worst <= %.2e, argmax >= %.1f%% less 2 binomial sd; oracle's one-ulp "
@@ -208,9 +208,7 @@ void expect_parity(const Agreement& a, const char* path) {
     if (a.median > max_median || a.worst > max_worst) print_rows(a);
     EXPECT_LE(a.median, max_median) << path;
     EXPECT_LE(a.worst, max_worst) << path;
-    const double n = static_cast<double>(a.n);
-    EXPECT_GE(static_cast<double>(a.argmax_same), min_argmax * n - 2.0 * std::sqrt(n * min_argmax * (1.0 - min_argmax)))
-        << path;
+    EXPECT_GE(static_cast<double>(a.argmax_same), bars.min_argmax_rows(a.n)) << path;
 }
 
 // GPU rows [0, n) against oracle rows [row0, row0 + n): the primary check and the secondary line.

