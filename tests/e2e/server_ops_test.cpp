@@ -9,6 +9,7 @@
 #include <openssl/ssl.h>
 
 #include <fcntl.h>
+#include <poll.h>
 
 #include <cstdio>
 #include <fstream>
@@ -295,6 +296,45 @@ TEST(ServerOps, FrontEndRefusalsAreAccessLogged) {
     EXPECT_EQ(by_status[408]["path"], "/v1/models");
     EXPECT_EQ(by_status[401]["path"], "/tokenize");
     EXPECT_GE(by_status[408]["duration_ms"].get<double>(), 250.0) << "timed from the request's first byte";
+}
+
+// A TLS client that never finishes its handshake is closed at --tls-handshake-timeout (not at the
+// header deadline) and logged as a 408 without an answer (none can be sent before the handshake).
+TEST(ServerOps, ASilentTlsHandshakeIsClosedAtItsDeadlineAndLogged) {
+    ONECARD_NEED_TOKENIZER();
+    if (std::system("openssl version >/dev/null 2>&1") != 0) GTEST_SKIP() << "openssl CLI not installed";
+    const auto dir = test_tmp_dir("tls_deadline");
+    std::string cert, key;
+    ASSERT_TRUE(make_self_signed_cert(dir, cert, key));
+    StderrCapture cap;
+    double secs = 0;
+    bool closed = false;
+    {
+        server::ServerOptions o;
+        o.tls_cert = cert;
+        o.tls_key = key;
+        o.handshake_timeout = std::chrono::milliseconds(300);
+        o.header_timeout = std::chrono::seconds(30);
+        LoggingServer s(tok, o);
+        const int fd = connect_from("127.0.0.1", s.port);
+        ASSERT_GE(fd, 0);
+        const auto t0 = std::chrono::steady_clock::now();
+        pollfd p{fd, POLLIN, 0};
+        char buf[64];
+        closed = ::poll(&p, 1, 5000) == 1 && ::recv(fd, buf, sizeof(buf), 0) <= 0;
+        secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ::close(fd);
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    cap.restore();
+    std::filesystem::remove_all(dir);
+    EXPECT_TRUE(closed);
+    EXPECT_GT(secs, 0.2);
+    EXPECT_LT(secs, 2.0);
+    bool logged = false;
+    for (const Json& l : cap.lines())
+        if (l.value("status", 0) == 408 && l.value("reason", "") == "handshake_deadline") logged = true;
+    EXPECT_TRUE(logged);
 }
 
 namespace {
