@@ -43,16 +43,42 @@ const char* reason_phrase(int status) {
     switch (status) {
         case 400:
             return "Bad Request";
+        case 401:
+            return "Unauthorized";
+        case 403:
+            return "Forbidden";
+        case 404:
+            return "Not Found";
+        case 405:
+            return "Method Not Allowed";
+        case 408:
+            return "Request Timeout";
         case 413:
             return "Content Too Large";
         case 414:
             return "URI Too Long";
+        case 415:
+            return "Unsupported Media Type";
         case 431:
             return "Request Header Fields Too Large";
         case 503:
             return "Service Unavailable";
         default:
             return "Error";
+    }
+}
+
+// The access log's reason for a refusal of the request reader (request_reader.h).
+const char* read_refusal_reason(int status) {
+    switch (status) {
+        case 413:
+            return "body_too_large";
+        case 414:
+            return "target_too_long";
+        case 431:
+            return "headers_too_large";
+        default:
+            return "malformed";
     }
 }
 
@@ -72,6 +98,7 @@ struct Conn {
     RequestReader reader;
     std::string in;  // read, not yet consumed by `reader` (the start of a pipelined request)
     Clock::time_point deadline;
+    Clock::time_point started;  // accept, then each request's first byte (the access log's duration)
     bool continue_sent = false;
     size_t counted = 0;   // body bytes counted in Impl::buffered
     uint32_t events = 0;  // registered with epoll; 0 = not registered
@@ -81,9 +108,7 @@ struct Conn {
 
 struct HttpFront::Impl {
     FrontOptions opts;
-    Admit admit;
-    ErrorBody error_body;
-    Serve serve;
+    FrontHooks hooks;
 
     int listen_fd = -1;
     int epoll_fd = -1;
@@ -136,18 +161,19 @@ struct HttpFront::Impl {
     void read_some(Conn& c);
     bool advance(Conn& c);
     void dispatch(Conn& c);
-    void refuse(Conn& c, int status, const std::string& message);
+    // Reports the refusal (FrontHooks::refused) and answers it, closing the connection.
+    void refuse(Conn& c, int status, const char* reason, const std::string& message);
+    // Writes `answer` and closes the connection, dropping what the client still sends for kLinger.
+    void answer_and_close(Conn& c, const FrontAnswer& answer);
+    void expire(Conn& c);
     bool send_now(Conn& c, const std::string& data);
     void take_back();
     void sweep();
 };
 
-HttpFront::HttpFront(FrontOptions options, Admit admit, ErrorBody error_body, Serve serve)
-    : impl_(std::make_unique<Impl>()) {
+HttpFront::HttpFront(FrontOptions options, FrontHooks hooks) : impl_(std::make_unique<Impl>()) {
     impl_->opts = std::move(options);
-    impl_->admit = std::move(admit);
-    impl_->error_body = std::move(error_body);
-    impl_->serve = std::move(serve);
+    impl_->hooks = std::move(hooks);
     impl_->epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
     impl_->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     ONECARD_CHECK(impl_->epoll_fd >= 0 && impl_->wake_fd >= 0, "serve: cannot create the event loop: {}",
@@ -300,7 +326,8 @@ void HttpFront::Impl::accept_all() {
         }
         auto c = std::make_unique<Conn>(fd, opts.limits);
         // The allowlist is the first thing a client meets: not one byte is read from a refused address.
-        if (!socket_endpoint(a, len, c->ends.remote_addr, c->ends.remote_port) || !admit(c->ends.remote_addr)) {
+        if (!socket_endpoint(a, len, c->ends.remote_addr, c->ends.remote_port) ||
+            (hooks.admit && !hooks.admit(c->ends.remote_addr))) {
             ::close(fd);
             continue;
         }
@@ -311,6 +338,7 @@ void HttpFront::Impl::accept_all() {
         int yes = 1;
         ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
         Conn& conn = *c;
+        conn.started = Clock::now();
         conns.emplace(fd, std::move(c));
         n_open.fetch_add(1);
         if (opts.tls != nullptr) {
@@ -321,7 +349,7 @@ void HttpFront::Impl::accept_all() {
             }
             SSL_set_accept_state(conn.ssl);
             conn.phase = Phase::Handshake;
-            conn.deadline = Clock::now() + opts.header_timeout;
+            conn.deadline = Clock::now() + opts.handshake_timeout;
         } else {
             conn.phase = Phase::Reading;
             conn.deadline = Clock::now() + opts.idle_timeout;
@@ -358,7 +386,8 @@ void HttpFront::Impl::handshake(Conn& c) {
     ERR_clear_error();
     const int r = SSL_accept(c.ssl);
     if (r == 1) {
-        c.phase = Phase::Reading;  // the header deadline set at accept still runs
+        c.phase = Phase::Reading;
+        c.deadline = Clock::now() + opts.idle_timeout;
         watch(c, EPOLLIN);
         if (SSL_pending(c.ssl) > 0) read_some(c);
         return;
@@ -402,20 +431,40 @@ void HttpFront::Impl::read_some(Conn& c) {
 // Feeds what was read to the request reader; false once `c` is no longer the loop's to touch (handed to
 // a worker, or closed).
 bool HttpFront::Impl::advance(Conn& c) {
-    const ReadState before = c.reader.state();
-    const size_t used = c.reader.feed(c.in.data(), c.in.size());
-    c.in.erase(0, used);
-    const ReadState now = c.reader.state();
-    if (before == ReadState::Idle && now != ReadState::Idle) c.deadline = Clock::now() + opts.header_timeout;
-    if (now == ReadState::Body && before != ReadState::Body) c.deadline = Clock::now() + opts.body_timeout;
-    if (now == ReadState::Refused) {
-        refuse(c, c.reader.refusal_status(), c.reader.refusal_reason());
-        return false;
+    for (;;) {
+        const ReadState before = c.reader.state();
+        const size_t used = c.reader.feed(c.in.data(), c.in.size());
+        c.in.erase(0, used);
+        const ReadState now = c.reader.state();
+        if (before == ReadState::Idle && now != ReadState::Idle) {
+            c.started = Clock::now();
+            c.deadline = c.started + opts.header_timeout;
+        }
+        if (now == ReadState::Refused) {
+            refuse(c, c.reader.refusal_status(), read_refusal_reason(c.reader.refusal_status()),
+                   c.reader.refusal_reason());
+            return false;
+        }
+        if (now != ReadState::Head) break;
+        // The headers are complete and not a byte of the body is read: a request the head alone
+        // refuses (API key, path, Content-Type) is answered now, without "100 Continue".
+        if (hooks.screen) {
+            const FrontAnswer a =
+                hooks.screen(RequestHead{c.reader.method(), c.reader.target(), c.reader.fields(), c.ends.remote_addr,
+                                         c.started});
+            if (a.status != 0) {
+                answer_and_close(c, a);
+                return false;
+            }
+        }
+        c.reader.proceed();
+        c.deadline = Clock::now() + opts.body_timeout;
     }
+    const ReadState now = c.reader.state();
     if (now == ReadState::Body) {
         recount(c, c.reader.body_bytes());
         if (buffered > opts.max_buffered_bytes) {
-            refuse(c, 503, "the server holds too many request bodies being uploaded; retry shortly");
+            refuse(c, 503, "upload_budget", "the server holds too many request bodies being uploaded; retry shortly");
             return false;
         }
     }
@@ -423,7 +472,7 @@ bool HttpFront::Impl::advance(Conn& c) {
         dispatch(c);
         return false;
     }
-    // Only a body within the limit is asked for: a larger one was refused above without a 100.
+    // Only a body within the limit, of a request its head did not refuse, is asked for.
     if (c.reader.expects_continue() && !c.continue_sent) {
         c.continue_sent = true;
         if (!send_now(c, "HTTP/1.1 100 Continue\r\n\r\n")) {
@@ -445,7 +494,7 @@ void HttpFront::Impl::dispatch(Conn& c) {
         bool keep = false;
         try {
             ConnectionStream stream(conn->fd, conn->ssl, conn->ends, std::move(request), opts.write_timeout);
-            keep = serve(stream) && keep_alive && !stream.response_closes();
+            keep = hooks.serve(stream) && keep_alive && !stream.response_closes();
         } catch (...) {
             keep = false;  // the router answers its own errors; anything else ends the connection
         }
@@ -497,12 +546,21 @@ bool HttpFront::Impl::send_now(Conn& c, const std::string& data) {
     return true;
 }
 
-void HttpFront::Impl::refuse(Conn& c, int status, const std::string& message) {
-    const std::string body = error_body(status, message);
-    const std::string resp = fmt::format(
-        "HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{}Connection: close\r\n\r\n{}",
-        status, reason_phrase(status), body.size(), status == 503 ? "Retry-After: 1\r\n" : "", body);
-    if (!send_now(c, resp)) {
+void HttpFront::Impl::refuse(Conn& c, int status, const char* reason, const std::string& message) {
+    FrontRefusal r{status, reason, message, c.reader.method(), c.reader.target(), c.ends.remote_addr, c.started,
+                   c.reader.body_bytes(), true};
+    FrontAnswer a = hooks.refused ? hooks.refused(r) : FrontAnswer{};
+    a.status = status;
+    if (status == 503) a.headers.emplace_back("Retry-After", "1");
+    answer_and_close(c, a);
+}
+
+void HttpFront::Impl::answer_and_close(Conn& c, const FrontAnswer& answer) {
+    std::string head = fmt::format("HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+                                   answer.status, reason_phrase(answer.status), answer.body.size());
+    for (const auto& [name, value] : answer.headers) head += name + ": " + value + "\r\n";
+    head += "Connection: close\r\n\r\n";
+    if (!send_now(c, head + answer.body)) {
         close_conn(c);
         return;
     }
@@ -513,6 +571,28 @@ void HttpFront::Impl::refuse(Conn& c, int status, const std::string& message) {
     c.deadline = Clock::now() + kLinger;
     c.in.clear();
     watch(c, EPOLLIN);
+}
+
+// A connection past its deadline: inside a request it is answered 408 (and reported); idle or
+// lingering it is only closed.
+void HttpFront::Impl::expire(Conn& c) {
+    if (c.phase == Phase::Handshake) {
+        if (hooks.refused)
+            hooks.refused(FrontRefusal{408, "handshake_deadline", "the TLS handshake took too long", c.reader.method(),
+                                       c.reader.target(), c.ends.remote_addr, c.started, 0, false});
+        close_conn(c);
+        return;
+    }
+    const ReadState st = c.reader.state();
+    if (c.phase == Phase::Reading && st == ReadState::Header) {
+        refuse(c, 408, "header_deadline", "the request's headers took too long");
+        return;
+    }
+    if (c.phase == Phase::Reading && st == ReadState::Body) {
+        refuse(c, 408, "body_deadline", "the request's body took too long");
+        return;
+    }
+    close_conn(c);
 }
 
 void HttpFront::Impl::sweep() {
@@ -527,7 +607,7 @@ void HttpFront::Impl::sweep() {
     std::vector<Conn*> expired;
     for (auto& [fd, c] : conns)
         if (c->phase != Phase::Busy && now >= c->deadline) expired.push_back(c.get());
-    for (Conn* c : expired) close_conn(*c);
+    for (Conn* c : expired) expire(*c);
 }
 
 }  // namespace onecard::server

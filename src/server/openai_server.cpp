@@ -1,9 +1,12 @@
-// OpenAIServer: routing, access control, error objects, access log and lifecycle. The API handlers
-// live in chat_api.cpp, completions_api.cpp and info_api.cpp.
+// OpenAIServer: routing, error objects, the access log's hooks and lifecycle. The API handlers live in
+// chat_api.cpp, completions_api.cpp and info_api.cpp; the checks on a request's head in request_gate.cpp.
 #include "server/openai_server.h"
 
 #include "core/error.h"
+#include "server/access_log.h"
 #include "server/api_error.h"
+#include "server/request_gate.h"
+#include "server/route_table.h"
 #include "server/server_state.h"
 #include "server/startup_checks.h"
 
@@ -12,11 +15,8 @@
 
 #include <sys/socket.h>
 
-#include <cctype>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <limits>
 #include <random>
 #include <thread>
@@ -54,110 +54,6 @@ void send_error(httplib::Response& res, ErrorShape shape, int status, const std:
 
 namespace {
 
-// The methods a route answers, as a bit set (GET and DELETE share /v1/responses/{id}).
-enum Method : unsigned { Get = 1u, Post = 2u, Delete = 4u };
-struct Route {
-    const char* path;
-    unsigned methods;
-    bool public_route;  // reachable without an API key (liveness/readiness probes, version)
-    bool probe;         // polled by monitors: no access-log line unless log_probe_requests
-    bool prefix = false;  // matches every path that starts with `path` ("/v1/models/" + id)
-    // Anthropic routes answer errors in Anthropic's shape and take the key from x-api-key as well.
-    ErrorShape shape = ErrorShape::OpenAI;
-};
-constexpr Route kRoutes[] = {
-    {"/v1/chat/completions", Post, false, false},
-    {"/v1/completions", Post, false, false},
-    {"/v1/responses", Post, false, false},
-    {"/v1/responses/", Get | Delete, false, false, true},
-    {"/v1/messages", Post, false, false, false, ErrorShape::Anthropic},
-    {"/v1/messages/count_tokens", Post, false, false, false, ErrorShape::Anthropic},
-    {"/v1/models", Get, false, false},
-    {"/v1/models/", Get, false, false, true},
-    {"/tokenize", Post, false, false},
-    {"/detokenize", Post, false, false},
-    {"/metrics", Get, false, true},  // public unless metrics_require_auth (see pre-routing)
-    {"/health", Get, true, true},
-    {"/ready", Get, true, true},
-    {"/version", Get, true, true},
-};
-
-const Route* find_route(const std::string& path) {
-    for (const auto& r : kRoutes)
-        if (r.prefix ? path.size() > std::strlen(r.path) && path.rfind(r.path, 0) == 0 : path == r.path) return &r;
-    return nullptr;
-}
-
-// "GET, DELETE": the Allow header of a 405 and the methods a CORS preflight is told.
-std::string method_list(unsigned methods) {
-    std::string out;
-    for (auto [bit, name] : {std::pair{Get, "GET"}, std::pair{Post, "POST"}, std::pair{Delete, "DELETE"}})
-        if (methods & bit) out += (out.empty() ? "" : ", ") + std::string(name);
-    return out;
-}
-
-unsigned method_bit(const std::string& method) {
-    return method == "GET" ? Get : method == "POST" ? Post : method == "DELETE" ? Delete : 0u;
-}
-
-// --allow-path: a pattern that reaches none of the routes is a typo; refused at startup, naming it.
-bool reaches(const PathPattern& p, const Route& r) {
-    const std::string_view route = r.path;
-    if (!p.prefix) return find_route(p.path) == &r;
-    // "/v1/*" reaches every route under /v1/; "/v1/models/d*" reaches the ids of /v1/models/.
-    return route.substr(0, p.path.size()) == p.path || (r.prefix && p.path.rfind(r.path, 0) == 0);
-}
-
-void check_allow_paths(const PathAllowlist& paths) {
-    for (const auto& p : paths.patterns()) {
-        bool any = false;
-        for (const auto& r : kRoutes) any = any || reaches(p, r);
-        ONECARD_CHECK(any, "serve: --allow-path '{}' reaches none of the routes onecard serves", p.text);
-    }
-}
-
-// POST bodies are JSON: a Content-Type naming another media type is refused (415), with parameters
-// (charset) allowed and case ignored, as in HTTP's own rules. No Content-Type is taken as JSON.
-bool is_json_content_type(const std::string& value) {
-    std::string media = value.substr(0, value.find(';'));
-    const size_t b = media.find_first_not_of(" \t");
-    const size_t e = media.find_last_not_of(" \t");
-    media = b == std::string::npos ? "" : media.substr(b, e - b + 1);
-    for (char& c : media) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return media == "application/json";
-}
-
-// The Access-Control-Allow-Origin value for a request's Origin under --allowed-origins ("" = none).
-std::string cors_origin(const ServerOptions& o, const std::string& origin) {
-    if (o.allowed_origins.empty() || origin.empty()) return {};
-    for (const auto& a : o.allowed_origins) {
-        if (a == "*") return "*";
-        if (a == origin) return origin;
-    }
-    return {};
-}
-
-// UTC wall-clock time with milliseconds, ISO 8601 ("2026-11-29T15:32:01.123Z"): requests finish
-// many per second, so whole seconds cannot order them.
-std::string log_timestamp() {
-    const auto now = std::chrono::system_clock::now();
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-    const std::time_t secs = static_cast<std::time_t>(ms / 1000);
-    std::tm utc{};
-    ::gmtime_r(&secs, &utc);
-    return fmt::format("{:04d}-{:02d}-{:02d}T{:02d}:{:02d}:{:02d}.{:03d}Z", utc.tm_year + 1900, utc.tm_mon + 1,
-                       utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, static_cast<int>(ms % 1000));
-}
-
-// Rejections happen before the body is read: close the connection so an unread body is never parsed
-// as the next request.
-httplib::Server::HandlerResponse reject(httplib::Response& res, int status, const std::string& message,
-                                        const std::string& code, ErrorShape shape = ErrorShape::OpenAI) {
-    send_error(res, shape, status, message, {}, code);
-    res.set_header("Connection", "close");
-    return httplib::Server::HandlerResponse::Handled;
-}
-
 // A limit given as -1 reaches us through an unsigned parse as 2^64 - 1, i.e. as no limit at all; every
 // limit is refused outside its range instead, with the flag named.
 void check_limits(const ServerOptions& o) {
@@ -169,6 +65,19 @@ void check_limits(const ServerOptions& o) {
     ONECARD_CHECK(o.max_queued_requests >= 0, "serve: --max-queued-requests must be >= 0, got {}",
                   o.max_queued_requests);
     ONECARD_CHECK(o.max_num_seqs >= 1, "serve: --max-num-seqs must be >= 1, got {}", o.max_num_seqs);
+    ONECARD_CHECK(o.max_header_bytes >= kMinHeaderBytes && o.max_header_bytes <= kMaxHeaderBytesCeiling,
+                  "serve: --max-header-bytes must be between {} and {} (1 MiB), got {}", kMinHeaderBytes,
+                  kMaxHeaderBytesCeiling, o.max_header_bytes);
+    ONECARD_CHECK(o.max_buffered_body_bytes >= o.max_body_bytes,
+                  "serve: --max-buffered-body-bytes ({}) must be at least --max-body-bytes ({}): a body of the "
+                  "largest size allowed could never be read",
+                  o.max_buffered_body_bytes, o.max_body_bytes);
+    const std::pair<const char*, std::chrono::milliseconds> deadlines[] = {
+        {"--tls-handshake-timeout", o.handshake_timeout}, {"--keep-alive-timeout", o.idle_timeout},
+        {"--header-timeout", o.header_timeout},           {"--body-timeout", o.body_timeout},
+        {"--write-timeout", o.write_timeout}};
+    for (const auto& [flag, d] : deadlines)
+        ONECARD_CHECK(d.count() > 0, "serve: {} must be more than 0 seconds, got {} ms", flag, d.count());
 }
 
 // httplib leaves OpenSSL's defaults (TLS 1.1 and up, CBC and SHA-1 suites included). Ours: TLS 1.2
@@ -227,82 +136,71 @@ OpenAIServer::OpenAIServer(ServerOptions options, const Tokenizer& tokenizer, Mo
     fo.limits.max_header_bytes = s.opts.max_header_bytes;
     fo.limits.max_body_bytes = s.opts.max_body_bytes;
     fo.max_buffered_bytes = s.opts.max_buffered_body_bytes;
+    fo.handshake_timeout = s.opts.handshake_timeout;
     fo.idle_timeout = s.opts.idle_timeout;
     fo.header_timeout = s.opts.header_timeout;
     fo.body_timeout = s.opts.body_timeout;
     fo.write_timeout = s.opts.write_timeout;
     fo.n_workers = http_worker_count(s.opts);
     fo.tls = s.tls.get();
-    s.front = std::make_unique<HttpFront>(
-        fo, [&s](const std::string& addr) { return s.allow.allows(addr); },
-        [&s](int status, const std::string& message) {
-            // Refused while reading (before routing): counted like httplib's own errors, not access-logged.
-            s.metrics.record_http("other", status);
-            return error_body(ErrorShape::OpenAI, status, message)
-                .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-        },
-        [&s](httplib::Stream& stream) { return s.http.serve(stream); });
+    FrontHooks hooks;
+    hooks.admit = [&s](const std::string& addr) { return s.allow.allows(addr); };
+    // The head's verdict, as pre-routing below will give it: a refusal is answered by the front end
+    // before the body is read (and logged here, as the router would have).
+    hooks.screen = [&s](const RequestHead& head) {
+        const std::string path = request_path_of(head.target);
+        const HeadVerdict v = screen_head(s, head.method, path, request_headers_of(head.fields));
+        FrontAnswer a;
+        if (!v.refused()) return a;
+        a.status = v.status;
+        a.headers = v.headers;
+        a.body = error_body(v.shape, v.status, v.message, {}, v.code)
+                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+        const Route* route = find_route(path);
+        s.metrics.record_http(route ? route->path : "other", v.status);
+        if (s.opts.access_log) {
+            nlohmann::json line = access_line(head.remote_addr, head.method, path, v.status, head.started, 0);
+            line["reason"] = v.code;  // not the message: it may quote the path or a header
+            write_access_line(line);
+        }
+        return a;
+    };
+    // Refused while reading (limits, malformed, deadlines): before routing, so the route may be unknown.
+    hooks.refused = [&s](const FrontRefusal& r) {
+        const std::string path = request_path_of(r.target);
+        const Route* route = find_route(path);
+        s.metrics.record_http(route ? route->path : "other", r.status);
+        if (s.opts.access_log) {
+            nlohmann::json line = access_line(r.remote_addr, r.method, path, r.status, r.started, r.bytes_in);
+            line["reason"] = r.reason;
+            write_access_line(line);
+        }
+        FrontAnswer a;
+        if (r.answered)
+            a.body = error_body(ErrorShape::OpenAI, r.status, r.message)
+                         .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+        return a;
+    };
+    hooks.serve = [&s](httplib::Stream& stream) { return s.http.serve(stream); };
+    s.front = std::make_unique<HttpFront>(fo, std::move(hooks));
 
+    // Rejections happen before the body is read (the front end answered those already; these are the
+    // same rules on the same head): the connection closes so an unread body is never parsed as the next
+    // request.
     http.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
         AccessLogContext& ctx = access_log_context();
         ctx.start = std::chrono::steady_clock::now();
         ctx.fields = nlohmann::json::object();
-        const Route* route = find_route(req.path);
-        const ErrorShape shape = route ? route->shape : ErrorShape::OpenAI;
-        // The address allowlist is not here: the front end closes a refused address's connection at
-        // accept, before reading a byte (http_front.h).
-        // --allow-path: a path outside it is answered exactly as a path onecard has no route for, so
-        // a hidden route does not show that it exists; before CORS and the API key.
-        if (!s.paths.allows(req.path)) return reject(res, 404, fmt::format("no route for {}", req.path), "not_found");
-        const std::string origin = cors_origin(s.opts, req.get_header_value("Origin"));
-        if (!origin.empty()) {
-            res.set_header("Access-Control-Allow-Origin", origin);
-            if (origin != "*") res.set_header("Vary", "Origin");
+        const HeadVerdict v = screen_head(s, req.method, req.path, req.headers);
+        for (const auto& [name, value] : v.headers) res.set_header(name, value);
+        if (v.status == 0) return httplib::Server::HandlerResponse::Unhandled;
+        if (v.refused()) {
+            send_error(res, v.shape, v.status, v.message, {}, v.code);
+            res.set_header("Connection", "close");
+        } else {
+            res.status = v.status;  // a CORS preflight's 204
         }
-        // A CORS preflight carries no credentials: answered before the API key is asked for.
-        if (req.method == "OPTIONS" && !origin.empty() && route != nullptr &&
-            req.has_header("Access-Control-Request-Method")) {
-            res.status = 204;
-            res.set_header("Access-Control-Allow-Methods", method_list(route->methods) + ", OPTIONS");
-            const std::string asked = req.get_header_value("Access-Control-Request-Headers");
-            res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
-            res.set_header("Access-Control-Max-Age", "600");
-            return httplib::Server::HandlerResponse::Handled;
-        }
-        if (route == nullptr) return reject(res, 404, fmt::format("no route for {}", req.path), "not_found");
-        if ((route->methods & method_bit(req.method)) == 0) {
-            const std::string want = method_list(route->methods);
-            res.set_header("Allow", want);
-            return reject(res, 405, fmt::format("{} {} is not allowed; use {}", req.method, req.path, want),
-                          "method_not_allowed", shape);
-        }
-        const bool open = route->public_route || (std::strcmp(route->path, "/metrics") == 0 && !s.opts.metrics_require_auth);
-        // The Anthropic clients send the key as x-api-key; Bearer is accepted there too (DeepSeek's
-        // and vLLM's Anthropic endpoints take both).
-        const bool anthropic = shape == ErrorShape::Anthropic;
-        if (!open && s.keys.enabled() && !s.keys.check_bearer(req.get_header_value("Authorization")) &&
-            !(anthropic && req.has_header("x-api-key") && s.keys.check_key(req.get_header_value("x-api-key")))) {
-            res.set_header("WWW-Authenticate", "Bearer");
-            const bool sent = req.has_header("Authorization") || (anthropic && req.has_header("x-api-key"));
-            return reject(res, 401,
-                          sent        ? "incorrect API key provided"
-                          : anthropic ? "missing API key: send 'x-api-key: <key>' or 'Authorization: Bearer <key>'"
-                                      : "missing API key: send 'Authorization: Bearer <key>'",
-                          "invalid_api_key", shape);
-        }
-        if (req.method == "POST" && req.has_header("Content-Type") &&
-            !is_json_content_type(req.get_header_value("Content-Type")))
-            return reject(res, 415,
-                          fmt::format("Content-Type '{}' is not supported: send 'Content-Type: application/json'",
-                                      req.get_header_value("Content-Type")),
-                          "unsupported_media_type", shape);
-        // While the model loads only the probes answer (they say so themselves); nothing else has an
-        // engine or the final ModelInfo to work with.
-        if (!route->probe && s.engine.load(std::memory_order_acquire) == nullptr) {
-            res.set_header("Retry-After", "5");
-            return reject(res, 503, "the model is still loading", "service_unavailable", shape);
-        }
-        return httplib::Server::HandlerResponse::Unhandled;
+        return httplib::Server::HandlerResponse::Handled;
     });
 
     auto wrap = [&s](void (*fn)(State&, const httplib::Request&, httplib::Response&),
@@ -380,18 +278,10 @@ OpenAIServer::OpenAIServer(ServerOptions options, const Tokenizer& tokenizer, Mo
         if (!s.opts.access_log) return;
         // Monitors poll these every few seconds: their lines would drown the requests' ones.
         if (route && route->probe && !s.opts.log_probe_requests && res.status < 400) return;
-        nlohmann::json line = {
-            {"ts", log_timestamp()},
-            {"remote", req.remote_addr},
-            {"method", req.method},
-            {"path", route ? route->path : "(other)"},
-            {"status", res.status},
-            {"duration_ms",
-             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ctx.start).count()},
-            {"bytes_in", req.body.size()}};
+        nlohmann::json line =
+            access_line(req.remote_addr, req.method, req.path, res.status, ctx.start, req.body.size());
         for (auto& [k, v] : ctx.fields.items()) line[k] = v;
-        const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-        std::fwrite(text.data(), 1, text.size(), stderr);
+        write_access_line(line);
     });
 }
 

@@ -2,12 +2,13 @@
 // DELETE /v1/responses/{id}), the Anthropic /v1/messages[/count_tokens], /v1/models[/{id}], /tokenize,
 // /detokenize, /health, /ready, /metrics, /version, over one Engine (one engine thread) and a pool of HTTP
 // threads. Every connection passes the CIDR allowlist at accept (a refused address is closed before a
-// byte is read); every request is read whole under limits and deadlines by the event-driven front end
-// (http_front.h: 431 / 413 at once), then passes, in order: --allow-path (404, as for a path
-// with no route), the route table (404/405),
-// the API key (401; /health, /ready, /version and, unless metrics_require_auth, /metrics are open),
-// the JSON Content-Type of POST bodies (415), the body-size limit (413), then its handler; admission is bounded (429
-// when the queue is full, 503 while starting or draining, both with Retry-After).
+// byte is read); every request is read under limits and deadlines by the event-driven front end
+// (http_front.h: 431 / 414 / 413 at once, 408 past a deadline), and on its head alone, before
+// "100 Continue" and before its body is read, passes (request_gate.h), in order: --allow-path (404,
+// as for a path with no route), the route table (404/405), the API key (401; /health, /ready,
+// /version and, unless metrics_require_auth, /metrics are open), the JSON Content-Type of POST bodies
+// (415); then its body is read and its handler runs; admission is bounded (429 when the queue is
+// full, 503 while starting or draining, both with Retry-After).
 //
 //   OpenAIServer server(options, tokenizer, model_info);   // no engine yet: "loading"
 //   int port = server.bind();      // port 0 -> an ephemeral port; fails at once when the port is taken
@@ -44,6 +45,11 @@ inline constexpr size_t kKeepAliveMaxRequests = 100000;
 // bounded by ServerOptions::max_buffered_body_bytes).
 inline constexpr size_t kMaxBodyBytesCeiling = size_t{1} << 30;
 
+// --max-header-bytes range: the request line and headers of an ordinary request fit the floor; the
+// ceiling bounds what one connection may make the server hold before its body.
+inline constexpr size_t kMinHeaderBytes = 1024;
+inline constexpr size_t kMaxHeaderBytesCeiling = size_t{1} << 20;
+
 struct ServerOptions {
     std::string host = "127.0.0.1";
     int port = 8000;                       // 0 -> ephemeral
@@ -54,9 +60,10 @@ struct ServerOptions {
     size_t max_body_bytes = 16u << 20;     // larger bodies get 413, as soon as the size is known
     size_t max_header_bytes = 64u << 10;   // request line + headers; larger get 431 (http_front.h)
     size_t max_buffered_body_bytes = size_t{512} << 20;  // bodies being uploaded, all together; past it 503
-    // Per-connection deadlines (http_front.h): no request begun (after accept, between keep-alive
-    // requests), a request's first byte (or accept, under TLS) to the end of its headers, then to the
-    // end of its body, and each write of a response.
+    // Per-connection deadlines (http_front.h), each > 0: a TLS handshake from accept, no request begun
+    // (after accept or the handshake, between keep-alive requests), a request's first byte to the end
+    // of its headers, then to the end of its body, and each write of a response.
+    std::chrono::milliseconds handshake_timeout{10000};
     std::chrono::milliseconds idle_timeout{5000};
     std::chrono::milliseconds header_timeout{10000};
     std::chrono::milliseconds body_timeout{30000};
@@ -100,7 +107,9 @@ class OpenAIServer {
 public:
     // `engine` and `tokenizer` must outlive the server. Throws onecard::Error for bad options (CIDR
     // text, an --allow-path pattern that reaches no route, unreadable TLS files, a limit outside its range:
-    // max_body_bytes not in [1, 1 GiB], negative http_threads or max_queued_requests, max_num_seqs < 1).
+    // max_body_bytes not in [1, 1 GiB], max_header_bytes not in [1 KiB, 1 MiB], max_buffered_body_bytes
+    // below max_body_bytes, a deadline of 0 or less, negative http_threads or max_queued_requests,
+    // max_num_seqs < 1).
     OpenAIServer(ServerOptions options, Engine& engine, const Tokenizer& tokenizer, ModelInfo info);
     // A server that starts "loading": bind() and run() work, generation waits for attach_engine().
     OpenAIServer(ServerOptions options, const Tokenizer& tokenizer, ModelInfo info);

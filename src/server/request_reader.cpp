@@ -53,11 +53,13 @@ void RequestReader::reset() {
 }
 
 size_t RequestReader::feed(const char* data, size_t n) {
-    if (state_ == ReadState::Complete || state_ == ReadState::Refused || n == 0) return 0;
+    if (state_ == ReadState::Complete || state_ == ReadState::Refused || state_ == ReadState::Head || n == 0)
+        return 0;
     const size_t used = http_parser_execute(&parser_, &settings_, data, n);
     const auto err = static_cast<http_errno>(parser_.http_errno);
     if (state_ == ReadState::Complete) return used;  // paused at the end of the message
     if (state_ == ReadState::Refused) return used;   // a callback refused it
+    if (state_ == ReadState::Head) return used;      // paused at the end of the headers
     if (err == HPE_HEADER_OVERFLOW) {
         refuse(431, "request headers too large");
     } else if (err != HPE_OK) {
@@ -66,6 +68,12 @@ size_t RequestReader::feed(const char* data, size_t n) {
         refuse(400, "protocol upgrades are not supported");
     }
     return used;
+}
+
+void RequestReader::proceed() {
+    ONECARD_CHECK(state_ == ReadState::Head, "RequestReader::proceed: not at the end of the headers");
+    state_ = ReadState::Body;
+    http_parser_pause(&parser_, 0);
 }
 
 void RequestReader::refuse(int status, std::string reason) {
@@ -95,6 +103,8 @@ int RequestReader::on_message_begin(http_parser* p) {
 
 int RequestReader::on_url(http_parser* p, const char* at, size_t n) {
     RequestReader& r = self(p);
+    // The method is parsed before the target starts.
+    if (r.method_.empty()) r.method_ = http_method_str(static_cast<http_method>(p->method));
     r.url_.append(at, n);
     if (r.url_.size() > r.limits_.max_field_bytes) {
         r.refuse(414, fmt::format("request target exceeds the limit of {} bytes", r.limits_.max_field_bytes));
@@ -138,11 +148,14 @@ int RequestReader::on_headers_complete(http_parser* p) {
         r.refuse(413, fmt::format("request body exceeds the limit of {} bytes", r.limits_.max_body_bytes));
         return -1;
     }
-    r.state_ = ReadState::Body;
     const bool body_to_come = chunked || (has_length && p->content_length > 0);
     for (const auto& [name, value] : r.headers_)
         if (iequals(name, "Expect") && ::strcasecmp(value.c_str(), "100-continue") == 0)
             r.expects_continue_ = body_to_come;
+    // Stop before the body: the caller decides on the head first (proceed()). http-parser leaves the
+    // headers' last line feed unconsumed and takes it up again when resumed.
+    r.state_ = ReadState::Head;
+    http_parser_pause(p, 1);
     return 0;
 }
 
@@ -191,8 +204,9 @@ void RequestReader::check_integrity() const {
                   "RequestReader: {} header bytes past the limit {}", header_bytes_, limits_.max_header_bytes);
     ONECARD_CHECK((state_ == ReadState::Refused) == (refusal_status_ != 0),
                   "RequestReader: refusal status {} does not match the state", refusal_status_);
-    ONECARD_CHECK(!expects_continue_ || state_ == ReadState::Body,
+    ONECARD_CHECK(!expects_continue_ || state_ == ReadState::Head || state_ == ReadState::Body,
                   "RequestReader: expects 100-continue outside the body");
+    ONECARD_CHECK(state_ != ReadState::Head || body_.empty(), "RequestReader: body bytes read before proceed()");
 }
 
 }  // namespace onecard::server

@@ -1,7 +1,9 @@
 // Internal: reads one HTTP/1.1 request at a time from a connection's bytes (Debian's http-parser does
 // the parsing), enforcing the limits while the bytes arrive rather than after: header bytes -> 431,
 // a Content-Length or a chunked body past the body limit -> 413, both decided on the byte that crosses
-// the limit, so the server never buffers more than the limits allow.
+// the limit, so the server never buffers more than the limits allow. It stops at the end of the
+// headers (ReadState::Head) until proceed(): the caller decides on the head alone (API key, path,
+// Content-Type) before a byte of the body is read or "100 Continue" is sent.
 //
 // A complete request is handed on in a normalized form (normalized()): request line, the headers
 // less Expect / Transfer-Encoding / Content-Length, then "Content-Length: <decoded size>" and the
@@ -10,7 +12,8 @@
 // it will accept.
 //
 //   RequestReader r(limits);
-//   size_t used = r.feed(buf, n);   // stops at the end of one request: the rest is the next one's
+//   size_t used = r.feed(buf, n);   // stops at the end of the headers, and at the end of one request
+//   if (r.state() == ReadState::Head) { if (!acceptable(r)) refuse(); else r.proceed(); }  // then feed the rest
 //   if (r.state() == ReadState::Complete) { serve(r.normalized()); r.reset(); }
 #pragma once
 
@@ -32,7 +35,8 @@ struct RequestLimits {
 enum class ReadState {
     Idle,      // no byte of a request yet
     Header,    // inside the request line or the headers
-    Body,      // headers complete, body to come
+    Head,      // headers complete, nothing of the body read: feed() reads no further until proceed()
+    Body,      // reading the body (or its end)
     Complete,  // one whole request read; feed() consumes nothing more until reset()
     Refused,   // refusal_status() says why; the connection is answered and closed
 };
@@ -43,9 +47,13 @@ public:
     RequestReader(const RequestReader&) = delete;
     RequestReader& operator=(const RequestReader&) = delete;
 
-    // Consumes bytes of `data` up to the end of the current request or the point of refusal; returns
-    // how many it consumed (bytes after a complete request belong to the next, pipelined one).
+    // Consumes bytes of `data` up to the end of the headers, the end of the current request or the
+    // point of refusal; returns how many it consumed (bytes after a complete request belong to the
+    // next, pipelined one; at the end of the headers the last line feed may stay unconsumed).
     size_t feed(const char* data, size_t n);
+    // From state() Head on to the body (state() Body, or Complete at the next feed() for a request
+    // without one).
+    void proceed();
     ReadState state() const { return state_; }
     // 400 (malformed), 413 (body too large), 414 (target too long) or 431 (headers too large) once
     // state() is Refused.
@@ -54,8 +62,12 @@ public:
     // True from the end of the headers while the client waits for "100 Continue" before its body
     // (sent only for a body within the limit: a larger one is refused at once instead).
     bool expects_continue() const { return expects_continue_; }
-    // The request line's target, e.g. "/v1/chat/completions?x=1" (complete from state() Body on).
+    // The request line's method ("POST") and target ("/v1/chat/completions?x=1"), as far as read
+    // (both complete from state() Head on; "" before the request line).
+    const std::string& method() const { return method_; }
     const std::string& target() const { return url_; }
+    // The header fields as received (complete from state() Head on).
+    const std::vector<std::pair<std::string, std::string>>& fields() const { return headers_; }
     // Body bytes held now (decoded), for the front end's memory budget.
     size_t body_bytes() const { return body_.size(); }
     // Whether the connection stays open after this request (HTTP/1.1 without "Connection: close").

@@ -3,14 +3,19 @@
 // the vocabulary fail at once (exit 1, one line naming the flag or file) instead of after the load.
 // Driven through the real binary with the TEST-ONLY scripted runner and a 60 s "load": a check that
 // ran after the load would take a minute, so each test bounds the time and asserts that the port was
-// never even bound. Also: a second SIGTERM during the graceful drain cancels the streams at once.
+// never even bound. The HTTP front end's deadline and budget flags are refused unless positive, and
+// honoured when given. Also: a second SIGTERM during the graceful drain cancels the streams at once.
 #include "support/test_support.h"
 
 #include "tokenizer/deepseek_v4_vocab.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
@@ -21,6 +26,8 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace onecard {
 namespace {
@@ -178,6 +185,115 @@ TEST(ServeStartupChecks, AConsistentModelFolderStillStarts) {
     const auto r = test::run_command(
         "timeout -s INT 15 " + serve_command(dir, 0, Json::object(), "--model " + m.string()) + " 2>&1 </dev/null");
     EXPECT_NE(r.out.find("\"event\":\"ready\""), std::string::npos) << r.out;
+}
+
+TEST(ServeStartupChecks, FrontEndDeadlinesAndBudgetsMustBePositive) {
+    test::TempDir dir("serve_check_front");
+    const std::vector<std::pair<std::string, std::string>> bad = {
+        {"--header-timeout 0", "must be more than 0 seconds"},
+        {"--body-timeout -1", "must be more than 0 seconds"},
+        {"--keep-alive-timeout abc", "is not a number"},
+        {"--tls-handshake-timeout 0", "must be more than 0 seconds"},
+        {"--write-timeout=-2.5", "must be more than 0 seconds"},
+        {"--header-timeout 1e9", "must be at most 86400 seconds"},
+        {"--max-buffered-body-bytes 0", "must be more than 0 bytes"},
+        {"--max-header-bytes -5", "must be more than 0 bytes"},
+        {"--max-header-bytes 100", "between 1024"},
+        {"--max-buffered-body-bytes 1000", "must be at least --max-body-bytes"},
+    };
+    for (const auto& [flag, says] : bad) {
+        const auto t0 = Clock::now();
+        const auto r = test::run_command("timeout 120 " + serve_command(dir, 60000, Json::object(), flag) +
+                                         " 2>&1 </dev/null");
+        const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+        EXPECT_NE(r.rc, 0) << flag << "\n" << r.out;
+        EXPECT_LT(secs, 30.0) << flag << ": refused only after the load\n" << r.out;
+        EXPECT_EQ(r.out.find("\"event\":\"listening\""), std::string::npos) << flag << "\n" << r.out;
+        EXPECT_NE(r.out.find(flag.substr(0, flag.find_first_of(" ="))), std::string::npos) << flag << "\n" << r.out;
+        EXPECT_NE(r.out.find(says), std::string::npos) << flag << ": missing '" << says << "'\n" << r.out;
+    }
+}
+
+// What a raw connection to `port` gets for `sent` until the server closes it (or 5 s).
+struct RawResult {
+    std::string got;
+    bool closed = false;
+    double secs = 0;
+};
+RawResult raw_exchange(int port, const std::string& sent) {
+    RawResult r;
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in dst{};
+    dst.sin_family = AF_INET;
+    dst.sin_port = htons(static_cast<uint16_t>(port));
+    inet_pton(AF_INET, "127.0.0.1", &dst.sin_addr);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) != 0) {
+        ::close(fd);
+        return r;
+    }
+    if (!sent.empty()) ::send(fd, sent.data(), sent.size(), MSG_NOSIGNAL);
+    const auto t0 = Clock::now();
+    for (;;) {
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, 5000) <= 0) break;
+        char buf[4096];
+        const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+        if (n <= 0) {
+            r.closed = true;
+            break;
+        }
+        r.got.append(buf, static_cast<size_t>(n));
+    }
+    r.secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    ::close(fd);
+    return r;
+}
+
+// Deadlines far below their defaults (10 s, 30 s, 5 s) close slow and idle clients on time, through
+// the real command line.
+TEST(ServeStartupChecks, FrontEndDeadlineFlagsAreHonoured) {
+    test::TempDir dir("serve_front_flags");
+    const auto out = dir / "serve.out";
+    const auto pidf = dir / "serve.pid";
+    const std::string cmd = "(" +
+                            serve_command(dir, 0, Json::object(),
+                                          "--header-timeout 0.4 --body-timeout 0.4 --keep-alive-timeout 0.6") +
+                            " > " + out.string() + " 2>&1 </dev/null & echo $! > " + pidf.string() + ")";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    const int pid = std::stoi(slurp(pidf));
+    int port = 0;
+    for (int i = 0; i < 600 && port == 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        std::istringstream lines(slurp(out));
+        for (std::string l; std::getline(lines, l);)
+            if (l.find("\"event\":\"ready\"") != std::string::npos) port = Json::parse(l)["port"].get<int>();
+    }
+    if (port == 0) {
+        ::kill(pid, SIGKILL);
+        FAIL() << "not ready:\n" << slurp(out);
+    }
+    const RawResult head = raw_exchange(port, "GET /health HTTP/1.1\r\nHost: x\r\n");
+    EXPECT_EQ(head.got.rfind("HTTP/1.1 408 ", 0), 0u) << head.got;
+    EXPECT_TRUE(head.closed);
+    EXPECT_GT(head.secs, 0.3);
+    EXPECT_LT(head.secs, 2.0);
+    const RawResult body =
+        raw_exchange(port, "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\": ");
+    EXPECT_EQ(body.got.rfind("HTTP/1.1 408 ", 0), 0u) << body.got;
+    EXPECT_TRUE(body.closed);
+    EXPECT_GT(body.secs, 0.3);
+    EXPECT_LT(body.secs, 2.0);
+    const RawResult idle = raw_exchange(port, "");
+    EXPECT_EQ(idle.got, "") << "an idle connection is closed without an answer";
+    EXPECT_TRUE(idle.closed);
+    EXPECT_GT(idle.secs, 0.45);
+    EXPECT_LT(idle.secs, 2.0);
+    // A request within the deadlines is served.
+    const RawResult ok = raw_exchange(port, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    EXPECT_EQ(ok.got.rfind("HTTP/1.1 200 ", 0), 0u) << ok.got;
+    ::kill(pid, SIGTERM);
+    for (int i = 0; i < 200 && ::kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (::kill(pid, 0) == 0) ::kill(pid, SIGKILL);
 }
 
 // A second SIGTERM during the drain: the drain (60 s here) is cut short, the open stream ends with

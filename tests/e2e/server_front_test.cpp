@@ -403,3 +403,108 @@ TEST(ServerFront, BodiesBeingUploadedShareOneMemoryBudget) {
               200);
     EXPECT_NO_THROW(s.srv->check_integrity());
 }
+
+namespace {
+
+// Sends only the head of a POST with `Expect: 100-continue` and a body promised but never sent, then
+// reads what comes back within `wait`; `closed` tells whether the server closed the connection.
+std::string head_only(int port, const std::string& path, const std::string& headers, bool* closed,
+                      std::chrono::milliseconds wait = std::chrono::seconds(3)) {
+    const int fd = connect_from("127.0.0.1", port);
+    if (fd < 0) return "connect failed";
+    send_all(fd, "POST " + path + " HTTP/1.1\r\nHost: x\r\n" + headers +
+                     "Expect: 100-continue\r\nContent-Length: 100000\r\n\r\n");
+    const std::string got = read_for(fd, wait, closed);
+    ::close(fd);
+    return got;
+}
+
+}  // namespace
+
+TEST(ServerFront, HeadsRefusedByKeyPathOrContentTypeAreAnsweredBeforeTheBody) {
+    ONECARD_NEED_TOKENIZER();
+    server::ServerOptions o;
+    o.api_keys = {"sekret"};
+    o.allow_paths = {"/v1/*", "/health"};
+    TestServer s(o, scripted(tok, script(), "screen"), tok, 4096);
+    struct Case {
+        const char* what;
+        std::string path, headers;
+        int status;
+        std::string says;
+    };
+    const std::string json = "Content-Type: application/json\r\n";
+    const std::string key = "Authorization: Bearer sekret\r\n";
+    const std::vector<Case> cases = {
+        {"no key", "/v1/chat/completions", json, 401, "missing API key"},
+        {"wrong key", "/v1/chat/completions", json + "Authorization: Bearer nope\r\n", 401, "incorrect API key"},
+        {"no key, Anthropic route", "/v1/messages", json, 401, "\"type\":\"error\""},
+        {"path not allowed", "/tokenize", json + key, 404, "no route for /tokenize"},
+        {"path with no route", "/v1/nothing", json + key, 404, "no route for /v1/nothing"},
+        {"not JSON", "/v1/chat/completions", "Content-Type: text/plain\r\n" + key, 415, "not supported"},
+    };
+    for (const Case& c : cases) {
+        bool closed = false;
+        const auto t0 = Clock::now();
+        const std::string got = head_only(s.port, c.path, c.headers, &closed);
+        const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+        EXPECT_EQ(status_of(got), c.status) << c.what << ": " << got;
+        EXPECT_EQ(got.find("100 Continue"), std::string::npos) << c.what << ": " << got;
+        EXPECT_NE(got.find(c.says), std::string::npos) << c.what << ": " << got;
+        EXPECT_NE(got.find("Connection: close"), std::string::npos) << c.what << ": " << got;
+        // Answered on the head: closed at once, not after waiting for 100000 body bytes.
+        EXPECT_TRUE(closed) << c.what;
+        EXPECT_LT(secs, 2.0) << c.what;
+        if (c.status == 401) {
+            EXPECT_NE(got.find("WWW-Authenticate: Bearer"), std::string::npos) << got;
+        }
+    }
+    // The same request with the key and JSON is asked for its body with "100 Continue" and served.
+    const int fd = connect_from("127.0.0.1", s.port);
+    ASSERT_GE(fd, 0);
+    const std::string body = R"({"max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]})";
+    ASSERT_TRUE(send_all(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + json + key +
+                                 "Expect: 100-continue\r\nContent-Length: " + std::to_string(body.size()) +
+                                 "\r\n\r\n"));
+    EXPECT_EQ(read_for(fd, std::chrono::seconds(3), nullptr,
+                       [](const std::string& g) { return g.find("\r\n\r\n") != std::string::npos; }),
+              "HTTP/1.1 100 Continue\r\n\r\n");
+    ASSERT_TRUE(send_all(fd, body));
+    const std::string got = read_for(fd, std::chrono::seconds(10), nullptr,
+                                     [](const std::string& g) { return g.find("\"usage\"") != std::string::npos; });
+    EXPECT_EQ(status_of(got), 200) << got;
+    ::close(fd);
+    // A request whose body came along with its head (no Expect) is refused the same way, and the
+    // probes stay open without a key.
+    std::string resp;
+    EXPECT_EQ(raw_request_status("127.0.0.1", s.port, post_request("/v1/completions", R"({"prompt": "x"})"), &resp),
+              401)
+        << resp;
+    EXPECT_EQ(raw_request_status("127.0.0.1", s.port, "GET /hea%6Cth HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+              200)
+        << "an escaped path is judged as httplib decodes it";
+    EXPECT_NO_THROW(s.srv->check_integrity());
+}
+
+TEST(ServerFront, ASlowHeaderOrBodyGets408AtItsDeadline) {
+    ONECARD_NEED_TOKENIZER();
+    server::ServerOptions o;
+    o.header_timeout = std::chrono::milliseconds(400);
+    o.body_timeout = std::chrono::milliseconds(400);
+    TestServer s(o, scripted(tok, script(), "d408"), tok, 4096);
+    for (const std::string& sent : {std::string("GET /health HTTP/1.1\r\nHost: x\r\n"),
+                                   post_request("/tokenize", std::string(100, ' ')).substr(0, 120)}) {
+        const int fd = connect_to(s.port);
+        ASSERT_GE(fd, 0);
+        ASSERT_TRUE(send_all(fd, sent));
+        bool closed = false;
+        const auto t0 = Clock::now();
+        const std::string got = read_for(fd, std::chrono::seconds(5), &closed);
+        const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+        ::close(fd);
+        EXPECT_EQ(status_of(got), 408) << got;
+        EXPECT_TRUE(closed);
+        EXPECT_GT(secs, 0.3) << "not before the deadline";
+        EXPECT_LT(secs, 1.5);
+    }
+}

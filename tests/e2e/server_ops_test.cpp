@@ -9,9 +9,11 @@
 #include <openssl/ssl.h>
 
 #include <fcntl.h>
+#include <poll.h>
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 
@@ -73,6 +75,19 @@ TEST(ServerOps, NegativeOrAbsurdLimitsAreRefusedAtStartup) {
     o = {};
     o.max_queued_requests = -1;
     EXPECT_NE(constructor_error(tok, o).find("--max-queued-requests"), std::string::npos);
+    // The front end's deadlines and byte limits (a deadline of 0 would close every connection at once).
+    o = {};
+    o.header_timeout = std::chrono::milliseconds(0);
+    EXPECT_NE(constructor_error(tok, o).find("--header-timeout must be more than 0"), std::string::npos);
+    o = {};
+    o.handshake_timeout = std::chrono::milliseconds(-5);
+    EXPECT_NE(constructor_error(tok, o).find("--tls-handshake-timeout"), std::string::npos);
+    o = {};
+    o.max_header_bytes = 100;
+    EXPECT_NE(constructor_error(tok, o).find("--max-header-bytes"), std::string::npos);
+    o = {};
+    o.max_buffered_body_bytes = o.max_body_bytes - 1;
+    EXPECT_NE(constructor_error(tok, o).find("--max-buffered-body-bytes"), std::string::npos);
     EXPECT_EQ(constructor_error(tok, {}), "");
 }
 
@@ -128,7 +143,7 @@ private:
 
 // An engine and a server with the access log on (TestServer turns it off).
 struct LoggingServer {
-    LoggingServer(const Tokenizer& tok) {
+    explicit LoggingServer(const Tokenizer& tok, server::ServerOptions o = {}) {
         EngineConfig ec;
         ec.eos_token_id = 1;
         ec.max_num_seqs = 4;
@@ -136,7 +151,6 @@ struct LoggingServer {
         ec.kv_cache_bytes = 64ll << 20;
         ec.make_text_decoder = server::make_text_decoder_factory(tok);
         engine = std::make_unique<Engine>(ec, scripted(tok, script(), "logging"));
-        server::ServerOptions o;
         o.host = "127.0.0.1";
         o.port = 0;
         o.max_num_seqs = 4;
@@ -214,6 +228,113 @@ TEST(ServerOps, AccessLogHasMillisecondsNoBodyTextAndAborts) {
         }
     }
     EXPECT_TRUE(saw_abort);
+}
+
+namespace {
+
+// Sends `request` on a fresh connection and reads until the server closes (or 5 s).
+void send_and_drain(int port, const std::string& request) {
+    const int fd = connect_from("127.0.0.1", port);
+    ASSERT_GE(fd, 0);
+    timeval tv{5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    char buf[4096];
+    while (::recv(fd, buf, sizeof(buf), 0) > 0) {
+    }
+    ::close(fd);
+}
+
+}  // namespace
+
+// Requests the front end ends by itself (on their head, past a limit, malformed, past a deadline) get
+// an access-log line of the router's format with a reason, and no request text.
+TEST(ServerOps, FrontEndRefusalsAreAccessLogged) {
+    ONECARD_NEED_TOKENIZER();
+    StderrCapture cap;
+    {
+        server::ServerOptions o;
+        o.api_keys = {"k"};
+        o.max_header_bytes = 4096;
+        o.max_body_bytes = 1000;
+        o.header_timeout = std::chrono::milliseconds(300);
+        LoggingServer s(tok, o);
+        const std::string secret = "my-secret-header-text";
+        send_and_drain(s.port, "POST /tokenize?q=" + secret + " HTTP/1.1\r\nHost: x\r\nX-Big: " + secret +
+                                   std::string(5000, 'a') + "\r\n\r\n");
+        send_and_drain(s.port, "GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Secret: " + secret + "\r\n");  // never ends
+        send_and_drain(s.port, "POST /tokenize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + secret +
+                                   "\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n");
+        send_and_drain(s.port, "POST /tokenize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\nContent-Type: text/" +
+                                   secret + "\r\nContent-Length: 10\r\n\r\n");
+        send_and_drain(s.port, "POST /tokenize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n"
+                               "Content-Length: 5000\r\n\r\n");
+        send_and_drain(s.port, secret + " NOT HTTP\r\n\r\n");
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    cap.restore();
+    const std::vector<Json> lines = cap.lines();
+    const std::regex iso_ms(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)");
+    std::map<int, Json> by_status;
+    for (const Json& l : lines) {
+        EXPECT_EQ(l.dump().find("secret"), std::string::npos) << "request text in the log: " << l.dump();
+        for (const char* key : {"ts", "remote", "method", "path", "status", "duration_ms", "bytes_in", "reason"})
+            EXPECT_TRUE(l.contains(key)) << key << " missing: " << l.dump();
+        EXPECT_TRUE(std::regex_match(l.value("ts", ""), iso_ms)) << l.dump();
+        EXPECT_EQ(l.value("remote", ""), "127.0.0.1") << l.dump();
+        by_status[l.value("status", 0)] = l;
+    }
+    const std::pair<int, const char*> want[] = {{431, "headers_too_large"}, {408, "header_deadline"},
+                                                {401, "invalid_api_key"},   {415, "unsupported_media_type"},
+                                                {413, "body_too_large"},    {400, "malformed"}};
+    for (const auto& [status, reason] : want) {
+        ASSERT_TRUE(by_status.count(status)) << "no line for " << status << "; lines: " << Json(lines).dump();
+        EXPECT_EQ(by_status[status]["reason"], reason) << by_status[status].dump();
+    }
+    EXPECT_EQ(by_status[431]["path"], "/tokenize");
+    EXPECT_EQ(by_status[431]["method"], "POST");
+    EXPECT_EQ(by_status[408]["path"], "/v1/models");
+    EXPECT_EQ(by_status[401]["path"], "/tokenize");
+    EXPECT_GE(by_status[408]["duration_ms"].get<double>(), 250.0) << "timed from the request's first byte";
+}
+
+// A TLS client that never finishes its handshake is closed at --tls-handshake-timeout (not at the
+// header deadline) and logged as a 408 without an answer (none can be sent before the handshake).
+TEST(ServerOps, ASilentTlsHandshakeIsClosedAtItsDeadlineAndLogged) {
+    ONECARD_NEED_TOKENIZER();
+    if (std::system("openssl version >/dev/null 2>&1") != 0) GTEST_SKIP() << "openssl CLI not installed";
+    const auto dir = test_tmp_dir("tls_deadline");
+    std::string cert, key;
+    ASSERT_TRUE(make_self_signed_cert(dir, cert, key));
+    StderrCapture cap;
+    double secs = 0;
+    bool closed = false;
+    {
+        server::ServerOptions o;
+        o.tls_cert = cert;
+        o.tls_key = key;
+        o.handshake_timeout = std::chrono::milliseconds(300);
+        o.header_timeout = std::chrono::seconds(30);
+        LoggingServer s(tok, o);
+        const int fd = connect_from("127.0.0.1", s.port);
+        ASSERT_GE(fd, 0);
+        const auto t0 = std::chrono::steady_clock::now();
+        pollfd p{fd, POLLIN, 0};
+        char buf[64];
+        closed = ::poll(&p, 1, 5000) == 1 && ::recv(fd, buf, sizeof(buf), 0) <= 0;
+        secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ::close(fd);
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    cap.restore();
+    std::filesystem::remove_all(dir);
+    EXPECT_TRUE(closed);
+    EXPECT_GT(secs, 0.2);
+    EXPECT_LT(secs, 2.0);
+    bool logged = false;
+    for (const Json& l : cap.lines())
+        if (l.value("status", 0) == 408 && l.value("reason", "") == "handshake_deadline") logged = true;
+    EXPECT_TRUE(logged);
 }
 
 namespace {

@@ -16,6 +16,7 @@
 #include "model/synth.h"
 #include "model/weights.h"
 #include "onecard/engine.h"
+#include "serve_front_flags.h"
 #include "serve_plan.h"
 #include "server/access_control.h"
 #include "server/config_file.h"
@@ -62,6 +63,7 @@ struct ServeArgs {
     std::string device = "auto";  // auto | cpu | cuda
     bool demo = false;
     server::ServerOptions opts;
+    FrontFlags front;  // the HTTP front end's deadlines (serve_front_flags.h)
     std::vector<std::string> api_keys;
     std::string api_key_file;
     int64_t max_model_len = 0;
@@ -306,6 +308,7 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         keys.insert(keys.end(), more.begin(), more.end());
     }
     server::ServerOptions so = a.opts;
+    apply_front_flags(a.front, so);
     so.api_keys = keys;
     so.max_num_seqs = a.max_num_seqs;
     so.access_log = !a.no_access_log;
@@ -690,8 +693,10 @@ void add_cmd_serve(CLI::App& app) {
     cmd->add_option("--http-threads", o.http_threads, "threads serving complete requests (default max-num-seqs + max-queued-requests + 16); idle or slow connections use none")
         ->check(non_negative);
     cmd->add_option("--max-body-bytes", o.max_body_bytes,
-                    "largest request body, 1 B to 1 GiB; larger gets 413 (default 16 MiB)")
+                    "largest request body, 1 B to 1 GiB and at most --max-buffered-body-bytes; larger gets 413 "
+                    "(default 16 MiB)")
         ->check(non_negative);
+    add_front_flags(cmd, a->front, o);
     cmd->add_option("--shutdown-timeout", a->shutdown_timeout,
                     "seconds SIGTERM/SIGINT waits for in-flight requests (default 30)")
         ->check(non_negative);
