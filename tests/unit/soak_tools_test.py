@@ -42,6 +42,7 @@ class MockState:
         self.leaked = 0
         self.connections = 0
         self.generations = 0
+        self.non_streamed = 0
         self.client_gone_mid_response = 0
         self.malformed = {body for _, body in soak.load_mix().malformed}
 
@@ -86,13 +87,13 @@ def make_handler(state):
 
         def do_POST(self):
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            if body in state.malformed and not state.broken:
-                self.send_body(400, b'{"error":{"message":"bad request","type":"invalid_request_error"}}')
+            if body in state.malformed:  # the broken mock accepts them all
+                if state.broken:
+                    self.send_body(200, b'{"id":"x","choices":[],"usage":{}}')
+                else:
+                    self.send_body(400, b'{"error":{"message":"bad request","type":"invalid_request_error"}}')
                 return
-            try:
-                req = json.loads(body)
-            except (ValueError, RecursionError):  # the broken mock takes malformed bodies as well
-                req = {}
+            req = json.loads(body)
             with state.lock:
                 state.running += 1
                 state.generations += 1
@@ -124,7 +125,10 @@ def make_handler(state):
                 time.sleep(0.03 * n_tokens)
                 if self.client_gone():
                     raise ConnectionResetError("client gone")
-                if state.broken and chat:
+                with state.lock:
+                    state.non_streamed += 1
+                    fail = state.broken and state.non_streamed % 2 == 1
+                if fail:  # the broken mock alternates a 500 and a reply without choices
                     self.send_body(500, b'{"error":{"message":"engine failed"}}')
                     return
                 choice = {"index": 0, "finish_reason": "length"}
@@ -180,7 +184,7 @@ class MockServer:
 
 
 SOAK_ARGS = ["--n", "64", "--concurrency", "8", "--max-tokens", "4", "--abort-share", "0.3",
-             "--malformed-share", "0.25", "--slow-share", "0.15", "--timeout-ms", "20000", "--seed", "3"]
+             "--malformed-share", "0.25", "--slow-share", "0.3", "--timeout-ms", "20000", "--seed", "3"]
 
 
 def run_tool(cmd, base_url, out_json):
