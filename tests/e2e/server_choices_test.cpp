@@ -55,9 +55,13 @@ StreamedChoices read_stream(const std::string& body, bool chat) {
         if (j.contains("usage") && !j["usage"].is_null()) out.usage = j["usage"];
         for (const auto& c : j["choices"]) {
             const int i = c["index"].get<int>();
-            const Json& t = chat ? c["delta"]["content"] : c["text"];
+            // value() on the const chunk: a delta without "content" (the role or finish chunk) is no
+            // text, where operator[] on a missing key of a const json asserts in builds with assertions.
+            const Json& src = chat ? c.value("delta", Json::object()) : c;
+            const Json t = src.value(chat ? "content" : "text", Json());
             if (t.is_string()) out.text[i] += t.get<std::string>();
-            if (!c["finish_reason"].is_null()) out.finish[i] = c["finish_reason"].get<std::string>();
+            const Json fin = c.value("finish_reason", Json());
+            if (fin.is_string()) out.finish[i] = fin.get<std::string>();
         }
     }
     return out;
