@@ -124,7 +124,12 @@ public:
 // its runner does not support (ModelRunner::supports_speculation).
 struct SpeculativeConfig {
     std::string method;                  // "mtp" (the checkpoint's mtp.0 block); "" -> off
-    int64_t num_speculative_tokens = 0;  // drafts per decode step
+    int64_t num_speculative_tokens = 0;  // drafts per decode row and step: the most (adaptive) or exactly (fixed)
+    // false (default): the engine chooses each step's draft length from the measured acceptance and
+    // step cost, down to none where verification costs more than it yields (engine/spec_policy.h);
+    // true: always num_speculative_tokens, as vLLM does.
+    bool fixed_draft_length = false;
+    int64_t disable_by_batch_size = 0;  // > 0: no drafts while more requests than this are live (vLLM's key)
     bool enabled() const { return !method.empty() && num_speculative_tokens > 0; }
 };
 

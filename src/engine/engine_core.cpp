@@ -79,6 +79,14 @@ EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<ModelRunner> 
     sched.snapshots_inside_chunks = runner_->prefix_snapshots_inside_chunks();
     sched.num_speculative_tokens = sc.enabled() ? sc.num_speculative_tokens : 0;
     scheduler_ = std::make_unique<Scheduler>(sched, *kv_);
+    if (sc.enabled()) {
+        SpecPolicyConfig pc;
+        pc.max_drafts = sc.num_speculative_tokens;
+        pc.length = sc.fixed_draft_length ? DraftLength::Fixed : DraftLength::Adaptive;
+        pc.disable_by_batch_size = sc.disable_by_batch_size;
+        spec_policy_ = std::make_unique<SpecPolicy>(pc);
+        scheduler_->set_spec_policy(spec_policy_.get());
+    }
 }
 
 void EngineCore::validate(const GenerateRequest& req) const {
@@ -329,6 +337,7 @@ bool EngineCore::process_spec_row(Request& req, const RunnerOutput::SpecRow& row
     ++spec_counters_.n_drafts;
     spec_counters_.n_draft_tokens += row.n_drafts;
     spec_counters_.n_accepted_tokens += n_accepted;
+    if (spec_policy_) spec_policy_->record_verify(row.n_drafts, n_accepted);
     for (int64_t j = 0; j < n_accepted && j < static_cast<int64_t>(spec_counters_.accepted_per_pos.size()); ++j)
         ++spec_counters_.accepted_per_pos[static_cast<size_t>(j)];
     return finished;
@@ -370,7 +379,14 @@ std::vector<EngineEvent> EngineCore::step() {
     }
     RunnerOutput result;
     try {
+        const auto t0 = std::chrono::steady_clock::now();
         result = runner_->execute(out);
+        if (spec_policy_) {  // the step cost the draft-length choice weighs (engine/spec_policy.h)
+            int64_t n_tokens = 0;
+            for (const auto& e : out.requests) n_tokens += e.n_tokens() + e.n_draft_tokens;
+            spec_policy_->record_step(
+                n_tokens, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
         size_t n_sample = 0;
         for (const auto& e : out.requests) {
             if (!e.sample) continue;

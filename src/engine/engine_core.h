@@ -6,6 +6,7 @@
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/spec_policy.h"
 #include "engine/stop_checker.h"
 #include "engine/token_constraint.h"
 #include "kvcache/kv_manager.h"
@@ -74,8 +75,11 @@ public:
         std::vector<int64_t> accepted_per_pos;  // [num_speculative_tokens] accepted at draft position j
     };
     const SpecCounters& spec_counters() const { return spec_counters_; }
+    // The draft-length policy (speculative decoding on), else nullptr.
+    const SpecPolicy* spec_policy() const { return spec_policy_.get(); }
     void check_integrity() const {
         scheduler_->check_integrity();
+        if (spec_policy_) spec_policy_->check_integrity();
         for (const auto& [id, os] : outputs_)
             if (os.constraint) os.constraint->check_integrity();
     }
@@ -117,6 +121,7 @@ private:
     std::unique_ptr<ModelRunner> runner_;
     int64_t vocab_size_ = 0;
     int64_t max_model_len_ = 0;
+    std::unique_ptr<SpecPolicy> spec_policy_;  // declared before the scheduler, which holds a pointer to it
     std::unique_ptr<Scheduler> scheduler_;
     Sampler sampler_;
     std::mt19937_64 seed_rng_;  // seeds for requests that bring none

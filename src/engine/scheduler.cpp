@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include "core/error.h"
+#include "engine/spec_policy.h"
 
 #include <algorithm>
 
@@ -104,6 +105,13 @@ SchedulerOutput Scheduler::schedule() {
     // Snapshots planned for a step that never reached update_from_output (the runner failed).
     kv_.abandon_pending_snapshots();
     int64_t budget = config_.max_num_batched_tokens;
+    step_drafts_ = config_.num_speculative_tokens;
+    if (spec_policy_ != nullptr && step_drafts_ > 0) {
+        int64_t decode_rows = 0;
+        for (const Request* r : running_)
+            decode_rows += r->status == RequestStatus::Running && !r->paused && r->num_tokens() - r->num_computed_tokens == 1;
+        step_drafts_ = std::min(step_drafts_, spec_policy_->drafts_for_step(decode_rows, n_running() + n_waiting()));
+    }
 
     // Passes 1 and 2 over running requests: decodes (one token left), then prefill chunks.
     for (const bool decode_pass : {true, false}) {
@@ -180,7 +188,7 @@ int64_t Scheduler::draft_tokens_for(const Request& r, int64_t budget_left) const
     // No more drafts than the step budget leaves, than the request may still emit beyond the token
     // it is sure to get, or than its KV can grow by without preempting anyone.
     const int64_t room = r.params.max_tokens - static_cast<int64_t>(r.output.size()) - 1;
-    const int64_t k = std::min({config_.num_speculative_tokens, budget_left, room});
+    const int64_t k = std::min({step_drafts_, budget_left, room});
     if (k <= 0) return 0;
     const int64_t need = r.num_computed_tokens + 1 + k - kv_.n_tokens(r.kv);
     return need <= 0 || kv_.can_extend(r.kv, need) ? k : 0;

@@ -36,6 +36,8 @@ struct SchedulerConfig {
     int64_t num_speculative_tokens = 0;  // drafts a decode row may verify per step (0: off)
 };
 
+class SpecPolicy;
+
 class Scheduler {
 public:
     Scheduler(SchedulerConfig config, KvCacheManager& kv);
@@ -66,6 +68,12 @@ public:
     // Of those, tokens whose blocks came back from the host (or disk) tier (vLLM's "external" hits).
     int64_t n_prefix_hits_offloaded() const { return n_prefix_hits_offloaded_; }
     const SchedulerConfig& config() const { return config_; }
+    // Speculative decoding: each step asks `policy` how many drafts a decode row gets (at most
+    // num_speculative_tokens); without one, every decode row gets num_speculative_tokens. The policy
+    // must outlive the scheduler.
+    void set_spec_policy(SpecPolicy* policy) { spec_policy_ = policy; }
+    // Drafts per decode row chosen for the last step (0 when speculation is off or chose none).
+    int64_t step_drafts() const { return step_drafts_; }
     const KvCacheManager& kv() const { return kv_; }
 
     // Throws onecard::Error unless every running request holds KV for at least its computed tokens,
@@ -83,6 +91,8 @@ private:
 
     SchedulerConfig config_;
     KvCacheManager& kv_;
+    SpecPolicy* spec_policy_ = nullptr;
+    int64_t step_drafts_ = 0;
     std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
     std::deque<Request*> waiting_;
     std::vector<Request*> running_;  // admission order: back() is the newest (the preemption victim)

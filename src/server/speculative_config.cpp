@@ -22,10 +22,18 @@ SpeculativeConfig parse_speculative_config(const std::string& json_text) {
         } else if (key == "num_speculative_tokens") {
             ONECARD_CHECK(v.is_number_integer(), "--speculative-config: num_speculative_tokens must be an integer");
             c.num_speculative_tokens = v.get<int64_t>();
+        } else if (key == "draft_length") {
+            ONECARD_CHECK(v.is_string() && (v == "adaptive" || v == "fixed"),
+                          "--speculative-config: draft_length must be \"adaptive\" or \"fixed\"");
+            c.fixed_draft_length = v == "fixed";
+        } else if (key == "disable_by_batch_size") {
+            ONECARD_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0,
+                          "--speculative-config: disable_by_batch_size must be a non-negative integer");
+            c.disable_by_batch_size = v.get<int64_t>();
         } else {
             fail(
-                "--speculative-config: key '{}' is not supported (onecard reads method and "
-                "num_speculative_tokens)",
+                "--speculative-config: key '{}' is not supported (onecard reads method, num_speculative_tokens, "
+                "draft_length and disable_by_batch_size)",
                 key);
         }
     }

@@ -1,6 +1,8 @@
 // vLLM's --speculative-config for `onecard serve`: a JSON object such as
 // {"method": "mtp", "num_speculative_tokens": 3}. vLLM's DeepSeek MTP spelling "deepseek_mtp" is
-// the same method. Keys onecard does not act on are refused by name rather than ignored, so a
+// the same method; vLLM's "disable_by_batch_size" is read too. onecard's own key "draft_length":
+// "adaptive" (default: num_speculative_tokens is the most a step drafts, engine/spec_policy.h) or
+// "fixed" (always that many, as vLLM). Keys onecard does not act on are refused by name rather than ignored, so a
 // config never silently means something else here.
 #pragma once
 

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <random>
 
 namespace onecard {
@@ -36,7 +37,12 @@ EngineConfig config(int64_t k) {
     c.max_num_seqs = 4;
     c.kv_block_size = 128;
     c.kv_cache_bytes = 256LL << 20;
-    if (k > 0) c.speculative = SpeculativeConfig{"mtp", k};
+    if (k > 0) {
+        c.speculative = SpeculativeConfig{"mtp", k};
+        // Every decode step verifies k drafts, so the rejection paths run on every step (the adaptive
+        // default would soon stop drafting on a random model: AdaptiveDraftLengthStopsWhereItLoses).
+        c.speculative.fixed_draft_length = true;
+    }
     return c;
 }
 
@@ -45,8 +51,9 @@ struct Result {
     EngineStats stats;
 };
 
-Result run(const DeepSeekV4& m, int64_t k, const std::vector<std::vector<int32_t>>& prompts, int64_t max_tokens) {
-    Engine engine(config(k), std::make_unique<CpuModelRunner>(m, 4096));
+Result run(const DeepSeekV4& m, const EngineConfig& cfg, const std::vector<std::vector<int32_t>>& prompts,
+           int64_t max_tokens) {
+    Engine engine(cfg, std::make_unique<CpuModelRunner>(m, 4096));
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (const auto& p : prompts) {
         SamplingParams sp;
@@ -69,6 +76,9 @@ Result run(const DeepSeekV4& m, int64_t k, const std::vector<std::vector<int32_t
     engine.wait_idle();
     r.stats = engine.stats();
     return r;
+}
+Result run(const DeepSeekV4& m, int64_t k, const std::vector<std::vector<int32_t>>& prompts, int64_t max_tokens) {
+    return run(m, config(k), prompts, max_tokens);
 }
 
 std::vector<std::vector<int32_t>> prompts(int n, uint32_t seed) {
@@ -117,6 +127,32 @@ TEST(EngineSpec, RunnerWithoutSpeculationIsRefused) {
     EXPECT_THROW((Engine{c, std::make_unique<CpuModelRunner>(*g_tiny->exact, 4096)}), Error);
     c.speculative = SpeculativeConfig{"eagle", 2};
     EXPECT_THROW((Engine{c, std::make_unique<CpuModelRunner>(*g_tiny->exact, 4096)}), Error);
+}
+
+// The adaptive draft length (the default): on a random-weight model the drafts are rejected, so the
+// measured acceptance falls and the policy stops drafting, apart from its one-draft probes; the
+// greedy output stays identical all the same.
+TEST(EngineSpec, AdaptiveDraftLengthStopsWhereItLoses) {
+    const auto ps = prompts(2, 23);
+    const DeepSeekV4& m = *g_tiny->exact;
+    const Result plain = run(m, 0, ps, 96);
+    const Result fixed = run(m, 3, ps, 96);
+    EngineConfig cfg = config(3);
+    cfg.speculative.fixed_draft_length = false;
+    const Result adaptive = run(m, cfg, ps, 96);
+    std::printf("[engine spec] draft tokens verified: fixed k=3 %lld (accepted %lld), adaptive %lld (accepted %lld)\n",
+                static_cast<long long>(fixed.stats.spec_num_draft_tokens),
+                static_cast<long long>(fixed.stats.spec_num_accepted_tokens),
+                static_cast<long long>(adaptive.stats.spec_num_draft_tokens),
+                static_cast<long long>(adaptive.stats.spec_num_accepted_tokens));
+    EXPECT_EQ(adaptive.tokens, plain.tokens);
+    EXPECT_EQ(fixed.tokens, plain.tokens);
+    EXPECT_LT(fixed.stats.spec_num_accepted_tokens * 4, fixed.stats.spec_num_draft_tokens)
+        << "the premise: a random model's drafts are mostly rejected";
+    EXPECT_GT(adaptive.stats.spec_num_drafts, 0) << "the prior starts speculation before anything is measured";
+    EXPECT_LT(adaptive.stats.spec_num_draft_tokens * 2, fixed.stats.spec_num_draft_tokens)
+        << "adaptive " << adaptive.stats.spec_num_draft_tokens << " draft tokens, fixed "
+        << fixed.stats.spec_num_draft_tokens;
 }
 
 }  // namespace

@@ -23,6 +23,12 @@ TEST(SpeculativeConfig, ParsesVllmSpelling) {
     EXPECT_TRUE(c.enabled());
     EXPECT_EQ(server::parse_speculative_config(R"({"method":"deepseek_mtp","num_speculative_tokens":1})").method,
               "mtp");
+    EXPECT_FALSE(c.fixed_draft_length) << "the draft length adapts unless asked not to";
+    EXPECT_EQ(c.disable_by_batch_size, 0);
+    const SpeculativeConfig f = server::parse_speculative_config(
+        R"({"method":"mtp","num_speculative_tokens":2,"draft_length":"fixed","disable_by_batch_size":8})");
+    EXPECT_TRUE(f.fixed_draft_length);
+    EXPECT_EQ(f.disable_by_batch_size, 8);
 }
 
 TEST(SpeculativeConfig, RefusesWhatItDoesNotDo) {
@@ -32,6 +38,11 @@ TEST(SpeculativeConfig, RefusesWhatItDoesNotDo) {
               std::string::npos);
     EXPECT_NE(error_of(R"({"method":"mtp"})").find("num_speculative_tokens"), std::string::npos);
     EXPECT_NE(error_of(R"({"method":"mtp","num_speculative_tokens":0})").find("[1, 16]"), std::string::npos);
+    EXPECT_NE(error_of(R"({"method":"mtp","num_speculative_tokens":2,"draft_length":"auto"})").find("draft_length"),
+              std::string::npos);
+    EXPECT_NE(error_of(R"({"method":"mtp","num_speculative_tokens":2,"disable_by_batch_size":-1})")
+                  .find("disable_by_batch_size"),
+              std::string::npos);
     EXPECT_NE(error_of("mtp").find("not JSON"), std::string::npos);
     EXPECT_NE(error_of("[1]").find("JSON object"), std::string::npos);
 }
