@@ -191,6 +191,7 @@ struct EngineStats {
     int64_t spec_num_draft_tokens = 0;
     int64_t spec_num_accepted_tokens = 0;
     std::vector<int64_t> spec_num_accepted_tokens_per_pos;  // [num_speculative_tokens]
+    int64_t spec_draft_length = 0;  // drafts per decode row the last step chose (engine/spec_policy.h)
 };
 
 class RequestStream;

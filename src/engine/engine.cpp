@@ -138,6 +138,7 @@ struct Engine::Impl {
         stats.spec_num_draft_tokens = sc.n_draft_tokens;
         stats.spec_num_accepted_tokens = sc.n_accepted_tokens;
         stats.spec_num_accepted_tokens_per_pos = sc.accepted_per_pos;
+        stats.spec_draft_length = core.scheduler().step_drafts();
         stats.prefix_cache_queries = core.scheduler().n_prefix_queries();
         stats.prefix_cache_hits = core.scheduler().n_prefix_hits();
         stats.prefix_cache_hits_offloaded = core.scheduler().n_prefix_hits_offloaded();

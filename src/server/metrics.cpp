@@ -189,6 +189,8 @@ std::string ServerMetrics::render(const EngineStats& es, int64_t n_http_inflight
         for (size_t j = 0; j < es.spec_num_accepted_tokens_per_pos.size(); ++j)
             o += fmt::format("vllm:spec_decode_num_accepted_tokens_per_pos_total{{{}{}position=\"{}\"}} {}\n", L,
                              L.empty() ? "" : ",", j, static_cast<double>(es.spec_num_accepted_tokens_per_pos[j]));
+        gauge("spec_decode_draft_length", "Drafts per decode row the last step chose (0: speculation paused).",
+              static_cast<double>(es.spec_draft_length));
     }
     gauge("kv_cache_free_blocks", "Free KV-cache blocks.", static_cast<double>(es.n_free_kv_blocks));
     gauge("kv_cache_total_blocks", "KV-cache blocks in the pool.", static_cast<double>(es.n_total_kv_blocks));
