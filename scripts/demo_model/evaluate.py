@@ -137,7 +137,7 @@ def greedy(model, prompts, num, device, max_new, eos=1):
     return out
 
 
-def tool_accuracy(model, data, enc, tokenizer_path, num, device, limit, max_new=200, batch=50):
+def tool_accuracy(model, data, enc, tokenizer_path, num, device, limit, max_new=200, batch=100):
     rows = [json.loads(l) for l in open(Path(data) / "tool_eval.jsonl")][:limit]
     hits, results = 0, []
     for s in range(0, len(rows), batch):

@@ -227,8 +227,7 @@ def main():
         split = "test" if r.random() < 0.04 else "train"
         kind, fn, _ = r.choices(kinds, [k[2] for k in kinds])[0]
         thinking = r.random() < 0.5
-        src = brown_train if split == "train" else brown_test
-        src_text = [(f, t) for f, t in src]
+        src_text = brown_train if split == "train" else brown_test
         if fn is not None:
             msgs, final, thought = fn(r, src_text)
             if r.random() < 0.3:

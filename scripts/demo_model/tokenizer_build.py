@@ -10,6 +10,7 @@
          so their ids only have to be consistent within this file.
 `bytes`  (no dependency): the same file with an empty merge list (every byte one token), for the
          CPU dry run of the training script.
+`corpus DATA`: rebuilds DATA/tokenizer_corpus.txt from the train splits (make_data.py writes it too).
 `specials TEMPLATE_V4_TOKENIZER_JSON OUT`: extracts the template (pre-tokenizer etc. and the added
          tokens) from a V4 tokenizer.json, e.g. the one `onecard synth --preset small` writes.
 """
@@ -102,6 +103,15 @@ def train(data: Path, tmpl: dict, vocab_size: int, out: Path):
 
 def main():
     cmd = sys.argv[1]
+    if cmd == "corpus":
+        data = Path(sys.argv[2])
+        with open(data / "tokenizer_corpus.txt", "w", encoding="utf-8") as f:
+            for line in open(data / "brown_train.jsonl", encoding="utf-8"):
+                f.write(json.loads(line)["text"] + "\n")
+            for line in open(data / "chat_train.jsonl", encoding="utf-8"):
+                d = json.loads(line)
+                f.write(d["prompt"] + d["completion"] + "\n")
+        return
     if cmd == "specials":
         extract_template(Path(sys.argv[2]), Path(sys.argv[3]))
         return

@@ -82,10 +82,11 @@ def main():
     ap.add_argument("--minutes", type=float, default=6.0)
     ap.add_argument("--max-steps", type=int, default=0)
     ap.add_argument("--seq", type=int, default=1024)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--qat-frac", type=float, default=0.25)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--resume", default="", help="model.pt to continue from (weights only; the schedule restarts)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = ap.parse_args()
     out = Path(a.out)
@@ -105,6 +106,9 @@ def main():
     cfg = Config(vocab_size=enc.vocab_size, **SHAPES[a.shape])
     model = DeepSeekV4(cfg)
     init_weights(model, a.seed)
+    if a.resume:
+        model.load_state_dict(torch.load(a.resume, map_location="cpu"), strict=False)
+        print(f"resumed from {a.resume}", flush=True)
     model.to(a.device)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params / 1e6:.2f} M parameters, vocab {cfg.vocab_size}", flush=True)
@@ -148,6 +152,10 @@ def main():
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if not torch.isfinite(gn):
+            print(f"step {step}: non-finite gradient norm, update skipped", flush=True)
+            step += 1
+            continue
         opt.step()
         update_bias(model)
         if step % 25 == 0:
