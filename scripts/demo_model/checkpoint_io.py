@@ -184,13 +184,11 @@ def export(model: DeepSeekV4, template: Path, out: Path) -> None:
                 raise ValueError(f"{k}: {len(b)} bytes do not fit offsets {begin}..{end}")
             blob += b
         (out / shard.name).write_bytes(bytes(blob))
-    want = {n for n in values} | {n[: -len('.weight')] + '.scale' for n in values}
     if not set(values) <= done:
         raise ValueError(f"tensors not in the template: {sorted(set(values) - done)[:5]}")
     for extra in ("config.json", "generation_config.json", "model.safetensors.index.json"):
         if (template / extra).exists():
             shutil.copy(template / extra, out / extra)
-    del want
 
 
 def quantise_like_export(model: DeepSeekV4) -> None:
