@@ -1,24 +1,15 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: install, build, synthesise the small demo DeepSeek-V4
-# checkpoint (random weights, real tokenizer), inspect it, then serve it with the OpenAI-compatible
+# The main job on the embedded default: install, build, verify and inspect the trained demo model
+# (models/demo: a small DeepSeek-V4-architecture checkpoint in the official format, trained for this
+# demo by scripts/demo_model; see models/demo/README.md), then serve it with the OpenAI-compatible
 # server in the foreground (Ctrl-C stops it; it prints a curl line to try). DEMO_DIR overrides the
-# checkpoint location, PORT the port (default 8000).
+# checkpoint, PORT the port (default 8000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh onecard
-DEMO_DIR=${DEMO_DIR:-demo/small}
-if [ ! -f "$DEMO_DIR/config.json" ]; then
-    ./build/onecard synth --preset small --seed 1 --out "$DEMO_DIR"
-    # Record the checkpoint's SHA-256 manifest once, so every later start verifies the same bytes.
-    ./build/onecard manifest "$DEMO_DIR" > "$DEMO_DIR/SHA256SUMS.tmp"
-    mv "$DEMO_DIR/SHA256SUMS.tmp" "$DEMO_DIR/SHA256SUMS"
-fi
+DEMO_DIR=${DEMO_DIR:-models/demo}
+# The committed SHA-256 manifest: every start verifies the bytes that were measured.
 ./build/onecard verify "$DEMO_DIR"
 ./build/onecard inspect "$DEMO_DIR"
-# The server needs the tokenizer next to the weights; `serve --demo` writes both into ~/.cache/onecard.
-if [ -f "$DEMO_DIR/tokenizer.json" ]; then
-    exec ./build/onecard serve --model "$DEMO_DIR" --served-model-name onecard-demo --port "${PORT:-8000}"
-else
-    exec ./build/onecard serve --demo --port "${PORT:-8000}"
-fi
+exec ./build/onecard serve --model "$DEMO_DIR" --served-model-name onecard-demo --port "${PORT:-8000}"

@@ -187,7 +187,7 @@ bench() {
 # Serving smoke test on the GPU: a 4-layer real-dimension synthetic checkpoint (real vocabulary),
 # `onecard serve --device cuda` until `ready` (its startup report), one chat completion and one
 # streamed completion through curl. Needs the demo tokenizer (carry demo/small/tokenizer.json, made
-# by scripts/demo.sh or `onecard synth --preset small`).
+# by `onecard synth --preset small --out demo/small`).
 serve_smoke() {
     local out=${1:-${OUT:-gpu-check-out}}
     mkdir -p "$out"

@@ -1,6 +1,7 @@
 // `onecard logits` and `onecard generate`: run the CPU forward pass (the oracle) on a checkpoint.
 // logits writes float32 NPY [T, vocab]; --chunk and --decode-from exercise the incremental paths,
-// which give the same logits as one plain prefill.
+// which give the same logits as one plain prefill. --mtp-out also writes the MTP block's logits [T-1, vocab]:
+// row t is its guess for token t+2 from the main streams at t and token t+1 (one plain prefill only).
 #include "commands.h"
 #include "core/error.h"
 #include "core/npy.h"
@@ -92,7 +93,7 @@ LoadedModel load_model(const std::string& dir, Numerics numerics) {
 }
 
 struct LogitsArgs {
-    std::string model, tokens, tokens_file, out, numerics = "reference";
+    std::string model, tokens, tokens_file, out, mtp_out, numerics = "reference";
     int64_t chunk = 0;
     int64_t decode_from = -1;
 };
@@ -100,6 +101,8 @@ struct LogitsArgs {
 void run_logits(const LogitsArgs& a) {
     ONECARD_CHECK(a.tokens.empty() != a.tokens_file.empty(), "logits: give exactly one of --tokens and --tokens-file");
     ONECARD_CHECK(a.chunk == 0 || a.decode_from < 0, "logits: --chunk and --decode-from are exclusive");
+    ONECARD_CHECK(a.mtp_out.empty() || (a.chunk == 0 && a.decode_from < 0),
+                  "logits: --mtp-out needs one plain prefill (no --chunk / --decode-from)");
     std::vector<int32_t> tokens = a.tokens.empty() ? read_tokens_file(a.tokens_file) : parse_token_list(a.tokens, "--tokens");
     const auto t0 = std::chrono::steady_clock::now();
     LoadedModel m = load_model(a.model, parse_numerics(a.numerics));
@@ -121,6 +124,19 @@ void run_logits(const LogitsArgs& a) {
     std::vector<float> logits;
     logits.reserve(static_cast<size_t>(T * V));
     int64_t pos = 0;
+    if (!a.mtp_out.empty()) {
+        ONECARD_CHECK(m.model->has_mtp(), "logits: --mtp-out: the checkpoint has no MTP block");
+        ONECARD_CHECK(T >= 2, "logits: --mtp-out needs at least 2 tokens");
+        ForwardOutput fo = m.model->forward_with_streams(state, tokens);
+        const int64_t per = m.cfg.hc_mult * m.cfg.hidden_size;
+        // Streams at 0..T-2 with the tokens at 1..T-1.
+        std::vector<float> mtp = m.model->forward_mtp(
+            state, std::span<const float>(fo.streams.data(), static_cast<size_t>((T - 1) * per)),
+            std::span<const int32_t>(tokens.data() + 1, static_cast<size_t>(T - 1)));
+        npy_write_f32(a.mtp_out, mtp, {T - 1, V});
+        logits = std::move(fo.logits);
+        sizes.clear();
+    }
     for (int64_t n : sizes) {
         auto l = m.model->forward(state, std::span<const int32_t>(tokens.data() + pos, static_cast<size_t>(n)));
         logits.insert(logits.end(), l.begin(), l.end());
@@ -206,6 +222,7 @@ void add_cmd_logits(CLI::App& app) {
     lc->add_option("--chunk", la->chunk, "feed the tokens N at a time (0 = one prefill)");
     lc->add_option("--decode-from", la->decode_from, "prefill K tokens, then feed the rest one at a time");
     lc->add_option("--out", la->out, "output .npy")->required();
+    lc->add_option("--mtp-out", la->mtp_out, "also write the MTP block's logits [T-1, vocab] (token t+2 at row t)");
     lc->callback([la]() { run_logits(*la); });
 
     auto ga = std::make_shared<GenerateArgs>();

@@ -13,7 +13,6 @@
 #include "model/config.h"
 #include "model/deepseek_v4.h"
 #include "model/expert_profile.h"
-#include "model/synth.h"
 #include "model/weights.h"
 #include "onecard/engine.h"
 #include "serve_front_flags.h"
@@ -27,8 +26,8 @@
 #include "server/startup_checks.h"
 #include "server/text_decoder.h"
 #include "server/vllm_compat.h"
+#include "serve_demo.h"
 #include "serve_prefix_cache.h"
-#include "tokenizer/deepseek_v4_vocab.h"
 #include "tokenizer/tokenizer.h"
 
 #ifdef ONECARD_HAVE_CUDA
@@ -168,31 +167,6 @@ std::vector<std::string> parse_allowed_origins(const std::vector<std::string>& g
     return out;
 }
 
-fs::path demo_dir() {
-    if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return fs::path(x) / "onecard" / "demo-small";
-    const char* home = std::getenv("HOME");
-    ONECARD_CHECK(home && *home, "serve --demo: neither XDG_CACHE_HOME nor HOME is set; pass --model DIR");
-    return fs::path(home) / ".cache" / "onecard" / "demo-small";
-}
-
-// The demo checkpoint (random weights, the real V4 tokenizer), synthesised once into the cache.
-fs::path ensure_demo(bool need_weights) {
-    const fs::path dir = demo_dir();
-    if (!fs::exists(dir / "tokenizer.json")) {
-        std::fprintf(stderr, "serve: writing the demo tokenizer into %s\n", dir.c_str());
-        write_demo_tokenizer(dir);
-    }
-    if (need_weights && !fs::exists(dir / "model.safetensors.index.json")) {
-        std::fprintf(stderr, "serve: synthesising the small demo checkpoint into %s (once)\n", dir.c_str());
-        SynthOptions o;
-        o.preset = SynthPreset::Small;
-        o.seed = 1;
-        const ModelConfig cfg = synth_config(o);
-        synth_write(cfg, 1, dir, synth_default_shard_bytes(SynthPreset::Small), false);
-    }
-    return dir;
-}
-
 // `onecard serve` exits with this when it cannot listen on --host/--port (98 = EADDRINUSE on Linux).
 constexpr int kExitCannotListen = 98;
 
@@ -273,7 +247,7 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
                       "it needs ONECARD_TEST_MODE=1 in the environment");
     }
     fs::path model_dir = a.model;
-    if (a.demo || a.model.empty()) model_dir = ensure_demo(!test_mode);
+    if (a.demo || a.model.empty()) model_dir = ensure_demo(!test_mode, test_mode);
     const fs::path tok_path = a.tokenizer.empty() ? model_dir / "tokenizer.json" : fs::path(a.tokenizer);
     ONECARD_CHECK(fs::exists(tok_path), "serve: no tokenizer at '{}' (pass --tokenizer FILE)", tok_path.string());
     const Tokenizer tokenizer = Tokenizer::from_file(tok_path);
@@ -633,7 +607,7 @@ void add_cmd_serve(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat, completions, tools, metrics)");
     auto& o = a->opts;
     cmd->add_option("--model", a->model, "checkpoint directory (default: the demo checkpoint)");
-    cmd->add_flag("--demo", a->demo, "serve the small demo checkpoint, synthesised once into ~/.cache/onecard");
+    cmd->add_flag("--demo", a->demo, "serve the trained demo model (models/demo; else a random-weight one in ~/.cache/onecard)");
     cmd->add_option("--tokenizer", a->tokenizer, "tokenizer.json (default: <model>/tokenizer.json)");
     cmd->add_option("--served-model-name", a->served_model_names,
                     "model id(s) clients use, as in vLLM: the first names the model in responses and metrics, every "

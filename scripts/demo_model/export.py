@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Exports a trained demo model (train.py's OUT: model.pt, train_meta.json, tokenizer.json) as an
+official-format DeepSeek-V4 checkpoint directory (written for onecard):
+
+  config.json, generation_config.json, model.safetensors.index.json, model-00001-of-00001.safetensors
+      exactly what `onecard synth` writes for this shape (names, dtypes, shapes, order, FP8 128x128
+      UE8M0, MXFP4 experts, BF16/F32/I64), with the trained values (checkpoint_io.export);
+  tokenizer.json, tokenizer_config.json   the trained BPE and the V4 tokenizer_config;
+  SHA256SUMS                              `onecard manifest` of all of the above.
+
+Usage: export.py --run DIR --onecard build-cpu/onecard --out models/demo
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import checkpoint_io  # noqa: E402
+from dsv4_torch import Config, DeepSeekV4  # noqa: E402
+
+# `onecard synth` flags for train.SHAPES["demo"] (the tiny preset's schedule and dims otherwise).
+SYNTH_FLAGS = ["--preset", "tiny", "--window", "128", "--index-topk", "16", "--experts-per-tok", "2", "--shard-mb", "100"]
+
+TOKENIZER_CONFIG = {
+    "add_bos_token": False, "add_eos_token": False, "bos_token": "<｜begin▁of▁sentence｜>",
+    "clean_up_tokenization_spaces": False, "eos_token": "<｜end▁of▁sentence｜>", "legacy": True,
+    "model_max_length": 1048576, "pad_token": "<｜end▁of▁sentence｜>", "tokenizer_class": "PreTrainedTokenizerFast",
+    "unk_token": None,
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--onecard", required=True)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    run, out = Path(a.run), Path(a.out)
+    meta = json.loads((run / "train_meta.json").read_text())
+    cfg = Config(**meta["config"])
+    model = DeepSeekV4(cfg)
+    model.load_state_dict(torch.load(run / "model.pt", map_location="cpu"), strict=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        template = Path(tmp) / "template"
+        subprocess.run([a.onecard, "synth", *SYNTH_FLAGS, "--vocab", str(cfg.vocab_size), "--out", str(template),
+                        "--quiet"], check=True)
+        got = json.loads((template / "config.json").read_text())
+        for k in cfg.__dataclass_fields__:
+            if k in got and got[k] != getattr(cfg, k) and k != "rope_scaling":
+                raise SystemExit(f"synth template differs from the trained config in {k}: {got[k]} vs {getattr(cfg, k)}")
+        out.mkdir(parents=True, exist_ok=True)
+        for old in out.glob("*.safetensors"):
+            old.unlink()
+        checkpoint_io.export(model, template, out)
+    (out / "tokenizer.json").write_bytes((run / "tokenizer.json").read_bytes())
+    (out / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG, indent=2, ensure_ascii=False) + "\n")
+    manifest = out / "SHA256SUMS"
+    if manifest.exists():
+        manifest.unlink()
+    sums = subprocess.run([a.onecard, "manifest", str(out)], check=True, capture_output=True, text=True).stdout
+    manifest.write_text(sums)
+    print(f"exported to {out}: {sum(f.stat().st_size for f in out.iterdir()) / 1e6:.1f} MB")
+
+
+if __name__ == "__main__":
+    main()

