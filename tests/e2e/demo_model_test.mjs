@@ -106,6 +106,9 @@ try {
   assert.ok(drafted > 0, 'no MTP drafts');
   assert.ok(accepted / drafted > 0.5, `MTP acceptance ${accepted}/${drafted}`);
   console.log(`MTP: ${accepted} of ${drafted} draft tokens accepted (${(100 * accepted / drafted).toFixed(1)}%)`);
+  // The adaptive draft length (engine/spec_policy.h) reports its last choice, within [0, 2].
+  const len = Number((metrics.match(/onecard:spec_decode_draft_length(?:\{[^}]*\})? ([0-9.e+]+)/) ?? [])[1] ?? -1);
+  assert.ok(len >= 0 && len <= 2, `onecard:spec_decode_draft_length ${len}`);
 } finally {
   server.kill('SIGTERM');
   await exited;
