@@ -321,8 +321,8 @@ PY
     return $status
 }
 
-# The soak (issue 22) against `onecard serve --device cuda`: SOAK_PRESET's shape (default small) with
-# dummy weights made on the GPU, then the soak tool (SOAK_ARGS, default 10,000 requests at concurrency 64
+# The soak (issue 22) against `onecard serve --device cuda`: 4 layers of the Flash shape with dummy
+# weights made on the GPU, then the soak tool (SOAK_ARGS, default 10,000 requests at concurrency 64
 # with aborts, malformed and slow clients): tools/soak/soak.mjs where node is installed, otherwise its
 # standard-library port tools/soak/soak.py (the GPU image has python3 but no node; same flags and report).
 # SOAK_DEVICE=cpu serves real synth weights on the CPU backend instead (SOAK_PORT apart, both can run
@@ -343,7 +343,10 @@ soak() {
         "$bin" serve "$dir" --device cpu --port $port --max-model-len 4096 --max-num-seqs 64 --no-access-log \
             ${SERVE_ARGS:-} > "$out/serve.log" 2>&1 &
     else
-        "$bin" synth --preset ${SOAK_PRESET:-small} --config-only --out "$dir" > /dev/null || return 1
+        # The CUDA backend needs the real per-layer dimensions (the small preset's are not supported):
+        # SOAK_LAYERS layers of the Flash shape with SOAK_EXPERTS experts, dummy weights made on the GPU.
+        "$bin" synth --preset flash --layers ${SOAK_LAYERS:-4} --experts ${SOAK_EXPERTS:-8} --mtp 0 --config-only \
+            --out "$dir" > /dev/null || return 1
         "$bin" serve "$dir" --load-format dummy --tokenizer demo/small/tokenizer.json --device cuda --port $port \
             --max-model-len 4096 --max-num-seqs 64 --no-access-log ${SERVE_ARGS:-} > "$out/serve.log" 2>&1 &
     fi
