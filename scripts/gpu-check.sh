@@ -353,9 +353,16 @@ soak() {
     local pid=$!
     wait_ready "$out/serve.log" $pid ${SMOKE_WAIT:-300} || { tail -30 "$out/serve.log"; kill $pid; return 1; }
     echo "soak: ${tool[*]}" | tee "$out/soak.txt"
-    "${tool[@]}" --base-url "http://127.0.0.1:$port" --pid $pid --json "$out/soak.json" \
-        ${SOAK_ARGS:---n 10000 --concurrency 64 --max-seconds 420} 2>&1 | tee -a "$out/soak.txt"
-    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    # SOAK_ROUNDS (default 1) rounds against the same server, seeds 1, 2, ...: the RSS of a later
+    # round tells warm-up from a leak. Round r writes soak.json (r = 1) or soak-r.json.
+    local r json
+    for r in $(seq 1 "${SOAK_ROUNDS:-1}"); do
+        json="$out/soak.json"
+        [ "$r" -eq 1 ] || json="$out/soak-$r.json"
+        "${tool[@]}" --base-url "http://127.0.0.1:$port" --pid $pid --json "$json" --seed "$r" \
+            ${SOAK_ARGS:---n 10000 --concurrency 64 --max-seconds 420} 2>&1 | tee -a "$out/soak.txt"
+        [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    done
     kill -INT $pid; wait $pid
     tail -4 "$out/serve.log"
     return $status

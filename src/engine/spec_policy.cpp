@@ -40,9 +40,10 @@ std::vector<double> SpecPolicy::acceptance() const {
 }
 
 double SpecPolicy::expected_tokens(int64_t k) const {
-    const std::vector<double> p = acceptance();
+    // Called for every k of every step: summed in place, no vector.
     double e = 1.0;
-    for (int64_t j = 0; j < std::min<int64_t>(k, static_cast<int64_t>(p.size())); ++j) e += p[static_cast<size_t>(j)];
+    for (size_t j = 0; j < std::min(static_cast<size_t>(std::max<int64_t>(k, 0)), offered_.size()); ++j)
+        e += offered_[j] > 0 ? reached_[j] / offered_[j] : 0.0;
     return e;
 }
 

@@ -12,8 +12,8 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { createRequire } from 'node:module';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { fileURLToPath } from 'node:url';
+import { importOpenAIOrSkip } from './openai_import.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, '..', '..');
@@ -24,15 +24,7 @@ if (!fs.existsSync(path.join(model, 'config.json'))) {
   console.log(`SKIP: no demo checkpoint at ${model}`);
   process.exit(77);
 }
-const require = createRequire(path.join(repo, 'tools', 'js', 'package.json'));
-let OpenAI;
-try {
-  const mod = await import(pathToFileURL(require.resolve('openai')).href);
-  OpenAI = mod.OpenAI ?? mod.default?.OpenAI ?? mod.default;
-} catch (e) {
-  console.log(`SKIP: the openai npm package is not installed (run scripts/setup.sh): ${e.message}`);
-  process.exit(77);
-}
+const OpenAI = await importOpenAIOrSkip();
 
 const server = spawn(onecard, ['serve', '--model', model, '--served-model-name', 'onecard-demo', '--port', '0',
   '--speculative-config', '{"method":"mtp","num_speculative_tokens":2}'], { stdio: ['ignore', 'pipe', 'pipe'] });

@@ -11,23 +11,15 @@ import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createRequire } from 'node:module';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { fileURLToPath } from 'node:url';
+import { importOpenAIOrSkip } from './openai_import.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, '..', '..');
 const onecard = process.argv[2];
 if (!onecard) throw new Error('usage: node openai_client_test.mjs path/to/onecard');
 
-const require = createRequire(path.join(repo, 'tools', 'js', 'package.json'));
-let OpenAI;
-try {
-  const mod = await import(pathToFileURL(require.resolve('openai')).href);
-  OpenAI = mod.OpenAI ?? mod.default?.OpenAI ?? mod.default;
-} catch (e) {
-  console.log(`SKIP: the openai npm package is not installed (run scripts/setup.sh): ${e.message}`);
-  process.exit(77);  // ctest: SKIP_RETURN_CODE, so the skip shows as skipped, with this reason
-}
+const OpenAI = await importOpenAIOrSkip();
 
 const THINK = 'Weighing the options.';
 const ANSWER = 'Hello there, friend!';

@@ -249,6 +249,17 @@ RawResult raw_exchange(int port, const std::string& sent) {
     return r;
 }
 
+// The port of serve's `ready` event line in `out`, waiting up to 30 s; 0 if it never came.
+int ready_port(const std::filesystem::path& out) {
+    for (int i = 0; i < 600; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        std::istringstream lines(slurp(out));
+        for (std::string l; std::getline(lines, l);)
+            if (l.find("\"event\":\"ready\"") != std::string::npos) return Json::parse(l)["port"].get<int>();
+    }
+    return 0;
+}
+
 // Deadlines far below their defaults (10 s, 30 s, 5 s) close slow and idle clients on time, through
 // the real command line.
 TEST(ServeStartupChecks, FrontEndDeadlineFlagsAreHonoured) {
@@ -261,13 +272,7 @@ TEST(ServeStartupChecks, FrontEndDeadlineFlagsAreHonoured) {
                             " > " + out.string() + " 2>&1 </dev/null & echo $! > " + pidf.string() + ")";
     ASSERT_EQ(std::system(cmd.c_str()), 0);
     const int pid = std::stoi(slurp(pidf));
-    int port = 0;
-    for (int i = 0; i < 600 && port == 0; ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        std::istringstream lines(slurp(out));
-        for (std::string l; std::getline(lines, l);)
-            if (l.find("\"event\":\"ready\"") != std::string::npos) port = Json::parse(l)["port"].get<int>();
-    }
+    const int port = ready_port(out);
     if (port == 0) {
         ::kill(pid, SIGKILL);
         FAIL() << "not ready:\n" << slurp(out);
@@ -312,13 +317,7 @@ TEST(ServeStartupChecks, ASecondSigtermEndsTheDrainAtOnce) {
                             " 2>&1 </dev/null & echo $! > " + pidf.string() + ")";
     ASSERT_EQ(std::system(cmd.c_str()), 0);
     const int pid = std::stoi(slurp(pidf));
-    int port = 0;
-    for (int i = 0; i < 600 && port == 0; ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        std::istringstream lines(slurp(out));
-        for (std::string l; std::getline(lines, l);)
-            if (l.find("\"event\":\"ready\"") != std::string::npos) port = Json::parse(l)["port"].get<int>();
-    }
+    const int port = ready_port(out);
     if (port == 0) {
         ::kill(pid, SIGKILL);
         FAIL() << "not ready:\n" << slurp(out);
