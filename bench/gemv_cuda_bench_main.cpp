@@ -73,17 +73,20 @@ int run(int argc, char** argv) {
     std::string out_path;
     int repeats = 50;
     for (int i = 1; i < argc; ++i) {
-        if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
-        else if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = std::atoi(argv[++i]);
-        else fail("usage: gemv_cuda_bench [--out FILE.jsonl] [--repeats N]");
+        if (!std::strcmp(argv[i], "--out") && i + 1 < argc)
+            out_path = argv[++i];
+        else if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc)
+            repeats = std::atoi(argv[++i]);
+        else
+            fail("usage: gemv_cuda_bench [--out FILE.jsonl] [--repeats N]");
     }
     const std::string reason = cuda::no_device_reason();
     ONECARD_CHECK(reason.empty(), "gemv_cuda_bench needs a GPU: {}", reason);
     const auto dev = cuda::list_devices().at(0);
     int driver = 0;
     CUDA_CHECK(cudaDriverGetVersion(&driver));
-    std::printf("device: %s, %d SMs, %.1f GiB, driver API %d\n", dev.name.c_str(), dev.n_sm, dev.total_bytes / 1073741824.0,
-                driver);
+    std::printf("device: %s, %d SMs, %.1f GiB, driver API %d\n", dev.name.c_str(), dev.n_sm,
+                dev.total_bytes / 1073741824.0, driver);
 
     cuda::DeviceArena arena(size_t{6} << 30, "bench");
     cuda::Stream stream;
@@ -105,9 +108,12 @@ int run(int argc, char** argv) {
     const double copy_bw = results[0].bytes / (results[0].median_us * 1e-6);
 
     // ---- FP8 GEMV at the Flash linears ----
-    struct Shape { const char* name; int64_t n, k; };
-    const Shape fp8_shapes[] = {{"wq_a", 1024, 4096},  {"wq_b", 32768, 1024}, {"wkv", 512, 4096},
-                                {"wo_a", 8192, 4096},  {"wo_b", 4096, 8192},  {"shared_w1", 2048, 4096},
+    struct Shape {
+        const char* name;
+        int64_t n, k;
+    };
+    const Shape fp8_shapes[] = {{"wq_a", 1024, 4096},     {"wq_b", 32768, 1024}, {"wkv", 512, 4096},
+                                {"wo_a", 8192, 4096},     {"wo_b", 4096, 8192},  {"shared_w1", 2048, 4096},
                                 {"shared_w2", 4096, 2048}};
     for (const int64_t m : {int64_t{1}, int64_t{8}, int64_t{32}}) {
         for (const auto& sh : fp8_shapes) {
@@ -127,9 +133,9 @@ int run(int argc, char** argv) {
             cuda::ue8m0_to_f32(ws8, ws, (sh.n + 127) / 128, sh.k / 128, false, s);
             std::vector<float> xsh(static_cast<size_t>(m * sh.k / 128), 0.015625f);
             cuda::copy_to_device(xs, xsh);
-            const double us = median_us(
-                [&](int r) { cuda::fp8_gemv(x, xs, w + (r % n_sets) * w_bytes, ws, y, m, sh.n, sh.k, s); }, s, warmup,
-                repeats);
+            const double us =
+                median_us([&](int r) { cuda::fp8_gemv(x, xs, w + (r % n_sets) * w_bytes, ws, y, m, sh.n, sh.k, s); }, s,
+                          warmup, repeats);
             results.push_back({fmt::format("fp8_gemv_m{}", m), fmt::format("{} [{}x{}]", sh.name, sh.n, sh.k), us,
                                static_cast<double>(w_bytes + s_bytes * 4), 2.0 * m * sh.n * sh.k});
             arena.release(mark);
@@ -140,7 +146,10 @@ int run(int argc, char** argv) {
     // experts, rotating picks; bytes = the distinct experts' codes + scales, averaged over the lists ----
     {
         const int64_t n_exp = 216, top_k = 6;
-        struct EShape { const char* name; int64_t n, k; };
+        struct EShape {
+            const char* name;
+            int64_t n, k;
+        };
         for (const int64_t batch : {int64_t{1}, int64_t{64}}) {
             for (const EShape sh : {EShape{"experts_w1", 2048, 4096}, EShape{"experts_w2", 4096, 2048}}) {
                 const auto mark = arena.mark();
@@ -188,8 +197,9 @@ int run(int argc, char** argv) {
                         cuda::mxfp4_grouped_gemv(x, xs, rows, g, w, ws, y, nullptr, nullptr, nullptr, sh.n, sh.k, s);
                     },
                     s, warmup, repeats);
-                results.push_back({fmt::format("mxfp4_grouped_b{}", batch), fmt::format("{} [{}x{}]", sh.name, sh.n, sh.k),
-                                   us, distinct * static_cast<double>(w_bytes + s_bytes),
+                results.push_back({fmt::format("mxfp4_grouped_b{}", batch),
+                                   fmt::format("{} [{}x{}]", sh.name, sh.n, sh.k), us,
+                                   distinct * static_cast<double>(w_bytes + s_bytes),
                                    2.0 * static_cast<double>(n_pairs * sh.n * sh.k)});
                 arena.release(mark);
             }
@@ -201,7 +211,10 @@ int run(int argc, char** argv) {
         const size_t ws_bytes = size_t{32} << 20;
         void* lt_ws = arena.alloc(ws_bytes, "cublaslt workspace");
         cuda::Fp8GemmLt gemm(lt_ws, ws_bytes);
-        struct G { const char* name; int64_t m, n, k; };
+        struct G {
+            const char* name;
+            int64_t m, n, k;
+        };
         for (const G g : {G{"wq_b", 8192, 32768, 1024}, G{"wo_a", 8192, 8192, 4096}, G{"shared_w1", 8192, 2048, 4096},
                           G{"square", 8192, 8192, 8192}, G{"wq_a_m16", 16, 1024, 4096}}) {
             const auto mark = arena.mark();
@@ -216,11 +229,10 @@ int run(int argc, char** argv) {
             cuda::copy_to_device(ws, one.data(), static_cast<size_t>(g.n / 128 * g.k / 128) * 4);
             cuda::copy_to_device(xs, one.data(), static_cast<size_t>(g.m * g.k / 128) * 4);
             try {
-                const double us =
-                    median_us([&](int) { gemm.run(x, xs, w, ws, y, g.m, g.n, g.k, s); }, s, warmup, std::max(10, repeats / 2));
+                const double us = median_us([&](int) { gemm.run(x, xs, w, ws, y, g.m, g.n, g.k, s); }, s, warmup,
+                                            std::max(10, repeats / 2));
                 results.push_back({"cublaslt_fp8_blockscaled", fmt::format("{} m{} [{}x{}]", g.name, g.m, g.n, g.k), us,
-                                   static_cast<double>(g.n * g.k + g.m * g.k + 2 * g.m * g.n),
-                                   2.0 * g.m * g.n * g.k});
+                                   static_cast<double>(g.n * g.k + g.m * g.k + 2 * g.m * g.n), 2.0 * g.m * g.n * g.k});
             } catch (const Error& e) {
                 std::printf("cublaslt %s: %s\n", g.name, e.what());
             }

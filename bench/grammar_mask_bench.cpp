@@ -39,16 +39,17 @@ const Vocab& vocab() {
         Vocab out;
         try {
             std::ifstream in(find_v3_tokenizer_json());
-            out.tok = std::make_unique<Tokenizer>(
-                Tokenizer::from_json(make_v4_tokenizer_json(nlohmann::json::parse(in))));
+            out.tok =
+                std::make_unique<Tokenizer>(Tokenizer::from_json(make_v4_tokenizer_json(nlohmann::json::parse(in))));
             out.trie = TokenTrie::from_tokenizer(*out.tok);
             return out;
         } catch (const std::exception&) {
         }
         // Synthetic: 256 bytes, then joins of JSON-ish fragments and words up to 129,280 ids.
-        const std::vector<std::string> frag = {"{", "}", "[", "]", ",", ":", "\"", "\":", "\",\"", "name", "id",
-                                               " the", "ing", "er", "é", "中", "0", "12", "345", ".", "-", "true",
-                                               "null", "a", "b", "c", "_", "\\n", " ", "tion", "val", "ue"};
+        const std::vector<std::string> frag = {
+            "{",    "}",   "[",  "]", ",",  ":",   "\"", "\":",  "\",\"", "name", "id",
+            " the", "ing", "er", "é", "中", "0",   "12", "345",  ".",     "-",    "true",
+            "null", "a",   "b",  "c", "_",  "\\n", " ",  "tion", "val",   "ue"};
         std::vector<std::string> bytes;
         for (int b = 0; b < 256; ++b) bytes.emplace_back(1, static_cast<char>(b));
         std::mt19937_64 rng(1);

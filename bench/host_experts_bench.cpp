@@ -29,7 +29,9 @@ constexpr size_t kMatrixBytes = kDim * kInter / 2 + kDim * kInter / 32;  // pack
 constexpr size_t kExpertBytes = 3 * kMatrixBytes;
 constexpr int kExperts = 80;  // ~1.07 GB: more than twice any L3 this runs on
 
-int hw_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
+int hw_threads() {
+    return std::max(1u, std::thread::hardware_concurrency());
+}
 
 struct ExpertStore {
     std::vector<uint8_t> bytes;  // [kExperts][w1 | w3 | w2], each [packed | scale]
@@ -128,8 +130,8 @@ void BM_HostMoe(benchmark::State& state) {
     const double bytes = static_cast<double>(kExpertBytes) * static_cast<double>(n_experts * state.iterations());
     state.counters["weight_GBps"] = bytes / run_seconds / 1e9;
     state.counters["thread_GBps"] = bytes / run_seconds / 1e9 / threads;
-    state.counters["pair_GBps"] = bytes / run_seconds / 1e9 * static_cast<double>(n_pairs) /
-                                  static_cast<double>(n_experts);
+    state.counters["pair_GBps"] =
+        bytes / run_seconds / 1e9 * static_cast<double>(n_pairs) / static_cast<double>(n_experts);
     state.counters["read_GBps"] = bw / 1e9;
     state.counters["bw_fraction"] = bytes / run_seconds / bw;
     state.SetLabel(std::string(isa_name(isa)) + "/" + pool.kernel_name());
@@ -151,8 +153,7 @@ BENCHMARK(BM_HostMoe)->Apply(moe_args)->Unit(benchmark::kMicrosecond)->UseRealTi
 void BM_HostMoeOverhead(benchmark::State& state) {
     const int threads = static_cast<int>(state.range(0) > 0 ? state.range(0) : hw_threads());
     std::vector<uint8_t> w(3 * (128 * 64 + 128 * 4), 0x11);
-    for (size_t i = 0; i < 3; ++i)
-        std::fill_n(w.data() + i * (128 * 64 + 128 * 4) + 128 * 64, 128 * 4, uint8_t{127});
+    for (size_t i = 0; i < 3; ++i) std::fill_n(w.data() + i * (128 * 64 + 128 * 4) + 128 * 64, 128 * 4, uint8_t{127});
     auto m = [&](int i) -> MxMatrixView {
         const uint8_t* p = w.data() + i * (128 * 64 + 128 * 4);
         return {p, p + 128 * 64};

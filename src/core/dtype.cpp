@@ -25,9 +25,13 @@ constexpr std::array<DTypeInfo, 10> kInfo = {{
 }};
 }  // namespace
 
-size_t dtype_size(DType t) { return kInfo[static_cast<size_t>(t)].size; }
+size_t dtype_size(DType t) {
+    return kInfo[static_cast<size_t>(t)].size;
+}
 
-std::string_view dtype_name(DType t) { return kInfo[static_cast<size_t>(t)].name; }
+std::string_view dtype_name(DType t) {
+    return kInfo[static_cast<size_t>(t)].name;
+}
 
 std::optional<DType> dtype_from_name(std::string_view s) {
     for (const auto& info : kInfo) {

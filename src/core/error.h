@@ -22,7 +22,7 @@ template <typename... Args>
 }  // namespace onecard
 
 // ONECARD_CHECK(cond, "fmt", args...): throw onecard::Error with the formatted message if !cond.
-#define ONECARD_CHECK(cond, ...)               \
-    do {                                       \
+#define ONECARD_CHECK(cond, ...)                   \
+    do {                                           \
         if (!(cond)) ::onecard::fail(__VA_ARGS__); \
     } while (0)

@@ -24,7 +24,9 @@ float decode_minifloat(uint8_t v, int exp_bits, int man_bits, int bias) {
 }
 }  // namespace
 
-float bf16_to_f32(uint16_t v) { return std::bit_cast<float>(static_cast<uint32_t>(v) << 16); }
+float bf16_to_f32(uint16_t v) {
+    return std::bit_cast<float>(static_cast<uint32_t>(v) << 16);
+}
 
 uint16_t f32_to_bf16(float f) {
     uint32_t u = std::bit_cast<uint32_t>(f);
@@ -41,8 +43,8 @@ float f16_to_f32(uint16_t v) {
     }
     const int sign = v >> 15;
     const int m = v & 0x3FF;
-    const float mag = e == 0 ? std::ldexp(static_cast<float>(m), -24)
-                             : std::ldexp(1.0f + static_cast<float>(m) / 1024.0f, e - 15);
+    const float mag =
+        e == 0 ? std::ldexp(static_cast<float>(m), -24) : std::ldexp(1.0f + static_cast<float>(m) / 1024.0f, e - 15);
     return sign ? -mag : mag;
 }
 
@@ -65,7 +67,9 @@ float e5m2_to_f32(uint8_t v) {
     return decode_minifloat(v, 5, 2, 15);
 }
 
-float e2m1_to_f32(uint8_t code) { return decode_minifloat(code & 0xF, 2, 1, 1); }
+float e2m1_to_f32(uint8_t code) {
+    return decode_minifloat(code & 0xF, 2, 1, 1);
+}
 
 float ue8m0_to_f32(uint8_t v) {
     if (v == 0xFF) return kNaN;
@@ -85,7 +89,7 @@ uint8_t f32_to_e4m3fn(float f) {
     } else {
         int e;
         const float fr = std::frexp(a, &e);  // a = fr * 2^e, fr in [0.5, 1)
-        const int exp = e - 1;                // a = (2*fr) * 2^exp, 2*fr in [1, 2)
+        const int exp = e - 1;               // a = (2*fr) * 2^exp, 2*fr in [1, 2)
         int q = static_cast<int>(std::nearbyint((2.0f * fr - 1.0f) * 8.0f));
         int biased = exp + 7;
         if (q == 8) {
@@ -108,9 +112,12 @@ uint8_t f32_to_e2m1(float f) {
             const float lo = kMag[c], hi = kMag[c + 1];
             if (a <= hi) {
                 const float mid = 0.5f * (lo + hi);
-                if (a < mid) best = c;
-                else if (a > mid) best = static_cast<uint8_t>(c + 1);
-                else best = (c % 2 == 0) ? c : static_cast<uint8_t>(c + 1);  // tie: even code
+                if (a < mid)
+                    best = c;
+                else if (a > mid)
+                    best = static_cast<uint8_t>(c + 1);
+                else
+                    best = (c % 2 == 0) ? c : static_cast<uint8_t>(c + 1);  // tie: even code
                 break;
             }
         }

@@ -23,6 +23,8 @@ uint8_t f32_to_e4m3fn(float f);
 uint8_t f32_to_e2m1(float f);
 
 // bf16 rounding of an fp32 value (what a bf16 store followed by a load gives).
-inline float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+inline float round_bf16(float f) {
+    return bf16_to_f32(f32_to_bf16(f));
+}
 
 }  // namespace onecard

@@ -24,8 +24,8 @@ std::string shape_tuple(const std::vector<int64_t>& shape) {
     return s + ")";
 }
 
-void write_raw(const std::filesystem::path& path, const char* descr, const void* data, size_t elem_size,
-               size_t n_elems, const std::vector<int64_t>& shape) {
+void write_raw(const std::filesystem::path& path, const char* descr, const void* data, size_t elem_size, size_t n_elems,
+               const std::vector<int64_t>& shape) {
     ONECARD_CHECK(numel_of(shape) == static_cast<int64_t>(n_elems), "npy {}: shape {} does not match {} elements",
                   path.string(), shape_tuple(shape), n_elems);
     std::string header =
@@ -123,7 +123,11 @@ void npy_write_i32(const std::filesystem::path& path, std::span<const int32_t> d
     write_raw(path, "<i4", data.data(), sizeof(int32_t), data.size(), shape);
 }
 
-NpyArray<float> npy_read_f32(const std::filesystem::path& path) { return read_raw<float>(path, "<f4"); }
-NpyArray<int32_t> npy_read_i32(const std::filesystem::path& path) { return read_raw<int32_t>(path, "<i4"); }
+NpyArray<float> npy_read_f32(const std::filesystem::path& path) {
+    return read_raw<float>(path, "<f4");
+}
+NpyArray<int32_t> npy_read_i32(const std::filesystem::path& path) {
+    return read_raw<int32_t>(path, "<i4");
+}
 
 }  // namespace onecard

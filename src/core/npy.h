@@ -17,8 +17,7 @@ struct NpyArray {
 
 // Writes `data` (numel(shape) elements) as '<f4' / '<i4'. Throws onecard::Error naming the path.
 void npy_write_f32(const std::filesystem::path& path, std::span<const float> data, const std::vector<int64_t>& shape);
-void npy_write_i32(const std::filesystem::path& path, std::span<const int32_t> data,
-                   const std::vector<int64_t>& shape);
+void npy_write_i32(const std::filesystem::path& path, std::span<const int32_t> data, const std::vector<int64_t>& shape);
 
 // Reads a v1/v2 .npy file whose dtype is '<f4' / '<i4' and fortran_order is False.
 NpyArray<float> npy_read_f32(const std::filesystem::path& path);

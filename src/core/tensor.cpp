@@ -5,6 +5,8 @@
 
 namespace onecard {
 
-std::string shape_str(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+std::string shape_str(const std::vector<int64_t>& shape) {
+    return fmt::format("[{}]", fmt::join(shape, ", "));
+}
 
 }  // namespace onecard

@@ -12,7 +12,7 @@
 namespace onecard {
 
 struct TensorView {
-    std::string name;            // checkpoint name, e.g. "layers.3.attn.wq_a.weight"
+    std::string name;  // checkpoint name, e.g. "layers.3.attn.wq_a.weight"
     DType dtype = DType::F32;
     std::vector<int64_t> shape;  // row-major, outermost first
     const std::byte* data = nullptr;
@@ -24,7 +24,9 @@ struct TensorView {
         return n;
     }
     template <typename T>
-    const T* as() const { return reinterpret_cast<const T*>(data); }
+    const T* as() const {
+        return reinterpret_cast<const T*>(data);
+    }
 };
 
 // "[1024, 4096]"-style text for messages.

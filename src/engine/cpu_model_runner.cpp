@@ -10,7 +10,9 @@
 namespace onecard {
 
 // The same per-layer cache shape the memory planner sizes the pool with.
-KvModelShape CpuModelRunner::kv_model_shape() const { return kv_model_shape_from_config(model_.config()); }
+KvModelShape CpuModelRunner::kv_model_shape() const {
+    return kv_model_shape_from_config(model_.config());
+}
 
 CpuModelRunner::CpuModelRunner(const DeepSeekV4& model, int64_t max_model_len)
     : model_(model), max_model_len_(max_model_len > 0 ? max_model_len : model.config().max_position_embeddings) {}
@@ -98,7 +100,7 @@ void CpuModelRunner::copy_blocks(const SchedulerOutput& batch) {
 std::vector<float> CpuModelRunner::forward_saving(Live& live, const ScheduledRequest& e) {
     PagedSequenceKv kv(*arena_, *layout_, live.slot, live.block_table);
     std::vector<float> logits;
-    int64_t done = 0;  // tokens of e computed so far
+    int64_t done = 0;                     // tokens of e computed so far
     auto advance_to = [&](int64_t end) {  // end: tokens of e computed afterwards
         if (end <= done) return;
         logits = model_.forward(live.state, kv,

@@ -55,11 +55,13 @@ EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<ModelRunner> 
             config_.prefix_snapshot_bytes >= 0 ? config_.prefix_snapshot_bytes : config_.kv_cache_bytes / 4;
         prefix.max_snapshots = snapshot_bytes > 0 ? budget / snapshot_bytes : 0;
         prefix.snapshot_bytes = std::max<int64_t>(snapshot_bytes, 1);
-        ONECARD_CHECK(config_.kv_offload_bytes >= 0, "engine: kv_offload_bytes {} is negative", config_.kv_offload_bytes);
+        ONECARD_CHECK(config_.kv_offload_bytes >= 0, "engine: kv_offload_bytes {} is negative",
+                      config_.kv_offload_bytes);
         prefix.max_host_blocks = config_.kv_offload_bytes / spec.block_bytes;
         if (!config_.kv_disk_dir.empty()) {
             ONECARD_CHECK(prefix.max_host_blocks > 0 && config_.kv_disk_bytes > 0,
-                          "engine: a disk KV tier ({}) needs kv_offload_bytes and kv_disk_bytes > 0", config_.kv_disk_dir);
+                          "engine: a disk KV tier ({}) needs kv_offload_bytes and kv_disk_bytes > 0",
+                          config_.kv_disk_dir);
             KvDiskStoreOptions d;
             d.dir = config_.kv_disk_dir;
             d.max_bytes = config_.kv_disk_bytes;
@@ -253,15 +255,17 @@ int32_t EngineCore::mask_eos(const Request& req) const {
 }
 
 std::string EngineCore::no_token_reason(const TokenConstraint& c) {
-    return c.can_terminate() ? "constraint: the constrained output is complete but EOS cannot be sampled (ignore_eos or "
-                               "no eos_token_id)"
-                             : "constraint: no token of the vocabulary continues the constrained output";
+    return c.can_terminate()
+               ? "constraint: the constrained output is complete but EOS cannot be sampled (ignore_eos or "
+                 "no eos_token_id)"
+               : "constraint: no token of the vocabulary continues the constrained output";
 }
 
 void EngineCore::build_row_mask(RequestId id, std::span<uint32_t> mask) {
     const Request* req = scheduler_->find(id);
     TokenConstraint* c = constraint_of(id);
-    ONECARD_CHECK(req != nullptr && c != nullptr, "engine: token mask asked for request {}, which has no constraint", id);
+    ONECARD_CHECK(req != nullptr && c != nullptr, "engine: token mask asked for request {}, which has no constraint",
+                  id);
     RowMask& m = row_masks_[id];
     ++m.n_builds;
     m.n_allowed = build_token_mask(*c, mask, vocab_size_, mask_eos(*req));
@@ -287,8 +291,8 @@ std::optional<SampleResult> EngineCore::sample_host(Request& req, std::span<cons
         if (eos >= 0) masked_row_[static_cast<size_t>(eos)] = -INFINITY;
         for (int32_t t : req.params.stop_token_ids)
             if (t >= 0 && t < vocab_size_) masked_row_[static_cast<size_t>(t)] = -INFINITY;
-        if (constraint != nullptr && std::none_of(masked_row_.begin(), masked_row_.end(),
-                                                  [](float x) { return x > -INFINITY; })) {
+        if (constraint != nullptr &&
+            std::none_of(masked_row_.begin(), masked_row_.end(), [](float x) { return x > -INFINITY; })) {
             reason = "constraint: the constrained output is complete before min_tokens";
             return std::nullopt;
         }
@@ -384,8 +388,8 @@ std::vector<EngineEvent> EngineCore::step() {
         if (spec_policy_) {  // the step cost the draft-length choice weighs (engine/spec_policy.h)
             int64_t n_tokens = 0;
             for (const auto& e : out.requests) n_tokens += e.n_tokens() + e.n_draft_tokens;
-            spec_policy_->record_step(
-                n_tokens, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            spec_policy_->record_step(n_tokens,
+                                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         }
         size_t n_sample = 0;
         for (const auto& e : out.requests) {
@@ -459,9 +463,9 @@ std::vector<EngineEvent> EngineCore::step() {
         TokenConstraint* constraint = constraint_of(req->id);
         const bool is_eos = config_.eos_token_id >= 0 && s.token == config_.eos_token_id;
         if (constraint != nullptr && !is_eos && !constraint->accept(s.token)) {
-            events.push_back(fail_request(
-                *req, fmt::format("constraint: sampled token {} is outside its mask (output token {})", s.token,
-                                  req->output.size())));
+            events.push_back(
+                fail_request(*req, fmt::format("constraint: sampled token {} is outside its mask (output token {})",
+                                               s.token, req->output.size())));
             continue;
         }
         EngineEvent ev;

@@ -129,7 +129,7 @@ private:
     SchedulerOutput last_output_;
     bool last_step_scheduled_ = false;
     int64_t n_steps_ = 0;
-    std::vector<float> masked_row_;      // [vocab] a logits row with tokens masked (min_tokens, constraint), reused
+    std::vector<float> masked_row_;          // [vocab] a logits row with tokens masked (min_tokens, constraint), reused
     std::vector<uint32_t> constraint_mask_;  // [ceil(vocab / 32)] scratch for the constraint's mask
     // This step's masks built through RowSampling::fill_mask, per request: how often (must be once)
     // and how many tokens they allowed (0: the request fails, as on the host path).

@@ -6,8 +6,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <array>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -157,7 +157,8 @@ MemoryPlan make_memory_plan(const ModelConfig& cfg, const std::vector<PlannedTen
     ONECARD_CHECK(opt.max_sequences > 0 && opt.max_step_tokens > 0 && opt.kv_tokens >= 0,
                   "memory plan: max_sequences {}, max_step_tokens {}, kv_tokens {} must be positive", opt.max_sequences,
                   opt.max_step_tokens, opt.kv_tokens);
-    ONECARD_CHECK(opt.kv_tokens == 0 || opt.kv_pool_bytes == 0, "memory plan: give kv_tokens or kv_pool_bytes, not both");
+    ONECARD_CHECK(opt.kv_tokens == 0 || opt.kv_pool_bytes == 0,
+                  "memory plan: give kv_tokens or kv_pool_bytes, not both");
     ONECARD_CHECK(opt.gpu_memory_utilization >= 0 && opt.gpu_memory_utilization <= 1,
                   "memory plan: gpu_memory_utilization {} must be in (0, 1] (a fraction of the card's total memory)",
                   opt.gpu_memory_utilization);
@@ -175,8 +176,8 @@ MemoryPlan make_memory_plan(const ModelConfig& cfg, const std::vector<PlannedTen
     const uint64_t card_total = opt.device_total_bytes > 0 ? opt.device_total_bytes : opt.device_bytes;
     if (opt.gpu_memory_utilization > 0) {
         plan.device_bytes = static_cast<uint64_t>(static_cast<double>(card_total) * opt.gpu_memory_utilization);
-        plan.budget_source = fmt::format("gpu_memory_utilization {:.3g} of {:.2f} GiB", opt.gpu_memory_utilization,
-                                         gib(card_total));
+        plan.budget_source =
+            fmt::format("gpu_memory_utilization {:.3g} of {:.2f} GiB", opt.gpu_memory_utilization, gib(card_total));
     } else {
         plan.device_bytes = opt.device_bytes;
         plan.budget_source = "free memory";
@@ -196,10 +197,9 @@ MemoryPlan make_memory_plan(const ModelConfig& cfg, const std::vector<PlannedTen
 
     // ---- fixed-size items ---------------------------------------------------------------------
     plan.workspace_exact = opt.workspace_bytes > 0;
-    plan.activation_bytes =
-        plan.workspace_exact ? opt.workspace_bytes
-                             : activation_bytes_for_step(cfg, opt.max_step_tokens, opt.max_context,
-                                                         std::max<int64_t>(opt.max_sequences, 1));
+    plan.activation_bytes = plan.workspace_exact ? opt.workspace_bytes
+                                                 : activation_bytes_for_step(cfg, opt.max_step_tokens, opt.max_context,
+                                                                             std::max<int64_t>(opt.max_sequences, 1));
     // A captured decode graph holds its kernel nodes and parameters (a few MB at most); 32 MiB per
     // bucket is a deliberate over-estimate until measured on the device.
     plan.graph_bytes = static_cast<uint64_t>(opt.graph_batches.size()) * (32ull << 20);
@@ -216,10 +216,11 @@ MemoryPlan make_memory_plan(const ModelConfig& cfg, const std::vector<PlannedTen
     if (opt.kv_pool_bytes > 0) {
         const int64_t blocks =
             opt.kv_pool_bytes > slots_bytes ? static_cast<int64_t>((opt.kv_pool_bytes - slots_bytes) / block_bytes) : 0;
-        ONECARD_CHECK(blocks > plan.kv_slots,
-                      "memory plan: a KV pool of {} bytes cannot hold {} sequence slots ({} B each) plus their {} spare "
-                      "blocks and one more ({} B each)",
-                      opt.kv_pool_bytes, plan.kv_slots, spec.slot_bytes, plan.kv_slots, spec.block_bytes);
+        ONECARD_CHECK(
+            blocks > plan.kv_slots,
+            "memory plan: a KV pool of {} bytes cannot hold {} sequence slots ({} B each) plus their {} spare "
+            "blocks and one more ({} B each)",
+            opt.kv_pool_bytes, plan.kv_slots, spec.slot_bytes, plan.kv_slots, spec.block_bytes);
         kv_tokens = (blocks - plan.kv_slots) * spec.block_size;
     }
 
@@ -263,12 +264,12 @@ MemoryPlan make_memory_plan(const ModelConfig& cfg, const std::vector<PlannedTen
         plan.placement = place_experts(L, E, gpu_pairs, profile ? &*profile : nullptr);
         if (gpu_without_experts > budget) {
             gpu_short_without_experts = true;
-            std::string options =
-                fmt::format("\n  - a smaller KV floor (--kv-tokens; now {} tokens, {:.2f} GiB)", plan.min_kv_tokens,
-                            gib(kv_floor));
+            std::string options = fmt::format("\n  - a smaller KV floor (--kv-tokens; now {} tokens, {:.2f} GiB)",
+                                              plan.min_kv_tokens, gib(kv_floor));
             if (!plan.workspace_exact)
-                options += fmt::format("\n  - fewer tokens per step (--max-step-tokens; workspace now {:.2f} GiB for {})",
-                                       gib(plan.activation_bytes), opt.max_step_tokens);
+                options +=
+                    fmt::format("\n  - fewer tokens per step (--max-step-tokens; workspace now {:.2f} GiB for {})",
+                                gib(plan.activation_bytes), opt.max_step_tokens);
             if (opt.include_mtp) options += "\n  - leave out the MTP block";
             reasons.push_back(fmt::format(
                 "memory plan does not fit even with every routed expert in host RAM: the GPU needs {:.2f} GiB "
@@ -360,8 +361,7 @@ MemoryPlan make_memory_plan(const ModelConfig& cfg, const std::vector<PlannedTen
                                    opt.gpu_memory_utilization, gib(budget), gib(card_total), gib(opt.device_bytes),
                                    static_cast<double>(opt.device_bytes) / static_cast<double>(card_total)));
     }
-    if (plan.host_experts() && !gpu_short_without_experts &&
-        plan.host_weight_bytes() > plan.host_ram_available_bytes) {
+    if (plan.host_experts() && !gpu_short_without_experts && plan.host_weight_bytes() > plan.host_ram_available_bytes) {
         reasons.push_back(fmt::format(
             "memory plan does not fit GPU + host RAM: {} of {} routed (layer, expert) pairs fit on the GPU (budget "
             "{:.2f} GiB ({}): weights {:.2f} incl. {:.2f} of experts + KV pool {:.2f} for {} tokens (floor {}) + "
@@ -425,8 +425,8 @@ void require_plan_fits(const MemoryPlan& plan) {
 }
 
 int64_t serving_kv_floor_tokens(int64_t max_model_len, int64_t max_num_seqs) {
-    ONECARD_CHECK(max_model_len > 0 && max_num_seqs > 0, "memory plan: max_model_len {} and max_num_seqs {} must be positive",
-                  max_model_len, max_num_seqs);
+    ONECARD_CHECK(max_model_len > 0 && max_num_seqs > 0,
+                  "memory plan: max_model_len {} and max_num_seqs {} must be positive", max_model_len, max_num_seqs);
     return std::max(max_model_len, max_num_seqs * std::min(max_model_len, kServingKvTokensPerSequence));
 }
 
@@ -435,9 +435,9 @@ int64_t default_stream_experts(const MemoryPlan& plan) {
     if (p.n_layers() == 0 || p.total_host() == 0) return 0;
     // Without a profile the placement is uniform and so, for planning, is routing: the host's share
     // of picks is its share of pairs.
-    const double share = plan.has_profile ? plan.host_pick_share
-                                          : static_cast<double>(p.total_host()) /
-                                                static_cast<double>(p.n_layers() * p.n_experts);
+    const double share = plan.has_profile
+                             ? plan.host_pick_share
+                             : static_cast<double>(p.total_host()) / static_cast<double>(p.n_layers() * p.n_experts);
     if (share < kStreamMinHostShare) return 0;
     int64_t hybrid_layers = 0;
     for (int64_t l = 0; l < p.n_layers(); ++l) hybrid_layers += p.n_host(l) > 0;

@@ -39,16 +39,16 @@ struct MemoryPlanOptions {
     // > 0: the budget is device_total_bytes * it (refused when that exceeds the free device_bytes);
     // 0: the budget is device_bytes. Either way headroom_bytes is reserved inside the budget.
     double gpu_memory_utilization = 0;
-    uint64_t device_total_bytes = 0;             // the card's total memory; 0 = take device_bytes
-    uint64_t headroom_bytes = 2ull << 30;        // reserved, never planned (allocator slack, library handles)
-    int64_t n_resident_experts = -1;             // routed experts per layer kept on the GPU; -1 = all
-    bool include_mtp = true;                     // the MTP block's weights (speculative decoding)
-    int64_t kv_tokens = 0;                       // KV pool capacity in tokens; 0 = everything left over
-    uint64_t kv_pool_bytes = 0;                  // > 0: the KV pool's bytes instead (serve's --kv-cache-memory-bytes)
-    int64_t max_sequences = 64;                  // live sequences: one fixed KV slot each
-    int64_t kv_block_size = 256;                 // tokens per KV block (a multiple of every compress ratio)
-    int64_t max_step_tokens = 8192;              // largest step (prefill chunk): sizes the activations
-    int64_t max_context = 1048576;               // longest sequence: sizes the indexer score tile
+    uint64_t device_total_bytes = 0;       // the card's total memory; 0 = take device_bytes
+    uint64_t headroom_bytes = 2ull << 30;  // reserved, never planned (allocator slack, library handles)
+    int64_t n_resident_experts = -1;       // routed experts per layer kept on the GPU; -1 = all
+    bool include_mtp = true;               // the MTP block's weights (speculative decoding)
+    int64_t kv_tokens = 0;                 // KV pool capacity in tokens; 0 = everything left over
+    uint64_t kv_pool_bytes = 0;            // > 0: the KV pool's bytes instead (serve's --kv-cache-memory-bytes)
+    int64_t max_sequences = 64;            // live sequences: one fixed KV slot each
+    int64_t kv_block_size = 256;           // tokens per KV block (a multiple of every compress ratio)
+    int64_t max_step_tokens = 8192;        // largest step (prefill chunk): sizes the activations
+    int64_t max_context = 1048576;         // longest sequence: sizes the indexer score tile
     std::vector<int64_t> graph_batches = {1, 2, 4, 8, 16, 32, 64};  // decode batch buckets captured as graphs
     // > 0: the exact step workspace the GPU side computed for these options; it replaces the
     // estimate (activation_bytes_for_step, the fallback for CPU-only builds). MemoryPlan says which.
@@ -66,8 +66,8 @@ struct MemoryPlanOptions {
     // The smallest KV pool the offload path keeps on the GPU, in tokens (kv_tokens > 0 replaces it);
     // -1: one sequence of max_context tokens.
     int64_t min_kv_tokens = -1;
-    uint64_t host_ram_bytes = 0;              // pinned host RAM the experts may take; 0 = MemAvailable less the reserve
-    uint64_t host_reserve_bytes = 8ull << 30; // left to the OS and the process when reading MemAvailable
+    uint64_t host_ram_bytes = 0;  // pinned host RAM the experts may take; 0 = MemAvailable less the reserve
+    uint64_t host_reserve_bytes = 8ull << 30;  // left to the OS and the process when reading MemAvailable
     // Use counts that rank (layer, expert) pairs for the GPU (shape num_hidden_layers x
     // n_routed_experts; not owned); nullptr: uniform placement.
     const ExpertUseProfile* expert_profile = nullptr;
@@ -75,7 +75,7 @@ struct MemoryPlanOptions {
 
 struct PlanItem {
     std::string name;
-    uint64_t bytes = 0;       // on the GPU
+    uint64_t bytes = 0;  // on the GPU
     std::string detail;
     uint64_t host_bytes = 0;  // in pinned host RAM (routed experts off the GPU)
 };
@@ -102,16 +102,16 @@ struct MemoryPlan {
     bool workspace_exact = false;
     uint64_t graph_bytes = 0;
     uint64_t headroom_bytes = 0;
-    uint64_t device_bytes = 0;   // the GPU budget planned against (free memory, or utilization x total)
-    std::string budget_source;   // how device_bytes was chosen, for the report
+    uint64_t device_bytes = 0;  // the GPU budget planned against (free memory, or utilization x total)
+    std::string budget_source;  // how device_bytes was chosen, for the report
     double gpu_memory_utilization = 0;
     uint64_t planned_bytes = 0;  // weights + kv + activations + graphs + headroom (GPU only)
 
     // Routed experts of the main layers over [num_hidden_layers][n_resident_experts]: all on the GPU
     // unless the weights do not fit and options.allow_host_experts (then a planned placement).
     ExpertPlacement placement;
-    uint64_t expert_pair_bytes = 0;         // one (layer, expert) pair's stored bytes (largest pair)
-    uint64_t host_expert_bytes = 0;         // host pairs in their stored MXFP4 bytes
+    uint64_t expert_pair_bytes = 0;  // one (layer, expert) pair's stored bytes (largest pair)
+    uint64_t host_expert_bytes = 0;  // host pairs in their stored MXFP4 bytes
     // The embedding table in pinned host RAM (only when experts are offloaded and allow_host_embed).
     bool embed_on_host = false;
     uint64_t host_embed_bytes = 0;
@@ -119,7 +119,7 @@ struct MemoryPlan {
     std::string host_ram_source;            // "--host-ram" or "MemAvailable X GiB less Y GiB reserve"
     int64_t min_kv_tokens = 0;              // the KV floor the offload path kept
     bool has_profile = false;
-    double host_pick_share = 0;             // picks landing on host pairs under the profile (has_profile)
+    double host_pick_share = 0;  // picks landing on host pairs under the profile (has_profile)
     // Host experts per layer that large decode steps stage over PCIe into HBM (their staging
     // buffers are in the workspace above); set by the caller that sized the workspace with them.
     int64_t stream_experts = 0;

@@ -10,7 +10,9 @@
 namespace onecard {
 namespace {
 
-double gib(uint64_t b) { return static_cast<double>(b) / 1073741824.0; }
+double gib(uint64_t b) {
+    return static_cast<double>(b) / 1073741824.0;
+}
 
 // Fewest and most GPU experts over the main layers (0, 0 without layers).
 std::pair<int64_t, int64_t> gpu_experts_per_layer(const ExpertPlacement& p) {
@@ -33,22 +35,25 @@ std::string memory_plan_report(const MemoryPlan& p) {
     }
     for (const auto& f : p.weight_formats) out += fmt::format("    as {:<17} {:8.2f} GiB\n", f.name, gib(f.bytes));
     const auto [lo, hi] = gpu_experts_per_layer(p.placement);
-    out += fmt::format("  experts on GPU     {} of {} per layer", lo == hi ? fmt::format("{}", lo) : fmt::format("{}-{}", lo, hi),
-                       p.placement.n_experts);
+    out += fmt::format("  experts on GPU     {} of {} per layer",
+                       lo == hi ? fmt::format("{}", lo) : fmt::format("{}-{}", lo, hi), p.placement.n_experts);
     if (p.host_experts()) {
         out += fmt::format("; {} (layer, expert) pairs in host RAM: {:.2f} GiB pinned of {:.2f} GiB available ({})",
                            p.placement.total_host(), gib(p.host_expert_bytes), gib(p.host_ram_available_bytes),
                            p.host_ram_source);
-        if (p.has_profile) out += fmt::format("; host share of picks {:.2f}% (profile)", 100.0 * p.host_pick_share);
-        else out += "; placement uniform (no profile)";
+        if (p.has_profile)
+            out += fmt::format("; host share of picks {:.2f}% (profile)", 100.0 * p.host_pick_share);
+        else
+            out += "; placement uniform (no profile)";
         if (p.stream_experts > 0)
             out += fmt::format("; {} host experts per layer staged over PCIe on large decode steps", p.stream_experts);
     }
     out += "\n";
     if (p.embed_on_host)
-        out += fmt::format("  embedding table    in pinned host RAM ({:.2f} GiB; each step reads its tokens' rows over "
-                           "PCIe), so more experts fit on the GPU\n",
-                           gib(p.host_embed_bytes));
+        out += fmt::format(
+            "  embedding table    in pinned host RAM ({:.2f} GiB; each step reads its tokens' rows over "
+            "PCIe), so more experts fit on the GPU\n",
+            gib(p.host_embed_bytes));
     out += fmt::format(
         "  KV pool            {:8.2f} GiB  {} tokens in {} blocks of {}, {} sequence slots "
         "({:.1f} B/token, {:.1f} MB/sequence fixed)\n",
@@ -65,8 +70,9 @@ std::string memory_plan_report(const MemoryPlan& p) {
 
 std::string memory_plan_line(const MemoryPlan& p) {
     const auto [lo, hi] = gpu_experts_per_layer(p.placement);
-    std::string experts = fmt::format("experts on GPU {} of {} per layer",
-                                      lo == hi ? fmt::format("{}", lo) : fmt::format("{}-{}", lo, hi), p.placement.n_experts);
+    std::string experts =
+        fmt::format("experts on GPU {} of {} per layer",
+                    lo == hi ? fmt::format("{}", lo) : fmt::format("{}-{}", lo, hi), p.placement.n_experts);
     if (p.host_experts()) {
         experts += fmt::format(" ({} pairs, {:.2f} GiB in pinned host RAM", p.placement.total_host(),
                                gib(p.host_expert_bytes));

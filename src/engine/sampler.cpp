@@ -168,8 +168,8 @@ void validate_sampling_params(const SamplingParams& p, int64_t vocab_size) {
                       vocab_size);
     for (const auto& s : p.stop) ONECARD_CHECK(!s.empty(), "sampling: empty stop string");
     for (const LogitBias& b : p.logit_bias) {
-        ONECARD_CHECK(b.token >= 0 && b.token < vocab_size, "sampling: logit_bias token {} outside the vocabulary [0, {})",
-                      b.token, vocab_size);
+        ONECARD_CHECK(b.token >= 0 && b.token < vocab_size,
+                      "sampling: logit_bias token {} outside the vocabulary [0, {})", b.token, vocab_size);
         ONECARD_CHECK(std::isfinite(b.bias) && b.bias >= -100.0f && b.bias <= 100.0f,
                       "sampling: logit_bias for token {} must be in [-100, 100], got {}", b.token, b.bias);
     }
@@ -201,7 +201,8 @@ SampleResult Sampler::sample(std::span<const float> logits, const SamplingParams
                              std::span<const int32_t> output, uint64_t seed) {
     ONECARD_CHECK(!logits.empty(), "sampler: empty logits row");
     const Candidates c = target_distribution(logits, p, prompt, output);
-    int32_t token = c.tokens.back();  // never empty for a non-empty row  // fallback for u landing past the rounded total
+    int32_t token =
+        c.tokens.back();  // never empty for a non-empty row  // fallback for u landing past the rounded total
     if (c.tokens.size() > 1) {
         const double u = sampler_uniform(seed, output.size());
         double cum = 0.0;

@@ -109,7 +109,8 @@ SchedulerOutput Scheduler::schedule() {
     if (spec_policy_ != nullptr && step_drafts_ > 0) {
         int64_t decode_rows = 0;
         for (const Request* r : running_)
-            decode_rows += r->status == RequestStatus::Running && !r->paused && r->num_tokens() - r->num_computed_tokens == 1;
+            decode_rows +=
+                r->status == RequestStatus::Running && !r->paused && r->num_tokens() - r->num_computed_tokens == 1;
         step_drafts_ = std::min(step_drafts_, spec_policy_->drafts_for_step(decode_rows, n_running() + n_waiting()));
     }
 
@@ -121,8 +122,8 @@ SchedulerOutput Scheduler::schedule() {
             if (r->status != RequestStatus::Running || r->paused || budget == 0) continue;
             const int64_t remaining = r->num_tokens() - r->num_computed_tokens;
             if (remaining <= 0 || (remaining == 1) != decode_pass) continue;
-            const int64_t n = chunk_tokens(
-                *r, r->num_computed_tokens, std::min({remaining, config_.long_prefill_token_threshold, budget}));
+            const int64_t n = chunk_tokens(*r, r->num_computed_tokens,
+                                           std::min({remaining, config_.long_prefill_token_threshold, budget}));
             const int64_t drafts = decode_pass ? draft_tokens_for(*r, budget - n) : 0;
             const int64_t need = r->num_computed_tokens + n + drafts - kv_.n_tokens(r->kv);  // KV tokens to add
             bool self_preempted = false;

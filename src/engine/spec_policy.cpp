@@ -12,7 +12,9 @@ namespace {
 // The acceptance a row starts from before any is measured: per-position shares like those seen on
 // real traffic (DeepSeek's 0731 drafter was reported at 0.74, 0.48, 0.26, ... for positions 1, 2, 3),
 // rounded down, so a model that drafts worse is found out within a few dozen rows.
-double prior_acceptance(int64_t j) { return 0.7 * std::pow(0.65, static_cast<double>(j - 1)); }
+double prior_acceptance(int64_t j) {
+    return 0.7 * std::pow(0.65, static_cast<double>(j - 1));
+}
 
 int bucket_of(int64_t n) {
     int b = 0;

@@ -23,17 +23,17 @@ namespace onecard {
 enum class DraftLength { Adaptive, Fixed };
 
 struct SpecPolicyConfig {
-    int64_t max_drafts = 0;             // num_speculative_tokens: the most drafts a row may get
+    int64_t max_drafts = 0;  // num_speculative_tokens: the most drafts a row may get
     DraftLength length = DraftLength::Adaptive;
     int64_t disable_by_batch_size = 0;  // > 0: no drafts while more requests than this are live
 };
 
 class SpecPolicy {
 public:
-    static constexpr double kMinGain = 1.05;       // expected speed-up a draft length must promise
-    static constexpr int64_t kProbeEvery = 64;     // steps between one-draft probes while off
-    static constexpr double kDecay = 1.0 / 256;    // per observation: memory of ~256 rows / steps
-    static constexpr double kPriorWeight = 2.0;    // pseudo-rows behind the acceptance prior
+    static constexpr double kMinGain = 1.05;     // expected speed-up a draft length must promise
+    static constexpr int64_t kProbeEvery = 64;   // steps between one-draft probes while off
+    static constexpr double kDecay = 1.0 / 256;  // per observation: memory of ~256 rows / steps
+    static constexpr double kPriorWeight = 2.0;  // pseudo-rows behind the acceptance prior
 
     explicit SpecPolicy(SpecPolicyConfig config);
 

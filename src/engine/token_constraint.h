@@ -27,7 +27,9 @@ public:
 };
 
 // Words of a bitmask over `vocab` tokens.
-inline int64_t token_mask_words(int64_t vocab) { return (vocab + 31) / 32; }
+inline int64_t token_mask_words(int64_t vocab) {
+    return (vocab + 31) / 32;
+}
 
 // Fills `mask` ([token_mask_words(vocab)]) with the tokens `c` allows next: its fill_mask, EOS set
 // exactly when can_terminate() and eos_token_id >= 0 (whatever the constraint's own bit says), bits at

@@ -103,7 +103,8 @@ bool TriggeredConstraint::accept(int32_t token) {
 void TriggeredConstraint::check_integrity() const {
     ONECARD_CHECK(k_ < trigger_->trigger().size(), "triggered constraint: partial match {} of a {}-byte trigger", k_,
                   trigger_->trigger().size());
-    ONECARD_CHECK(triggered_ || matcher_.n_bytes() == 0, "triggered constraint: the grammar advanced before the trigger");
+    ONECARD_CHECK(triggered_ || matcher_.n_bytes() == 0,
+                  "triggered constraint: the grammar advanced before the trigger");
     matcher_.check_integrity();
 }
 

@@ -44,7 +44,7 @@ public:
 private:
     std::shared_ptr<const grammar::TokenTrie> trie_;
     std::string trigger_;
-    std::vector<size_t> fail_;        // [trigger size + 1] KMP failure function
+    std::vector<size_t> fail_;         // [trigger size + 1] KMP failure function
     std::vector<int32_t> candidates_;  // tokens that complete the trigger from some state
 };
 

@@ -32,8 +32,8 @@ void CudaModelRunner::load(const ModelWeights* w, uint64_t dummy_seed) {
     const cuda::DeviceInfo& d = devices.front();
     report_.device = d.name;
     GpuWeightBytes wb = gpu_weight_bytes(cfg);
-    const ExpertPlacement* placement = opt.expert_placement && !opt.expert_placement->all_gpu() ? &*opt.expert_placement
-                                                                                                : nullptr;
+    const ExpertPlacement* placement =
+        opt.expert_placement && !opt.expert_placement->all_gpu() ? &*opt.expert_placement : nullptr;
     if (placement) {  // only the GPU-resident experts take HBM
         const int64_t all = static_cast<int64_t>(placement->n_layers()) * placement->n_experts;
         const int64_t gpu_part = all > 0 ? wb.routed_experts / all * placement->total_gpu() : 0;
@@ -75,8 +75,11 @@ void CudaModelRunner::load(const ModelWeights* w, uint64_t dummy_seed) {
     }
     if (placement) {
         host_store_ = std::make_unique<HostExpertStore>(cfg, *placement);
-        if (w) host_store_->fill_from(*w);
-        else host_store_->fill_synthetic(dummy_seed, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+        if (w)
+            host_store_->fill_from(*w);
+        else
+            host_store_->fill_synthetic(dummy_seed,
+                                        static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
         attach_host_experts(weights_, *host_store_, *arena_, opt.host_experts.stream_experts);
         report_.host_expert_bytes = host_store_->bytes();
         report_.placement = placement->summary();
@@ -88,7 +91,9 @@ void CudaModelRunner::load(const ModelWeights* w, uint64_t dummy_seed) {
 
 CudaModelRunner::~CudaModelRunner() = default;
 
-void CudaModelRunner::PinnedFree::operator()(uint32_t* p) const { cudaFreeHost(p); }
+void CudaModelRunner::PinnedFree::operator()(uint32_t* p) const {
+    cudaFreeHost(p);
+}
 
 GpuModelOptions CudaModelRunner::model_options(const CudaRunnerOptions& opt) {
     GpuModelOptions mo;
@@ -108,7 +113,9 @@ int64_t CudaModelRunner::workspace_bytes(const ModelConfig& cfg, const CudaRunne
            opt.max_num_batched_tokens * spec.entry.entry_bytes();
 }
 
-KvModelShape CudaModelRunner::kv_model_shape() const { return kv_model_shape_from_config(cfg_); }
+KvModelShape CudaModelRunner::kv_model_shape() const {
+    return kv_model_shape_from_config(cfg_);
+}
 
 void CudaModelRunner::bind_kv_pool(const KvCacheSpec& spec, const KvPoolSize& size) {
     ONECARD_CHECK(pool_ == nullptr, "cuda runner: the KV pool is already bound");
@@ -140,7 +147,8 @@ void CudaModelRunner::LazyPinned::reset(uint8_t* p, int64_t n, int64_t entry_byt
 
 void CudaModelRunner::LazyPinned::ensure(const uint8_t* p, int64_t n) {
     ONECARD_CHECK(p >= base && p + n <= base + bytes, "cuda runner: a host-tier copy outside its arena");
-    ONECARD_CHECK((p - base) / chunk == (p + n - 1 - base) / chunk, "cuda runner: a host-tier entry spans two pinned chunks");
+    ONECARD_CHECK((p - base) / chunk == (p + n - 1 - base) / chunk,
+                  "cuda runner: a host-tier entry spans two pinned chunks");
     for (int64_t c = (p - base) / chunk; c <= (p + n - 1 - base) / chunk; ++c) {
         if (pinned[static_cast<size_t>(c)]) continue;
         const int64_t len = std::min(chunk, bytes - c * chunk);
@@ -165,7 +173,8 @@ void CudaModelRunner::bind_host_tier(const KvHostMemory& mem) {
     host_tier_ = mem;
     pinned_snapshots_.reset(mem.snapshots, mem.n_snapshots * mem.snapshot_bytes, mem.snapshot_bytes);
     pinned_blocks_.reset(mem.blocks, mem.n_blocks * mem.block_bytes, mem.block_bytes);
-    report_.host_tier_bytes = static_cast<uint64_t>(mem.n_snapshots * mem.snapshot_bytes + mem.n_blocks * mem.block_bytes);
+    report_.host_tier_bytes =
+        static_cast<uint64_t>(mem.n_snapshots * mem.snapshot_bytes + mem.n_blocks * mem.block_bytes);
 }
 
 void CudaModelRunner::queue_prefix_copies_in(const SchedulerOutput& batch) {
@@ -192,9 +201,9 @@ void CudaModelRunner::queue_prefix_copies_in(const SchedulerOutput& batch) {
         ONECARD_CHECK(r.restore_snapshot < host_tier_.n_snapshots, "cuda runner: snapshot {} outside [0, {})",
                       r.restore_snapshot, host_tier_.n_snapshots);
         pinned_snapshots_.ensure(host_tier_.snapshot(r.restore_snapshot), host_tier_.snapshot_bytes);
-        CUDA_CHECK(cudaMemcpyAsync(pool_->base() + pool_->slot_offset(r.kv.slot), host_tier_.snapshot(r.restore_snapshot),
-                                   static_cast<size_t>(pool_->spec().slot_bytes), cudaMemcpyHostToDevice,
-                                   stream_.get()));
+        CUDA_CHECK(
+            cudaMemcpyAsync(pool_->base() + pool_->slot_offset(r.kv.slot), host_tier_.snapshot(r.restore_snapshot),
+                            static_cast<size_t>(pool_->spec().slot_bytes), cudaMemcpyHostToDevice, stream_.get()));
     }
 }
 
@@ -330,7 +339,8 @@ void CudaModelRunner::maybe_swap_experts() {
                 hot = static_cast<int32_t>(e);
             }
         }
-        const double h = recent_picks_[static_cast<size_t>(l * E + hot)], g = recent_picks_[static_cast<size_t>(l * E + cold)];
+        const double h = recent_picks_[static_cast<size_t>(l * E + hot)],
+                     g = recent_picks_[static_cast<size_t>(l * E + cold)];
         if (h > 2.0 * g + 8.0 && h - g > best_gain) {
             best_gain = h - g;
             best_layer = l;
@@ -348,7 +358,6 @@ std::vector<uint64_t> CudaModelRunner::expert_pick_counts() {
     ONECARD_CHECK(model_ != nullptr, "cuda runner: bind_kv_pool() was not called");
     return model_->expert_pick_counts(stream_.get());
 }
-
 
 void CudaModelRunner::check_integrity() const {
     arena_->check_integrity();

@@ -18,10 +18,24 @@ namespace {
 using ojson = nlohmann::ordered_json;
 
 // Keywords on a parameters schema the DSML layout cannot honour: refused, naming the keyword.
-const std::set<std::string> kRefusedParamsKeywords = {
-    "anyOf", "oneOf", "allOf", "$ref", "enum", "const", "not", "if", "then", "else", "patternProperties",
-    "minProperties", "maxProperties", "propertyNames", "dependentRequired", "dependentSchemas", "dependencies",
-    "unevaluatedProperties"};
+const std::set<std::string> kRefusedParamsKeywords = {"anyOf",
+                                                      "oneOf",
+                                                      "allOf",
+                                                      "$ref",
+                                                      "enum",
+                                                      "const",
+                                                      "not",
+                                                      "if",
+                                                      "then",
+                                                      "else",
+                                                      "patternProperties",
+                                                      "minProperties",
+                                                      "maxProperties",
+                                                      "propertyNames",
+                                                      "dependentRequired",
+                                                      "dependentSchemas",
+                                                      "dependencies",
+                                                      "unevaluatedProperties"};
 
 // How a DSML value is kept from breaking its markup. DsmlParser ends a parameter value at the first
 // "｜DSML｜" (bare, or in "<｜DSML｜" / "</｜DSML｜") or end-of-sentence text; both contain U+FF5C "｜".
@@ -93,8 +107,8 @@ Params params_of(const DsmlTool& tool, const std::string& where) {
     }
     for (const auto& n : required)
         if (std::none_of(out.declared.begin(), out.declared.end(), [&](const Param& x) { return x.name == n; }))
-            throw SchemaError("required", fmt::format("'required' at {} names '{}', which is not in 'properties'",
-                                                      where, n));
+            throw SchemaError("required",
+                              fmt::format("'required' at {} names '{}', which is not in 'properties'", where, n));
     // As in json_schema.h: absent or false, only the declared parameters; true or a schema, extra
     // ones after them (with no declared properties, a map). Nothing can require an extra one
     // (minProperties is refused above).
@@ -115,8 +129,8 @@ bool raw_string_ok(const ojson& schema) {
     if (!schema.is_object()) return false;
     const auto t = schema.find("type");
     if (t == schema.end() || !t->is_string() || *t != "string") return false;
-    for (const char* k : {"enum", "const", "format", "minLength", "maxLength", "pattern", "$ref", "anyOf", "oneOf",
-                          "allOf", "not"})
+    for (const char* k :
+         {"enum", "const", "format", "minLength", "maxLength", "pattern", "$ref", "anyOf", "oneOf", "allOf", "not"})
         if (schema.contains(k)) return false;
     return true;
 }

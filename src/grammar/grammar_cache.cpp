@@ -77,11 +77,12 @@ size_t GrammarCache::n_misses() const {
 
 void GrammarCache::check_integrity() const {
     std::lock_guard<std::mutex> lock(mu_);
-    ONECARD_CHECK(lru_.size() == index_.size() && lru_.size() <= capacity_, "grammar cache: {} entries, {} indexed, cap {}",
-                  lru_.size(), index_.size(), capacity_);
+    ONECARD_CHECK(lru_.size() == index_.size() && lru_.size() <= capacity_,
+                  "grammar cache: {} entries, {} indexed, cap {}", lru_.size(), index_.size(), capacity_);
     for (auto it = lru_.begin(); it != lru_.end(); ++it) {
         auto f = index_.find(it->first);
-        ONECARD_CHECK(f != index_.end() && f->second == it && it->second != nullptr, "grammar cache: index out of date");
+        ONECARD_CHECK(f != index_.end() && f->second == it && it->second != nullptr,
+                      "grammar cache: index out of date");
     }
 }
 

@@ -35,9 +35,17 @@ struct Utf8Edge {
 const std::vector<Utf8Edge>& utf8_edges(Utf8State s, RawChars raw) {
     // kBoundary has the string-content ASCII ranges ('"', '\\' and controls < 0x20 excluded).
     static const std::array<std::vector<Utf8Edge>, kNumUtf8> all = {{
-        {{0x20, 0x21, kBoundary}, {0x23, 0x5B, kBoundary}, {0x5D, 0x7F, kBoundary}, {0xC2, 0xDF, kCont1},
-         {0xE0, 0xE0, kAfterE0}, {0xE1, 0xEC, kCont2}, {0xED, 0xED, kAfterED}, {0xEE, 0xEF, kCont2},
-         {0xF0, 0xF0, kAfterF0}, {0xF1, 0xF3, kCont3}, {0xF4, 0xF4, kAfterF4}},
+        {{0x20, 0x21, kBoundary},
+         {0x23, 0x5B, kBoundary},
+         {0x5D, 0x7F, kBoundary},
+         {0xC2, 0xDF, kCont1},
+         {0xE0, 0xE0, kAfterE0},
+         {0xE1, 0xEC, kCont2},
+         {0xED, 0xED, kAfterED},
+         {0xEE, 0xEF, kCont2},
+         {0xF0, 0xF0, kAfterF0},
+         {0xF1, 0xF3, kCont3},
+         {0xF4, 0xF4, kAfterF4}},
         {{0x80, 0xBF, kBoundary}},
         {{0x80, 0xBF, kCont1}},
         {{0x80, 0xBF, kCont2}},
@@ -361,8 +369,7 @@ bool add_string_format(Grammar& g, uint32_t from, uint32_t to, std::string_view 
         g.add_bytes(top, '0', static_cast<uint8_t>(second_hi_at_top), b);
     };
     auto time = [&](uint32_t a, uint32_t b) {
-        const uint32_t hh = g.add_node(), c1 = g.add_node(), mm = g.add_node(), c2 = g.add_node(),
-                       ss = g.add_node();
+        const uint32_t hh = g.add_node(), c1 = g.add_node(), mm = g.add_node(), c2 = g.add_node(), ss = g.add_node();
         two(a, hh, '2', '3');
         g.add_literal(hh, ":", c1);
         two(c1, mm, '5', '9');

@@ -39,8 +39,8 @@ void add_string_excluding(Grammar& g, uint32_t from, uint32_t to, const std::vec
 
 // Digit limits on generated numbers: every number the grammar allows is a finite double (a JSON
 // parser such as nlohmann's refuses 1E400 as an overflow, and a model looping on digits ends).
-inline constexpr int kMaxIntegerDigits = 20;   // integer part; uint64 has 20 digits
-inline constexpr int kMaxExponentDigits = 2;   // so |value| < 1e120
+inline constexpr int kMaxIntegerDigits = 20;  // integer part; uint64 has 20 digits
+inline constexpr int kMaxExponentDigits = 2;  // so |value| < 1e120
 
 // JSON number: -?(0|[1-9][0-9]{0,19})(\.[0-9]+)?([eE][+-]?[0-9]{1,2})?. non_negative: no leading '-'.
 void add_number(Grammar& g, uint32_t from, uint32_t to, bool non_negative);

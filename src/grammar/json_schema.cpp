@@ -18,14 +18,32 @@ constexpr size_t kMaxNodes = 1u << 21;
 
 // Keywords that only annotate: accepted and ignored.
 const std::set<std::string_view> kAnnotations = {
-    "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly",
-    "writeOnly", "$defs", "definitions", "$anchor", "contentEncoding", "contentMediaType", "strict"};
+    "title",    "description",     "default",          "examples",  "$schema", "$id",
+    "$comment", "deprecated",      "readOnly",         "writeOnly", "$defs",   "definitions",
+    "$anchor",  "contentEncoding", "contentMediaType", "strict"};
 // Assertions the grammar cannot enforce: refused (a grammar that ignored them would emit output that
 // does not validate).
-const std::set<std::string_view> kRefused = {
-    "pattern", "patternProperties", "not", "if", "then", "else", "dependentRequired", "dependentSchemas",
-    "dependencies", "propertyNames", "unevaluatedProperties", "unevaluatedItems", "contains", "minContains",
-    "maxContains", "multipleOf", "minProperties", "maxProperties", "$dynamicRef", "$recursiveRef", "additionalItems"};
+const std::set<std::string_view> kRefused = {"pattern",
+                                             "patternProperties",
+                                             "not",
+                                             "if",
+                                             "then",
+                                             "else",
+                                             "dependentRequired",
+                                             "dependentSchemas",
+                                             "dependencies",
+                                             "propertyNames",
+                                             "unevaluatedProperties",
+                                             "unevaluatedItems",
+                                             "contains",
+                                             "minContains",
+                                             "maxContains",
+                                             "multipleOf",
+                                             "minProperties",
+                                             "maxProperties",
+                                             "$dynamicRef",
+                                             "$recursiveRef",
+                                             "additionalItems"};
 
 class Compiler {
 public:
@@ -69,7 +87,8 @@ private:
     }
 
     const ojson& resolve(const std::string& ref, const std::string& path) const {
-        if (ref.empty() || ref[0] != '#') refuse("$ref", path, fmt::format("only local references (#...) are supported, not '{}'", ref));
+        if (ref.empty() || ref[0] != '#')
+            refuse("$ref", path, fmt::format("only local references (#...) are supported, not '{}'", ref));
         try {
             const auto ptr = ojson::json_pointer(ref.substr(1));
             return root_.at(ptr);
@@ -146,7 +165,8 @@ private:
         if (s.contains("allOf")) {
             check_alone(s, "allOf", path);
             const auto& all = s["allOf"];
-            if (!all.is_array() || all.size() != 1) refuse("allOf", path, "only allOf with exactly one schema is supported");
+            if (!all.is_array() || all.size() != 1)
+                refuse("allOf", path, "only allOf with exactly one schema is supported");
             g_->add_call(from, rule_for(all[0], path + "/allOf/0"), to);
             return;
         }
@@ -318,7 +338,8 @@ private:
         const ojson* extra = nullptr;  // schema of additional properties, or none allowed
         if (s.contains("additionalProperties")) {
             const auto& ap = s["additionalProperties"];
-            if (!ap.is_boolean() && !ap.is_object()) refuse("additionalProperties", path, "must be a boolean or a schema");
+            if (!ap.is_boolean() && !ap.is_object())
+                refuse("additionalProperties", path, "must be a boolean or a schema");
             if (!(ap.is_boolean() && ap == false)) extra = &ap;
         }
         // a[i]: before property i with nothing written yet; b[i]: before property i after a member
@@ -378,14 +399,16 @@ private:
         bool more = true;           // items beyond the prefix allowed
         if (s.contains("items")) {
             const auto& it = s["items"];
-            if (it.is_array()) refuse("items", path, "items as an array (draft 4 tuples) is not supported; use prefixItems");
+            if (it.is_array())
+                refuse("items", path, "items as an array (draft 4 tuples) is not supported; use prefixItems");
             if (it.is_boolean() && it == false) more = false;
             items = &it;
         }
         const uint64_t lo = count(s, "minItems", path).value_or(0);
         std::optional<uint64_t> hi = count(s, "maxItems", path);
         if (!more) hi = hi ? std::min<uint64_t>(*hi, prefix.size()) : prefix.size();
-        if (hi && *hi < lo) refuse(s.contains("maxItems") ? "maxItems" : "minItems", path, "no array length satisfies the bounds");
+        if (hi && *hi < lo)
+            refuse(s.contains("maxItems") ? "maxItems" : "minItems", path, "no array length satisfies the bounds");
         if (prefix.size() > kMaxUnrolledCount) refuse("prefixItems", path, "too many prefix items");
         auto element = [&](uint64_t i) -> uint32_t {
             if (i < prefix.size()) return rule_for(*prefix[i], fmt::format("{}/prefixItems/{}", path, i));

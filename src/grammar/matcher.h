@@ -64,7 +64,7 @@ private:
     std::shared_ptr<const TokenMasks> masks_;
     const Grammar* grammar_;
     size_t max_rollback_bytes_;
-    std::deque<StackSet> history_;   // [kept bytes + 1] the state after each kept byte; back() is now
+    std::deque<StackSet> history_;     // [kept bytes + 1] the state after each kept byte; back() is now
     std::deque<size_t> token_starts_;  // [n kept tokens] n_bytes_ before each accepted token
     size_t n_bytes_ = 0;
     std::vector<uint32_t> work_;

@@ -33,9 +33,7 @@ public:
     bool empty() const { return starts_.empty(); }
     size_t size() const { return starts_.size(); }
     // Stack i, bottom first: [depth] node ids; the last one is the top.
-    std::span<const uint32_t> stack(size_t i) const {
-        return {data_.data() + starts_[i] + 1, data_[starts_[i]]};
-    }
+    std::span<const uint32_t> stack(size_t i) const { return {data_.data() + starts_[i] + 1, data_[starts_[i]]}; }
     // Adds a copy of `s` unless an equal stack is already in the set.
     void add(std::span<const uint32_t> s);
     // True when some stack is [kAcceptNode]: the root rule has ended.

@@ -57,7 +57,7 @@ void TokenMasks::TokenSet::or_into(std::span<uint32_t> mask) const {
 std::unique_ptr<TokenMasks::Entry> TokenMasks::build_entry(uint32_t node) const {
     auto e = std::make_unique<Entry>();
     std::vector<uint32_t> accepted(n_mask_words(), 0), escape_tokens(n_mask_words(), 0);  // [n_mask_words]
-    EntryWalk w{*grammar_, *trie_, std::vector<StackSet>(trie_->max_token_len() + 1), {}, &accepted,
+    EntryWalk w{*grammar_,      *trie_,          std::vector<StackSet>(trie_->max_token_len() + 1), {}, &accepted,
                 &escape_tokens, &e->escape_walks};
     const uint32_t top[1] = {node};
     w.levels[0].add(top);
@@ -75,8 +75,8 @@ const TokenMasks::Entry& TokenMasks::entry(uint32_t node) const {
     return *slot;  // entries are never replaced or freed while the TokenMasks lives
 }
 
-void TokenMasks::walk_live(uint32_t tn, const StackSet& state, std::span<uint32_t> mask,
-                           std::vector<StackSet>& levels, size_t depth, std::vector<uint32_t>& work) const {
+void TokenMasks::walk_live(uint32_t tn, const StackSet& state, std::span<uint32_t> mask, std::vector<StackSet>& levels,
+                           size_t depth, std::vector<uint32_t>& work) const {
     for (uint32_t c = tn + 1; c < trie_->subtree_end(tn); c = trie_->subtree_end(c)) {
         StackSet& next = levels[depth + 1];
         advance(*grammar_, depth == 0 ? state : levels[depth], trie_->byte(c), next, work);
@@ -137,7 +137,8 @@ void TokenMasks::check_integrity() const {
             ONECARD_CHECK(t->words.empty() || (t->words.size() == n_mask_words() && t->ids.empty()),
                           "token masks: entry bitset of the wrong size");
             for (const int32_t id : t->ids)
-                ONECARD_CHECK(id >= 0 && static_cast<size_t>(id) < trie_->vocab_size(), "token masks: id {} out of range", id);
+                ONECARD_CHECK(id >= 0 && static_cast<size_t>(id) < trie_->vocab_size(),
+                              "token masks: id {} out of range", id);
         }
         for (const uint32_t tn : e->escape_walks)
             ONECARD_CHECK(tn < trie_->n_nodes() && trie_->has_children(tn), "token masks: bad escape walk node {}", tn);

@@ -58,9 +58,9 @@ private:
         size_t bytes() const { return words.size() * 4 + ids.size() * 4; }
     };
     struct Entry {
-        TokenSet accepted;                    // live without leaving the frame
-        TokenSet escape_tokens;               // tokens ending exactly where the frame ends
-        std::vector<uint32_t> escape_walks;   // trie nodes with children where the frame ended
+        TokenSet accepted;                   // live without leaving the frame
+        TokenSet escape_tokens;              // tokens ending exactly where the frame ends
+        std::vector<uint32_t> escape_walks;  // trie nodes with children where the frame ended
         bool has_escape = false;
     };
     const Entry& entry(uint32_t node) const;

@@ -45,10 +45,10 @@ public:
 private:
     void check_id(int32_t id, const char* verb) const;
 
-    std::vector<int32_t> refcount_;   // [n_blocks]
-    std::vector<int8_t> cached_;      // [n_blocks]
-    std::vector<int32_t> free_list_;  // stack of free ids; back() is handed out next
-    std::list<int32_t> lru_;          // evictable cached blocks; front() is evicted next
+    std::vector<int32_t> refcount_;                      // [n_blocks]
+    std::vector<int8_t> cached_;                         // [n_blocks]
+    std::vector<int32_t> free_list_;                     // stack of free ids; back() is handed out next
+    std::list<int32_t> lru_;                             // evictable cached blocks; front() is evicted next
     std::vector<std::list<int32_t>::iterator> lru_pos_;  // [n_blocks] valid while in lru_
 };
 

@@ -32,8 +32,8 @@ void extend_block_hashes(std::vector<BlockHash>& hashes, const SequenceTokens& t
     ONECARD_CHECK(block_size > 0, "block hashes: block size {}", block_size);
     const auto n_full = static_cast<size_t>(static_cast<int64_t>(tokens.size()) / block_size);
     for (size_t b = hashes.size(); b < n_full; ++b)
-        hashes.push_back(hash_kv_block(b == 0 ? kNoParentHash : hashes[b - 1], tokens, static_cast<int64_t>(b),
-                                       block_size, extra));
+        hashes.push_back(
+            hash_kv_block(b == 0 ? kNoParentHash : hashes[b - 1], tokens, static_cast<int64_t>(b), block_size, extra));
 }
 
 KvPoolSize plan_kv_pool(const KvCacheSpec& spec, int64_t memory_budget_bytes, int64_t max_num_seqs) {
@@ -223,8 +223,8 @@ void KvCacheManager::cache_blocks(KvHandle h, std::span<const BlockHash> hashes,
     if (!prefix_.enabled) return;
     Slot& s = slot_of(h, "cache_blocks");
     const auto bs = static_cast<size_t>(spec_.block_size);
-    const size_t n_full = std::min({static_cast<size_t>(n_computed) / bs, hashes.size(), s.blocks.size(),
-                                    tokens.size() / bs});
+    const size_t n_full =
+        std::min({static_cast<size_t>(n_computed) / bs, hashes.size(), s.blocks.size(), tokens.size() / bs});
     // Blocks below s.n_registered were looked at by an earlier call (or came from the cache).
     const size_t first = static_cast<size_t>(s.n_registered);
     for (size_t b = first; b < n_full; ++b) {
@@ -355,14 +355,14 @@ void KvCacheManager::check_integrity() const {
         ONECARD_CHECK(prefix_.enabled, "kv manager integrity: block {} is cached with prefix caching off", b);
         const CachedBlock& c = cached_[static_cast<size_t>(b)];
         auto it = block_of_hash_.find(c.hash);
-        ONECARD_CHECK(it != block_of_hash_.end() && it->second == b &&
-                          static_cast<int64_t>(c.tokens.size()) == spec_.block_size,
-                      "kv manager integrity: cached block {} is not indexed under its hash", b);
+        ONECARD_CHECK(
+            it != block_of_hash_.end() && it->second == b && static_cast<int64_t>(c.tokens.size()) == spec_.block_size,
+            "kv manager integrity: cached block {} is not indexed under its hash", b);
     }
     for (const auto& [hash, b] : block_of_hash_)
-        ONECARD_CHECK(b >= 0 && b < pool_.n_blocks() && pool_.is_cached(b) &&
-                          cached_[static_cast<size_t>(b)].hash == hash,
-                      "kv manager integrity: hash index names block {}, which is not cached under it", b);
+        ONECARD_CHECK(
+            b >= 0 && b < pool_.n_blocks() && pool_.is_cached(b) && cached_[static_cast<size_t>(b)].hash == hash,
+            "kv manager integrity: hash index names block {}, which is not cached under it", b);
     if (host_) host_->check_integrity();
 }
 

@@ -82,9 +82,9 @@ void extend_block_hashes(std::vector<BlockHash>& hashes, const SequenceTokens& t
 
 struct PrefixCacheConfig {
     bool enabled = false;
-    int64_t max_snapshots = 0;    // snapshots kept at most (0: none kept, so nothing can hit)
-    int64_t snapshot_bytes = 1;   // bytes of one snapshot (the runner's prefix_snapshot_bytes)
-    int64_t max_host_blocks = 0;  // host KV tier entries (0: off; evicted blocks are forgotten)
+    int64_t max_snapshots = 0;               // snapshots kept at most (0: none kept, so nothing can hit)
+    int64_t snapshot_bytes = 1;              // bytes of one snapshot (the runner's prefix_snapshot_bytes)
+    int64_t max_host_blocks = 0;             // host KV tier entries (0: off; evicted blocks are forgotten)
     std::optional<KvDiskStoreOptions> disk;  // the disk tier below the host tier (needs max_host_blocks)
 };
 
@@ -110,8 +110,8 @@ struct PrefixCacheStats {
     int64_t n_evicted_snapshots = 0;  // cumulative
     int64_t n_host_blocks = 0;        // blocks held by the host tier
     int64_t n_evicted_host_blocks = 0, n_spilled_blocks = 0, n_loaded_blocks = 0;  // cumulative
-    int64_t n_disk_writes = 0, n_disk_reads = 0;                                    // cumulative
-    int64_t n_disk_entries = 0, disk_bytes = 0;                                     // on disk now
+    int64_t n_disk_writes = 0, n_disk_reads = 0;                                   // cumulative
+    int64_t n_disk_entries = 0, disk_bytes = 0;                                    // on disk now
 };
 
 class KvCacheManager {
@@ -140,8 +140,7 @@ public:
     // Registers h's full blocks whose tokens are computed (the first n_computed tokens) under their
     // chain hashes, so later sequences can reuse them. A block whose hash is already registered (the
     // same content computed twice) stays private to h.
-    void cache_blocks(KvHandle h, std::span<const BlockHash> hashes, const SequenceTokens& tokens,
-                      int64_t n_computed);
+    void cache_blocks(KvHandle h, std::span<const BlockHash> hashes, const SequenceTokens& tokens, int64_t n_computed);
     // A snapshot entry for the boundary that ends the block with this hash (the least recently used
     // one is evicted if none is free), or -1 if one exists or is already planned (or snapshots are
     // off). The entry is pending until commit_snapshot.

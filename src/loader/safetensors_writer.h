@@ -42,7 +42,7 @@ private:
     std::filesystem::path path_;
     std::vector<TensorSpec> specs_;
     std::ofstream out_;
-    size_t current_ = 0;          // index of the tensor being written
+    size_t current_ = 0;  // index of the tensor being written
     size_t written_in_current_ = 0;
     bool closed_ = false;
 };

@@ -39,9 +39,9 @@ struct BadTensor {
 };
 
 struct WeightScanReport {
-    uint64_t n_tensors = 0;   // tensors scanned
-    uint64_t n_elements = 0;  // their elements
-    uint64_t n_skipped = 0;   // integer tensors not scanned
+    uint64_t n_tensors = 0;      // tensors scanned
+    uint64_t n_elements = 0;     // their elements
+    uint64_t n_skipped = 0;      // integer tensors not scanned
     std::vector<BadTensor> bad;  // in checkpoint order
     bool ok() const { return bad.empty(); }
 };

@@ -41,19 +41,19 @@ struct DSparkConfig {
 struct ModelConfig {
     ModelVariant variant = ModelVariant::V4Flash;
     int64_t vocab_size = 0;
-    int64_t hidden_size = 0;               // D
-    int64_t num_hidden_layers = 0;         // main decoder blocks (MTP blocks not counted)
-    int64_t num_attention_heads = 0;       // H
-    int64_t num_key_value_heads = 1;       // must be 1: single shared K=V head
-    int64_t head_dim = 0;                  // 512
-    int64_t qk_rope_head_dim = 0;          // trailing RoPE'd dims of every head (64)
+    int64_t hidden_size = 0;          // D
+    int64_t num_hidden_layers = 0;    // main decoder blocks (MTP blocks not counted)
+    int64_t num_attention_heads = 0;  // H
+    int64_t num_key_value_heads = 1;  // must be 1: single shared K=V head
+    int64_t head_dim = 0;             // 512
+    int64_t qk_rope_head_dim = 0;     // trailing RoPE'd dims of every head (64)
     int64_t q_lora_rank = 0;
     int64_t o_groups = 0;
     int64_t o_lora_rank = 0;
-    int64_t sliding_window = 0;            // window incl. the current token
-    std::vector<int64_t> compress_ratios;  // num_hidden_layers + MTP entries; 0, 4 or 128
-    double rope_theta = 10000.0;           // SWA layers (and MTP)
-    double compress_rope_theta = 160000.0; // CSA/HCA layers, with YaRN
+    int64_t sliding_window = 0;             // window incl. the current token
+    std::vector<int64_t> compress_ratios;   // num_hidden_layers + MTP entries; 0, 4 or 128
+    double rope_theta = 10000.0;            // SWA layers (and MTP)
+    double compress_rope_theta = 160000.0;  // CSA/HCA layers, with YaRN
     RopeScaling rope_scaling;
     int64_t max_position_embeddings = 0;
     int64_t index_n_heads = 0;
@@ -68,8 +68,8 @@ struct ModelConfig {
     bool norm_topk_prob = true;
     double routed_scaling_factor = 1.5;
     double swiglu_limit = 10.0;
-    int64_t num_hash_layers = 0;           // layers [0, num_hash_layers) route by token id (tid2eid)
-    int64_t hc_mult = 4;                   // hyper-connection streams
+    int64_t num_hash_layers = 0;  // layers [0, num_hash_layers) route by token id (tid2eid)
+    int64_t hc_mult = 4;          // hyper-connection streams
     int64_t hc_sinkhorn_iters = 20;
     double hc_eps = 1e-6;
     double rms_norm_eps = 1e-6;
@@ -77,8 +77,8 @@ struct ModelConfig {
     int64_t bos_token_id = 0;
     int64_t eos_token_id = 1;
     bool tie_word_embeddings = false;
-    std::string expert_dtype = "fp4";      // "fp4" (MXFP4 routed experts) or "fp8"
-    int64_t weight_block_size = 128;       // FP8 128x128 block scales
+    std::string expert_dtype = "fp4";  // "fp4" (MXFP4 routed experts) or "fp8"
+    int64_t weight_block_size = 128;   // FP8 128x128 block scales
     std::optional<DSparkConfig> dspark;
 
     int64_t compress_ratio(int64_t il) const { return compress_ratios.at(static_cast<size_t>(il)); }

@@ -11,7 +11,9 @@
 
 namespace onecard {
 
-const char* numerics_name(Numerics n) { return n == Numerics::Reference ? "reference" : "exact"; }
+const char* numerics_name(Numerics n) {
+    return n == Numerics::Reference ? "reference" : "exact";
+}
 
 std::vector<float> rope_inv_freqs_for(const ModelConfig& cfg, bool compressed) {
     cpu::RopeParams p;
@@ -106,7 +108,8 @@ void block_forward(const BlockContext& ctx, const DenseBlock& b, LayerState& sta
 
 DeepSeekV4::DeepSeekV4(const ModelConfig& cfg, const ModelWeights& w, Numerics numerics)
     : cfg_(cfg), numerics_(numerics), dense_(densify(cfg, w)) {
-    ONECARD_CHECK(cfg.num_key_value_heads == 1, "config: num_key_value_heads must be 1, got {}", cfg.num_key_value_heads);
+    ONECARD_CHECK(cfg.num_key_value_heads == 1, "config: num_key_value_heads must be 1, got {}",
+                  cfg.num_key_value_heads);
     ONECARD_CHECK(cfg.hc_mult > 0 && cfg.qk_rope_head_dim % 2 == 0 && cfg.qk_rope_head_dim <= cfg.index_head_dim,
                   "config: hc_mult {} / qk_rope_head_dim {} unusable", cfg.hc_mult, cfg.qk_rope_head_dim);
     ONECARD_CHECK(cfg.num_attention_heads % cfg.o_groups == 0, "config: {} heads do not split into {} o_groups",
@@ -118,10 +121,10 @@ DeepSeekV4::DeepSeekV4(const ModelConfig& cfg, const ModelWeights& w, Numerics n
 }
 
 void DeepSeekV4::set_expert_use_sink(ExpertUseProfile* sink) {
-    ONECARD_CHECK(sink == nullptr || (sink->n_layers() == cfg_.num_hidden_layers &&
-                                      sink->n_experts() == cfg_.n_routed_experts),
-                  "expert use sink: {} layers x {} experts, the model has {} x {}", sink ? sink->n_layers() : 0,
-                  sink ? sink->n_experts() : 0, cfg_.num_hidden_layers, cfg_.n_routed_experts);
+    ONECARD_CHECK(
+        sink == nullptr || (sink->n_layers() == cfg_.num_hidden_layers && sink->n_experts() == cfg_.n_routed_experts),
+        "expert use sink: {} layers x {} experts, the model has {} x {}", sink ? sink->n_layers() : 0,
+        sink ? sink->n_experts() : 0, cfg_.num_hidden_layers, cfg_.n_routed_experts);
     expert_use_ = sink;
 }
 
@@ -165,8 +168,8 @@ ForwardOutput DeepSeekV4::forward_with_streams(SequenceState& state, SequenceKv&
     std::vector<float> X(static_cast<size_t>(n * hc * D));  // [n, hc, D]
     for (int64_t i = 0; i < n; ++i)
         for (int64_t j = 0; j < hc; ++j)
-            std::copy(dense_.embed.begin() + int64_t(tokens[i]) * D, dense_.embed.begin() + (int64_t(tokens[i]) + 1) * D,
-                      X.begin() + (i * hc + j) * D);
+            std::copy(dense_.embed.begin() + int64_t(tokens[i]) * D,
+                      dense_.embed.begin() + (int64_t(tokens[i]) + 1) * D, X.begin() + (i * hc + j) * D);
     // b.X: embed_streams copies the bf16 embedding table (the identity for a bf16 checkpoint's table).
     detail::store_bf16(bf16_storage_, X.data(), n * hc * D);
 

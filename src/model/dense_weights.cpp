@@ -12,8 +12,8 @@ DenseLinear dense(const QuantLinear& q) {
     l.n_out = q.out_features();
     l.n_in = q.in_features();
     l.quantized = q.weight.dtype == DType::F8_E4M3 || q.is_mxfp4();
-    ONECARD_CHECK(static_cast<int64_t>(l.w.size()) == l.n_out * l.n_in, "tensor {}: dequantised to {} values, expected {}",
-                  q.weight.name, l.w.size(), l.n_out * l.n_in);
+    ONECARD_CHECK(static_cast<int64_t>(l.w.size()) == l.n_out * l.n_in,
+                  "tensor {}: dequantised to {} values, expected {}", q.weight.name, l.w.size(), l.n_out * l.n_in);
     return l;
 }
 
@@ -26,7 +26,9 @@ DenseLinear dense(const TensorView& t) {
     return l;
 }
 
-DenseHC dense(const HCWeights& h) { return {cpu::to_f32(h.fn), cpu::to_f32(h.base), cpu::to_f32(h.scale)}; }
+DenseHC dense(const HCWeights& h) {
+    return {cpu::to_f32(h.fn), cpu::to_f32(h.base), cpu::to_f32(h.scale)};
+}
 
 DenseCompressor dense(const CompressorWeights& c, int64_t ratio, int64_t head_dim) {
     DenseCompressor d;
@@ -42,7 +44,9 @@ DenseCompressor dense(const CompressorWeights& c, int64_t ratio, int64_t head_di
     return d;
 }
 
-DenseExpert dense(const ExpertWeights& e) { return {dense(e.w1), dense(e.w2), dense(e.w3)}; }
+DenseExpert dense(const ExpertWeights& e) {
+    return {dense(e.w1), dense(e.w2), dense(e.w3)};
+}
 
 DenseBlock dense_block(const ModelConfig& cfg, const BlockWeights& b, int64_t layer_id) {
     DenseBlock d;
@@ -64,7 +68,8 @@ DenseBlock dense_block(const ModelConfig& cfg, const BlockWeights& b, int64_t la
     d.attn.sink = cpu::to_f32(a.attn_sink);
     const int64_t ratio = cfg.compress_ratio(layer_id);
     if (ratio != 0) {
-        ONECARD_CHECK(a.compressor.has_value(), "layer {}: compress ratio {} but no compressor weights", layer_id, ratio);
+        ONECARD_CHECK(a.compressor.has_value(), "layer {}: compress ratio {} but no compressor weights", layer_id,
+                      ratio);
         d.attn.compressor = dense(*a.compressor, ratio, cfg.head_dim);
     }
     if (ratio == 4) {

@@ -28,11 +28,11 @@ struct DenseHC {
 
 struct DenseCompressor {
     int64_t ratio = 0;
-    int64_t head_dim = 0;      // d: 512-like for the main stream, index_head_dim for the indexer
-    DenseLinear wkv;           // [c*d, D]
-    DenseLinear wgate;         // [c*d, D]
-    std::vector<float> ape;    // [ratio, c*d]
-    std::vector<float> norm;   // [d]
+    int64_t head_dim = 0;     // d: 512-like for the main stream, index_head_dim for the indexer
+    DenseLinear wkv;          // [c*d, D]
+    DenseLinear wgate;        // [c*d, D]
+    std::vector<float> ape;   // [ratio, c*d]
+    std::vector<float> norm;  // [d]
 };
 
 struct DenseIndexer {
@@ -42,14 +42,14 @@ struct DenseIndexer {
 };
 
 struct DenseAttention {
-    DenseLinear wq_a;          // [q_lora_rank, D]
-    std::vector<float> q_norm; // [q_lora_rank]
-    DenseLinear wq_b;          // [H*head_dim, q_lora_rank]
-    DenseLinear wkv;           // [head_dim, D]
-    std::vector<float> kv_norm;// [head_dim]
-    DenseLinear wo_a;          // [o_groups*o_lora_rank, H*head_dim/o_groups]
-    DenseLinear wo_b;          // [D, o_groups*o_lora_rank]
-    std::vector<float> sink;   // [H]
+    DenseLinear wq_a;                           // [q_lora_rank, D]
+    std::vector<float> q_norm;                  // [q_lora_rank]
+    DenseLinear wq_b;                           // [H*head_dim, q_lora_rank]
+    DenseLinear wkv;                            // [head_dim, D]
+    std::vector<float> kv_norm;                 // [head_dim]
+    DenseLinear wo_a;                           // [o_groups*o_lora_rank, H*head_dim/o_groups]
+    DenseLinear wo_b;                           // [D, o_groups*o_lora_rank]
+    std::vector<float> sink;                    // [H]
     std::optional<DenseCompressor> compressor;  // CSA, HCA
     std::optional<DenseIndexer> indexer;        // CSA
 };

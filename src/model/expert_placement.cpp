@@ -67,8 +67,8 @@ std::string ExpertPlacement::summary() const {
     if (on_gpu.empty()) return "no layers";
     const int64_t lo = min_gpu(), hi = max_gpu();
     const std::string per = lo == hi ? fmt::format("{}", lo) : fmt::format("{}-{}", lo, hi);
-    return fmt::format("{} of {} experts per layer on the GPU over {} layers ({} (layer, expert) pairs in host RAM)", per,
-                       n_experts, n_layers(), total_host());
+    return fmt::format("{} of {} experts per layer on the GPU over {} layers ({} (layer, expert) pairs in host RAM)",
+                       per, n_experts, n_layers(), total_host());
 }
 
 void ExpertPlacement::check_integrity() const {
@@ -78,8 +78,7 @@ void ExpertPlacement::check_integrity() const {
                       "expert placement: layer {} lists {} experts, expected {}", l, on_gpu[l].size(), n_experts);
 }
 
-ExpertPlacement place_experts(int64_t n_layers, int64_t n_experts, int64_t gpu_pairs,
-                              const ExpertUseProfile* profile) {
+ExpertPlacement place_experts(int64_t n_layers, int64_t n_experts, int64_t gpu_pairs, const ExpertUseProfile* profile) {
     ONECARD_CHECK(n_layers >= 0 && n_experts >= 0, "place_experts: negative shape {} layers x {} experts", n_layers,
                   n_experts);
     const int64_t n_pairs = n_layers * n_experts;

@@ -42,7 +42,6 @@ struct ExpertPlacement {
 // broken by lower layer, then lower expert id, so the same profile always gives the same placement.
 // Without one: uniform, the same count per layer (the remainder one each over the first layers),
 // the lowest expert ids of each layer.
-ExpertPlacement place_experts(int64_t n_layers, int64_t n_experts, int64_t gpu_pairs,
-                              const ExpertUseProfile* profile);
+ExpertPlacement place_experts(int64_t n_layers, int64_t n_experts, int64_t gpu_pairs, const ExpertUseProfile* profile);
 
 }  // namespace onecard

@@ -41,7 +41,9 @@ size_t ExpertUseProfile::index(int64_t layer, int64_t expert) const {
     return static_cast<size_t>(layer * n_experts_ + expert);
 }
 
-uint64_t ExpertUseProfile::count(int64_t layer, int64_t expert) const { return counts_[index(layer, expert)]; }
+uint64_t ExpertUseProfile::count(int64_t layer, int64_t expert) const {
+    return counts_[index(layer, expert)];
+}
 
 uint64_t ExpertUseProfile::total() const {
     uint64_t t = 0;
@@ -49,7 +51,9 @@ uint64_t ExpertUseProfile::total() const {
     return t;
 }
 
-void ExpertUseProfile::add(int64_t layer, int64_t expert, uint64_t n) { counts_[index(layer, expert)] += n; }
+void ExpertUseProfile::add(int64_t layer, int64_t expert, uint64_t n) {
+    counts_[index(layer, expert)] += n;
+}
 
 void ExpertUseProfile::add_picks(int64_t layer, const int32_t* experts, int64_t n) {
     for (int64_t i = 0; i < n; ++i) add(layer, experts[i]);

@@ -37,20 +37,20 @@ struct CompressorWeights {
 };
 
 struct IndexerWeights {
-    QuantLinear wq_b;               // FP8 [index_n_heads*index_head_dim, q_lora_rank]
-    TensorView weights_proj;        // BF16 [index_n_heads, D]
-    CompressorWeights compressor;   // d = index_head_dim
+    QuantLinear wq_b;              // FP8 [index_n_heads*index_head_dim, q_lora_rank]
+    TensorView weights_proj;       // BF16 [index_n_heads, D]
+    CompressorWeights compressor;  // d = index_head_dim
 };
 
 struct AttentionWeights {
-    QuantLinear wq_a;               // [q_lora_rank, D]
-    TensorView q_norm;              // BF16 [q_lora_rank]
-    QuantLinear wq_b;               // [H*head_dim, q_lora_rank]
-    QuantLinear wkv;                // [head_dim, D]
-    TensorView kv_norm;             // BF16 [head_dim]
-    QuantLinear wo_a;               // [o_groups*o_lora_rank, H*head_dim/o_groups]
-    QuantLinear wo_b;               // [D, o_groups*o_lora_rank]
-    TensorView attn_sink;           // F32 [H]
+    QuantLinear wq_a;                             // [q_lora_rank, D]
+    TensorView q_norm;                            // BF16 [q_lora_rank]
+    QuantLinear wq_b;                             // [H*head_dim, q_lora_rank]
+    QuantLinear wkv;                              // [head_dim, D]
+    TensorView kv_norm;                           // BF16 [head_dim]
+    QuantLinear wo_a;                             // [o_groups*o_lora_rank, H*head_dim/o_groups]
+    QuantLinear wo_b;                             // [D, o_groups*o_lora_rank]
+    TensorView attn_sink;                         // F32 [H]
     std::optional<CompressorWeights> compressor;  // ratio != 0
     std::optional<IndexerWeights> indexer;        // ratio == 4
 };
@@ -62,11 +62,11 @@ struct ExpertWeights {
 };
 
 struct MoEWeights {
-    TensorView gate_weight;                  // BF16 [n_routed_experts, D]
-    std::optional<TensorView> gate_bias;     // F32 [n_routed_experts]     (non-hash layers)
-    std::optional<TensorView> tid2eid;       // I64/I32 [vocab, top_k]     (hash layers)
-    std::vector<ExpertWeights> experts;      // routed, MXFP4 (or FP8 when expert_dtype == fp8)
-    ExpertWeights shared;                    // FP8
+    TensorView gate_weight;               // BF16 [n_routed_experts, D]
+    std::optional<TensorView> gate_bias;  // F32 [n_routed_experts]     (non-hash layers)
+    std::optional<TensorView> tid2eid;    // I64/I32 [vocab, top_k]     (hash layers)
+    std::vector<ExpertWeights> experts;   // routed, MXFP4 (or FP8 when expert_dtype == fp8)
+    ExpertWeights shared;                 // FP8
 };
 
 struct BlockWeights {
@@ -108,7 +108,7 @@ struct ModelWeights {
     TensorView norm;    // BF16 [D]
     HCWeights hc_head;  // fn [hc, hc*D], base [hc], scale [1]
     std::vector<BlockWeights> layers;
-    std::vector<MTPWeights> mtp;  // V4-Flash: mtp.0 (empty for 0731)
+    std::vector<MTPWeights> mtp;          // V4-Flash: mtp.0 (empty for 0731)
     std::optional<DSparkWeights> dspark;  // 0731 only
 };
 

@@ -4,8 +4,7 @@
 
 namespace onecard {
 
-GpuKvPool::GpuKvPool(const KvCacheSpec& spec, const KvPoolSize& size, int64_t max_step_tokens,
-                     cuda::DeviceArena& arena)
+GpuKvPool::GpuKvPool(const KvCacheSpec& spec, const KvPoolSize& size, int64_t max_step_tokens, cuda::DeviceArena& arena)
     : spec_(spec), size_(size), max_step_tokens_(max_step_tokens) {
     ONECARD_CHECK(size.n_slots > 0 && size.n_blocks > 0 && max_step_tokens > 0,
                   "gpu kv pool: needs slots ({}), blocks ({}) and step tokens ({})", size.n_slots, size.n_blocks,
@@ -47,8 +46,8 @@ void GpuKvPool::check_integrity() const {
     ONECARD_CHECK(slots_offset_ % 8 == 0 && step_offset_ % 8 == 0, "gpu kv pool: regions not 8-byte aligned");
     for (size_t il = 0; il < layers_.size(); ++il) {
         const LayerAddr& l = layers_[il];
-        ONECARD_CHECK(l.window_region >= 0 && l.window_region + spec_.shape.sliding_window * spec_.entry.entry_bytes() <=
-                                                  spec_.slot_bytes,
+        ONECARD_CHECK(l.window_region >= 0 &&
+                          l.window_region + spec_.shape.sliding_window * spec_.entry.entry_bytes() <= spec_.slot_bytes,
                       "gpu kv pool: layer {}'s window ring lies outside its slot", il);
         ONECARD_CHECK((l.ratio == 0) == (l.entry_stream < 0) && l.entry_stream < spec_.block_bytes &&
                           l.key_stream < spec_.block_bytes,

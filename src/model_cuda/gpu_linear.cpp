@@ -44,14 +44,13 @@ void GpuLinears::fp8(const GpuFp8Linear& l, const __nv_bfloat16* x, int64_t m, _
             cuda::quantize_fp8_1x128(x, xq, xs, m, k, cuda::ActScaleLayout::KBlockMajor, s);
         }
         fp8_gemm_.run(xq, xs, l.w, l.ws, yp, mp, n, k, s);
-        if (yp != y)
-            CUDA_CHECK(cudaMemcpyAsync(y, yp, static_cast<size_t>(m * n) * 2, cudaMemcpyDeviceToDevice, s));
+        if (yp != y) CUDA_CHECK(cudaMemcpyAsync(y, yp, static_cast<size_t>(m * n) * 2, cudaMemcpyDeviceToDevice, s));
     }
     ws_.release(mark);
 }
 
-void GpuLinears::fp8_quantized(const GpuFp8Linear& l, const uint8_t* xq, const float* xs, int64_t m,
-                               __nv_bfloat16* y, cudaStream_t s, int64_t ld_y) {
+void GpuLinears::fp8_quantized(const GpuFp8Linear& l, const uint8_t* xq, const float* xs, int64_t m, __nv_bfloat16* y,
+                               cudaStream_t s, int64_t ld_y) {
     ONECARD_CHECK(gemv_ok(l, m), "fp8 linear: a pre-quantised input needs the GEMV path ({} rows, k {})", m, l.n_in);
     if (m > 0) cuda::fp8_gemv(xq, xs, l.w, l.ws, y, m, l.n_out, l.n_in, s, ld_y);
 }

@@ -28,40 +28,40 @@ using bf16 = __nv_bfloat16;
 // Device buffers of one step at full capacity (T = max_step_tokens rows), taken once.
 struct GpuModel::Buffers {
     int64_t T = 0, logits_rows = 0, max_keys = 0, gemv_rows = 0, index_scratch_floats = 0;
-    bf16 *X = nullptr, *x = nullptr, *a = nullptr;          // [T, 4, D], [T, D], [T, D]
+    bf16 *X = nullptr, *x = nullptr, *a = nullptr;           // [T, 4, D], [T, D], [T, D]
     float *pre = nullptr, *post = nullptr, *comb = nullptr;  // [T, 4], [T, 4], [T, 16]
     float* hc_scratch = nullptr;                             // hc_pre partial mixes
     size_t hc_scratch_floats = 0;
     bf16 *qr = nullptr, *q = nullptr, *o = nullptr, *kv = nullptr, *z = nullptr;
-    bf16* qkv = nullptr;                    // [T, q_lora_rank + hd]: the fused wq_a|wkv output
-    uint8_t* qrq = nullptr;                 // [gemv rows, q_lora_rank] qr quantised once (wq_b, indexer wq_b)
+    bf16* qkv = nullptr;     // [T, q_lora_rank + hd]: the fused wq_a|wkv output
+    uint8_t* qrq = nullptr;  // [gemv rows, q_lora_rank] qr quantised once (wq_b, indexer wq_b)
     float* qrs = nullptr;
-    bf16* s13 = nullptr;                    // [T, 2·inter]: the fused shared w1|w3 output
-    float* ckv = nullptr;                   // [T, 4·hd]: the compressor's kv and score projections
-    bf16* centries = nullptr;              // [T, hd]
-    bf16* iq = nullptr;                    // [T, nI·dI]
-    float *iw = nullptr, *ikv = nullptr;   // ikv [T, 4·dI]: the indexer compressor's kv and score
-    bf16* ientries = nullptr;  // [T, dI]
-    int32_t* topk = nullptr;   // [T, index_topk]
+    bf16* s13 = nullptr;                  // [T, 2·inter]: the fused shared w1|w3 output
+    float* ckv = nullptr;                 // [T, 4·hd]: the compressor's kv and score projections
+    bf16* centries = nullptr;             // [T, hd]
+    bf16* iq = nullptr;                   // [T, nI·dI]
+    float *iw = nullptr, *ikv = nullptr;  // ikv [T, 4·dI]: the indexer compressor's kv and score
+    bf16* ientries = nullptr;             // [T, dI]
+    int32_t* topk = nullptr;              // [T, index_topk]
     float* index_scratch = nullptr;
     int64_t *step_dst = nullptr, *ring_dst = nullptr, *entry_dst = nullptr, *key_dst = nullptr;  // [T]
-    int64_t* kv_off = nullptr;                                                                  // [T, max_keys]
+    int64_t* kv_off = nullptr;                                                                   // [T, max_keys]
     float* attn_scratch = nullptr;  // sparse attention split partials
     // MoE
     float* router = nullptr;  // [T, E]
     int32_t* experts = nullptr;
-    float* weights = nullptr;                               // [T, K]
-    bf16 *sg = nullptr, *su = nullptr, *sh = nullptr;       // shared expert [T, inter]
-    bf16 *shared = nullptr, *xr = nullptr;                  // [T, D]
-    bf16 *y1 = nullptr, *y3 = nullptr, *y2 = nullptr;          // decode pairs
+    float* weights = nullptr;                          // [T, K]
+    bf16 *sg = nullptr, *su = nullptr, *sh = nullptr;  // shared expert [T, inter]
+    bf16 *shared = nullptr, *xr = nullptr;             // [T, D]
+    bf16 *y1 = nullptr, *y3 = nullptr, *y2 = nullptr;  // decode pairs
     uint8_t *xq = nullptr, *hq = nullptr;
     float *xs = nullptr, *hs = nullptr;
-    int32_t* pair_token = nullptr;  // [gemv_rows·K]: pair i belongs to token i / K
-    int32_t* pair_groups = nullptr;                     // the decode pairs grouped by expert (mxfp4_group_pairs)
-    int32_t* local_ids = nullptr;   // [gemv_rows·K]: hybrid layers' GPU slot per pair (kHostPair, kStreamedPair)
-    int32_t* stream_ids = nullptr;  // [gemv_rows·K]: the staged expert's slot per pair, or -1 (HostExpertStreamer)
+    int32_t* pair_token = nullptr;     // [gemv_rows·K]: pair i belongs to token i / K
+    int32_t* pair_groups = nullptr;    // the decode pairs grouped by expert (mxfp4_group_pairs)
+    int32_t* local_ids = nullptr;      // [gemv_rows·K]: hybrid layers' GPU slot per pair (kHostPair, kStreamedPair)
+    int32_t* stream_ids = nullptr;     // [gemv_rows·K]: the staged expert's slot per pair, or -1 (HostExpertStreamer)
     int32_t* stream_groups = nullptr;  // the staged experts' pairs grouped by slot
-    uint32_t* pick_counts = nullptr;  // [layers, E] (count_expert_picks)
+    uint32_t* pick_counts = nullptr;   // [layers, E] (count_expert_picks)
     // head
     bf16 *head_rows = nullptr, *head_y = nullptr;  // [logits_rows, 4, D], [logits_rows, D]
     float* logits = nullptr;                       // [logits_rows, vocab]
@@ -206,8 +206,9 @@ void GpuModel::carve(const ModelConfig& cfg, const GpuModelOptions& opt, int64_t
                   c.moe_scratch_bytes >> 20, T, moe_need >> 20);
     c.moe_scratch = arena.alloc(c.moe_scratch_bytes, "moe scratch");
     if (hybrid) {
-        c.host_staging = static_cast<uint8_t*>(arena.alloc(
-            cuda::MxHybridExperts::kStagingBuffers * cuda::MxHybridExperts::staging_bytes_for(D, I), "host expert staging"));
+        c.host_staging = static_cast<uint8_t*>(
+            arena.alloc(cuda::MxHybridExperts::kStagingBuffers * cuda::MxHybridExperts::staging_bytes_for(D, I),
+                        "host expert staging"));
         c.host_counters = arena.alloc_n<uint32_t>(HostMoeBridge::kDeviceCounters, "host experts: request counters");
     }
     if (streams)
@@ -226,13 +227,9 @@ int64_t GpuModel::workspace_bytes_for(const ModelConfig& cfg, const GpuModelOpti
     return static_cast<int64_t>(sizing.used()) + 256;
 }
 
-GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKvPool& pool,
-                   const GpuModelOptions& opt, cuda::DeviceArena& arena)
-    : cfg_(cfg),
-      w_(weights),
-      pool_(pool),
-      opt_(opt),
-      buf_(std::make_unique<Buffers>()) {
+GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKvPool& pool, const GpuModelOptions& opt,
+                   cuda::DeviceArena& arena)
+    : cfg_(cfg), w_(weights), pool_(pool), opt_(opt), buf_(std::make_unique<Buffers>()) {
     check_gpu_model_shape(cfg);
     ONECARD_CHECK(opt.max_step_tokens <= pool.max_step_tokens(),
                   "gpu model: {} tokens per step but the KV pool's step region holds {}", opt.max_step_tokens,
@@ -261,9 +258,10 @@ GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKv
     }
     int64_t staged_layers = 0;
     for (const GpuBlock& blk : weights.layers) staged_layers += blk.ffn.n_stream > 0;
-    ONECARD_CHECK(staged_layers == 0 || c.stream_staging,
-                  "gpu model: the weights stage host experts over PCIe in {} layers but host_experts.stream_experts is 0",
-                  staged_layers);
+    ONECARD_CHECK(
+        staged_layers == 0 || c.stream_staging,
+        "gpu model: the weights stage host experts over PCIe in {} layers but host_experts.stream_experts is 0",
+        staged_layers);
     if (staged_layers > 0)
         streamer_ = std::make_unique<HostExpertStreamer>(cfg, weights, opt.host_experts.stream_experts,
                                                          opt.host_experts.stream_min_tokens, c.stream_staging);
@@ -273,7 +271,9 @@ GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKv
     moe_gemv_ = D % 1024 == 0 && I % 1024 == 0;
 }
 
-GpuModel::~GpuModel() { drop_graphs(); }
+GpuModel::~GpuModel() {
+    drop_graphs();
+}
 
 void GpuModel::set_gemv_paths(bool moe, bool linears) {
     const int64_t D = cfg_.hidden_size, I = cfg_.moe_intermediate_size;
@@ -337,7 +337,8 @@ void GpuModel::check_integrity() const {
         ONECARD_CHECK(exec != nullptr && key.n >= 1 && key.n <= kGraphMaxTokens && key.pos_bound <= opt_.max_model_len,
                       "gpu model: a captured graph for {} tokens / bound {} is out of range", key.n, key.pos_bound);
     ONECARD_CHECK(meta_->n <= opt_.max_step_tokens && meta_->n_out <= meta_->n,
-                  "gpu model: the last step's metadata ({} tokens, {} rows) exceeds the capacity", meta_->n, meta_->n_out);
+                  "gpu model: the last step's metadata ({} tokens, {} rows) exceeds the capacity", meta_->n,
+                  meta_->n_out);
     if (streamer_) streamer_->check_integrity();
 }
 
@@ -553,15 +554,20 @@ void GpuModel::moe(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t 
         cuda::MoePairGroups groups, sgroups;
         if (gpu) groups = cuda::mxfp4_group_pairs(ids, P, e.n_experts, n, b.pair_groups, scratch, s);
         if (staged) sgroups = cuda::mxfp4_group_pairs(b.stream_ids, P, m.n_stream, n, b.stream_groups, scratch, s);
-        if (gpu) cuda::mxfp4_grouped_gemv(b.xq, b.xs, b.pair_token, groups, e.w1, e.s1, b.y1, e.w3, e.s3, b.y3, I, D, s);
+        if (gpu)
+            cuda::mxfp4_grouped_gemv(b.xq, b.xs, b.pair_token, groups, e.w1, e.s1, b.y1, e.w3, e.s3, b.y3, I, D, s);
         // The staged experts' gate/up rows go into y1/y3 next to the GPU experts' (other pairs), so one
         // SwiGLU pass covers both; the wait for their copy comes after the GPU experts are queued.
         const cuda::MxExpertWeights* t = staged ? &streamer_->acquire(blk.layer_id, s) : nullptr;
-        if (t) cuda::mxfp4_grouped_gemv(b.xq, b.xs, b.pair_token, sgroups, t->w1, t->s1, b.y1, t->w3, t->s3, b.y3, I, D, s);
+        if (t)
+            cuda::mxfp4_grouped_gemv(b.xq, b.xs, b.pair_token, sgroups, t->w1, t->s1, b.y1, t->w3, t->s3, b.y3, I, D,
+                                     s);
         if (gpu || t) cuda::swiglu_clamp_quant(b.y1, b.y3, I, b.weights, b.hq, b.hs, P, I, limit, s);
-        if (gpu) cuda::mxfp4_grouped_gemv(b.hq, b.hs, nullptr, groups, e.w2, e.s2, b.y2, nullptr, nullptr, nullptr, D, I, s);
+        if (gpu)
+            cuda::mxfp4_grouped_gemv(b.hq, b.hs, nullptr, groups, e.w2, e.s2, b.y2, nullptr, nullptr, nullptr, D, I, s);
         if (t) {
-            cuda::mxfp4_grouped_gemv(b.hq, b.hs, nullptr, sgroups, t->w2, t->s2, b.y2, nullptr, nullptr, nullptr, D, I, s);
+            cuda::mxfp4_grouped_gemv(b.hq, b.hs, nullptr, sgroups, t->w2, t->s2, b.y2, nullptr, nullptr, nullptr, D, I,
+                                     s);
             streamer_->release(blk.layer_id, s);
         }
         tick("moe: routed experts (gemv)", s);
@@ -683,7 +689,8 @@ void GpuModel::check_host_experts() const {
 
 std::vector<uint64_t> GpuModel::expert_pick_counts(cudaStream_t s) const {
     const size_t n = static_cast<size_t>(cfg_.num_hidden_layers * cfg_.n_routed_experts);
-    ONECARD_CHECK(buf_->pick_counts != nullptr, "gpu model: expert pick counting is off (GpuModelOptions::count_expert_picks)");
+    ONECARD_CHECK(buf_->pick_counts != nullptr,
+                  "gpu model: expert pick counting is off (GpuModelOptions::count_expert_picks)");
     std::vector<uint32_t> c(n);
     CUDA_CHECK(cudaMemcpyAsync(c.data(), buf_->pick_counts, n * sizeof(uint32_t), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
@@ -693,7 +700,8 @@ std::vector<uint64_t> GpuModel::expert_pick_counts(cudaStream_t s) const {
 void GpuModel::reset_expert_pick_counts(cudaStream_t s) {
     if (!buf_->pick_counts) return;
     CUDA_CHECK(cudaMemsetAsync(buf_->pick_counts, 0,
-                               static_cast<size_t>(cfg_.num_hidden_layers * cfg_.n_routed_experts) * sizeof(uint32_t), s));
+                               static_cast<size_t>(cfg_.num_hidden_layers * cfg_.n_routed_experts) * sizeof(uint32_t),
+                               s));
 }
 
 const int32_t* GpuModel::argmax_last(cudaStream_t s) {
@@ -713,8 +721,8 @@ const int32_t* GpuModel::sample_last(const cuda::SampleParams* params, const uin
     if (n_mask_rows > 0)
         CUDA_CHECK(cudaMemcpyAsync(b.sample_masks, masks, static_cast<size_t>(n_mask_rows) * words * sizeof(uint32_t),
                                    cudaMemcpyHostToDevice, s));
-    cuda::sample_rows(b.logits, b.sample_params, n_mask_rows > 0 ? b.sample_masks : nullptr, b.ids, n,
-                      cfg_.vocab_size, b.sample_scratch, s);
+    cuda::sample_rows(b.logits, b.sample_params, n_mask_rows > 0 ? b.sample_masks : nullptr, b.ids, n, cfg_.vocab_size,
+                      b.sample_scratch, s);
     return b.ids;
 }
 

@@ -26,17 +26,18 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <tuple>
 #include <span>
+#include <tuple>
 #include <vector>
 
 namespace onecard {
 
 struct GpuModelOptions {
-    int64_t max_step_tokens = 2048;   // tokens per step (the scheduler's budget)
-    int64_t max_seqs = 64;            // sequences per step
-    int64_t max_model_len = 65536;    // longest sequence (sizes key lists and indexer scratch)
-    size_t moe_scratch_bytes = 0;  // many-token expert path (dequantised experts + rows); 0 = what max_step_tokens needs
+    int64_t max_step_tokens = 2048;  // tokens per step (the scheduler's budget)
+    int64_t max_seqs = 64;           // sequences per step
+    int64_t max_model_len = 65536;   // longest sequence (sizes key lists and indexer scratch)
+    size_t moe_scratch_bytes =
+        0;                    // many-token expert path (dequantised experts + rows); 0 = what max_step_tokens needs
     bool cuda_graphs = true;  // replay steps of <= kGraphMaxTokens tokens as CUDA graphs
     bool count_expert_picks = false;  // count routing picks per (layer, expert) on the device (expert_pick_counts)
     HostMoeOptions host_experts;      // the host expert pool, when the weights keep experts in host RAM
@@ -118,7 +119,7 @@ private:
             return std::tie(n, n_out, pos_bound) < std::tie(o.n, o.n_out, o.pos_bound);
         }
     };
-    void forward(cudaStream_t s);  // every layer and the head, for the metadata in meta_
+    void forward(cudaStream_t s);                  // every layer and the head, for the metadata in meta_
     void tick(const char* label, cudaStream_t s);  // profiling: time since the last tick goes to label
     void drop_graphs();
     void attention(const GpuBlock& b, const __nv_bfloat16* xn, __nv_bfloat16* out, cudaStream_t s);
@@ -132,14 +133,14 @@ private:
     std::unique_ptr<GpuStepMeta> meta_;
     std::unique_ptr<GpuLinears> lin_;
     std::unique_ptr<cuda::MoeExperts> experts_;
-    std::unique_ptr<HostMoeBridge> host_;  // hybrid layers only
+    std::unique_ptr<HostMoeBridge> host_;           // hybrid layers only
     std::unique_ptr<HostExpertStreamer> streamer_;  // weights that stage host experts over PCIe only
-    bool stream_step_ = false;  // the current step stages host experts (streamer_->active)
-    uint8_t* host_staging_ = nullptr;      // the many-token path's staging buffer for host experts
+    bool stream_step_ = false;                      // the current step stages host experts (streamer_->active)
+    uint8_t* host_staging_ = nullptr;               // the many-token path's staging buffer for host experts
     std::unique_ptr<Buffers> buf_;
     int64_t workspace_bytes_ = 0;
-    int64_t pos_bound_ = 0;  // positions of this step are < pos_bound_ (rounded up: graph reuse)
-    bool moe_gemv_ = false;  // decode MoE takes the GEMV path (no host sync: capturable)
+    int64_t pos_bound_ = 0;     // positions of this step are < pos_bound_ (rounded up: graph reuse)
+    bool moe_gemv_ = false;     // decode MoE takes the GEMV path (no host sync: capturable)
     bool x_quantized_ = false;  // the current sub-block's input has its FP8 copy in Buffers::xq/xs
     std::map<GraphKey, cudaGraphExec_t> graphs_;
     int64_t last_graph_nodes_ = 0;

@@ -141,8 +141,8 @@ StepAddr step_addr(const GpuStepMeta& m, const GpuKvPool& pool, int64_t layer, i
 
 }  // namespace
 
-void build_write_offsets(const GpuStepMeta& m, const GpuKvPool& pool, int64_t layer, int64_t window,
-                         int64_t* step_dst, int64_t* ring_dst, int64_t* entry_dst, int64_t* key_dst, cudaStream_t s) {
+void build_write_offsets(const GpuStepMeta& m, const GpuKvPool& pool, int64_t layer, int64_t window, int64_t* step_dst,
+                         int64_t* ring_dst, int64_t* entry_dst, int64_t* key_dst, cudaStream_t s) {
     const auto& l = pool.layer(layer);
     const KvCacheSpec& spec = pool.spec();
     const StepAddr a = step_addr(m, pool, layer, window);

@@ -50,7 +50,8 @@ __global__ void attention_offsets_kernel(StepAddr a, const int32_t* __restrict__
         if (j < a.window) {
             const int64_t q = p - a.window + 1 + j;
             // This step's rows are read from the step region (the ring still holds older positions).
-            if (q >= 0) o = q >= p0 ? a.step_off + (f + (q - p0)) * eb : a.slot_off[i] + a.window_region + (q % a.window) * eb;
+            if (q >= 0)
+                o = q >= p0 ? a.step_off + (f + (q - p0)) * eb : a.slot_off[i] + a.window_region + (q % a.window) * eb;
         } else if (a.ratio > 0) {
             const int64_t jj = j - a.window;
             int64_t e = -1;

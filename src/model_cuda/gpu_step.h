@@ -64,8 +64,8 @@ private:
 //  ring_dst:  tokens among the last `window` of their sequence, into the slot's window ring;
 //  entry_dst: tokens that close a compressor window, into the entry stream (ratio > 0);
 //  key_dst:   the same for the indexer-key stream (CSA; may be nullptr otherwise).
-void build_write_offsets(const GpuStepMeta& m, const GpuKvPool& pool, int64_t layer, int64_t window,
-                         int64_t* step_dst, int64_t* ring_dst, int64_t* entry_dst, int64_t* key_dst, cudaStream_t s);
+void build_write_offsets(const GpuStepMeta& m, const GpuKvPool& pool, int64_t layer, int64_t window, int64_t* step_dst,
+                         int64_t* ring_dst, int64_t* entry_dst, int64_t* key_dst, cudaStream_t s);
 
 // Attention key list per token, kv_off [n, max_keys] byte offsets (−1 = unused): the window
 // positions max(0, p−W+1)..p (this step's rows from the step-entries region, older ones from the

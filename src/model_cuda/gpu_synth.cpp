@@ -44,7 +44,10 @@ public:
     // embed_on_host without host_embed: only count (the table takes no arena bytes).
     Builder(const ModelConfig& cfg, cuda::DeviceArena* arena, const ExpertPlacement* placement,
             __nv_bfloat16* host_embed = nullptr, bool embed_on_host = false)
-        : cfg_(cfg), arena_(arena), placement_(placement), host_embed_(host_embed),
+        : cfg_(cfg),
+          arena_(arena),
+          placement_(placement),
+          host_embed_(host_embed),
           embed_on_host_(embed_on_host || host_embed != nullptr) {}
 
     GpuModelWeights build() {
@@ -124,8 +127,10 @@ private:
                          GpuFp8Linear& a, GpuFp8Linear& b) {
         ONECARD_CHECK(na > 0 && nb > 0 && n_in > 0 && n_in % 128 == 0,
                       "gpu synth: FP8 linears {}/{} need an input width that is a multiple of 128", pa, pb);
-        a.w = static_cast<const uint8_t*>(take(static_cast<size_t>(na * n_in), Fill::Fp8Codes, pa + ".weight", na, n_in));
-        b.w = static_cast<const uint8_t*>(take(static_cast<size_t>(nb * n_in), Fill::Fp8Codes, pb + ".weight", nb, n_in));
+        a.w =
+            static_cast<const uint8_t*>(take(static_cast<size_t>(na * n_in), Fill::Fp8Codes, pa + ".weight", na, n_in));
+        b.w =
+            static_cast<const uint8_t*>(take(static_cast<size_t>(nb * n_in), Fill::Fp8Codes, pb + ".weight", nb, n_in));
         a.ws = static_cast<const float*>(take(static_cast<size_t>(cuda::fp8_gemm_weight_scale_floats(na, n_in)) * 4,
                                               Fill::Fp8Scales, pa + ".scale", na, n_in));
         b.ws = static_cast<const float*>(take(static_cast<size_t>(cuda::fp8_gemm_weight_scale_floats(nb, n_in)) * 4,

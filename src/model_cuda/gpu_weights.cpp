@@ -14,7 +14,9 @@
 namespace onecard {
 namespace {
 
-int64_t fp8_linear_bytes(int64_t n, int64_t k) { return n * k + cuda::fp8_gemm_weight_scale_floats(n, k) * 4; }
+int64_t fp8_linear_bytes(int64_t n, int64_t k) {
+    return n * k + cuda::fp8_gemm_weight_scale_floats(n, k) * 4;
+}
 
 // Copies host bytes into a fresh arena allocation tagged with the tensor name.
 template <typename T>
@@ -25,8 +27,9 @@ const T* upload_bytes(cuda::DeviceArena& arena, const void* src, size_t bytes, c
 }
 
 void expect(const TensorView& t, DType dtype, std::vector<int64_t> shape) {
-    ONECARD_CHECK(t.dtype == dtype && t.shape == shape, "tensor {}: the GPU layout needs {} {}, the checkpoint has {} {}",
-                  t.name, dtype_name(dtype), shape_str(shape), dtype_name(t.dtype), shape_str(t.shape));
+    ONECARD_CHECK(t.dtype == dtype && t.shape == shape,
+                  "tensor {}: the GPU layout needs {} {}, the checkpoint has {} {}", t.name, dtype_name(dtype),
+                  shape_str(shape), dtype_name(t.dtype), shape_str(t.shape));
 }
 
 // Any float tensor (F32 / BF16) as fp32 on the device.
@@ -74,7 +77,8 @@ GpuFp8Linear fp8_linear(cuda::DeviceArena& arena, const QuantLinear& q) {
     l.n_out = q.out_features();
     l.n_in = q.in_features();
     l.w = upload_bytes<uint8_t>(arena, q.weight.data, q.weight.nbytes, q.weight.name);
-    auto* ws = arena.alloc_n<float>(static_cast<size_t>(cuda::fp8_gemm_weight_scale_floats(l.n_out, l.n_in)), q.scale.name);
+    auto* ws =
+        arena.alloc_n<float>(static_cast<size_t>(cuda::fp8_gemm_weight_scale_floats(l.n_out, l.n_in)), q.scale.name);
     upload_fp8_scales(arena, q, ws);
     l.ws = ws;
     return l;
@@ -91,8 +95,10 @@ void fp8_linear_pair(cuda::DeviceArena& arena, const QuantLinear& qa, const Quan
     b.n_in = qb.in_features();
     a.w = upload_bytes<uint8_t>(arena, qa.weight.data, qa.weight.nbytes, qa.weight.name);
     b.w = upload_bytes<uint8_t>(arena, qb.weight.data, qb.weight.nbytes, qb.weight.name);
-    auto* wsa = arena.alloc_n<float>(static_cast<size_t>(cuda::fp8_gemm_weight_scale_floats(a.n_out, a.n_in)), qa.scale.name);
-    auto* wsb = arena.alloc_n<float>(static_cast<size_t>(cuda::fp8_gemm_weight_scale_floats(b.n_out, b.n_in)), qb.scale.name);
+    auto* wsa =
+        arena.alloc_n<float>(static_cast<size_t>(cuda::fp8_gemm_weight_scale_floats(a.n_out, a.n_in)), qa.scale.name);
+    auto* wsb =
+        arena.alloc_n<float>(static_cast<size_t>(cuda::fp8_gemm_weight_scale_floats(b.n_out, b.n_in)), qb.scale.name);
     upload_fp8_scales(arena, qa, wsa);
     upload_fp8_scales(arena, qb, wsb);
     a.ws = wsa;
@@ -120,8 +126,8 @@ GpuCompressor compressor(cuda::DeviceArena& arena, const CompressorWeights& c, i
 
 // All routed experts of a layer into one array per matrix, each expert's matrix in the tiled layout
 // (mxfp4_layout.cuh) that mxfp4_grouped_gemv and MoeExperts read, indexed by expert id.
-cuda::MxExpertWeights routed_experts(cuda::DeviceArena& arena, const ModelConfig& cfg, const MoEWeights& m,
-                                     int64_t il, const std::vector<int32_t>& ids) {
+cuda::MxExpertWeights routed_experts(cuda::DeviceArena& arena, const ModelConfig& cfg, const MoEWeights& m, int64_t il,
+                                     const std::vector<int32_t>& ids) {
     cuda::MxExpertWeights x;
     x.n_experts = static_cast<int64_t>(ids.size());
     x.dim = cfg.hidden_size;
@@ -130,7 +136,8 @@ cuda::MxExpertWeights routed_experts(cuda::DeviceArena& arena, const ModelConfig
     auto pack = [&](auto pick, int64_t n, int64_t k, const uint8_t** w, const uint8_t** s, const char* name) {
         const size_t wb = static_cast<size_t>(n * k / 2), sb = static_cast<size_t>(n * k / 32);
         auto* dw = static_cast<uint8_t*>(arena.alloc(wb * static_cast<size_t>(x.n_experts), prefix + "." + name));
-        auto* ds = static_cast<uint8_t*>(arena.alloc(sb * static_cast<size_t>(x.n_experts), prefix + "." + name + ".scale"));
+        auto* ds =
+            static_cast<uint8_t*>(arena.alloc(sb * static_cast<size_t>(x.n_experts), prefix + "." + name + ".scale"));
         // Each matrix goes through a staging buffer at the arena's top and is written tiled into its
         // place by a kernel (a host-side permutation of ~120 GB would cost minutes at load); the
         // staging buffer is reused once the kernel is done.

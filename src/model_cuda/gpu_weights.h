@@ -42,10 +42,10 @@ struct GpuHC {
 };
 
 struct GpuCompressor {
-    int64_t ratio = 0, head_dim = 0;  // d
-    GpuBf16Linear wkv, wgate;          // [c·d, D]
-    GpuBf16Linear wkv_wgate;           // [2·c·d, D]: both as one linear when stored back to back (w null if not)
-    const float* ape = nullptr;        // [ratio, c·d]
+    int64_t ratio = 0, head_dim = 0;      // d
+    GpuBf16Linear wkv, wgate;             // [c·d, D]
+    GpuBf16Linear wkv_wgate;              // [2·c·d, D]: both as one linear when stored back to back (w null if not)
+    const float* ape = nullptr;           // [ratio, c·d]
     const __nv_bfloat16* norm = nullptr;  // [d]
 };
 
@@ -59,10 +59,10 @@ struct GpuIndexer {
 };
 
 struct GpuAttention {
-    GpuFp8Linear wq_a;                       // [q_lora_rank, D]
-    const __nv_bfloat16* q_norm = nullptr;   // [q_lora_rank]
-    GpuFp8Linear wq_b;                       // [H·hd, q_lora_rank]
-    GpuFp8Linear wkv;                        // [hd, D]
+    GpuFp8Linear wq_a;                      // [q_lora_rank, D]
+    const __nv_bfloat16* q_norm = nullptr;  // [q_lora_rank]
+    GpuFp8Linear wq_b;                      // [H·hd, q_lora_rank]
+    GpuFp8Linear wkv;                       // [hd, D]
     // wq_a and wkv as one [q_lora_rank + hd, D] linear when they lie back to back in memory (both read
     // xn: one quantisation, one launch); w == nullptr otherwise (fuse_rows).
     GpuFp8Linear wq_a_wkv;
@@ -75,10 +75,10 @@ struct GpuAttention {
 };
 
 struct GpuMoE {
-    GpuBf16Linear gate;               // [E, D]
-    const float* bias = nullptr;      // [E]; nullptr on hash layers
-    const int32_t* tid2eid = nullptr; // [vocab, K]; nullptr on learned-routing layers
-    cuda::MxExpertWeights experts;    // MXFP4 [E_gpu, ...]: all E experts, or the GPU-resident ones in slot order
+    GpuBf16Linear gate;                // [E, D]
+    const float* bias = nullptr;       // [E]; nullptr on hash layers
+    const int32_t* tid2eid = nullptr;  // [vocab, K]; nullptr on learned-routing layers
+    cuda::MxExpertWeights experts;     // MXFP4 [E_gpu, ...]: all E experts, or the GPU-resident ones in slot order
     // Hybrid layers (an ExpertPlacement keeps some experts in host RAM; attach_host_experts): the slot
     // of each global expert id in `experts`, or -1, on the device and the host, and each host
     // expert's pinned weights. expert_slot == nullptr: every expert on the GPU, slot = id.

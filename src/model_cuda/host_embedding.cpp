@@ -22,7 +22,8 @@ HostEmbedding::HostEmbedding(int64_t vocab, int64_t hidden) : vocab_(vocab), hid
     const cudaError_t derr = cudaHostGetDevicePointer(&d, p, 0);
     if (derr != cudaSuccess) {
         cudaFreeHost(p);
-        throw Error(fmt::format("host embedding: the pinned table has no device address: {}", cudaGetErrorString(derr)));
+        throw Error(
+            fmt::format("host embedding: the pinned table has no device address: {}", cudaGetErrorString(derr)));
     }
     dev_ = static_cast<__nv_bfloat16*>(d);
 }

@@ -26,8 +26,8 @@ public:
     // Throws onecard::Error naming the tensor when its shape is not [vocab, hidden].
     void fill_from(const TensorView& embed);
 
-    __nv_bfloat16* host() { return host_; }               // [vocab, hidden], for the host to write
-    __nv_bfloat16* device() const { return dev_; }        // the same bytes as the GPU addresses them
+    __nv_bfloat16* host() { return host_; }         // [vocab, hidden], for the host to write
+    __nv_bfloat16* device() const { return dev_; }  // the same bytes as the GPU addresses them
     uint64_t bytes() const { return static_cast<uint64_t>(vocab_ * hidden_) * 2; }
     int64_t vocab() const { return vocab_; }
     int64_t hidden() const { return hidden_; }
@@ -35,8 +35,8 @@ public:
 
 private:
     int64_t vocab_ = 0, hidden_ = 0;
-    __nv_bfloat16* host_ = nullptr;       // cudaHostAlloc(mapped, portable)
-    __nv_bfloat16* dev_ = nullptr;        // cudaHostGetDevicePointer(host_)
+    __nv_bfloat16* host_ = nullptr;  // cudaHostAlloc(mapped, portable)
+    __nv_bfloat16* dev_ = nullptr;   // cudaHostGetDevicePointer(host_)
 };
 
 }  // namespace onecard

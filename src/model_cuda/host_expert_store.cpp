@@ -19,7 +19,9 @@ namespace {
 
 using RecordLayout = cuda::MxExpertRecordLayout;
 
-RecordLayout record_layout(int64_t D, int64_t I) { return cuda::mx_expert_record_layout(D, I); }
+RecordLayout record_layout(int64_t D, int64_t I) {
+    return cuda::mx_expert_record_layout(D, I);
+}
 
 // splitmix64: a counter-based generator, so each (seed, layer, expert, part, word) value is fixed.
 uint64_t mix(uint64_t x) {
@@ -45,7 +47,8 @@ HostExpertStore::HostExpertStore(const ModelConfig& cfg, const ExpertPlacement& 
                       std::vector<int64_t>(static_cast<size_t>(cfg.n_routed_experts), -1));
     for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
         first_record_.push_back(n_records_);
-        for (int32_t e : placement_.host_experts(l)) record_of_[static_cast<size_t>(l)][static_cast<size_t>(e)] = n_records_++;
+        for (int32_t e : placement_.host_experts(l))
+            record_of_[static_cast<size_t>(l)][static_cast<size_t>(e)] = n_records_++;
     }
     first_record_.push_back(n_records_);
     bytes_ = per_expert_ * static_cast<uint64_t>(n_records_);
@@ -63,9 +66,9 @@ HostExpertStore::~HostExpertStore() {
 }
 
 uint8_t* HostExpertStore::record(int64_t layer, int64_t expert) const {
-    ONECARD_CHECK(layer >= 0 && layer < static_cast<int64_t>(record_of_.size()) && expert >= 0 &&
-                      expert < cfg_.n_routed_experts,
-                  "host experts: (layer {}, expert {}) out of range", layer, expert);
+    ONECARD_CHECK(
+        layer >= 0 && layer < static_cast<int64_t>(record_of_.size()) && expert >= 0 && expert < cfg_.n_routed_experts,
+        "host experts: (layer {}, expert {}) out of range", layer, expert);
     const int64_t r = record_of_[static_cast<size_t>(layer)][static_cast<size_t>(expert)];
     ONECARD_CHECK(r >= 0, "host experts: expert {} of layer {} is on the GPU, not in host RAM", expert, layer);
     return base_ + static_cast<uint64_t>(r) * per_expert_;
@@ -78,9 +81,9 @@ const uint8_t* HostExpertStore::layer_records(int64_t layer) const {
 }
 
 int64_t HostExpertStore::record_in_layer(int64_t layer, int64_t expert) const {
-    ONECARD_CHECK(layer >= 0 && layer < static_cast<int64_t>(record_of_.size()) && expert >= 0 &&
-                      expert < cfg_.n_routed_experts,
-                  "host experts: (layer {}, expert {}) out of range", layer, expert);
+    ONECARD_CHECK(
+        layer >= 0 && layer < static_cast<int64_t>(record_of_.size()) && expert >= 0 && expert < cfg_.n_routed_experts,
+        "host experts: (layer {}, expert {}) out of range", layer, expert);
     const int64_t r = record_of_[static_cast<size_t>(layer)][static_cast<size_t>(expert)];
     return r < 0 ? -1 : r - first_record_[static_cast<size_t>(layer)];
 }
@@ -175,8 +178,9 @@ void HostExpertStore::check_integrity() const {
             ONECARD_CHECK((r >= 0) == !placement_.is_on_gpu(l, e),
                           "host experts: record map disagrees with the placement at (layer {}, expert {})", l, e);
             if (r >= 0) ++n;
-            ONECARD_CHECK(r < 0 || (r >= first_record_[static_cast<size_t>(l)] && r < first_record_[static_cast<size_t>(l) + 1]),
-                          "host experts: record {} of (layer {}, expert {}) is outside the layer's records", r, l, e);
+            ONECARD_CHECK(
+                r < 0 || (r >= first_record_[static_cast<size_t>(l)] && r < first_record_[static_cast<size_t>(l) + 1]),
+                "host experts: record {} of (layer {}, expert {}) is outside the layer's records", r, l, e);
         }
     ONECARD_CHECK(n == n_records_ && bytes_ == per_expert_ * static_cast<uint64_t>(n_records_) &&
                       (bytes_ == 0) == (base_ == nullptr),
@@ -238,7 +242,8 @@ void swap_host_expert(GpuModelWeights& w, HostExpertStore& store, int64_t layer,
     m.expert_slot_host[static_cast<size_t>(host_expert)] = slot;
     m.expert_slot_host[static_cast<size_t>(gpu_expert)] = -1;
     if (m.expert_stream_slot) {  // a staged record stays staged: its new expert takes its stream slot
-        m.expert_stream_slot_host[static_cast<size_t>(gpu_expert)] = m.expert_stream_slot_host[static_cast<size_t>(host_expert)];
+        m.expert_stream_slot_host[static_cast<size_t>(gpu_expert)] =
+            m.expert_stream_slot_host[static_cast<size_t>(host_expert)];
         m.expert_stream_slot_host[static_cast<size_t>(host_expert)] = -1;
         CUDA_CHECK(cudaMemcpy(const_cast<int32_t*>(m.expert_stream_slot), m.expert_stream_slot_host.data(),
                               m.expert_stream_slot_host.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
@@ -284,7 +289,8 @@ void attach_host_experts(GpuModelWeights& w, const HostExpertStore& store, cuda:
             const int64_t r = store.record_in_layer(l, e);
             if (r >= 0 && r < m.n_stream) m.expert_stream_slot_host[static_cast<size_t>(e)] = static_cast<int32_t>(r);
         }
-        auto* ds = arena.alloc_n<int32_t>(m.expert_stream_slot_host.size(), "layers." + std::to_string(l) + ".expert_stream_slot");
+        auto* ds = arena.alloc_n<int32_t>(m.expert_stream_slot_host.size(),
+                                          "layers." + std::to_string(l) + ".expert_stream_slot");
         cuda::copy_to_device(ds, m.expert_stream_slot_host);
         m.expert_stream_slot = ds;
     }

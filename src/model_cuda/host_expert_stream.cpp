@@ -11,7 +11,9 @@
 namespace onecard {
 namespace {
 
-uint64_t align256(uint64_t b) { return (b + 255) / 256 * 256; }
+uint64_t align256(uint64_t b) {
+    return (b + 255) / 256 * 256;
+}
 
 // One tiled buffer of `slots` experts: w1, s1, w3, s3, w2, s2 arrays, each 256-byte aligned.
 uint64_t tiled_bytes(int64_t D, int64_t I, int64_t slots) {
@@ -86,9 +88,9 @@ int64_t HostExpertStreamer::experts_per_step() const {
 }
 
 int64_t HostExpertStreamer::ordinal(int64_t layer) const {
-    ONECARD_CHECK(layer >= 0 && layer < static_cast<int64_t>(ordinal_of_.size()) &&
-                      ordinal_of_[static_cast<size_t>(layer)] >= 0,
-                  "host expert streaming: layer {} stages no experts", layer);
+    ONECARD_CHECK(
+        layer >= 0 && layer < static_cast<int64_t>(ordinal_of_.size()) && ordinal_of_[static_cast<size_t>(layer)] >= 0,
+        "host expert streaming: layer {} stages no experts", layer);
     return ordinal_of_[static_cast<size_t>(layer)];
 }
 
@@ -112,8 +114,9 @@ void HostExpertStreamer::begin_step(cudaStream_t s) {
 
 const cuda::MxExpertWeights& HostExpertStreamer::acquire(int64_t layer, cudaStream_t s) {
     const size_t j = static_cast<size_t>(ordinal(layer));
-    ONECARD_CHECK(j == next_acquire_, "host expert streaming: layer {} reached out of order (expected streamed layer {})",
-                  layer, next_acquire_);
+    ONECARD_CHECK(j == next_acquire_,
+                  "host expert streaming: layer {} reached out of order (expected streamed layer {})", layer,
+                  next_acquire_);
     CUDA_CHECK(cudaStreamWaitEvent(s, ready_[j % 2], 0));
     tiled_[j % 2].n_experts = w_.layers[static_cast<size_t>(layer)].ffn.n_stream;
     return tiled_[j % 2];

@@ -13,7 +13,9 @@
 namespace onecard {
 namespace {
 
-size_t align64(size_t b) { return (b + 63) / 64 * 64; }
+size_t align64(size_t b) {
+    return (b + 63) / 64 * 64;
+}
 
 uint64_t now_ns() {
     return static_cast<uint64_t>(
@@ -29,9 +31,12 @@ HostMoeBridge::HostMoeBridge(const ModelConfig& cfg, const GpuModelWeights& weig
     const int64_t D = cfg.hidden_size, K = cfg.num_experts_per_tok, P = max_tokens * K;
     ONECARD_CHECK(max_tokens > 0 && D % 128 == 0, "host experts: max_tokens {} and hidden {} (% 128)", max_tokens, D);
     // Mailbox layout: control | xq | xs | experts | weights | y, each 64-byte aligned.
-    const size_t sizes[6] = {sizeof(cuda::HostMoeControl), static_cast<size_t>(max_tokens * D),
-                             static_cast<size_t>(max_tokens * D / 128) * 4, static_cast<size_t>(P) * 4,
-                             static_cast<size_t>(P) * 4, static_cast<size_t>(P * D) * 2};
+    const size_t sizes[6] = {sizeof(cuda::HostMoeControl),
+                             static_cast<size_t>(max_tokens * D),
+                             static_cast<size_t>(max_tokens * D / 128) * 4,
+                             static_cast<size_t>(P) * 4,
+                             static_cast<size_t>(P) * 4,
+                             static_cast<size_t>(P * D) * 2};
     size_t off[6], total = 0;
     for (int i = 0; i < 6; ++i) {
         off[i] = total;
@@ -177,9 +182,10 @@ void HostMoeBridge::serve(uint32_t seq) {
 void HostMoeBridge::check_step() const {
     if (ctl_->gpu_error == 0) return;
     std::lock_guard<std::mutex> lk(mu_);
-    throw Error(fmt::format("host experts: a GPU wait for the host expert pool failed ({}); the step's output is invalid",
-                            last_error_.empty() ? "no answer within " + std::to_string(opt_.timeout_ns / 1000000) + " ms"
-                                                : "host error: " + last_error_));
+    throw Error(
+        fmt::format("host experts: a GPU wait for the host expert pool failed ({}); the step's output is invalid",
+                    last_error_.empty() ? "no answer within " + std::to_string(opt_.timeout_ns / 1000000) + " ms"
+                                        : "host error: " + last_error_));
 }
 
 void HostMoeBridge::check_integrity() const {

@@ -21,7 +21,7 @@
 namespace onecard {
 
 struct HostMoeOptions {
-    int n_threads = 0;       // host expert threads incl. the poller; 0 = hardware threads - 1
+    int n_threads = 0;  // host expert threads incl. the poller; 0 = hardware threads - 1
     bool pin_threads = true;
     uint64_t timeout_ns = 10'000'000'000ull;  // a GPU wait longer than this fails the step
     uint64_t spin_ns = 5'000'000ull;          // the poller spins this long after a request before sleeping
@@ -40,8 +40,8 @@ public:
     // `weights` must be hybrid (attach_host_experts) and outlive the bridge; max_tokens bounds the
     // tokens of one published request (the GEMV path's rows); device_counters: kDeviceCounters
     // uint32 of device memory (zeroed here).
-    HostMoeBridge(const ModelConfig& cfg, const GpuModelWeights& weights, int64_t max_tokens,
-                  const HostMoeOptions& opt, uint32_t* device_counters);
+    HostMoeBridge(const ModelConfig& cfg, const GpuModelWeights& weights, int64_t max_tokens, const HostMoeOptions& opt,
+                  uint32_t* device_counters);
     ~HostMoeBridge();
     HostMoeBridge(const HostMoeBridge&) = delete;
     HostMoeBridge& operator=(const HostMoeBridge&) = delete;
@@ -87,7 +87,7 @@ private:
     std::vector<const uint8_t*> distinct_buf_;  // the poller's, reused
     mutable std::mutex mu_;
     std::condition_variable wake_;
-    uint64_t kicks_ = 0;     // guarded by mu_
+    uint64_t kicks_ = 0;      // guarded by mu_
     std::string last_error_;  // guarded by mu_
     std::thread poller_;
 };

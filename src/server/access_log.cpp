@@ -22,14 +22,14 @@ std::string log_timestamp() {
 nlohmann::json access_line(const std::string& remote, const std::string& method, const std::string& path, int status,
                            std::chrono::steady_clock::time_point start, size_t bytes_in) {
     const Route* route = find_route(path);
-    return {{"ts", log_timestamp()},
-            {"remote", remote},
-            {"method", method},
-            {"path", route ? route->path : "(other)"},
-            {"status", status},
-            {"duration_ms",
-             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count()},
-            {"bytes_in", bytes_in}};
+    return {
+        {"ts", log_timestamp()},
+        {"remote", remote},
+        {"method", method},
+        {"path", route ? route->path : "(other)"},
+        {"status", status},
+        {"duration_ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count()},
+        {"bytes_in", bytes_in}};
 }
 
 void write_access_line(const nlohmann::json& line) {

@@ -65,7 +65,6 @@ std::string finish_reason_of(const ChatRequest& cr, const EngineEvent& ev, const
     return api_finish_reason(ev.finish_reason);
 }
 
-
 }  // namespace
 
 void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req, httplib::Response& res) {
@@ -78,8 +77,7 @@ void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req
     // Tool-call ids are unique in the response: choice j > 0 gets its own prefix.
     std::vector<ReasoningParserOptions> popts;
     for (int64_t j = 0; j < n; ++j)
-        popts.push_back(
-            parser_options(p, "call_" + id.substr(9, 12) + "_" + (j == 0 ? "" : std::to_string(j) + "_")));
+        popts.push_back(parser_options(p, "call_" + id.substr(9, 12) + "_" + (j == 0 ? "" : std::to_string(j) + "_")));
     std::vector<std::shared_ptr<ActiveRequest>> ars = admit_choices(s, {p.ids}, p.sampling, n);
     access_log_context().fields["id"] = id;
     // Usage as OpenAI and vLLM count it for n choices: the prompt once, the completions summed.
@@ -102,14 +100,14 @@ void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req
         Json choices = Json::array();
         for (int64_t j = 0; j < n; ++j) {
             Json logprobs = Json::array();
-            ChatOutcome o = run_chat_generation(*ars[static_cast<size_t>(j)], popts[static_cast<size_t>(j)],
-                                                cr.parse_tools, [&](const std::vector<ParseEvent>&, const EngineEvent& ev) {
-                                                    if (cr.gen.logprobs)
-                                                        for (auto& e : chat_logprobs_json(s.tokenizer, ev.token_ids,
-                                                                                          ev.logprobs))
-                                                            logprobs.push_back(Json(e));
-                                                    return true;
-                                                });
+            ChatOutcome o =
+                run_chat_generation(*ars[static_cast<size_t>(j)], popts[static_cast<size_t>(j)], cr.parse_tools,
+                                    [&](const std::vector<ParseEvent>&, const EngineEvent& ev) {
+                                        if (cr.gen.logprobs)
+                                            for (auto& e : chat_logprobs_json(s.tokenizer, ev.token_ids, ev.logprobs))
+                                                logprobs.push_back(Json(e));
+                                        return true;
+                                    });
             if (std::string f = o.failure(); !f.empty()) {
                 if (o.last && o.last->finish_reason == FinishReason::Cancelled) {
                     log_finish_reason("abort");
@@ -227,12 +225,9 @@ void handle_chat_completions(OpenAIServer::State& s, const httplib::Request& req
                 return true;
             }
             if (include_usage) {
-                Json u = {{"id", id},
-                          {"object", "chat.completion.chunk"},
-                          {"created", created},
-                          {"model", model},
-                          {"choices", Json::array()},
-                          {"usage", Json(total_usage(outcomes))}};
+                Json u = {
+                    {"id", id},       {"object", "chat.completion.chunk"}, {"created", created},
+                    {"model", model}, {"choices", Json::array()},          {"usage", Json(total_usage(outcomes))}};
                 w.send(u);
             }
             auto& f = access_log_context().fields;

@@ -35,7 +35,6 @@ std::string check_tool(const Json& tool, const std::string& where) {
     return name->get<std::string>();
 }
 
-
 }  // namespace
 
 ChatRequest parse_chat_request(const OpenAIServer::State& s, const Json& body) {
@@ -134,7 +133,6 @@ ChatRequest parse_chat_request(const OpenAIServer::State& s, const Json& body) {
     return r;
 }
 
-
 std::string tool_choice_violation(const ChatRequest& r, const ParsedCompletion& pc) {
     if (r.tool_choice == ToolChoice::Required && pc.tool_calls.empty())
         return "tool_choice is 'required' but the model called no tool";
@@ -147,7 +145,6 @@ std::string tool_choice_violation(const ChatRequest& r, const ParsedCompletion& 
     }
     return {};
 }
-
 
 PreparedChat prepare_chat(OpenAIServer::State& s, const Json& body, const std::string& max_tokens_param) {
     PreparedChat p;
@@ -170,7 +167,7 @@ PreparedChat prepare_chat(OpenAIServer::State& s, const Json& body, const std::s
         throw bad_request(fmt::format("max_tokens is {} but the prompt has {} tokens and the maximum context length is "
                                       "{}: at most {} tokens can be generated",
                                       *p.chat.gen.max_tokens, n, max_len, room),
-                          !max_tokens_param.empty()              ? max_tokens_param
+                          !max_tokens_param.empty()                ? max_tokens_param
                           : body.contains("max_completion_tokens") ? "max_completion_tokens"
                                                                    : "max_tokens");
     p.sampling.max_tokens = resolve_max_tokens(p.chat.gen, room);
@@ -180,7 +177,6 @@ PreparedChat prepare_chat(OpenAIServer::State& s, const Json& body, const std::s
     if (s.opts.log_requests_text) f["prompt"] = p.prompt.text;
     return p;
 }
-
 
 std::string ChatOutcome::failure() const {
     if (!last) return "generation failed: no final event";

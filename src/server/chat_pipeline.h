@@ -45,9 +45,9 @@ struct PreparedChat {
 };
 
 // parse_chat_request, then render and tokenise, and set the sampling's constraint factory for
-// response_format and a forced tool choice (structured_output.h: 400 for a schema it cannot enforce); refuses a prompt (or max_tokens) the context cannot
-// hold. `max_tokens_param` is the field named when max_tokens does not fit (each API has its own name).
-// Records prompt_tokens (and the prompt text when logging it) in the access log. Admits nothing.
+// response_format and a forced tool choice (structured_output.h: 400 for a schema it cannot enforce); refuses a prompt
+// (or max_tokens) the context cannot hold. `max_tokens_param` is the field named when max_tokens does not fit (each API
+// has its own name). Records prompt_tokens (and the prompt text when logging it) in the access log. Admits nothing.
 PreparedChat prepare_chat(OpenAIServer::State& s, const Json& body, const std::string& max_tokens_param = {});
 
 // The call the tool_choice demands is missing: the empty string when the completion conforms.

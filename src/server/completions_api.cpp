@@ -174,12 +174,8 @@ void handle_completions(OpenAIServer::State& s, const httplib::Request& req, htt
             if (i == 0 && s.opts.log_requests_text) f["completion"] = text;
             lasts.push_back(std::move(*last));
         }
-        Json out = {{"id", id},
-                    {"object", "text_completion"},
-                    {"created", created},
-                    {"model", model},
-                    {"choices", std::move(choices)},
-                    {"usage", Json(total_usage(lasts))}};
+        Json out = {{"id", id},       {"object", "text_completion"},   {"created", created},
+                    {"model", model}, {"choices", std::move(choices)}, {"usage", Json(total_usage(lasts))}};
         f["completion_tokens"] = out["usage"]["completion_tokens"];
         f["finish_reason"] = out["choices"][0]["finish_reason"];
         res.set_content(dump_json(out), "application/json");
@@ -199,10 +195,8 @@ void handle_completions(OpenAIServer::State& s, const httplib::Request& req, htt
             std::vector<std::string> texts = echoed;
             auto chunk = [&](size_t index, const std::string& t, Json finish, Json lp) {
                 Json c = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model}};
-                c["choices"] = Json::array({Json{{"index", index},
-                                                 {"text", t},
-                                                 {"logprobs", std::move(lp)},
-                                                 {"finish_reason", std::move(finish)}}});
+                c["choices"] = Json::array({Json{
+                    {"index", index}, {"text", t}, {"logprobs", std::move(lp)}, {"finish_reason", std::move(finish)}}});
                 if (include_usage) c["usage"] = nullptr;
                 return c;
             };
@@ -236,8 +230,8 @@ void handle_completions(OpenAIServer::State& s, const httplib::Request& req, htt
             for (const auto& last : lasts)
                 if (!last || last->finish_reason == FinishReason::Error) {
                     log_finish_reason("error");
-                    w.send(Json(error_body(
-                        500, "generation failed: " + (last ? last->error : std::string("no final event")))));
+                    w.send(Json(
+                        error_body(500, "generation failed: " + (last ? last->error : std::string("no final event")))));
                     w.done();
                     return true;
                 }

@@ -2,8 +2,8 @@
 
 #include "core/error.h"
 
-#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <sstream>

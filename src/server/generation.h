@@ -63,9 +63,9 @@ private:
 // Admits one engine request per choice of an API request: `n` choices of each prompt, in order
 // (index = prompt * n + choice, as vLLM numbers them). Each is an independent sequence that prefills
 // its prompt itself: the choices are admitted together, before the prefix cache (CPU backend) has
-// registered the prompt's blocks, so they do not share the prompt's KV yet. A seeded request gives choice j the seed + j (vLLM's parallel sampling does the
-// same), so the choices differ and still replay alike. Throws ApiError 400 (param `n`) when the
-// choices exceed --max-num-seqs (they could not run together), and whatever admission throws; the
+// registered the prompt's blocks, so they do not share the prompt's KV yet. A seeded request gives choice j the seed +
+// j (vLLM's parallel sampling does the same), so the choices differ and still replay alike. Throws ApiError 400 (param
+// `n`) when the choices exceed --max-num-seqs (they could not run together), and whatever admission throws; the
 // requests admitted so far are cancelled then.
 std::vector<std::shared_ptr<ActiveRequest>> admit_choices(OpenAIServer::State& s,
                                                           const std::vector<std::vector<int32_t>>& prompts,

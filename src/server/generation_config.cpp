@@ -16,7 +16,9 @@ namespace fs = std::filesystem;
 
 std::string SamplingDefaults::describe() const {
     std::string out;
-    auto add = [&](const char* k, const std::string& v) { out += (out.empty() ? "" : ", ") + std::string(k) + "=" + v; };
+    auto add = [&](const char* k, const std::string& v) {
+        out += (out.empty() ? "" : ", ") + std::string(k) + "=" + v;
+    };
     if (temperature) add("temperature", fmt::format("{}", *temperature));
     if (top_p) add("top_p", fmt::format("{}", *top_p));
     if (top_k) add("top_k", std::to_string(*top_k));
@@ -44,9 +46,9 @@ SamplingDefaults read_generation_config(const std::string& dir) {
     auto number = [&](const char* key, double lo, double hi) -> std::optional<double> {
         auto it = j.find(key);
         if (it == j.end() || it->is_null()) return std::nullopt;
-        ONECARD_CHECK(it->is_number() && std::isfinite(it->get<double>()) && it->get<double>() >= lo &&
-                          it->get<double>() <= hi,
-                      "{}: '{}' must be a number in [{}, {}], got {}", path.string(), key, lo, hi, it->dump());
+        ONECARD_CHECK(
+            it->is_number() && std::isfinite(it->get<double>()) && it->get<double>() >= lo && it->get<double>() <= hi,
+            "{}: '{}' must be a number in [{}, {}], got {}", path.string(), key, lo, hi, it->dump());
         return it->get<double>();
     };
     if (auto v = number("temperature", 0.0, 100.0)) d.temperature = static_cast<float>(*v);
@@ -73,7 +75,8 @@ SamplingDefaults read_generation_config(const std::string& dir) {
 
 SamplingDefaults resolve_generation_config(const std::string& flag, const std::string& model_dir) {
     if (flag == "vllm") return {};
-    if (flag.empty() || flag == "auto") return model_dir.empty() ? SamplingDefaults{} : read_generation_config(model_dir);
+    if (flag.empty() || flag == "auto")
+        return model_dir.empty() ? SamplingDefaults{} : read_generation_config(model_dir);
     ONECARD_CHECK(fs::exists(fs::path(flag) / "generation_config.json"),
                   "serve: --generation-config '{}': no generation_config.json there (or give auto | vllm)", flag);
     return read_generation_config(flag);

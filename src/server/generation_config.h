@@ -15,9 +15,7 @@ struct SamplingDefaults {
     std::optional<int32_t> top_k;
     std::optional<int64_t> max_tokens;  // generation_config's max_new_tokens
 
-    bool empty() const {
-        return !temperature && !top_p && !min_p && !repetition_penalty && !top_k && !max_tokens;
-    }
+    bool empty() const { return !temperature && !top_p && !min_p && !repetition_penalty && !top_k && !max_tokens; }
     // "temperature=0.6, top_p=0.95" for the startup line ("" when empty).
     std::string describe() const;
 };

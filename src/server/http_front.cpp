@@ -449,9 +449,8 @@ bool HttpFront::Impl::advance(Conn& c) {
         // The headers are complete and not a byte of the body is read: a request the head alone
         // refuses (API key, path, Content-Type) is answered now, without "100 Continue".
         if (hooks.screen) {
-            const FrontAnswer a =
-                hooks.screen(RequestHead{c.reader.method(), c.reader.target(), c.reader.fields(), c.ends.remote_addr,
-                                         c.started});
+            const FrontAnswer a = hooks.screen(
+                RequestHead{c.reader.method(), c.reader.target(), c.reader.fields(), c.ends.remote_addr, c.started});
             if (a.status != 0) {
                 answer_and_close(c, a);
                 return false;
@@ -547,8 +546,15 @@ bool HttpFront::Impl::send_now(Conn& c, const std::string& data) {
 }
 
 void HttpFront::Impl::refuse(Conn& c, int status, const char* reason, const std::string& message) {
-    FrontRefusal r{status, reason, message, c.reader.method(), c.reader.target(), c.ends.remote_addr, c.started,
-                   c.reader.body_bytes(), true};
+    FrontRefusal r{status,
+                   reason,
+                   message,
+                   c.reader.method(),
+                   c.reader.target(),
+                   c.ends.remote_addr,
+                   c.started,
+                   c.reader.body_bytes(),
+                   true};
     FrontAnswer a = hooks.refused ? hooks.refused(r) : FrontAnswer{};
     a.status = status;
     if (status == 503) a.headers.emplace_back("Retry-After", "1");

@@ -55,30 +55,30 @@ struct FrontOptions {
 // A request's head, complete, before "100 Continue" and before a byte of its body is read.
 struct RequestHead {
     const std::string& method;
-    const std::string& target;                                        // as in the request line
-    const std::vector<std::pair<std::string, std::string>>& fields;   // header fields as received
+    const std::string& target;                                       // as in the request line
+    const std::vector<std::pair<std::string, std::string>>& fields;  // header fields as received
     const std::string& remote_addr;
-    std::chrono::steady_clock::time_point started;                    // the request's first byte
+    std::chrono::steady_clock::time_point started;  // the request's first byte
 };
 
 // An answer the front end writes by itself, after which it closes the connection.
 struct FrontAnswer {
-    int status = 0;  // 0: no answer (from screen: the request goes on)
+    int status = 0;                                            // 0: no answer (from screen: the request goes on)
     std::vector<std::pair<std::string, std::string>> headers;  // besides Content-Type, -Length, Connection
     std::string body;                                          // JSON
 };
 
 // A request the front end ends by itself, before it was screened or served.
 struct FrontRefusal {
-    int status = 0;               // 400 malformed, 408 deadline, 413, 414, 431, 503 upload budget
-    const char* reason = "";      // fixed words for the log ("headers_too_large", "header_deadline", ...)
-    std::string message;          // for the client; quotes no request text
-    const std::string& method;    // "" before the request line was read
-    const std::string& target;    // as far as read
+    int status = 0;             // 400 malformed, 408 deadline, 413, 414, 431, 503 upload budget
+    const char* reason = "";    // fixed words for the log ("headers_too_large", "header_deadline", ...)
+    std::string message;        // for the client; quotes no request text
+    const std::string& method;  // "" before the request line was read
+    const std::string& target;  // as far as read
     const std::string& remote_addr;
     std::chrono::steady_clock::time_point started;  // first byte of the request (accept for a handshake)
-    size_t bytes_in = 0;          // body bytes read
-    bool answered = true;         // false: no answer can go out (the TLS handshake did not finish)
+    size_t bytes_in = 0;                            // body bytes read
+    bool answered = true;                           // false: no answer can go out (the TLS handshake did not finish)
 };
 
 struct FrontHooks {

@@ -40,10 +40,8 @@ void handle_messages(OpenAIServer::State& s, const httplib::Request& req, httpli
 
     if (!mr.stream) {
         ar->watch_client(ClientConnection::of(req));  // nothing is written before the result
-        ChatOutcome o =
-            run_chat_generation(*ar, popts, p.chat.parse_tools, [](const std::vector<ParseEvent>&, const EngineEvent&) {
-                return true;
-            });
+        ChatOutcome o = run_chat_generation(*ar, popts, p.chat.parse_tools,
+                                            [](const std::vector<ParseEvent>&, const EngineEvent&) { return true; });
         if (std::string f = o.failure(); !f.empty()) {
             const bool cancelled = o.last && o.last->finish_reason == FinishReason::Cancelled;
             log_finish_reason(cancelled ? "abort" : "error");
@@ -52,8 +50,7 @@ void handle_messages(OpenAIServer::State& s, const httplib::Request& req, httpli
         check_tool_choice(p.chat, o.completion);
         const StopReason stop = anthropic_stop_reason(*o.last, o.completion);
         log_outcome(s, o, stop);
-        res.set_content(dump_json(messages_response(id, model, o.completion, stop, o.last->usage)),
-                        "application/json");
+        res.set_content(dump_json(messages_response(id, model, o.completion, stop, o.last->usage)), "application/json");
         return;
     }
 

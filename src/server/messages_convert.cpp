@@ -70,9 +70,9 @@ void convert_user(const Json& content, const std::string& where, Json& out) {
             m["content"] = std::move(c);
             out.push_back(std::move(m));
         } else {
-            throw bad_request(fmt::format("{}.type '{}' is not supported in a user message (text and tool_result are)",
-                                          w, type),
-                              w + ".type");
+            throw bad_request(
+                fmt::format("{}.type '{}' is not supported in a user message (text and tool_result are)", w, type),
+                w + ".type");
         }
     }
     flush();
@@ -101,9 +101,10 @@ void convert_assistant(const Json& content, const std::string& where, Json& out)
             auto input = b.find("input");
             if (input == b.end() || !input->is_object())
                 throw bad_request(w + ".input must be an object", w + ".input");
-            calls.push_back({{"id", required_string(b, "id", w)},
-                             {"type", "function"},
-                             {"function", {{"name", required_string(b, "name", w)}, {"arguments", dump_json(*input)}}}});
+            calls.push_back(
+                {{"id", required_string(b, "id", w)},
+                 {"type", "function"},
+                 {"function", {{"name", required_string(b, "name", w)}, {"arguments", dump_json(*input)}}}});
         } else {
             throw bad_request(
                 fmt::format("{}.type '{}' is not supported in an assistant message (text, thinking, tool_use are)", w,
@@ -125,8 +126,8 @@ Json convert_tools(const Json& tools) {
         const std::string w = fmt::format("tools[{}]", i);
         if (!t.is_object()) throw bad_request(w + " must be an object", w);
         if (auto type = t.find("type"); type != t.end() && !type->is_null() && *type != "custom")
-            throw bad_request(fmt::format("{}.type '{}' is not supported: only client tools (name, input_schema) are", w,
-                                          type->is_string() ? type->get<std::string>() : type->dump()),
+            throw bad_request(fmt::format("{}.type '{}' is not supported: only client tools (name, input_schema) are",
+                                          w, type->is_string() ? type->get<std::string>() : type->dump()),
                               w + ".type");
         Json fn = {{"name", required_string(t, "name", w)}};
         if (auto d = t.find("description"); d != t.end() && !d->is_null()) {
@@ -229,9 +230,9 @@ MessagesRequest messages_to_chat(const Json& body, MessagesRoute route) {
                 throw bad_request("thinking.budget_tokens is required when thinking is enabled",
                                   "thinking.budget_tokens");
             if (max_tokens && *b >= *max_tokens)
-                throw bad_request(fmt::format("thinking.budget_tokens ({}) must be less than max_tokens ({})", *b,
-                                              *max_tokens),
-                                  "thinking.budget_tokens");
+                throw bad_request(
+                    fmt::format("thinking.budget_tokens ({}) must be less than max_tokens ({})", *b, *max_tokens),
+                    "thinking.budget_tokens");
             r.thinking = true;
         } else if (type != "disabled") {
             throw bad_request(fmt::format("thinking.type must be \"enabled\" or \"disabled\", got '{}'", type),
@@ -309,8 +310,9 @@ std::vector<SseEvent> MessagesStreamEncoder::start() {
 void MessagesStreamEncoder::open(Block kind, Json content_block, std::vector<SseEvent>& out) {
     close(out);
     open_ = kind;
-    out.push_back({"content_block_start",
-                   {{"type", "content_block_start"}, {"index", n_blocks_}, {"content_block", std::move(content_block)}}});
+    out.push_back(
+        {"content_block_start",
+         {{"type", "content_block_start"}, {"index", n_blocks_}, {"content_block", std::move(content_block)}}});
     ++n_blocks_;
 }
 

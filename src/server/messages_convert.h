@@ -85,8 +85,8 @@ private:
     std::string id_, model_;
     int64_t n_prompt_;
     Block open_ = Block::None;
-    int n_blocks_ = 0;        // blocks started so far; the open block's index is n_blocks_ - 1
-    std::string thinking_;    // the open thinking block's text (its signature is sent at its end)
+    int n_blocks_ = 0;      // blocks started so far; the open block's index is n_blocks_ - 1
+    std::string thinking_;  // the open thinking block's text (its signature is sent at its end)
     bool started_ = false, finished_ = false;
 };
 

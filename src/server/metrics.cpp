@@ -134,7 +134,8 @@ std::string ServerMetrics::render(const EngineStats& es, int64_t n_http_inflight
     std::string o;
     const std::string& L = labels_;
     auto line = [&](const char* prefix, const char* type, const char* name, const char* help, double v) {
-        o += fmt::format("# HELP {0}:{1} {2}\n# TYPE {0}:{1} {3}\n{0}:{1}{{{4}}} {5}\n", prefix, name, help, type, L, v);
+        o +=
+            fmt::format("# HELP {0}:{1} {2}\n# TYPE {0}:{1} {3}\n{0}:{1}{{{4}}} {5}\n", prefix, name, help, type, L, v);
     };
     auto vllm_gauge = [&](const char* name, const char* help, double v) { line("vllm", "gauge", name, help, v); };
     auto vllm_counter = [&](const char* name, const char* help, double v) { line("vllm", "counter", name, help, v); };
@@ -170,7 +171,8 @@ std::string ServerMetrics::render(const EngineStats& es, int64_t n_http_inflight
           es.n_total_host_kv_blocks > 0
               ? static_cast<double>(es.n_host_kv_blocks) / static_cast<double>(es.n_total_host_kv_blocks)
               : 0.0);
-    gauge("prefix_snapshots", "Prefix-cache state snapshots held in host RAM.", static_cast<double>(es.n_prefix_snapshots));
+    gauge("prefix_snapshots", "Prefix-cache state snapshots held in host RAM.",
+          static_cast<double>(es.n_prefix_snapshots));
     gauge("prefix_snapshots_capacity", "Prefix-cache state snapshots host RAM can hold.",
           static_cast<double>(es.n_total_prefix_snapshots));
     gauge("kv_disk_tier_entries", "Entries (blocks and snapshots) in the disk KV tier.",

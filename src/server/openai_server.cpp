@@ -45,9 +45,9 @@ void send_error(httplib::Response& res, ErrorShape shape, int status, const std:
                 const std::string& param, const std::string& code, int retry_after_s) {
     res.status = status;
     if (retry_after_s > 0) res.set_header("Retry-After", std::to_string(retry_after_s));
-    res.set_content(error_body(shape, status, message, param, code)
-                        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-                    "application/json");
+    res.set_content(
+        error_body(shape, status, message, param, code).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+        "application/json");
     auto& f = access_log_context().fields;
     f["error"] = message.size() > 200 ? message.substr(0, 200) : message;
 }
@@ -73,8 +73,10 @@ void check_limits(const ServerOptions& o) {
                   "largest size allowed could never be read",
                   o.max_buffered_body_bytes, o.max_body_bytes);
     const std::pair<const char*, std::chrono::milliseconds> deadlines[] = {
-        {"--tls-handshake-timeout", o.handshake_timeout}, {"--keep-alive-timeout", o.idle_timeout},
-        {"--header-timeout", o.header_timeout},           {"--body-timeout", o.body_timeout},
+        {"--tls-handshake-timeout", o.handshake_timeout},
+        {"--keep-alive-timeout", o.idle_timeout},
+        {"--header-timeout", o.header_timeout},
+        {"--body-timeout", o.body_timeout},
         {"--write-timeout", o.write_timeout}};
     for (const auto& [flag, d] : deadlines)
         ONECARD_CHECK(d.count() > 0, "serve: {} must be more than 0 seconds, got {} ms", flag, d.count());
@@ -252,14 +254,16 @@ OpenAIServer::OpenAIServer(ServerOptions options, const Tokenizer& tokenizer, Mo
 
     // Whatever httplib answers by itself (413 body too large, 400 unparsable request line, ...) gets
     // an OpenAI error body too; responses that already have one are left alone.
-    http.set_error_handler(httplib::Server::HandlerWithResponse([&s](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        std::string msg = fmt::format("HTTP error {}", res.status);
-        if (res.status == 413) msg = fmt::format("request body exceeds the limit of {} bytes", s.opts.max_body_bytes);
-        const Route* route = find_route(req.path);
-        send_error(res, route ? route->shape : ErrorShape::OpenAI, res.status, msg);
-        return httplib::Server::HandlerResponse::Handled;
-    }));
+    http.set_error_handler(
+        httplib::Server::HandlerWithResponse([&s](const httplib::Request& req, httplib::Response& res) {
+            if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+            std::string msg = fmt::format("HTTP error {}", res.status);
+            if (res.status == 413)
+                msg = fmt::format("request body exceeds the limit of {} bytes", s.opts.max_body_bytes);
+            const Route* route = find_route(req.path);
+            send_error(res, route ? route->shape : ErrorShape::OpenAI, res.status, msg);
+            return httplib::Server::HandlerResponse::Handled;
+        }));
     http.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
         std::string what = "internal error";
         try {

@@ -52,13 +52,13 @@ inline constexpr size_t kMaxHeaderBytesCeiling = size_t{1} << 20;
 
 struct ServerOptions {
     std::string host = "127.0.0.1";
-    int port = 8000;                       // 0 -> ephemeral
-    std::vector<std::string> api_keys;     // empty -> no authentication
-    std::vector<std::string> allow_cidrs;  // empty -> every address
-    std::vector<std::string> allow_paths;  // --allow-path patterns ("/v1/*"); empty -> every route
-    std::string tls_cert, tls_key;         // both set -> HTTPS
-    size_t max_body_bytes = 16u << 20;     // larger bodies get 413, as soon as the size is known
-    size_t max_header_bytes = 64u << 10;   // request line + headers; larger get 431 (http_front.h)
+    int port = 8000;                                     // 0 -> ephemeral
+    std::vector<std::string> api_keys;                   // empty -> no authentication
+    std::vector<std::string> allow_cidrs;                // empty -> every address
+    std::vector<std::string> allow_paths;                // --allow-path patterns ("/v1/*"); empty -> every route
+    std::string tls_cert, tls_key;                       // both set -> HTTPS
+    size_t max_body_bytes = 16u << 20;                   // larger bodies get 413, as soon as the size is known
+    size_t max_header_bytes = 64u << 10;                 // request line + headers; larger get 431 (http_front.h)
     size_t max_buffered_body_bytes = size_t{512} << 20;  // bodies being uploaded, all together; past it 503
     // Per-connection deadlines (http_front.h), each > 0: a TLS handshake from accept, no request begun
     // (after accept or the handshake, between keep-alive requests), a request's first byte to the end
@@ -68,16 +68,16 @@ struct ServerOptions {
     std::chrono::milliseconds header_timeout{10000};
     std::chrono::milliseconds body_timeout{30000};
     std::chrono::milliseconds write_timeout{30000};
-    int http_threads = 0;                  // requests served at once; 0 -> http_worker_count()
-    int64_t max_num_seqs = 16;             // the engine's, for sizing the thread pool
-    int64_t max_queued_requests = 256;     // generation requests beyond max_num_seqs before 429
-    bool log_requests_text = false;        // access log includes prompt and completion text
-    bool access_log = true;                // one JSON line per request on stderr
-    bool log_probe_requests = false;       // access-log /health, /ready, /metrics and /version too
-    bool metrics_require_auth = false;     // /metrics behind the API key (default: open, like /health)
+    int http_threads = 0;                      // requests served at once; 0 -> http_worker_count()
+    int64_t max_num_seqs = 16;                 // the engine's, for sizing the thread pool
+    int64_t max_queued_requests = 256;         // generation requests beyond max_num_seqs before 429
+    bool log_requests_text = false;            // access log includes prompt and completion text
+    bool access_log = true;                    // one JSON line per request on stderr
+    bool log_probe_requests = false;           // access-log /health, /ready, /metrics and /version too
+    bool metrics_require_auth = false;         // /metrics behind the API key (default: open, like /health)
     std::vector<std::string> allowed_origins;  // CORS: origins allowed ("*" = any); empty -> no CORS headers
-    std::optional<uint64_t> seed;          // vLLM's --seed: seeds requests that bring no seed
-    SamplingDefaults sampling_defaults;    // the model's generation_config.json (--generation-config)
+    std::optional<uint64_t> seed;              // vLLM's --seed: seeds requests that bring no seed
+    SamplingDefaults sampling_defaults;        // the model's generation_config.json (--generation-config)
     // tool_choice "auto": hold every tool's arguments to its schema when the grammar can (as if each
     // were strict: true), not only the strict ones (--strict-tools-all).
     bool strict_tools_all = false;
@@ -95,10 +95,10 @@ inline size_t http_worker_count(const ServerOptions& o) {
 
 // What the server tells clients about the model it serves.
 struct ModelInfo {
-    std::string served_model_name;  // "id" in /v1/models and responses; requests may name it (or omit "model")
+    std::string served_model_name;           // "id" in /v1/models and responses; requests may name it (or omit "model")
     std::vector<std::string> model_aliases;  // further names (vLLM's --served-model-name a b): listed, accepted
-    std::string root;               // checkpoint path
-    int64_t max_model_len = 0;      // prompt + output tokens
+    std::string root;                        // checkpoint path
+    int64_t max_model_len = 0;               // prompt + output tokens
     int32_t eos_token_id = 1;
     ChatVariant chat_variant = ChatVariant::V4;
 };

@@ -19,9 +19,9 @@
 namespace onecard::server {
 
 struct HeadVerdict {
-    int status = 0;        // 0: on to the route; 204: a CORS preflight, answered; >= 400: refused
-    std::string message;   // for the client (it may quote the request's path or Content-Type)
-    std::string code;      // fixed words ("invalid_api_key"): the error's code, and the reason in the access log
+    int status = 0;       // 0: on to the route; 204: a CORS preflight, answered; >= 400: refused
+    std::string message;  // for the client (it may quote the request's path or Content-Type)
+    std::string code;     // fixed words ("invalid_api_key"): the error's code, and the reason in the access log
     ErrorShape shape = ErrorShape::OpenAI;
     std::vector<std::pair<std::string, std::string>> headers;  // CORS, Allow, WWW-Authenticate, Retry-After
 

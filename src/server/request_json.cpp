@@ -96,10 +96,9 @@ void check_tool_call_arguments(const Json& messages) {
             if (args == fn->end() || !args->is_string()) continue;
             if (json_text_exceeds_depth(args->get_ref<const std::string&>())) {
                 const std::string where = fmt::format("messages[{}].tool_calls[{}].function.arguments", i, k);
-                throw ApiError(400,
-                               fmt::format("{} is nested deeper than the limit of {} levels", where,
-                                           kMaxRequestJsonDepth),
-                               where, "json_too_deep");
+                throw ApiError(
+                    400, fmt::format("{} is nested deeper than the limit of {} levels", where, kMaxRequestJsonDepth),
+                    where, "json_too_deep");
             }
         }
     }

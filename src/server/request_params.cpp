@@ -97,8 +97,8 @@ GenerationOptions parse_generation_options(const Json& b, ApiKind kind, const Sa
             throw bad_request("'logit_bias' must be an object mapping token ids to biases", "logit_bias");
         for (const auto& [key, v] : lb->items()) {
             int64_t token = -1;
-            const bool digits = !key.empty() && key.size() <= 10 &&
-                                key.find_first_not_of("0123456789") == std::string::npos;
+            const bool digits =
+                !key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string::npos;
             if (digits) token = std::stoll(key);
             if (!digits || token > kMaxInt)
                 throw bad_request(fmt::format("'logit_bias' key '{}' is not a token id", key), "logit_bias");

@@ -28,7 +28,7 @@ inline constexpr int64_t kMaxChoices = 16;
 // What a generation request asks for besides its prompt.
 struct GenerationOptions {
     SamplingParams sampling;
-    int64_t n = 1;  // choices, each an independent sequence (its own engine request)
+    int64_t n = 1;                      // choices, each an independent sequence (its own engine request)
     std::optional<int64_t> max_tokens;  // as given (max_completion_tokens for chat wins over max_tokens)
     bool stream = false;
     bool include_usage = false;  // stream_options.include_usage

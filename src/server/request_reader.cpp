@@ -53,8 +53,7 @@ void RequestReader::reset() {
 }
 
 size_t RequestReader::feed(const char* data, size_t n) {
-    if (state_ == ReadState::Complete || state_ == ReadState::Refused || state_ == ReadState::Head || n == 0)
-        return 0;
+    if (state_ == ReadState::Complete || state_ == ReadState::Refused || state_ == ReadState::Head || n == 0) return 0;
     const size_t used = http_parser_execute(&parser_, &settings_, data, n);
     const auto err = static_cast<http_errno>(parser_.http_errno);
     if (state_ == ReadState::Complete) return used;  // paused at the end of the message

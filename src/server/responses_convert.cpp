@@ -25,8 +25,8 @@ Json message_content(const Json& content, const std::string& where) {
         if (!p.is_object()) throw bad_request(w + " must be an object", w);
         const std::string type = required_string(p, "type", w);
         if (type != "input_text" && type != "output_text" && type != "text")
-            throw bad_request(
-                fmt::format("{}.type '{}' is not supported (input_text and output_text are)", w, type), w + ".type");
+            throw bad_request(fmt::format("{}.type '{}' is not supported (input_text and output_text are)", w, type),
+                              w + ".type");
         parts.push_back({{"type", "text"}, {"text", required_string(p, "text", w)}});
     }
     return parts;
@@ -71,10 +71,11 @@ void convert_items(const Json& input, Json& messages) {
             else
                 messages.push_back({{"role", role}, {"content", std::move(content)}});
         } else if (type == "function_call") {
-            Json call = {{"id", required_string(it, "call_id", w)},
-                         {"type", "function"},
-                         {"function",
-                          {{"name", required_string(it, "name", w)}, {"arguments", required_string(it, "arguments", w)}}}};
+            Json call = {
+                {"id", required_string(it, "call_id", w)},
+                {"type", "function"},
+                {"function",
+                 {{"name", required_string(it, "name", w)}, {"arguments", required_string(it, "arguments", w)}}}};
             // One assistant turn holds the calls made together, and the text before them.
             const bool join = !messages.empty() && messages.back()["role"] == "assistant" && pending_reasoning.empty();
             Json& m = join ? messages.back() : assistant("");
@@ -142,8 +143,9 @@ Json convert_tool_choice(const Json& tc) {
     } else if (tc.is_object() && tc.value("type", "") == "function") {
         return Json{{"type", "function"}, {"function", {{"name", required_string(tc, "name", "tool_choice")}}}};
     }
-    throw bad_request("'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"name\": ...}",
-                      "tool_choice");
+    throw bad_request(
+        "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"name\": ...}",
+        "tool_choice");
 }
 
 // text.format -> chat's response_format.
@@ -295,15 +297,10 @@ Json responses_usage(const Usage& u, int64_t reasoning_tokens) {
 
 ResponseBuilder::ResponseBuilder(std::string id, int64_t created_at, std::string model, Json echo)
     : id_(std::move(id)) {
-    response_ = {{"id", id_},
-                 {"object", "response"},
-                 {"created_at", created_at},
-                 {"status", "in_progress"},
-                 {"error", nullptr},
-                 {"incomplete_details", nullptr},
-                 {"model", std::move(model)},
-                 {"output", Json::array()},
-                 {"usage", nullptr}};
+    response_ = {
+        {"id", id_},        {"object", "response"},          {"created_at", created_at},  {"status", "in_progress"},
+        {"error", nullptr}, {"incomplete_details", nullptr}, {"model", std::move(model)}, {"output", Json::array()},
+        {"usage", nullptr}};
     for (auto& [k, v] : echo.items()) response_[k] = v;
 }
 
@@ -331,10 +328,11 @@ void ResponseBuilder::open(Item kind, Json item, std::vector<SseEvent>& out) {
     added["status"] = "in_progress";
     out.push_back(event("response.output_item.added", {{"output_index", index}, {"item", std::move(added)}}));
     if (kind == Item::Reasoning || kind == Item::Message) {
-        const Json part = kind == Item::Reasoning
-                              ? Json{{"type", "reasoning_text"}, {"text", ""}}
-                              : Json{{"type", "output_text"}, {"text", ""}, {"annotations", Json::array()},
-                                     {"logprobs", Json::array()}};
+        const Json part = kind == Item::Reasoning ? Json{{"type", "reasoning_text"}, {"text", ""}}
+                                                  : Json{{"type", "output_text"},
+                                                         {"text", ""},
+                                                         {"annotations", Json::array()},
+                                                         {"logprobs", Json::array()}};
         out.push_back(event("response.content_part.added",
                             {{"item_id", item_["id"]}, {"output_index", index}, {"content_index", 0}, {"part", part}}));
     }
@@ -346,12 +344,15 @@ void ResponseBuilder::close(std::vector<SseEvent>& out) {
     const Json item_id = item_["id"];
     if (open_ == Item::FunctionCall) {
         item_["arguments"] = text_;
-        out.push_back(event("response.function_call_arguments.done",
-                            {{"item_id", item_id}, {"output_index", index}, {"name", item_["name"]}, {"arguments", text_}}));
+        out.push_back(
+            event("response.function_call_arguments.done",
+                  {{"item_id", item_id}, {"output_index", index}, {"name", item_["name"]}, {"arguments", text_}}));
     } else {
         const bool reasoning = open_ == Item::Reasoning;
         Json part = reasoning ? Json{{"type", "reasoning_text"}, {"text", text_}}
-                              : Json{{"type", "output_text"}, {"text", text_}, {"annotations", Json::array()},
+                              : Json{{"type", "output_text"},
+                                     {"text", text_},
+                                     {"annotations", Json::array()},
                                      {"logprobs", Json::array()}};
         Json done = {{"item_id", item_id}, {"output_index", index}, {"content_index", 0}, {"text", text_}};
         if (!reasoning) done["logprobs"] = Json::array();
@@ -385,9 +386,9 @@ std::vector<SseEvent> ResponseBuilder::push(const std::vector<ParseEvent>& event
                          out);
                 text_ += ev.text;
                 out.push_back(event("response.reasoning_text.delta", {{"item_id", item_["id"]},
-                                                                       {"output_index", response_["output"].size()},
-                                                                       {"content_index", 0},
-                                                                       {"delta", ev.text}}));
+                                                                      {"output_index", response_["output"].size()},
+                                                                      {"content_index", 0},
+                                                                      {"delta", ev.text}}));
                 break;
             case ParseEventKind::Content:
                 if (ev.text.empty()) break;
@@ -400,10 +401,10 @@ std::vector<SseEvent> ResponseBuilder::push(const std::vector<ParseEvent>& event
                          out);
                 text_ += ev.text;
                 out.push_back(event("response.output_text.delta", {{"item_id", item_["id"]},
-                                                                    {"output_index", response_["output"].size()},
-                                                                    {"content_index", 0},
-                                                                    {"delta", ev.text},
-                                                                    {"logprobs", Json::array()}}));
+                                                                   {"output_index", response_["output"].size()},
+                                                                   {"content_index", 0},
+                                                                   {"delta", ev.text},
+                                                                   {"logprobs", Json::array()}}));
                 break;
             case ParseEventKind::ToolCallBegin:
                 open(Item::FunctionCall,

@@ -86,7 +86,7 @@ private:
     std::string id_;
     Json response_;
     Item open_ = Item::None;
-    Json item_;        // the open item as it will be when done
+    Json item_;         // the open item as it will be when done
     std::string text_;  // the open item's text or arguments so far
     int64_t sequence_ = 0;
     int n_messages_ = 0, n_reasoning_ = 0;

@@ -16,8 +16,8 @@ enum RouteMethod : unsigned { kGet = 1u, kPost = 2u, kDelete = 4u };
 struct Route {
     const char* path;
     unsigned methods;
-    bool public_route;  // reachable without an API key (liveness/readiness probes, version)
-    bool probe;         // polled by monitors: no access-log line unless log_probe_requests
+    bool public_route;    // reachable without an API key (liveness/readiness probes, version)
+    bool probe;           // polled by monitors: no access-log line unless log_probe_requests
     bool prefix = false;  // matches every path that starts with `path` ("/v1/models/" + id)
     // Anthropic routes answer errors in Anthropic's shape and take the key from x-api-key as well.
     ErrorShape shape = ErrorShape::OpenAI;

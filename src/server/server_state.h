@@ -68,18 +68,18 @@ struct OpenAIServer::State {
     PathAllowlist paths;
     ApiKeys keys;
     ServerMetrics metrics;
-    RouteServer http;                            // routes; runs on the front end's worker threads
-    std::unique_ptr<SSL_CTX, SslCtxFree> tls;    // set -> HTTPS
-    std::unique_ptr<HttpFront> front;            // accept, TLS, reading, keep-alive (http_front.h)
+    RouteServer http;                          // routes; runs on the front end's worker threads
+    std::unique_ptr<SSL_CTX, SslCtxFree> tls;  // set -> HTTPS
+    std::unique_ptr<HttpFront> front;          // accept, TLS, reading, keep-alive (http_front.h)
     int bound_port = -1;
 
     std::atomic<bool> ready{false};
     std::atomic<bool> draining{false};
     std::atomic<bool> drain_cut{false};  // cut_drain(): shutdown() stops waiting for in-flight requests
-    std::atomic<int64_t> inflight{0};  // admitted generation requests not yet released
+    std::atomic<int64_t> inflight{0};    // admitted generation requests not yet released
     std::atomic<uint64_t> next_serial{1};
     std::atomic<uint64_t> seed_serial{0};  // requests given a seed derived from --seed
-    uint64_t id_salt = 0;  // random per process: response ids are not guessable sequences
+    uint64_t id_salt = 0;                  // random per process: response ids are not guessable sequences
 
     // Finished /v1/responses for previous_response_id (bounded LRU, response_store.h).
     ResponseStore responses;

@@ -13,12 +13,12 @@
 namespace onecard::server {
 
 struct VllmFlags {
-    std::string tool_call_parser;     // "" = not given
+    std::string tool_call_parser;  // "" = not given
     std::string reasoning_parser;
-    std::string kv_cache_dtype;       // auto | fp8 | fp8_e4m3 (onecard's KV cache is always FP8)
-    std::string dtype;                // auto | bfloat16 | bf16
-    std::string chat_template;        // only the model's own template file
-    std::string log_level;            // --log-level / --uvicorn-log-level
+    std::string kv_cache_dtype;  // auto | fp8 | fp8_e4m3 (onecard's KV cache is always FP8)
+    std::string dtype;           // auto | bfloat16 | bf16
+    std::string chat_template;   // only the model's own template file
+    std::string log_level;       // --log-level / --uvicorn-log-level
     int64_t tensor_parallel_size = 1;
     int64_t pipeline_parallel_size = 1;
     int64_t data_parallel_size = 1;

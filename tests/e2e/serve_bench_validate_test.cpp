@@ -6,9 +6,9 @@
 
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sys/wait.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <fstream>
@@ -56,7 +56,9 @@ void serve_and(const test::TempDir& dir, const std::string& env, const std::stri
     EXPECT_FALSE(ready.is_null()) << "no ready line:\n" << slurp(out);
 }
 
-int exit_status(const test::CommandResult& r) { return WIFEXITED(r.rc) ? WEXITSTATUS(r.rc) : -1; }
+int exit_status(const test::CommandResult& r) {
+    return WIFEXITED(r.rc) ? WEXITSTATUS(r.rc) : -1;
+}
 
 // A DSML tool-call block for the expected calls of one fixture turn (`corrupt`: wrong arguments).
 std::string dsml_calls(const Json& expected, bool corrupt) {
@@ -112,8 +114,9 @@ std::string fixture_script(bool corrupt) {
 }
 
 // Small gates, so the runs take seconds on the CPU.
-const std::string kSmall = " --capacity-streams 4 --mixed-prefill-len 400 --replay-prompt-len 200 --needle-len 300"
-                           " --reasoning-max-tokens 32 --seed 7";
+const std::string kSmall =
+    " --capacity-streams 4 --mixed-prefill-len 400 --replay-prompt-len 200 --needle-len 300"
+    " --reasoning-max-tokens 32 --seed 7";
 const std::string kScriptedLens = " --capacity-max-tokens 8 --mixed-decode-tokens 200 --tool-max-tokens 200";
 
 TEST(ServeValidate, ScriptedFixturesPassAndFail) {
@@ -126,8 +129,8 @@ TEST(ServeValidate, ScriptedFixturesPassAndFail) {
                       const std::string gates =
                           corrupt ? "tool_calls,needle" : "tool_calls,no_dsml,reasoning,capacity,replay,mixed_load";
                       const auto r = test::run_command("timeout 120 " + test::onecard_binary().string() +
-                                                       " validate --base-url " + url + " --gates " + gates + kSmall + kScriptedLens +
-                                                       " --out " + report.string() + " 2>&1");
+                                                       " validate --base-url " + url + " --gates " + gates + kSmall +
+                                                       kScriptedLens + " --out " + report.string() + " 2>&1");
                       const Json j = Json::parse(slurp(report));
                       EXPECT_EQ(exit_status(r), corrupt ? 2 : 0) << r.out;
                       EXPECT_EQ(j["failed"], corrupt ? 2 : 0) << j.dump(1);
@@ -207,8 +210,8 @@ TEST(ServeBenchServe, TokenCountsAgreeWithServerMetrics) {
                       const auto r = test::run_command(
                           "timeout 120 " + test::onecard_binary().string() + " bench-serve --base-url " + url +
                           " --num-prompts 8 --random-input-len 48 --random-output-len 12 --max-concurrency 1,4"
-                          " --ignore-eos --endpoint " + endpoint + " --out " + out.string() + " --plot " + svg.string() +
-                          " 2>&1");
+                          " --ignore-eos --endpoint " +
+                          endpoint + " --out " + out.string() + " --plot " + svg.string() + " 2>&1");
                       ASSERT_EQ(r.rc, 0) << r.out;
                       EXPECT_NE(r.out.find("TTFT p50"), std::string::npos) << r.out;
                   }

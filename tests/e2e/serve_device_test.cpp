@@ -54,10 +54,9 @@ TEST_F(ServeDevice, DummyWeightsAreRefusedOnTheCpuBeforeServing) {
     EXPECT_TRUE(std::filesystem::exists(cfg_dir.path() / "config.json"));
     EXPECT_TRUE(std::filesystem::exists(cfg_dir.path() / "generation_config.json"));
     EXPECT_FALSE(std::filesystem::exists(cfg_dir.path() / "model.safetensors.index.json")) << "no weights expected";
-    const auto r = test::run_command("timeout 120 " + test::onecard_binary().string() + " serve " +
-                                     cfg_dir.path().string() + " --tokenizer " +
-                                     (dir_->path() / "tokenizer.json").string() +
-                                     " --device cpu --load-format dummy --port 0 2>&1");
+    const auto r = test::run_command(
+        "timeout 120 " + test::onecard_binary().string() + " serve " + cfg_dir.path().string() + " --tokenizer " +
+        (dir_->path() / "tokenizer.json").string() + " --device cpu --load-format dummy --port 0 2>&1");
     EXPECT_NE(r.rc, 0) << r.out;
     EXPECT_NE(r.out.find("--load-format dummy"), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find("ready"), std::string::npos) << "must refuse before serving:\n" << r.out;

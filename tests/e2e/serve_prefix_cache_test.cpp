@@ -65,7 +65,8 @@ protected:
             check(c);
         }
         ::kill(pid, SIGTERM);
-        for (int i = 0; i < 300 && ::kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        for (int i = 0; i < 300 && ::kill(pid, 0) == 0; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
         const std::string text = slurp(out);
         EXPECT_FALSE(ready.is_null()) << "no ready line:\n" << text;
         return text;
@@ -159,7 +160,8 @@ TEST_F(ServePrefixCache, HostAndDiskTiersSurviveARestartAndCleanUpACrash) {
     // A pool of a few dozen blocks, a host tier of 3 and 3 snapshots: evictions go device -> host -> disk.
     const std::string args =
         "--max-num-seqs 2 --max-model-len 1024 --kv-cache-memory-bytes 620000 --kv-offload-bytes 40000 "
-        "--prefix-snapshot-bytes 250000 --kv-disk-dir " + tier.string() + " --kv-disk-bytes 100000000";
+        "--prefix-snapshot-bytes 250000 --kv-disk-dir " +
+        tier.string() + " --kv-disk-bytes 100000000";
     const nlohmann::json first = {{"prompt", long_system()}, {"max_tokens", 3}, {"temperature", 0}};
     nlohmann::json answer;
     const std::string text1 = serve_and(args, [&](httplib::Client& c) {

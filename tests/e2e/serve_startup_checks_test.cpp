@@ -203,8 +203,8 @@ TEST(ServeStartupChecks, FrontEndDeadlinesAndBudgetsMustBePositive) {
     };
     for (const auto& [flag, says] : bad) {
         const auto t0 = Clock::now();
-        const auto r = test::run_command("timeout 120 " + serve_command(dir, 60000, Json::object(), flag) +
-                                         " 2>&1 </dev/null");
+        const auto r =
+            test::run_command("timeout 120 " + serve_command(dir, 60000, Json::object(), flag) + " 2>&1 </dev/null");
         const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
         EXPECT_NE(r.rc, 0) << flag << "\n" << r.out;
         EXPECT_LT(secs, 30.0) << flag << ": refused only after the load\n" << r.out;
@@ -266,10 +266,10 @@ TEST(ServeStartupChecks, FrontEndDeadlineFlagsAreHonoured) {
     test::TempDir dir("serve_front_flags");
     const auto out = dir / "serve.out";
     const auto pidf = dir / "serve.pid";
-    const std::string cmd = "(" +
-                            serve_command(dir, 0, Json::object(),
-                                          "--header-timeout 0.4 --body-timeout 0.4 --keep-alive-timeout 0.6") +
-                            " > " + out.string() + " 2>&1 </dev/null & echo $! > " + pidf.string() + ")";
+    const std::string cmd =
+        "(" +
+        serve_command(dir, 0, Json::object(), "--header-timeout 0.4 --body-timeout 0.4 --keep-alive-timeout 0.6") +
+        " > " + out.string() + " 2>&1 </dev/null & echo $! > " + pidf.string() + ")";
     ASSERT_EQ(std::system(cmd.c_str()), 0);
     const int pid = std::stoi(slurp(pidf));
     const int port = ready_port(out);

@@ -8,11 +8,11 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
-#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <fstream>
@@ -81,7 +81,8 @@ TEST(ServeStartup, WhileTheModelLoadsProbesSay503ThenReady) {
     const int pid = std::stoi(slurp(pidf));
     auto stop = [&] {
         ::kill(pid, SIGTERM);
-        for (int i = 0; i < 300 && ::kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        for (int i = 0; i < 300 && ::kill(pid, 0) == 0; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
     };
     // The listening line comes before the load.
     int port = 0;
@@ -166,9 +167,9 @@ TEST(ServeStartup, AStopSignalWhileLoadingStopsCleanlyAtOnce) {
 
 TEST(ServeStartup, AGenerationConfigFolderWithoutTheFileIsRefused) {
     test::TempDir dir("serve_startup_genconfig");
-    const auto r = test::run_command("timeout 60 " + serve_command(dir, 0, "--port 0 --generation-config " +
-                                                                             dir.path().string()) +
-                                     " 2>&1 </dev/null");
+    const auto r =
+        test::run_command("timeout 60 " + serve_command(dir, 0, "--port 0 --generation-config " + dir.path().string()) +
+                          " 2>&1 </dev/null");
     EXPECT_NE(r.rc, 0) << r.out;
     EXPECT_NE(r.out.find("--generation-config"), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find("\"event\":\"listening\""), std::string::npos) << r.out;

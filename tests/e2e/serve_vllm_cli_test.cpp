@@ -10,8 +10,8 @@
 #include <signal.h>
 
 #include <chrono>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -59,7 +59,8 @@ protected:
         }
         if (!ready.is_null()) check(ready);
         ::kill(pid, SIGTERM);
-        for (int i = 0; i < 300 && ::kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        for (int i = 0; i < 300 && ::kill(pid, 0) == 0; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
         const std::string text = slurp(out);
         EXPECT_FALSE(ready.is_null()) << "no ready line:\n" << text;
         return text;
@@ -71,7 +72,8 @@ test::TempDir* ServeVllmCli::dir_ = nullptr;
 TEST_F(ServeVllmCli, AVllmLaunchLineStartsUnchanged) {
     const std::string text = serve_and(
         model() +
-            " --served-model-name ds deepseek-v4 --max-model-len 4096 --gpu-memory-utilization 0.9 --enable-prefix-caching "
+            " --served-model-name ds deepseek-v4 --max-model-len 4096 --gpu-memory-utilization 0.9 "
+            "--enable-prefix-caching "
             "--tool-call-parser deepseek_v4 --reasoning-parser deepseek_v4 --enable-auto-tool-choice "
             "--kv-cache-dtype fp8 --trust-remote-code --tensor-parallel-size 1 --dtype auto --disable-log-requests "
             "--max-num-seqs 4 --max-num-batched-tokens 512 --host 127.0.0.1 --port 0 --seed 0 --api-key sk-x "

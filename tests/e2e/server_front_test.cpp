@@ -493,7 +493,7 @@ TEST(ServerFront, ASlowHeaderOrBodyGets408AtItsDeadline) {
     o.body_timeout = std::chrono::milliseconds(400);
     TestServer s(o, scripted(tok, script(), "d408"), tok, 4096);
     for (const std::string& sent : {std::string("GET /health HTTP/1.1\r\nHost: x\r\n"),
-                                   post_request("/tokenize", std::string(100, ' ')).substr(0, 120)}) {
+                                    post_request("/tokenize", std::string(100, ' ')).substr(0, 120)}) {
         const int fd = connect_to(s.port);
         ASSERT_GE(fd, 0);
         ASSERT_TRUE(send_all(fd, sent));

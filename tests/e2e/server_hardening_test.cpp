@@ -92,12 +92,17 @@ TEST(ServerHardening, DeepJsonOnEveryRouteIsRefusedAndTheServerKeepsServing) {
             const std::string tag = std::to_string(levels) + (objects ? " x {\"a\":" : " x [");
             const std::string user = std::string("[") + kUser + "]";
             // Chat: several fields, known and unknown.
-            expect_too_deep(post(s, C, R"({"messages": )" + user + R"(, "tools": [{"type": "function", "function": )"
-                                           R"({"name": "f", "parameters": )" + d + "}}]}"),
+            expect_too_deep(post(s, C,
+                                 R"({"messages": )" + user +
+                                     R"(, "tools": [{"type": "function", "function": )"
+                                     R"({"name": "f", "parameters": )" +
+                                     d + "}}]}"),
                             "chat tools parameters " + tag);
-            expect_too_deep(post(s, C, R"({"messages": )" + user +
-                                           R"(, "response_format": {"type": "json_schema", "json_schema": )"
-                                           R"({"name": "x", "schema": )" + d + "}}}"),
+            expect_too_deep(post(s, C,
+                                 R"({"messages": )" + user +
+                                     R"(, "response_format": {"type": "json_schema", "json_schema": )"
+                                     R"({"name": "x", "schema": )" +
+                                     d + "}}}"),
                             "chat response_format " + tag);
             expect_too_deep(post(s, C, R"({"messages": )" + user + R"(, "unknown_field": )" + d + "}"),
                             "chat unknown field " + tag);
@@ -107,7 +112,8 @@ TEST(ServerHardening, DeepJsonOnEveryRouteIsRefusedAndTheServerKeepsServing) {
             // Tool-call arguments are JSON text inside a string: the body is shallow, the string is not.
             const std::string assistant_call =
                 R"({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", )"
-                R"("function": {"name": "f", "arguments": )" + quoted(d) + "}}]}";
+                R"("function": {"name": "f", "arguments": )" +
+                quoted(d) + "}}]}";
             expect_too_deep(post(s, C, R"({"messages": [)" + std::string(kUser) + ", " + assistant_call + "]}"),
                             "chat tool-call arguments " + tag, "messages[1].tool_calls[0].function.arguments");
             // The other JSON routes.
@@ -117,9 +123,9 @@ TEST(ServerHardening, DeepJsonOnEveryRouteIsRefusedAndTheServerKeepsServing) {
             expect_too_deep(post(s, "/tokenize", R"({"prompt": )" + d + "}"), "tokenize prompt " + tag);
             expect_too_deep(post(s, "/tokenize", R"({"messages": [{"role": "user", "content": )" + d + "}]}"),
                             "tokenize messages " + tag);
-            expect_too_deep(post(s, "/tokenize", R"({"messages": [)" + std::string(kUser) + ", " + assistant_call +
-                                                     "]}"),
-                            "tokenize tool-call arguments " + tag, "messages[1].tool_calls[0].function.arguments");
+            expect_too_deep(
+                post(s, "/tokenize", R"({"messages": [)" + std::string(kUser) + ", " + assistant_call + "]}"),
+                "tokenize tool-call arguments " + tag, "messages[1].tool_calls[0].function.arguments");
             expect_too_deep(post(s, "/detokenize", R"({"tokens": )" + d + "}"), "detokenize tokens " + tag);
             expect_serving(s);
         }
@@ -150,14 +156,15 @@ TEST(ServerHardening, ToolDefinitionsMustHaveTheDocumentedShape) {
         expect_400(post(s, C, with_function(std::string(R"({"name": "f", "parameters": )") + bad + "}")),
                    std::string("parameters ") + bad, "tools[0].function.parameters");
     expect_400(post(s, C, with_function(R"({"name": 5})")), "numeric name", "tools[0].function.name");
-    expect_400(post(s, C, with_function(R"({"parameters": {"type": "object"}})")), "no name",
-               "tools[0].function.name");
+    expect_400(post(s, C, with_function(R"({"parameters": {"type": "object"}})")), "no name", "tools[0].function.name");
     expect_400(post(s, C, with_function(R"({"name": "f", "description": 5})")), "numeric description",
                "tools[0].function.description");
     expect_400(post(s, C, with_function(R"({"name": "f", "description": ["a"]})")), "array description",
                "tools[0].function.description");
-    expect_400(post(s, C, std::string(R"({"messages": [)") + kUser + R"(], "tools": [{"type": 7, "function": {"name": "f"}}]})"),
-               "numeric type", "tools[0].type");
+    expect_400(
+        post(s, C,
+             std::string(R"({"messages": [)") + kUser + R"(], "tools": [{"type": 7, "function": {"name": "f"}}]})"),
+        "numeric type", "tools[0].type");
     // The documented shapes, including optional fields left out or null, are accepted.
     for (const char* good : {R"({"name": "f"})", R"({"name": "f", "description": null, "parameters": null})",
                              R"({"name": "f", "description": "d", "parameters": {"type": "object"}})"}) {
@@ -195,7 +202,8 @@ public:
     KvModelShape kv_model_shape() const override { return inner_->kv_model_shape(); }
     RunnerOutput execute(const SchedulerOutput& batch) override {
         for (const auto& r : batch.requests)
-            if (r.start_pos == 0 && tok_.decode(r.token_ids).find("POISON") != std::string::npos) poisoned_.insert(r.id);
+            if (r.start_pos == 0 && tok_.decode(r.token_ids).find("POISON") != std::string::npos)
+                poisoned_.insert(r.id);
         RunnerOutput out = inner_->execute(batch);
         EXPECT_TRUE(out.tokens.empty()) << "the scripted runner returns logits";
         for (size_t i = 0; i < out.row_ids.size(); ++i)

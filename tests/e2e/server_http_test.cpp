@@ -255,9 +255,9 @@ TEST(ServerHttp, ToolCallsStreamedAndWhole) {
     } else {
         EXPECT_EQ(wn["choices"][0]["finish_reason"], "length") << wrong_name->body;
     }
-    auto required = post(s, "/v1/chat/completions",
-                         chat_body("Say hello", {{"tools", weather_tools()}, {"tool_choice", "required"}, {"max_tokens", 64}})
-                             .dump());
+    auto required = post(
+        s, "/v1/chat/completions",
+        chat_body("Say hello", {{"tools", weather_tools()}, {"tool_choice", "required"}, {"max_tokens", 64}}).dump());
     ASSERT_EQ(required->status, 200) << required->body;
     const Json rj = Json::parse(required->body);
     const Json& rfinish = rj["choices"][0]["finish_reason"];

@@ -2,8 +2,8 @@
 // the access log (millisecond timestamps, no body text in parse errors, abandoned streams logged as
 // aborts), and the TLS profile (TLS 1.2+, ECDHE with AEAD ciphers only), checked with OpenSSL's own
 // client API against an in-process server.
-#include "support/test_support.h"
 #include "server_test_util.h"
+#include "support/test_support.h"
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -94,8 +94,8 @@ TEST(ServerOps, NegativeOrAbsurdLimitsAreRefusedAtStartup) {
 TEST(ServerOps, CliRefusesANegativeBodyLimit) {
     if (!std::filesystem::exists(onecard_binary())) GTEST_SKIP() << "onecard binary not built";
     for (const char* flag : {"--max-body-bytes -1", "--max-body-bytes=-5"}) {
-        const CommandResult r =
-            run_command("timeout 120 " + onecard_binary().string() + " serve --demo --port 0 " + flag + " 2>&1 </dev/null");
+        const CommandResult r = run_command("timeout 120 " + onecard_binary().string() + " serve --demo --port 0 " +
+                                            flag + " 2>&1 </dev/null");
         EXPECT_NE(r.rc, 0) << flag << ": " << r.out;
         EXPECT_NE(r.out.find("max-body-bytes"), std::string::npos) << flag << ": " << r.out;
         EXPECT_NE(r.out.find("must not be negative"), std::string::npos) << flag << ": " << r.out;
@@ -191,11 +191,11 @@ TEST(ServerOps, AccessLogHasMillisecondsNoBodyTextAndAborts) {
         ASSERT_TRUE(bad_number);
         EXPECT_EQ(bad_number->body.find("99999"), std::string::npos) << bad_number->body;
         // A stream the client abandons after its first bytes: the status line said 200 already.
-        const std::string body =
-            R"({"stream": true, "messages": [{"role": "user", "content": "tell a long story"}]})";
-        const std::string request = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                    "Content-Length: " +
-                                    std::to_string(body.size()) + "\r\n\r\n" + body;
+        const std::string body = R"({"stream": true, "messages": [{"role": "user", "content": "tell a long story"}]})";
+        const std::string request =
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            "Content-Length: " +
+            std::to_string(body.size()) + "\r\n\r\n" + body;
         const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
         sockaddr_in dst{};
         dst.sin_family = AF_INET;
@@ -267,8 +267,9 @@ TEST(ServerOps, FrontEndRefusalsAreAccessLogged) {
                                    "\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n");
         send_and_drain(s.port, "POST /tokenize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\nContent-Type: text/" +
                                    secret + "\r\nContent-Length: 10\r\n\r\n");
-        send_and_drain(s.port, "POST /tokenize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n"
-                               "Content-Length: 5000\r\n\r\n");
+        send_and_drain(s.port,
+                       "POST /tokenize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n"
+                       "Content-Length: 5000\r\n\r\n");
         send_and_drain(s.port, secret + " NOT HTTP\r\n\r\n");
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
@@ -407,8 +408,8 @@ TEST(ServerOps, TlsProfileIsTls12PlusWithEcdheAeadOnly) {
     EXPECT_FALSE(handshake(s.port, TLS1_VERSION, TLS1_1_VERSION, "DEFAULT:@SECLEVEL=0").ok) << "TLS 1.1 accepted";
 
     // Accepted: the AEAD suites over TLS 1.2, and TLS 1.3.
-    for (const char* good : {"ECDHE-RSA-AES128-GCM-SHA256", "ECDHE-RSA-AES256-GCM-SHA384",
-                             "ECDHE-RSA-CHACHA20-POLY1305"}) {
+    for (const char* good :
+         {"ECDHE-RSA-AES128-GCM-SHA256", "ECDHE-RSA-AES256-GCM-SHA384", "ECDHE-RSA-CHACHA20-POLY1305"}) {
         const Handshake h = handshake(s.port, TLS1_2_VERSION, TLS1_2_VERSION, good);
         EXPECT_TRUE(h.ok) << good << " refused";
         EXPECT_EQ(h.cipher, good);

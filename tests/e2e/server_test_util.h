@@ -140,9 +140,10 @@ inline int connect_from(const std::string& src_ip, int port) {
 inline bool make_self_signed_cert(const std::filesystem::path& dir, std::string& cert, std::string& key) {
     cert = (dir / "cert.pem").string();
     key = (dir / "key.pem").string();
-    const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
-                            "-addext subjectAltName=IP:127.0.0.1 -keyout " +
-                            key + " -out " + cert + " >/dev/null 2>&1";
+    const std::string cmd =
+        "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
+        "-addext subjectAltName=IP:127.0.0.1 -keyout " +
+        key + " -out " + cert + " >/dev/null 2>&1";
     return std::system(cmd.c_str()) == 0;
 }
 

@@ -251,15 +251,14 @@ TEST(ServerVllmOps, CorsPreflightAndAllowOrigin) {
     TestServer s(o, scripted(tok, script(), "vllm_cors"), tok, 4096);
     auto c = s.client();
     auto pre = c.Options("/v1/chat/completions", {{"Origin", "https://app.example"},
-                                                   {"Access-Control-Request-Method", "POST"},
-                                                   {"Access-Control-Request-Headers", "authorization, content-type"}});
+                                                  {"Access-Control-Request-Method", "POST"},
+                                                  {"Access-Control-Request-Headers", "authorization, content-type"}});
     ASSERT_TRUE(pre);
     EXPECT_EQ(pre->status, 204) << pre->body;
     EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Origin"), "https://app.example");
     EXPECT_NE(pre->get_header_value("Access-Control-Allow-Methods").find("POST"), std::string::npos);
     EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Headers"), "authorization, content-type");
-    auto r = c.Post("/v1/chat/completions",
-                    {{"Origin", "https://app.example"}, {"Authorization", "Bearer sk-test"}},
+    auto r = c.Post("/v1/chat/completions", {{"Origin", "https://app.example"}, {"Authorization", "Bearer sk-test"}},
                     chat_body({{"max_tokens", 2}}).dump(), "application/json");
     ASSERT_EQ(r->status, 200);
     EXPECT_EQ(r->get_header_value("Access-Control-Allow-Origin"), "https://app.example");
@@ -285,7 +284,8 @@ TEST(ServerVllmOps, KeepAliveCarriesManyRequestsOnOneConnection) {
     int answered = 0, closes = 0;
     for (int i = 0; i < 12; ++i) {
         const std::string req = "GET /version HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n";
-        ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size())) << "request " << i;
+        ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()))
+            << "request " << i;
         // Read one whole response: headers, then Content-Length bytes of body.
         std::string got;
         char buf[4096];

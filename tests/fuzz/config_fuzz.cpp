@@ -2,9 +2,9 @@
 // must survive its own official form: parse_config(to_official_json(c)) accepts it and writes the same
 // JSON again. Refusals are onecard::Error only (the contract: naming the key), never a nlohmann
 // exception escaping as an "internal error".
+#include "core/error.h"
 #include "fuzz_util.h"
 #include "model/config.h"
-#include "core/error.h"
 
 #include <cstddef>
 #include <cstdint>

@@ -21,8 +21,8 @@ namespace onecard::fuzz {
     std::abort();
 }
 
-#define FUZZ_CHECK(cond, msg)                                                           \
-    do {                                                                                \
+#define FUZZ_CHECK(cond, msg)                                                             \
+    do {                                                                                  \
         if (!(cond)) ::onecard::fuzz::fail(std::string(#cond " -- ") + std::string(msg)); \
     } while (0)
 

@@ -185,8 +185,8 @@ TEST(Forward, IndexerSelectionMatters) {
     auto l = m.forward(st, g_model->tokens);
     const int64_t V = wide.vocab_size;
     // Early positions (< 4·8 + 3 tokens: at most 8 entries visible) agree; late ones differ.
-    std::vector<float> early(l.begin(), l.begin() + 30 * V), early_ref(g_model->full_logits.begin(),
-                                                                        g_model->full_logits.begin() + 30 * V);
+    std::vector<float> early(l.begin(), l.begin() + 30 * V),
+        early_ref(g_model->full_logits.begin(), g_model->full_logits.begin() + 30 * V);
     EXPECT_LE(max_row_rel_l2(early, early_ref, V), 1e-5);
     std::vector<float> late(l.end() - V, l.end()), late_ref(g_model->full_logits.end() - V, g_model->full_logits.end());
     EXPECT_GT(max_row_rel_l2(late, late_ref, V), 1e-4);
@@ -217,8 +217,8 @@ ModeGap reference_vs_exact(const ModelConfig& cfg) {
     gap.median = errs[errs.size() / 2];
     gap.max = errs.back();
     std::printf("reference vs exact (index_topk %lld): median row rel L2 %.4g, max %.4g, argmax agreement %lld/%lld\n",
-                static_cast<long long>(cfg.index_topk), gap.median, gap.max,
-                static_cast<long long>(gap.argmax_agree), static_cast<long long>(kSeqLen));
+                static_cast<long long>(cfg.index_topk), gap.median, gap.max, static_cast<long long>(gap.argmax_agree),
+                static_cast<long long>(kSeqLen));
     return gap;
 }
 

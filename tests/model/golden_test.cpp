@@ -23,8 +23,8 @@
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -83,10 +83,14 @@ Golden load_golden(const std::string& name) {
     g.decode_logits = npy_read_f32(g.dir / "decode_logits.npy");
     g.vocab = g.meta.at("config").at("vocab_size").get<int64_t>();
     const auto T = static_cast<int64_t>(g.tokens.size()), N = static_cast<int64_t>(g.continuation.size());
-    ONECARD_CHECK(g.logits.shape == std::vector<int64_t>({T, g.vocab}), "{}: logits.npy shape does not match "
-                  "meta.json ({} tokens, vocab {})", name, T, g.vocab);
-    ONECARD_CHECK(g.decode_logits.shape == std::vector<int64_t>({N, g.vocab}), "{}: decode_logits.npy shape does "
-                  "not match meta.json ({} continuation tokens)", name, N);
+    ONECARD_CHECK(g.logits.shape == std::vector<int64_t>({T, g.vocab}),
+                  "{}: logits.npy shape does not match "
+                  "meta.json ({} tokens, vocab {})",
+                  name, T, g.vocab);
+    ONECARD_CHECK(g.decode_logits.shape == std::vector<int64_t>({N, g.vocab}),
+                  "{}: decode_logits.npy shape does "
+                  "not match meta.json ({} continuation tokens)",
+                  name, N);
     return g;
 }
 
@@ -98,13 +102,24 @@ SynthOptions synth_options(const json& o) {
     ONECARD_CHECK(p.has_value(), "meta.json: unknown synth preset '{}'", preset);
     opt.preset = *p;
     opt.seed = o.at("seed").get<uint64_t>();
-    const std::pair<const char*, std::optional<int64_t>*> dims[] = {
-        {"layers", &opt.layers}, {"experts", &opt.experts}, {"experts_per_tok", &opt.experts_per_tok},
-        {"hash_layers", &opt.hash_layers}, {"hidden", &opt.hidden}, {"vocab", &opt.vocab}, {"heads", &opt.heads},
-        {"head_dim", &opt.head_dim}, {"rope_dim", &opt.rope_dim}, {"q_lora_rank", &opt.q_lora_rank},
-        {"o_groups", &opt.o_groups}, {"o_lora_rank", &opt.o_lora_rank}, {"moe_inter", &opt.moe_inter},
-        {"window", &opt.window}, {"index_heads", &opt.index_heads}, {"index_head_dim", &opt.index_head_dim},
-        {"index_topk", &opt.index_topk}, {"mtp", &opt.mtp}};
+    const std::pair<const char*, std::optional<int64_t>*> dims[] = {{"layers", &opt.layers},
+                                                                    {"experts", &opt.experts},
+                                                                    {"experts_per_tok", &opt.experts_per_tok},
+                                                                    {"hash_layers", &opt.hash_layers},
+                                                                    {"hidden", &opt.hidden},
+                                                                    {"vocab", &opt.vocab},
+                                                                    {"heads", &opt.heads},
+                                                                    {"head_dim", &opt.head_dim},
+                                                                    {"rope_dim", &opt.rope_dim},
+                                                                    {"q_lora_rank", &opt.q_lora_rank},
+                                                                    {"o_groups", &opt.o_groups},
+                                                                    {"o_lora_rank", &opt.o_lora_rank},
+                                                                    {"moe_inter", &opt.moe_inter},
+                                                                    {"window", &opt.window},
+                                                                    {"index_heads", &opt.index_heads},
+                                                                    {"index_head_dim", &opt.index_head_dim},
+                                                                    {"index_topk", &opt.index_topk},
+                                                                    {"mtp", &opt.mtp}};
     size_t known = 2;
     for (const auto& [key, field] : dims) {
         if (o.contains(key)) {
@@ -148,7 +163,9 @@ struct RowStats {
     int64_t rows = 0;
 };
 
-int64_t argmax_row(const float* row, int64_t n) { return std::max_element(row, row + n) - row; }
+int64_t argmax_row(const float* row, int64_t n) {
+    return std::max_element(row, row + n) - row;
+}
 
 // Per-row ||ours - ref|| / ||ref|| statistics (p99 = the value at rank ceil(0.99·rows) - 1).
 RowStats row_stats(const float* ours, const float* ref, int64_t rows, int64_t width) {
@@ -177,9 +194,8 @@ RowStats row_stats(const float* ours, const float* ref, int64_t rows, int64_t wi
 }
 
 void print_stats(const std::string& golden, const std::string& what, const RowStats& s) {
-    std::printf("[golden %s] %-34s rows %4lld  rel L2 median %.3g  p99 %.3g  max %.3g  argmax %.4f\n",
-                golden.c_str(), what.c_str(), static_cast<long long>(s.rows), s.median, s.p99, s.max,
-                s.argmax_agreement);
+    std::printf("[golden %s] %-34s rows %4lld  rel L2 median %.3g  p99 %.3g  max %.3g  argmax %.4f\n", golden.c_str(),
+                what.c_str(), static_cast<long long>(s.rows), s.median, s.p99, s.max, s.argmax_agreement);
     std::fflush(stdout);
 }
 
@@ -227,11 +243,11 @@ std::vector<float> run_decode_from(const DeepSeekV4& model, std::span<const int3
 }
 
 struct Plan {
-    std::vector<int64_t> chunks;   // chunked prefill sizes
-    int64_t decode_from = 0;       // prefill this many tokens, then one at a time
-    int64_t reference_rows = 0;    // prompt prefix run with Numerics::Reference
-    double reference_max_median = 0;   // bound on reference-vs-transformers median rel L2
-    double reference_min_argmax = 0;   // bound on argmax agreement
+    std::vector<int64_t> chunks;      // chunked prefill sizes
+    int64_t decode_from = 0;          // prefill this many tokens, then one at a time
+    int64_t reference_rows = 0;       // prompt prefix run with Numerics::Reference
+    double reference_max_median = 0;  // bound on reference-vs-transformers median rel L2
+    double reference_min_argmax = 0;  // bound on argmax agreement
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -278,7 +294,8 @@ void run_golden(const std::string& name, const Plan& plan) {
         std::vector<float> decode(prefill.end() - g.vocab, prefill.end());
         std::vector<int32_t> ours = {static_cast<int32_t>(argmax_row(decode.data(), g.vocab))};
         for (int64_t k = 1; k < N; ++k) {
-            const auto row = exact.forward(st, std::span<const int32_t>(&g.continuation[static_cast<size_t>(k - 1)], 1));
+            const auto row =
+                exact.forward(st, std::span<const int32_t>(&g.continuation[static_cast<size_t>(k - 1)], 1));
             ours.push_back(static_cast<int32_t>(argmax_row(row.data(), g.vocab)));
             decode.insert(decode.end(), row.begin(), row.end());
         }

@@ -17,7 +17,9 @@ namespace {
 
 constexpr size_t kWorkspace = size_t{32} << 20;
 
-const __nv_bfloat16* bf(const uint16_t* p) { return reinterpret_cast<const __nv_bfloat16*>(p); }
+const __nv_bfloat16* bf(const uint16_t* p) {
+    return reinterpret_cast<const __nv_bfloat16*>(p);
+}
 
 // `scale[i]` bounds the rounding error of element i (half a bf16 ulp is <= 2^-8 of the value): |ref|
 // for a plain product; with beta != 0, |x·Wᵀ| + |beta·y0| + |ref|: measured on the H200, with a bf16 C
@@ -62,8 +64,8 @@ void check_gemm(int64_t m, int64_t n, int64_t k, cuda::GemmOut out, int64_t ld_x
         for (int64_t j = 0; j < n; ++j) {
             const float add = beta != 0.0f ? beta * y0[i * ly + j] : 0.0f;
             ref[i * n + j] = prod[i * n + j] + add;
-            scale[i * n + j] = beta != 0.0f ? std::fabs(prod[i * n + j]) + std::fabs(add) + std::fabs(ref[i * n + j])
-                                             : ref[i * n + j];
+            scale[i * n + j] =
+                beta != 0.0f ? std::fabs(prod[i * n + j]) + std::fabs(add) + std::fabs(ref[i * n + j]) : ref[i * n + j];
         }
 
     cuda::DeviceArena arena(size_t{256} << 20, "bf16 gemm test");
@@ -91,8 +93,10 @@ void check_gemm(int64_t m, int64_t n, int64_t k, cuda::GemmOut out, int64_t ld_x
         const auto h = cuda::copy_to_host(dy, y_elems);
         for (int64_t i = 0; i < m; ++i) {
             for (int64_t j = 0; j < ly; ++j) {
-                if (j < n) got[i * n + j] = h[i * ly + j];
-                else if (!std::isnan(h[i * ly + j])) padding_intact = false;
+                if (j < n)
+                    got[i * n + j] = h[i * ly + j];
+                else if (!std::isnan(h[i * ly + j]))
+                    padding_intact = false;
             }
         }
         expect_f32_output(got, ref, what);
@@ -110,8 +114,10 @@ void check_gemm(int64_t m, int64_t n, int64_t k, cuda::GemmOut out, int64_t ld_x
         const auto h = cuda::copy_to_host(dy, y_elems);
         for (int64_t i = 0; i < m; ++i) {
             for (int64_t j = 0; j < ly; ++j) {
-                if (j < n) got[i * n + j] = bf16_to_f32(h[i * ly + j]);
-                else if (h[i * ly + j] != 0xFFFF) padding_intact = false;
+                if (j < n)
+                    got[i * n + j] = bf16_to_f32(h[i * ly + j]);
+                else if (h[i * ly + j] != 0xFFFF)
+                    padding_intact = false;
             }
         }
         expect_bf16_output(got, ref, scale, what);
@@ -204,5 +210,7 @@ TEST(CudaBf16Gemm, ZeroRowsIsANoOp) {
 }  // namespace onecard
 
 #else
-TEST(CudaBf16Gemm, Unavailable) { GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)"; }
+TEST(CudaBf16Gemm, Unavailable) {
+    GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)";
+}
 #endif

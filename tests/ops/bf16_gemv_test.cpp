@@ -146,21 +146,21 @@ TEST(CudaBf16Gemv, Fp8StoredWeightsMultiplyAsTheirBf16Values) {
 
 TEST(CudaBf16Gemv, DecodeShapesMatchCpu) {
     ONECARD_REQUIRE_GPU();
-    check_gemv(1, 1024, 4096, cuda::GemmOut::F32, 0, 1, 11);    // compressor wkv (16 warps split k)
-    check_gemv(1, 256, 4096, cuda::GemmOut::F32, 0, 1, 12);     // router gate
-    check_gemv(2, 64, 4096, cuda::GemmOut::F32, 0, 1, 13);      // indexer weights_proj (4 tiles)
+    check_gemv(1, 1024, 4096, cuda::GemmOut::F32, 0, 1, 11);        // compressor wkv (16 warps split k)
+    check_gemv(1, 256, 4096, cuda::GemmOut::F32, 0, 1, 12);         // router gate
+    check_gemv(2, 64, 4096, cuda::GemmOut::F32, 0, 1, 13);          // indexer weights_proj (4 tiles)
     check_gemv(2, 64, 4096, cuda::GemmOut::F32, 0, 1, 16, 0.125f);  // ... with its 1/sqrt(64) in the epilogue
-    check_gemv(1, 8192, 4096, cuda::GemmOut::Bf16, 0, 8, 14);   // wo_a: 8 groups of 1024 rows (8 warps)
-    check_gemv(3, 20000, 256, cuda::GemmOut::F32, 0, 1, 15);    // head-like: 1250 tiles (4 warps)
+    check_gemv(1, 8192, 4096, cuda::GemmOut::Bf16, 0, 8, 14);       // wo_a: 8 groups of 1024 rows (8 warps)
+    check_gemv(3, 20000, 256, cuda::GemmOut::F32, 0, 1, 15);        // head-like: 1250 tiles (4 warps)
 }
 
 TEST(CudaBf16Gemv, OddShapesStridesAndPassesMatchCpu) {
     ONECARD_REQUIRE_GPU();
-    check_gemv(5, 520, 576, cuda::GemmOut::Bf16, 0, 1, 21);     // n % 16 != 0, k = 9 blocks
-    check_gemv(4, 384, 512, cuda::GemmOut::F32, 1024, 1, 22);   // strided x rows
-    check_gemv(20, 300, 1024, cuda::GemmOut::Bf16, 0, 1, 23);   // four column tiles
-    check_gemv(40, 160, 448, cuda::GemmOut::F32, 0, 1, 24);     // two passes: 32 + 8 rows
-    check_gemv(12, 256, 192, cuda::GemmOut::Bf16, 0, 4, 25);    // grouped, two column tiles
+    check_gemv(5, 520, 576, cuda::GemmOut::Bf16, 0, 1, 21);    // n % 16 != 0, k = 9 blocks
+    check_gemv(4, 384, 512, cuda::GemmOut::F32, 1024, 1, 22);  // strided x rows
+    check_gemv(20, 300, 1024, cuda::GemmOut::Bf16, 0, 1, 23);  // four column tiles
+    check_gemv(40, 160, 448, cuda::GemmOut::F32, 0, 1, 24);    // two passes: 32 + 8 rows
+    check_gemv(12, 256, 192, cuda::GemmOut::Bf16, 0, 4, 25);   // grouped, two column tiles
 }
 
 TEST(CudaBf16Gemv, RefusesUnsupportedShapes) {

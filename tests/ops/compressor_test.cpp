@@ -136,10 +136,10 @@ void run_case(const Shape& sh, const std::vector<SeqPlan>& plan, uint32_t seed, 
         // Batch order: natural on even steps, reversed on odd ones.
         std::vector<int64_t> order;
         for (int64_t k = 0; k < n_seq; ++k) order.push_back(step % 2 ? n_seq - 1 - k : k);
-        std::vector<float> kv, score;                      // [n, W] this step's inputs (no ape)
+        std::vector<float> kv, score;  // [n, W] this step's inputs (no ape)
         std::vector<int32_t> positions, seq_first;
         std::vector<int64_t> ring_base;
-        std::vector<std::vector<float>> expect;            // [n] expected entry, empty = no emission
+        std::vector<std::vector<float>> expect;  // [n] expected entry, empty = no emission
         for (int64_t k : order) {
             const int64_t len = plan[k].chunks[step];
             const int32_t first = static_cast<int32_t>(positions.size());
@@ -206,8 +206,8 @@ void run_case(const Shape& sh, const std::vector<SeqPlan>& plan, uint32_t seed, 
             }
             ++n_emitted;
             const auto got = test::from_bf16_bits(bits);
-            EXPECT_LE(test::rel_l2(got, expect[i]), 4e-3) << "step " << step << " token " << i << " pos "
-                                                          << positions[i] << " ratio " << sh.ratio << " d " << d;
+            EXPECT_LE(test::rel_l2(got, expect[i]), 4e-3)
+                << "step " << step << " token " << i << " pos " << positions[i] << " ratio " << sh.ratio << " d " << d;
             EXPECT_LE(test::max_err_rel_to_max(got, expect[i]), 1e-2)
                 << "step " << step << " token " << i << " pos " << positions[i];
         }
@@ -291,5 +291,7 @@ TEST(CudaCompressor, Ratio128Head512MatchesCpu) {
 }  // namespace onecard
 
 #else
-TEST(CudaCompressor, Unavailable) { GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)"; }
+TEST(CudaCompressor, Unavailable) {
+    GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)";
+}
 #endif

@@ -100,5 +100,7 @@ TEST(CudaCheck, ThrowsWithTheCallText) {
 }  // namespace onecard
 
 #else
-TEST(CudaRuntime, Unavailable) { GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)"; }
+TEST(CudaRuntime, Unavailable) {
+    GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)";
+}
 #endif

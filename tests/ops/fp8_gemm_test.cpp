@@ -39,9 +39,12 @@ GemmRun run_gemm(const test::Fp8LinearCase& c, cuda::Fp8GemmScaleLayout layout,
     void* workspace = arena.alloc(ws_bytes, "cublaslt workspace");
     cuda::fill_bytes(dy, 0xFF, c.ref.size() * 2);
     cuda::Stream s;
-    if (ws_override) cuda::copy_to_device(dws, *ws_override);
-    else if (layout.weight_transposed) cuda::ue8m0_to_f32(dws8, dws, (n + 127) / 128, k / 128, true, s.get());
-    else cuda::fp8_gemm_prepare_weight_scales(dws8, dws, n, k, s.get());
+    if (ws_override)
+        cuda::copy_to_device(dws, *ws_override);
+    else if (layout.weight_transposed)
+        cuda::ue8m0_to_f32(dws8, dws, (n + 127) / 128, k / 128, true, s.get());
+    else
+        cuda::fp8_gemm_prepare_weight_scales(dws8, dws, n, k, s.get());
     cuda::quantize_fp8_1x128(reinterpret_cast<const __nv_bfloat16*>(dx), dxq, dxs, m, k, layout.act, s.get());
     GemmRun out;
     try {
@@ -82,8 +85,9 @@ TEST(CudaFp8Gemm, ScaleLayoutProbe) {
                 ws[transposed ? j * ld + i : i * ld + j] = ue8m0_to_f32(c.w_scale[i * kb + j]);
         const GemmRun r = run_gemm(c, cuda::kFp8GemmScaleLayout, &ws);
         const double err = r.error.empty() ? test::rel_l2(r.y, c.ref) : INFINITY;
-        std::printf("[probe] weight scales %s ld %ld: %s rel_l2 %.3e\n", transposed ? "[k/128, n/128]" : "[n/128, k/128]",
-                    static_cast<long>(ld), r.error.empty() ? "ran" : r.error.c_str(), err);
+        std::printf("[probe] weight scales %s ld %ld: %s rel_l2 %.3e\n",
+                    transposed ? "[k/128, n/128]" : "[n/128, k/128]", static_cast<long>(ld),
+                    r.error.empty() ? "ran" : r.error.c_str(), err);
         n_match += err <= 4e-3;
     }
     EXPECT_GE(n_match, 1) << "no scale layout matches the CPU";
@@ -121,5 +125,7 @@ TEST(CudaFp8Gemm, TokenCountsMultipleOfFourMatchOthersRefused) {
 }  // namespace onecard
 
 #else
-TEST(CudaFp8Gemm, Unavailable) { GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)"; }
+TEST(CudaFp8Gemm, Unavailable) {
+    GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)";
+}
 #endif

@@ -47,7 +47,7 @@ TEST(CudaFp8Gemv, SmallBatchesMatchCpu) {
     ONECARD_REQUIRE_GPU();
     check_gemv(3, 512, 1024, 33);
     check_gemv(8, 384, 4096, 34);
-    check_gemv(11, 256, 1536, 35);  // two column tiles of 8
+    check_gemv(11, 256, 1536, 35);   // two column tiles of 8
     check_gemv(20, 4096, 2048, 39);  // four column tiles
     check_gemv(40, 256, 1536, 40);   // two passes: 32 + 8 rows
 }
@@ -56,5 +56,7 @@ TEST(CudaFp8Gemv, SmallBatchesMatchCpu) {
 }  // namespace onecard
 
 #else
-TEST(CudaFp8Gemv, Unavailable) { GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)"; }
+TEST(CudaFp8Gemv, Unavailable) {
+    GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)";
+}
 #endif

@@ -97,5 +97,7 @@ TEST(CudaFp8Quant, Ue8m0ToF32ExactAndTransposed) {
 }  // namespace onecard
 
 #else
-TEST(CudaFp8Quant, Unavailable) { GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)"; }
+TEST(CudaFp8Quant, Unavailable) {
+    GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)";
+}
 #endif

@@ -257,5 +257,7 @@ TEST(GpuEngine, ConstrainedRowsOnTheGpuMatchTheHostPath) {
 }  // namespace onecard
 
 #else
-TEST(GpuEngine, NeedsCuda) { GTEST_SKIP() << "built without the CUDA backend (ONECARD_CUDA=OFF)"; }
+TEST(GpuEngine, NeedsCuda) {
+    GTEST_SKIP() << "built without the CUDA backend (ONECARD_CUDA=OFF)";
+}
 #endif

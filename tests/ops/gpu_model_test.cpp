@@ -64,9 +64,9 @@ constexpr int64_t kPrompt = 192;
 
 struct Fixture {
     ModelConfig cfg;
-    std::vector<int32_t> tokens;  // [kPrompt]
-    std::vector<float> cpu;       // [kPrompt, vocab] CPU reference logits (plain fp32 oracle)
-    std::vector<float> cpu_bf16;  // the same with bf16-rounded inputs to the quantised linears
+    std::vector<int32_t> tokens;     // [kPrompt]
+    std::vector<float> cpu;          // [kPrompt, vocab] CPU reference logits (plain fp32 oracle)
+    std::vector<float> cpu_bf16;     // the same with bf16-rounded inputs to the quantised linears
     std::vector<float> cpu_storage;  // the same with the GPU's bf16 storage (set_bf16_storage): primary
     std::vector<float> cpu_nudged;   // cpu_storage's model with every hc bias one fp32 ulp up: its noise floor
     std::unique_ptr<cuda::DeviceArena> arena;
@@ -136,7 +136,8 @@ Agreement compare(const std::vector<float>& gpu, int64_t row0, int64_t n, const 
         std::vector<float> g(gpu.begin() + i * V, gpu.begin() + (i + 1) * V);
         std::vector<float> c(cpu_rows.begin() + (row0 + i) * V, cpu_rows.begin() + (row0 + i + 1) * V);
         errs.push_back(test::rel_l2(g, c));
-        a.argmax_same += std::max_element(g.begin(), g.end()) - g.begin() == std::max_element(c.begin(), c.end()) - c.begin();
+        a.argmax_same +=
+            std::max_element(g.begin(), g.end()) - g.begin() == std::max_element(c.begin(), c.end()) - c.begin();
     }
     a.n = n;
     a.per_row = errs;
@@ -218,7 +219,9 @@ void expect_matches_cpu(const std::vector<float>& gpu, int64_t row0, int64_t n, 
     expect_yardstick(compare(gpu, row0, n, f.cpu), path, "fp32 oracle");
 }
 
-std::vector<int32_t> blocks_for(int32_t first) { return {first, first + 1}; }  // 512 tokens of blocks
+std::vector<int32_t> blocks_for(int32_t first) {
+    return {first, first + 1};
+}  // 512 tokens of blocks
 
 // Runs steps for one sequence in `slot`; chunk sizes in `chunks`; returns every row's logits.
 std::vector<float> run_chunks(int32_t slot, const std::vector<int64_t>& chunks) {
@@ -344,5 +347,7 @@ TEST(GpuModel, TwoSequencesInOneStepMatchCpuReference) {
 }  // namespace onecard
 
 #else
-TEST(GpuModel, NeedsCuda) { GTEST_SKIP() << "built without the CUDA backend (ONECARD_CUDA=OFF)"; }
+TEST(GpuModel, NeedsCuda) {
+    GTEST_SKIP() << "built without the CUDA backend (ONECARD_CUDA=OFF)";
+}
 #endif

@@ -123,7 +123,8 @@ Oracle* make_oracle(bool tame) {
     }
     x->floor = test::compare_logits(x->nudged, x->logits, 0, kPrompt, V);
     float largest_move = 0.0f;
-    for (size_t i = 0; i < x->logits.size(); ++i) largest_move = std::max(largest_move, std::fabs(x->nudged[i] - x->logits[i]));
+    for (size_t i = 0; i < x->logits.size(); ++i)
+        largest_move = std::max(largest_move, std::fabs(x->nudged[i] - x->logits[i]));
     for (int64_t r = 0; r < kPrompt; ++r) {
         std::vector<float> row(x->logits.begin() + r * V, x->logits.begin() + (r + 1) * V);
         std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<float>());
@@ -239,7 +240,9 @@ std::vector<float> run_chunks(Gpu& g, const std::vector<int64_t>& chunks) {
     }
     return out;
 }
-std::vector<float> run_chunks(const std::vector<int64_t>& chunks) { return run_chunks(gpu(), chunks); }
+std::vector<float> run_chunks(const std::vector<int64_t>& chunks) {
+    return run_chunks(gpu(), chunks);
+}
 
 // Issue 23's check on one path: GPU rows [0, n) against oracle rows [row0, row0 + n). The argmax bar
 // is held on the rows the oracle decides (Oracle::decided); every row's agreement is printed too.
@@ -505,8 +508,9 @@ TEST(GpuTame, PlantedFaultsAreCaught) {
     print_verdict("clean", "random model: decode", clean_random.decode);
     EXPECT_FALSE(clean.caught()) << "the clean probe must meet the bars before faults mean anything";
     EXPECT_FALSE(clean_random.caught()) << "the random model's clean probe must meet its floor bars";
-    std::printf("[gpu tame] fault table (median rel. L2 prefill / decode; tame bar %.0e; random-model bar from its floor)\n",
-                kMedianBar);
+    std::printf(
+        "[gpu tame] fault table (median rel. L2 prefill / decode; tame bar %.0e; random-model bar from its floor)\n",
+        kMedianBar);
     for (const Fault& f : kFaults) {
         const Probe p = probe_with(g, f), q = probe_with(r, f);
         const std::string pre = std::string(f.name) + ": prefill", dec = std::string(f.name) + ": decode";

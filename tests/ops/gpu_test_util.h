@@ -68,10 +68,10 @@ inline FloorBars floor_bars(double floor_median, double floor_worst, double floo
 }
 
 // Calls GTEST_SKIP() (from the calling test body) when no GPU is usable.
-#define ONECARD_REQUIRE_GPU()                                                     \
-    do {                                                                          \
-        const std::string reason_ = ::onecard::cuda::no_device_reason();          \
-        if (!reason_.empty()) GTEST_SKIP() << "needs a CUDA GPU: " << reason_;    \
+#define ONECARD_REQUIRE_GPU()                                                  \
+    do {                                                                       \
+        const std::string reason_ = ::onecard::cuda::no_device_reason();       \
+        if (!reason_.empty()) GTEST_SKIP() << "needs a CUDA GPU: " << reason_; \
     } while (0)
 
 // Normal(0, sigma) floats, rounded to bf16 values (what the GPU side receives), none exactly zero.

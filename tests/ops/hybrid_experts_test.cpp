@@ -19,9 +19,9 @@
 #ifdef ONECARD_HAVE_CUDA
 
 #include "backend/cuda/stream.h"
+#include "engine/memory_plan.h"
 #include "kvcache/kv_spec.h"
 #include "loader/checkpoint.h"
-#include "engine/memory_plan.h"
 #include "model/expert_placement.h"
 #include "model/synth.h"
 #include "model/weights.h"
@@ -143,7 +143,9 @@ std::vector<float> step(Side& side, int32_t slot, int64_t pos, int64_t n, cuda::
     return rows;
 }
 
-int64_t argmax(const float* v, int64_t n) { return std::max_element(v, v + n) - v; }
+int64_t argmax(const float* v, int64_t n) {
+    return std::max_element(v, v + n) - v;
+}
 
 TEST(HybridExperts, ManyTokenStepIsBitIdenticalToAllGpu) {
     ONECARD_REQUIRE_GPU();
@@ -311,8 +313,8 @@ std::vector<std::vector<float>> decode_two(Side& side, int64_t n_steps, cuda::St
 }
 
 // Median rel. L2 and argmax agreements of b's rows against a's (2 rows per step).
-std::pair<double, int64_t> compare_two(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
-                                       const char* what) {
+std::pair<double, int64_t> compare_two(const std::vector<std::vector<float>>& a,
+                                       const std::vector<std::vector<float>>& b, const char* what) {
     const int64_t V = fixture().cfg.vocab_size;
     std::vector<double> rel;
     int64_t same = 0;
@@ -334,7 +336,8 @@ TEST(HybridExperts, AllHostExpertsStagedIsBitIdenticalToAllGpu) {
     Fixture& f = fixture();
     cuda::Stream s;
     ASSERT_NE(f.staged_all.model->host_expert_streamer(), nullptr);
-    EXPECT_EQ(f.staged_all.model->host_expert_streamer()->experts_per_step(), f.host_per_layer() * f.cfg.num_hidden_layers);
+    EXPECT_EQ(f.staged_all.model->host_expert_streamer()->experts_per_step(),
+              f.host_per_layer() * f.cfg.num_hidden_layers);
     prefill_two(f.all_gpu, s);
     prefill_two(f.staged_all, s);
     const uint64_t pairs0 = f.staged_all.model->host_experts()->host_pairs();
@@ -372,7 +375,8 @@ TEST(HybridExperts, HalfStagedMatchesAllGpuAndTheHostServesTheRest) {
         EXPECT_EQ(m.n_stream, f.host_per_layer() / 2);
         for (int64_t e = 0; e < E; ++e) {
             if (f.placement.is_on_gpu(l, e)) continue;
-            (m.expert_stream_slot_host[static_cast<size_t>(e)] >= 0 ? staged : host) += counts[static_cast<size_t>(l * E + e)];
+            (m.expert_stream_slot_host[static_cast<size_t>(e)] >= 0 ? staged : host) +=
+                counts[static_cast<size_t>(l * E + e)];
         }
     }
     EXPECT_GT(staged, 0u) << "no pick reached a staged expert";
@@ -427,7 +431,8 @@ TEST(HybridExperts, SwappingExpertsKeepsOutputsAndBytes) {
     const int32_t gpu_e = f.hybrid.store->placement().gpu_experts(layer).front();
     auto same_bytes_as_checkpoint = [&](int32_t e) {
         const cuda::MxHostExpert h = f.hybrid.store->expert(layer, e);
-        const ExpertWeights& x = f.weights->layers.at(static_cast<size_t>(layer)).ffn.experts.at(static_cast<size_t>(e));
+        const ExpertWeights& x =
+            f.weights->layers.at(static_cast<size_t>(layer)).ffn.experts.at(static_cast<size_t>(e));
         const QuantLinear* q[3] = {&x.w1, &x.w3, &x.w2};
         const uint8_t* got[6] = {h.w1, h.s1, h.w3, h.s3, h.w2, h.s2};
         for (int i = 0; i < 3; ++i)
@@ -462,6 +467,8 @@ TEST(HybridExperts, SwappingExpertsKeepsOutputsAndBytes) {
 
 #else
 
-TEST(HybridExperts, NeedsCuda) { GTEST_SKIP() << "built without the CUDA backend (ONECARD_CUDA=OFF)"; }
+TEST(HybridExperts, NeedsCuda) {
+    GTEST_SKIP() << "built without the CUDA backend (ONECARD_CUDA=OFF)";
+}
 
 #endif

@@ -72,16 +72,18 @@ void check_hc(int64_t n_tok, int64_t dim, uint32_t seed, PrePath path = PrePath:
     auto* dpost = arena.alloc_n<float>(post.size(), "post");
     auto* dcomb = arena.alloc_n<float>(comb.size(), "comb");
     auto* da = arena.alloc_n<uint16_t>(static_cast<size_t>(n_tok * dim), "a");
-    for (auto [ptr, bytes] : {std::pair<void*, size_t>{dx, x_ref.size() * 2}, {dpre, pre.size() * 4},
-                              {dpost, post.size() * 4}, {dcomb, comb.size() * 4}})
+    for (auto [ptr, bytes] : {std::pair<void*, size_t>{dx, x_ref.size() * 2},
+                              {dpre, pre.size() * 4},
+                              {dpost, post.size() * 4},
+                              {dcomb, comb.size() * 4}})
         cuda::fill_bytes(ptr, 0xFF, bytes);
     auto* dscratch = arena.alloc_n<float>(scratch_floats, "scratch");
     cuda::fill_bytes(dscratch, 0xFF, scratch_floats * 4);  // every partial read must have been written
     cuda::Stream s;
     if (path == PrePath::kSplit)
         cuda::hc_pre_bf16(reinterpret_cast<const __nv_bfloat16*>(dX), dfn, dscale, dbase,
-                          reinterpret_cast<__nv_bfloat16*>(dx), dpre, dpost, dcomb, dscratch, scratch_floats, n_tok,
-                          hd, s.get());
+                          reinterpret_cast<__nv_bfloat16*>(dx), dpre, dpost, dcomb, dscratch, scratch_floats, n_tok, hd,
+                          s.get());
     else
         cuda::hc_pre_bf16(reinterpret_cast<const __nv_bfloat16*>(dX), dfn, dscale, dbase,
                           reinterpret_cast<__nv_bfloat16*>(dx), dpre, dpost, dcomb, n_tok, hd, s.get());
@@ -119,8 +121,7 @@ void check_hc(int64_t n_tok, int64_t dim, uint32_t seed, PrePath path = PrePath:
         const auto got = test::from_bf16_bits(cuda::copy_to_host(dx, x_ref.size()));
         for (size_t i = 0; i < got.size(); ++i) {
             ASSERT_TRUE(std::isfinite(got[i])) << "normalised x: unwritten element " << i;
-            ASSERT_LE(std::fabs(got[i] - nref[i]), std::ldexp(std::fabs(nref[i]), -6) + 2e-3f)
-                << "normalised x " << i;
+            ASSERT_LE(std::fabs(got[i] - nref[i]), std::ldexp(std::fabs(nref[i]), -6) + 2e-3f) << "normalised x " << i;
         }
         // And with x's FP8 1x128 copy written by the same call: byte-equal to quantize_fp8_1x128 of
         // the x it stored (the decode GEMVs read it instead of quantising x themselves).
@@ -251,5 +252,7 @@ TEST(CudaHyperConnection, SplitPathReplaysInCudaGraph) {
 }  // namespace onecard
 
 #else
-TEST(CudaHyperConnection, Unavailable) { GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)"; }
+TEST(CudaHyperConnection, Unavailable) {
+    GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)";
+}
 #endif

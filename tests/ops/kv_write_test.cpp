@@ -41,29 +41,36 @@ std::vector<float> varied_rows(std::mt19937& rng, int64_t n, int64_t ld, int64_t
             for (int64_t i = 0; i < head_dim; ++i) row[i] = round_bf16(row[i] * f);
         };
         switch (r % 7) {
-        case 0: break;
-        case 1: scale_all(1e-30f); break;
-        case 2: scale_all(1e36f); break;
-        case 3:
-            for (int64_t b = 0; b < head_dim; b += block) {
-                const float f = std::ldexp(1.0f, ex(rng));
-                for (int64_t i = b; i < std::min(b + block, head_dim); ++i) row[i] = round_bf16(row[i] * f);
-            }
-            break;
-        case 4:  // block 0: amax exactly 448·2^-3 (y is then a power of two: k must not round up)
-            for (int64_t i = 0; i < block; ++i) row[i] = round_bf16(row[i] * 0.01f);
-            row[block / 2] = -56.0f;
-            break;
-        case 5:  // block 0 all ±0 except one tiny value (floor), block 1 huge amax with tiny tail
-            for (int64_t i = 0; i < block; ++i) row[i] = (i % 2) ? -0.0f : 0.0f;
-            row[3] = 3e-7f;
-            row[3] = round_bf16(row[3]);
-            if (2 * block <= head_dim) {
-                for (int64_t i = block; i < 2 * block; ++i) row[i] = round_bf16(row[i] * 1e-4f);
-                row[block + 1] = 1000.0f;
-            }
-            break;
-        default: scale_all(3.0f); break;
+            case 0:
+                break;
+            case 1:
+                scale_all(1e-30f);
+                break;
+            case 2:
+                scale_all(1e36f);
+                break;
+            case 3:
+                for (int64_t b = 0; b < head_dim; b += block) {
+                    const float f = std::ldexp(1.0f, ex(rng));
+                    for (int64_t i = b; i < std::min(b + block, head_dim); ++i) row[i] = round_bf16(row[i] * f);
+                }
+                break;
+            case 4:  // block 0: amax exactly 448·2^-3 (y is then a power of two: k must not round up)
+                for (int64_t i = 0; i < block; ++i) row[i] = round_bf16(row[i] * 0.01f);
+                row[block / 2] = -56.0f;
+                break;
+            case 5:  // block 0 all ±0 except one tiny value (floor), block 1 huge amax with tiny tail
+                for (int64_t i = 0; i < block; ++i) row[i] = (i % 2) ? -0.0f : 0.0f;
+                row[3] = 3e-7f;
+                row[3] = round_bf16(row[3]);
+                if (2 * block <= head_dim) {
+                    for (int64_t i = block; i < 2 * block; ++i) row[i] = round_bf16(row[i] * 1e-4f);
+                    row[block + 1] = 1000.0f;
+                }
+                break;
+            default:
+                scale_all(3.0f);
+                break;
         }
     }
     return x;
@@ -280,5 +287,7 @@ TEST(CudaHadamardFp4, FusedRopeEqualsTheTwoKernels) {
 }  // namespace onecard
 
 #else
-TEST(CudaKvWrite, Unavailable) { GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)"; }
+TEST(CudaKvWrite, Unavailable) {
+    GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)";
+}
 #endif

@@ -31,7 +31,9 @@
 namespace onecard {
 namespace {
 
-__nv_bfloat16* bf(uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
+__nv_bfloat16* bf(uint16_t* p) {
+    return reinterpret_cast<__nv_bfloat16*>(p);
+}
 
 // ---- embed_streams ----
 
@@ -301,26 +303,25 @@ void check_sampling(int64_t vocab, const std::vector<SampleCase>& cases, int row
         ++compared;
         EXPECT_EQ(got[static_cast<size_t>(r)], want) << what << " margin " << margin;
     }
-    EXPECT_LE(skipped, std::max<int>(1, static_cast<int>(n) / 20)) << "too many rows too close to a boundary to compare";
+    EXPECT_LE(skipped, std::max<int>(1, static_cast<int>(n) / 20))
+        << "too many rows too close to a boundary to compare";
     EXPECT_GT(compared, 0);
 }
-
 
 std::vector<SampleCase> sampling_cases() {
     // temperature, top_k, top_p, min_p, sigma, bf16 logits
     return {
-        {0.0f, 0, 1.0f, 0.0f, 2.0f, false},      // greedy
-        {1.0f, 0, 1.0f, 0.0f, 2.0f, false},      // temperature only: the draw walks token-id order
-        {0.7f, 50, 1.0f, 0.0f, 2.0f, false},     // top-k
-        {1.0f, 0, 0.9f, 0.0f, 1.0f, false},      // top-p over a flat distribution (huge nucleus)
-        {1.2f, 0, 1.0f, 0.05f, 2.0f, false},     // min-p
-        {0.8f, 40, 0.8f, 0.02f, 3.0f, false},    // min-p, top-k and top-p together
-        {1.0f, 1, 1.0f, 0.0f, 2.0f, false},      // top-k = 1 is the argmax
-        {1.0f, 200000, 1.0f, 0.0f, 2.0f, false}, // top-k past the vocabulary: no cut, id order
-        {1.0f, 0, 0.999f, 0.0f, 0.5f, false},    // nearly the whole vocabulary in the nucleus
-        {1.0f, 20, 0.7f, 0.0f, 2.0f, true},      // bf16 logits: exact ties, lower id first
-        {0.9f, 0, 0.95f, 0.0f, 2.0f, true},
-        {1.5f, 0, 1.0f, 0.1f, 1.0f, true},
+        {0.0f, 0, 1.0f, 0.0f, 2.0f, false},       // greedy
+        {1.0f, 0, 1.0f, 0.0f, 2.0f, false},       // temperature only: the draw walks token-id order
+        {0.7f, 50, 1.0f, 0.0f, 2.0f, false},      // top-k
+        {1.0f, 0, 0.9f, 0.0f, 1.0f, false},       // top-p over a flat distribution (huge nucleus)
+        {1.2f, 0, 1.0f, 0.05f, 2.0f, false},      // min-p
+        {0.8f, 40, 0.8f, 0.02f, 3.0f, false},     // min-p, top-k and top-p together
+        {1.0f, 1, 1.0f, 0.0f, 2.0f, false},       // top-k = 1 is the argmax
+        {1.0f, 200000, 1.0f, 0.0f, 2.0f, false},  // top-k past the vocabulary: no cut, id order
+        {1.0f, 0, 0.999f, 0.0f, 0.5f, false},     // nearly the whole vocabulary in the nucleus
+        {1.0f, 20, 0.7f, 0.0f, 2.0f, true},       // bf16 logits: exact ties, lower id first
+        {0.9f, 0, 0.95f, 0.0f, 2.0f, true},      {1.5f, 0, 1.0f, 0.1f, 1.0f, true},
     };
 }
 
@@ -378,7 +379,9 @@ std::vector<uint32_t> make_mask(MaskKind kind, const float* logits, int64_t voca
     return m;
 }
 
-bool mask_allows(const std::vector<uint32_t>& m, int32_t t) { return (m[static_cast<size_t>(t >> 5)] >> (t & 31)) & 1u; }
+bool mask_allows(const std::vector<uint32_t>& m, int32_t t) {
+    return (m[static_cast<size_t>(t >> 5)] >> (t & 31)) & 1u;
+}
 
 // Every (sampling case, mask kind) pair, rows_per_pair rows each: the GPU's token is the host
 // sampler's for the row after engine/token_constraint.h's apply_token_mask, and always allowed.
@@ -469,7 +472,8 @@ void check_masked_sampling(int64_t vocab, int rows_per_pair, uint32_t seed) {
         ++compared;
         EXPECT_EQ(token, want) << what;
     }
-    EXPECT_LE(skipped, std::max<int>(1, static_cast<int>(n) / 20)) << "too many rows too close to a boundary to compare";
+    EXPECT_LE(skipped, std::max<int>(1, static_cast<int>(n) / 20))
+        << "too many rows too close to a boundary to compare";
     EXPECT_GT(compared, 0);
 }
 
@@ -542,5 +546,7 @@ TEST(CudaModelIo, ElementwiseOpsExact) {
 }  // namespace onecard
 
 #else
-TEST(CudaModelIo, Unavailable) { GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)"; }
+TEST(CudaModelIo, Unavailable) {
+    GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)";
+}
 #endif

@@ -240,7 +240,8 @@ TEST(CudaFp8Round1x128, BitExactVsCpuOnBf16Values) {
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t b = 0; b < k / 128; ++b) {
             const int e = ex(rng);
-            for (int64_t i = 0; i < 128; ++i) x[r * ld + b * 128 + i] = round_bf16(std::ldexp(x[r * ld + b * 128 + i], e));
+            for (int64_t i = 0; i < 128; ++i)
+                x[r * ld + b * 128 + i] = round_bf16(std::ldexp(x[r * ld + b * 128 + i], e));
         }
     for (int64_t i = 0; i < 128; i += 7) x[3 * ld + i] = 448.0f * (i % 2 ? 1.0f : -0.5f);
     std::vector<float> ref = x;
@@ -269,8 +270,9 @@ struct ExpertsCase {
 };
 
 // E experts' [n, k] matrices (checkpoint layout, back to back) uploaded in the tiled GPU layout.
-const uint8_t* upload_tiled(cuda::DeviceArena& arena, const std::vector<uint8_t>& codes, const std::vector<uint8_t>& scales,
-                            int64_t E, int64_t n, int64_t k, const uint8_t** scales_out) {
+const uint8_t* upload_tiled(cuda::DeviceArena& arena, const std::vector<uint8_t>& codes,
+                            const std::vector<uint8_t>& scales, int64_t E, int64_t n, int64_t k,
+                            const uint8_t** scales_out) {
     std::vector<uint8_t> tc(codes.size()), ts(scales.size());
     const size_t cb = static_cast<size_t>(n * k / 2), sb = static_cast<size_t>(n * k / 32);
     for (int64_t e = 0; e < E; ++e)

@@ -254,5 +254,7 @@ TEST(CudaMoeCombine, WeightedSumPlusSharedMatchesCpu) {
 }  // namespace onecard
 
 #else
-TEST(CudaMoe, Unavailable) { GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)"; }
+TEST(CudaMoe, Unavailable) {
+    GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)";
+}
 #endif

@@ -99,5 +99,7 @@ TEST(CudaRmsNorm, PairOfRowSetsMatchesCpu) {
 }  // namespace onecard
 
 #else
-TEST(CudaRmsNorm, Unavailable) { GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)"; }
+TEST(CudaRmsNorm, Unavailable) {
+    GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)";
+}
 #endif

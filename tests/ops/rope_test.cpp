@@ -91,5 +91,7 @@ TEST(CudaRope, PairLaunchEqualsTwoCalls) {
 }  // namespace onecard
 
 #else
-TEST(CudaRope, Unavailable) { GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)"; }
+TEST(CudaRope, Unavailable) {
+    GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)";
+}
 #endif

@@ -8,8 +8,8 @@
 #include "model/synth.h"
 #include "model/weights.h"
 
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <array>
@@ -30,8 +30,8 @@ class TempDir {
 public:
     explicit TempDir(const std::string& tag = "onecard") {
         std::random_device rd;
-        path_ = std::filesystem::temp_directory_path() / (tag + "_" + std::to_string(::getpid()) + "_" +
-                                                          std::to_string(rd()) + "_" + std::to_string(rd()));
+        path_ = std::filesystem::temp_directory_path() /
+                (tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(rd()) + "_" + std::to_string(rd()));
         std::filesystem::create_directories(path_);
     }
     ~TempDir() {
@@ -48,8 +48,8 @@ private:
 };
 
 struct CommandResult {
-    int rc = -1;       // pclose() status: 0 on success
-    std::string out;   // what the command printed (redirect stderr in `cmd` to capture it too)
+    int rc = -1;      // pclose() status: 0 on success
+    std::string out;  // what the command printed (redirect stderr in `cmd` to capture it too)
 };
 
 // Runs a shell command and captures its standard output.
@@ -65,7 +65,9 @@ inline CommandResult run_command(const std::string& cmd) {
 }
 
 // Path of the built `onecard` binary.
-inline std::filesystem::path onecard_binary() { return std::filesystem::path(ONECARD_BINARY_DIR) / "onecard"; }
+inline std::filesystem::path onecard_binary() {
+    return std::filesystem::path(ONECARD_BINARY_DIR) / "onecard";
+}
 
 // The official root config.json of deepseek-ai/DeepSeek-V4-Flash (current revision), typed in
 // from dsv4-model.md §1.

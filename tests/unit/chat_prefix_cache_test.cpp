@@ -73,10 +73,10 @@ private:
 };
 
 struct TurnHit {
-    size_t prompt = 0;        // characters of prompt_n
-    size_t with_output = 0;   // characters of prompt_n + output_n
-    size_t common = 0;        // shared by prompt_{n+1} and prompt_n + output_n
-    std::string where;        // both texts around the first difference (for failure messages)
+    size_t prompt = 0;       // characters of prompt_n
+    size_t with_output = 0;  // characters of prompt_n + output_n
+    size_t common = 0;       // shared by prompt_{n+1} and prompt_n + output_n
+    std::string where;       // both texts around the first difference (for failure messages)
 };
 
 std::string around(const std::string& a, const std::string& b, size_t i) {
@@ -104,9 +104,10 @@ std::vector<TurnHit> run_flow(bool thinking, bool tools) {
     next_prompt();
     if (tools) {
         OrderedJson call = {{"role", "assistant"}, {"content", ""}, {"reasoning_content", "Call the tool."}};
-        call["tool_calls"] = OrderedJson::array(
-            {{{"id", "call_1"}, {"type", "function"},
-              {"function", {{"name", "get_weather"}, {"arguments", R"({"location": "Paris"})"}}}}});
+        call["tool_calls"] =
+            OrderedJson::array({{{"id", "call_1"},
+                                 {"type", "function"},
+                                 {"function", {{"name", "get_weather"}, {"arguments", R"({"location": "Paris"})"}}}}});
         if (!thinking) call.erase("reasoning_content");
         held += c.answer(call);
         c.add({{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", R"({"temp_c": 18})"}});
@@ -127,8 +128,8 @@ TEST(ChatPrefixCache, ChatModeHitsEverythingIncludingTheAnswers) {
         const auto hits = run_flow(/*thinking=*/false, tools);
         ASSERT_EQ(hits.size(), tools ? 4u : 3u);
         for (const auto& h : hits) {
-            EXPECT_EQ(h.common, h.with_output) << "tools " << tools << ": turn n+1 must extend prompt_n + output_n"
-                                               << h.where;
+            EXPECT_EQ(h.common, h.with_output)
+                << "tools " << tools << ": turn n+1 must extend prompt_n + output_n" << h.where;
             EXPECT_GT(h.with_output, h.prompt);
         }
     }

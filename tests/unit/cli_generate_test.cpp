@@ -8,8 +8,8 @@
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <array>
@@ -27,8 +27,7 @@ test::CommandResult run(const std::string& args) {
 class CliGenerate : public ::testing::Test {
 protected:
     void SetUp() override {
-        if (!std::filesystem::exists(test::onecard_binary()))
-            GTEST_SKIP() << "onecard binary not built";
+        if (!std::filesystem::exists(test::onecard_binary())) GTEST_SKIP() << "onecard binary not built";
         dir_ = std::filesystem::temp_directory_path() / ("onecard_cli_generate_" + std::to_string(::getpid()));
         SynthOptions opt;
         opt.preset = SynthPreset::Tiny;
@@ -45,8 +44,9 @@ protected:
 TEST_F(CliGenerate, GreedyMatchesArgmaxLoopOverTheModel) {
     const std::vector<int32_t> prompt = {0, 17, 5, 900, 33, 33, 2};
     constexpr int n_new = 6;
-    const test::CommandResult r = run("generate --model '" + dir_.string() +
-                         "' --prompt-tokens 0,17,5,900,33,33,2 --max-tokens 6 --numerics exact --ignore-eos");
+    const test::CommandResult r =
+        run("generate --model '" + dir_.string() +
+            "' --prompt-tokens 0,17,5,900,33,33,2 --max-tokens 6 --numerics exact --ignore-eos");
     ASSERT_EQ(r.rc, 0) << r.out;
     const auto j = nlohmann::json::parse(r.out);
     const auto got = j.at("tokens").get<std::vector<int32_t>>();

@@ -14,8 +14,8 @@
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -61,9 +61,11 @@ protected:
 };
 
 TEST_F(CliProfileExperts, CountsEveryPickOfTheMainLayers) {
-    const std::vector<std::vector<int32_t>> prompts = {{0, 17, 5, 900, 33, 33, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}};
-    const fs::path file = write("prompts.jsonl", "{\"prompt_tokens\": [0, 17, 5, 900, 33, 33, 2]}\n\n"
-                                                 "{\"prompt_tokens\": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]}\n");
+    const std::vector<std::vector<int32_t>> prompts = {{0, 17, 5, 900, 33, 33, 2},
+                                                       {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}};
+    const fs::path file = write("prompts.jsonl",
+                                "{\"prompt_tokens\": [0, 17, 5, 900, 33, 33, 2]}\n\n"
+                                "{\"prompt_tokens\": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]}\n");
     const fs::path out = dir_ / "profile.json";
     // --chunk 5: several forward calls per prompt; the counts must not depend on it.
     const auto r = run("profile-experts --model " + model() + " --prompts '" + file.string() + "' --out '" +
@@ -102,7 +104,8 @@ TEST_F(CliProfileExperts, CountsEveryPickOfTheMainLayers) {
                             out.string() + "' --max-tokens-per-prompt 4");
     ASSERT_EQ(capped.rc, 0) << capped.out;
     EXPECT_EQ(last_json(capped.out).at("tokens").get<int64_t>(), 8);
-    EXPECT_EQ(ExpertUseProfile::load(out).total(), static_cast<uint64_t>(cfg_.num_hidden_layers * 8 * cfg_.num_experts_per_tok));
+    EXPECT_EQ(ExpertUseProfile::load(out).total(),
+              static_cast<uint64_t>(cfg_.num_hidden_layers * 8 * cfg_.num_experts_per_tok));
 }
 
 TEST_F(CliProfileExperts, TextPromptsAreTokenised) {
@@ -124,7 +127,8 @@ TEST_F(CliProfileExperts, TextPromptsAreTokenised) {
     ASSERT_EQ(r.rc, 0) << r.out;
     const int64_t n_tok = 2 + static_cast<int64_t>(tok.encode(a).size() + tok.encode(b).size());  // + BOS each
     EXPECT_EQ(last_json(r.out).at("tokens").get<int64_t>(), n_tok);
-    EXPECT_EQ(ExpertUseProfile::load(out).total(), static_cast<uint64_t>(cfg.num_hidden_layers * n_tok * cfg.num_experts_per_tok));
+    EXPECT_EQ(ExpertUseProfile::load(out).total(),
+              static_cast<uint64_t>(cfg.num_hidden_layers * n_tok * cfg.num_experts_per_tok));
 }
 
 TEST_F(CliProfileExperts, BadInputsAreClearErrors) {
@@ -134,8 +138,8 @@ TEST_F(CliProfileExperts, BadInputsAreClearErrors) {
                  "' --out '" + out.string() + "'");
     EXPECT_NE(r.rc, 0);
     EXPECT_NE(r.out.find("tokenizer.json"), std::string::npos) << r.out;
-    r = run("profile-experts --model " + model() + " --prompts '" + write("b.jsonl", "{\"prompt_tokens\": [1, 2\n").string() +
-            "' --out '" + out.string() + "'");
+    r = run("profile-experts --model " + model() + " --prompts '" +
+            write("b.jsonl", "{\"prompt_tokens\": [1, 2\n").string() + "' --out '" + out.string() + "'");
     EXPECT_NE(r.rc, 0);
     EXPECT_NE(r.out.find("line 1: not valid JSON"), std::string::npos) << r.out;
     r = run("profile-experts --model " + model() + " --prompts '" +

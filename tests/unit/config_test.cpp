@@ -53,7 +53,9 @@ json flash_transformers() {
     return j;
 }
 
-json flash_0731() { return test::flash_0731_config_json(); }
+json flash_0731() {
+    return test::flash_0731_config_json();
+}
 
 json pro() {
     json j = test::flash_official_config_json();
@@ -292,11 +294,15 @@ TEST(Config, RefusesOtherArchitectures) {
                             j["engram_layer_ids"] = {1, 15};
                         }),
                    {"engram_layer_ids", "V4.1"});
-    expect_refused(with(test::flash_official_config_json(), [](json& j) { j["model_type"] = "deepseek_v41"; }), {"model_type"});
-    expect_refused(with(test::flash_official_config_json(), [](json& j) { j["model_type"] = "deepseek_v32"; }), {"model_type"});
-    expect_refused(with(test::flash_official_config_json(), [](json& j) { j["architectures"] = {"DeepseekV32ForCausalLM"}; }),
-                   {"architectures"});
-    expect_refused(with(test::flash_official_config_json(), [](json& j) { j["first_k_dense_replace"] = 3; }), {"first_k_dense_replace"});
+    expect_refused(with(test::flash_official_config_json(), [](json& j) { j["model_type"] = "deepseek_v41"; }),
+                   {"model_type"});
+    expect_refused(with(test::flash_official_config_json(), [](json& j) { j["model_type"] = "deepseek_v32"; }),
+                   {"model_type"});
+    expect_refused(
+        with(test::flash_official_config_json(), [](json& j) { j["architectures"] = {"DeepseekV32ForCausalLM"}; }),
+        {"architectures"});
+    expect_refused(with(test::flash_official_config_json(), [](json& j) { j["first_k_dense_replace"] = 3; }),
+                   {"first_k_dense_replace"});
 }
 
 TEST(Config, RefusesInconsistentConfigs) {

@@ -122,7 +122,7 @@ TEST(CpuHyperConnection, MixesAreNormalisedProjection) {
     p.hc = 2;
     p.dim = 3;
     p.norm_eps = 1e-6f;
-    std::vector<float> X = {1, 2, 3, 4, 5, 6};                 // one token, flat [6]
+    std::vector<float> X = {1, 2, 3, 4, 5, 6};                     // one token, flat [6]
     std::vector<float> fn = {1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};  // picks element 0 and 5
     std::vector<float> mixes(2);
     hc_mixes(X.data(), fn.data(), 1, 2, p, mixes.data());
@@ -145,7 +145,8 @@ TEST(CpuRope, YarnCorrectionRangeForCompressTheta) {
     EXPECT_EQ(high, 25);
     auto f = rope_inv_freqs(p);
     ASSERT_EQ(f.size(), 32u);
-    for (int i = 0; i <= 15; ++i) EXPECT_NEAR(f[i], std::pow(160000.0, -2.0 * i / 64), 1e-7 * std::pow(160000.0, -2.0 * i / 64));
+    for (int i = 0; i <= 15; ++i)
+        EXPECT_NEAR(f[i], std::pow(160000.0, -2.0 * i / 64), 1e-7 * std::pow(160000.0, -2.0 * i / 64));
     for (int i = 25; i < 32; ++i)
         EXPECT_NEAR(f[i], std::pow(160000.0, -2.0 * i / 64) / 16, 1e-6 * std::pow(160000.0, -2.0 * i / 64));
     const double base20 = std::pow(160000.0, -2.0 * 20 / 64);  // ramp = 0.5
@@ -259,7 +260,9 @@ TEST(CpuCompressor, OverlappingWindowsRatio4IncludingEmptyFirstWindow) {
     EXPECT_NEAR(entry[1], 15.0, 1e-6);
 }
 
-TEST(CpuCompressor, PlainWindowsRatio128AcrossManyPushes) { check_compressor(128, 4, 300); }
+TEST(CpuCompressor, PlainWindowsRatio128AcrossManyPushes) {
+    check_compressor(128, 4, 300);
+}
 
 TEST(CpuCompressor, WindowCompletedAcrossCallsMatchesOneShot) {
     // Pushing in two "calls" with a copy of the state in between (what a chunk boundary does).

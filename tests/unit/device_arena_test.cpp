@@ -96,5 +96,7 @@ TEST(DeviceArenaBook, MovedFromArenaRefusesWork) {
 }  // namespace onecard
 
 #else
-TEST(DeviceArenaBook, Unavailable) { GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)"; }
+TEST(DeviceArenaBook, Unavailable) {
+    GTEST_SKIP() << "built without CUDA (ONECARD_CUDA=OFF)";
+}
 #endif

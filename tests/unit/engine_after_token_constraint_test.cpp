@@ -45,7 +45,7 @@ TEST(AfterTokenConstraint, FreeUntilTheGateThenTheGrammar) {
     AfterTokenConstraint c(kGate, kVocab, std::make_unique<GrammarConstraint>(masks));
     std::vector<uint32_t> mask((kVocab + 31) / 32 + 1, 0xdeadbeefu);  // longer than the vocabulary
     c.fill_mask(mask);
-    EXPECT_EQ(n_set(mask), kVocab);  // every id, none past the vocabulary
+    EXPECT_EQ(n_set(mask), kVocab);   // every id, none past the vocabulary
     EXPECT_FALSE(c.can_terminate());  // no EOS inside the reasoning
     // Anything goes before the gate, even text the grammar refuses and other special ids.
     for (int32_t t : {int32_t{'x'}, int32_t{'}'}, int32_t{310}, int32_t{'"'}}) EXPECT_TRUE(c.accept(t)) << t;

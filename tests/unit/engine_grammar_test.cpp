@@ -93,8 +93,8 @@ TEST(EngineGrammar, RandomModelOutputFollowsTheSchema) {
 
 TEST(EngineGrammar, CompleteOutputWithoutUsableEosEndsTheRequest) {
     const auto trie = vocab();
-    const auto masks =
-        std::make_shared<const grammar::TokenMasks>(grammar::compile_json_schema_text(R"({"enum":["yes","no"]})"), trie);
+    const auto masks = std::make_shared<const grammar::TokenMasks>(
+        grammar::compile_json_schema_text(R"({"enum":["yes","no"]})"), trie);
     FakeRunnerConfig rc;
     rc.vocab_size = kVocab;
     EngineCore core(config(), std::make_unique<FakeModelRunner>(rc));
@@ -236,8 +236,8 @@ TEST(EngineGrammar, RunnerPathEndsARequestWhoseMaskIsEmpty) {
     // The same refusal as on the host path (CompleteOutputWithoutUsableEosEndsTheRequest): the mask
     // the runner got allowed nothing, so its drawn id is not used.
     const auto trie = vocab();
-    const auto masks =
-        std::make_shared<const grammar::TokenMasks>(grammar::compile_json_schema_text(R"({"enum":["yes","no"]})"), trie);
+    const auto masks = std::make_shared<const grammar::TokenMasks>(
+        grammar::compile_json_schema_text(R"({"enum":["yes","no"]})"), trie);
     FakeRunnerConfig rc;
     rc.vocab_size = kVocab;
     rc.sample_rows = true;

@@ -21,17 +21,16 @@ constexpr int64_t kVocab = 264;  // 261..263: padding ids past the trie
 std::shared_ptr<const grammar::TokenTrie> trie() {
     std::vector<std::string> v;
     for (int b = 0; b < 256; ++b) v.emplace_back(1, static_cast<char>(b));
-    v.push_back("｜DSML｜");                   // 256: the marker token the model writes after '<'
-    v.push_back("text<");                      // 257: ends free text with the marker's first byte
-    v.push_back("｜DSML｜tool_calls>\n");      // 258: completes the marker and goes on into the block
-    v.push_back("｜DSML｜bogus");              // 259: completes the marker into bytes no block has
-    v.push_back("");                           // 260: a special token (no bytes)
+    v.push_back("｜DSML｜");               // 256: the marker token the model writes after '<'
+    v.push_back("text<");                  // 257: ends free text with the marker's first byte
+    v.push_back("｜DSML｜tool_calls>\n");  // 258: completes the marker and goes on into the block
+    v.push_back("｜DSML｜bogus");          // 259: completes the marker into bytes no block has
+    v.push_back("");                       // 260: a special token (no bytes)
     return std::make_shared<const grammar::TokenTrie>(std::move(v));
 }
 
 std::vector<grammar::DsmlTool> tools() {
-    return {{"get_weather",
-             ojson::parse(R"({"type":"object","properties":{"city":{"type":"string","maxLength":8},
+    return {{"get_weather", ojson::parse(R"({"type":"object","properties":{"city":{"type":"string","maxLength":8},
                  "days":{"type":"integer","minimum":1,"maximum":7}},"required":["city","days"]})"),
              true},
             {"anything", ojson::parse(R"({"type":"object","properties":{"q":{"type":"integer"}}})"), false}};
@@ -104,10 +103,10 @@ TEST(TriggeredConstraint, AValidStrictCallIsAcceptedAndParsesBack) {
 
 TEST(TriggeredConstraint, InvalidArgumentsAreRefusedAtTheFirstBadByte) {
     Fixture f;
-    for (const auto& [value, good] : std::vector<std::pair<std::string, std::string>>{
-             {"\"Oslo\"", "8"},                    // days above its maximum: the '8'
-             {"\"Stockholm\"", "3"},               // city past maxLength 8: the 'm'
-             {"Oslo", "3"}}) {                     // not JSON
+    for (const auto& [value, good] :
+         std::vector<std::pair<std::string, std::string>>{{"\"Oslo\"", "8"},       // days above its maximum: the '8'
+                                                          {"\"Stockholm\"", "3"},  // city past maxLength 8: the 'm'
+                                                          {"Oslo", "3"}}) {        // not JSON
         auto c = f.make();
         const std::string text = "ok " + call("get_weather", {{"city", value}, {"days", good}});
         const size_t n = feed_bytes(c, text);
@@ -115,8 +114,9 @@ TEST(TriggeredConstraint, InvalidArgumentsAreRefusedAtTheFirstBadByte) {
         EXPECT_TRUE(c.triggered());
         const std::string prefix = text.substr(0, n);
         // Refused at: the '8' (days above 7), the 'O' (not JSON), the 'm' (city past maxLength 8).
-        const std::string want_tail =
-            value == "\"Oslo\"" ? "\"days\" string=\"false\">" : value == "Oslo" ? "string=\"false\">" : "\"Stockhol";
+        const std::string want_tail = value == "\"Oslo\"" ? "\"days\" string=\"false\">"
+                                      : value == "Oslo"   ? "string=\"false\">"
+                                                          : "\"Stockhol";
         EXPECT_EQ(prefix.substr(prefix.size() - want_tail.size()), want_tail) << prefix;
         EXPECT_FALSE(c.can_terminate());  // inside the block: EOS waits for its end
     }

@@ -1,8 +1,8 @@
 // place_experts: exactly the asked number of (layer, expert) pairs on the GPU; with a profile the
 // most-picked ones, ties broken by (layer, expert); without one a uniform spread of the lowest ids;
 // and the synthetic skewed profile's coverage curve against the published V4.1-Flash traces.
-#include "core/error.h"
 #include "model/expert_placement.h"
+#include "core/error.h"
 #include "model/expert_profile.h"
 
 #include <gtest/gtest.h>
@@ -24,7 +24,7 @@ TEST(ExpertPlacement, KeepsExactlyTheAskedPairCount) {
             EXPECT_EQ(pl.total_gpu(), n) << n;
             EXPECT_EQ(pl.total_host(), 80 - n);
         }
-        EXPECT_EQ(place_experts(5, 16, -3, p).total_gpu(), 0);   // clamped
+        EXPECT_EQ(place_experts(5, 16, -3, p).total_gpu(), 0);    // clamped
         EXPECT_EQ(place_experts(5, 16, 500, p).total_gpu(), 80);  // clamped
         EXPECT_TRUE(place_experts(5, 16, 500, p).all_gpu());
     }

@@ -1,12 +1,12 @@
 // ExpertUseProfile: counting, merging, coverage of a placement by hand, the JSON file round trip
 // (atomic write, nothing left behind), and clear refusals of files of another shape or malformed.
+#include "model/expert_profile.h"
 #include "core/error.h"
 #include "model/expert_placement.h"
-#include "model/expert_profile.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>

@@ -5,16 +5,16 @@
 
 #ifdef ONECARD_HAVE_CUDA
 
+#include "backend/cuda/ops/mxfp4_layout.cuh"
 #include "core/error.h"
 #include "engine/memory_plan.h"
+#include "engine_cuda/gpu_plan.h"
 #include "kvcache/kv_spec.h"
 #include "model/synth.h"
+#include "model/weights.h"
 #include "model_cuda/gpu_kv_pool.h"
 #include "model_cuda/gpu_synth.h"
 #include "model_cuda/gpu_weights.h"
-#include "engine_cuda/gpu_plan.h"
-#include "model/weights.h"
-#include "backend/cuda/ops/mxfp4_layout.cuh"
 
 #include <cstring>
 #include <random>
@@ -183,5 +183,7 @@ TEST(GpuLayout, KvPoolPlacesEveryLayerWhereTheSpecSays) {
 }  // namespace onecard
 
 #else
-TEST(GpuLayout, NeedsCuda) { GTEST_SKIP() << "built without the CUDA backend (ONECARD_CUDA=OFF)"; }
+TEST(GpuLayout, NeedsCuda) {
+    GTEST_SKIP() << "built without the CUDA backend (ONECARD_CUDA=OFF)";
+}
 #endif

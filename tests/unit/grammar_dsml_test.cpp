@@ -64,7 +64,8 @@ TEST(GrammarDsml, AcceptsTheEncoderLayoutWithValidParameters) {
     for (const auto& ev : parser.finish()) apply_event(pc, ev);
     ASSERT_EQ(pc.tool_calls.size(), 2u) << pc.content;
     EXPECT_EQ(pc.tool_calls[0].name, "get_weather");
-    EXPECT_EQ(nlohmann::json::parse(pc.tool_calls[0].arguments), nlohmann::json::parse(R"({"city":"Oslo","days":7,"units":"F"})"));
+    EXPECT_EQ(nlohmann::json::parse(pc.tool_calls[0].arguments),
+              nlohmann::json::parse(R"({"city":"Oslo","days":7,"units":"F"})"));
     EXPECT_EQ(pc.tool_calls[1].name, "ping");
     EXPECT_EQ(nlohmann::json::parse(pc.tool_calls[1].arguments), nlohmann::json::object());
     EXPECT_TRUE(pc.content.empty()) << pc.content;
@@ -73,8 +74,7 @@ TEST(GrammarDsml, AcceptsTheEncoderLayoutWithValidParameters) {
 // A plain string property may also be written raw (string="true"), as the model was trained to; a
 // bounded or shaped string only in its JSON form, where the grammar checks it.
 TEST(GrammarDsml, PlainStringsMayBeWrittenRaw) {
-    const std::vector<DsmlTool> t = {
-        {"note", ojson::parse(R"({"type":"object","properties":{"text":{"type":"string"},
+    const std::vector<DsmlTool> t = {{"note", ojson::parse(R"({"type":"object","properties":{"text":{"type":"string"},
           "tag":{"type":"string","maxLength":4}},"required":["text"]})")}};
     const auto m = masks_of(compile_dsml_tool_calls(t, true));
     auto raw = [](const std::string& name, const std::string& v) {
@@ -88,27 +88,30 @@ TEST(GrammarDsml, PlainStringsMayBeWrittenRaw) {
     EXPECT_FALSE(complete(m, head + raw("text", "a｜DSML｜b") + tail)) << "(grammar_dsml_markup_test.cpp has more)";
     EXPECT_FALSE(complete(m, head + raw("text", "x") + "\n" + raw("tag", "abc") + tail))
         << "a bounded string only as JSON";
-    EXPECT_TRUE(complete(m, head + raw("text", "x") + "\n<｜DSML｜parameter name=\"tag\" string=\"false\">\"abc\"</｜DSML｜parameter>" + tail));
+    EXPECT_TRUE(complete(m, head + raw("text", "x") +
+                                "\n<｜DSML｜parameter name=\"tag\" string=\"false\">\"abc\"</｜DSML｜parameter>" +
+                                tail));
     DsmlParser parser;
     ParsedCompletion pc;
     for (const auto& ev : parser.push(ok + "<｜end▁of▁sentence｜>")) apply_event(pc, ev);
     for (const auto& ev : parser.finish()) apply_event(pc, ev);
     ASSERT_EQ(pc.tool_calls.size(), 1u) << pc.content;
-    EXPECT_EQ(nlohmann::json::parse(pc.tool_calls[0].arguments), nlohmann::json({{"text", "Paris, \"France\" \\ 巴黎"}}));
+    EXPECT_EQ(nlohmann::json::parse(pc.tool_calls[0].arguments),
+              nlohmann::json({{"text", "Paris, \"France\" \\ 巴黎"}}));
 }
 
 TEST(GrammarDsml, RejectsWhatBreaksTheToolsOrTheirSchemas) {
     const auto m = masks_of(compile_dsml_tool_calls(tools(), false));
     const std::vector<std::string> bad = {
-        kOpen + invoke("get_weather", {{"city", "\"Paris\""}}) + kClose,                                // days required
-        kOpen + invoke("get_weather", {{"days", "3"}, {"city", "\"Paris\""}}) + kClose,                // order
-        kOpen + invoke("get_weather", {{"city", "\"Paris\""}, {"days", "9"}}) + kClose,                 // maximum
-        kOpen + invoke("get_weather", {{"city", "\"Copenhagen\""}, {"days", "1"}}) + kClose,            // maxLength
+        kOpen + invoke("get_weather", {{"city", "\"Paris\""}}) + kClose,                      // days required
+        kOpen + invoke("get_weather", {{"days", "3"}, {"city", "\"Paris\""}}) + kClose,       // order
+        kOpen + invoke("get_weather", {{"city", "\"Paris\""}, {"days", "9"}}) + kClose,       // maximum
+        kOpen + invoke("get_weather", {{"city", "\"Copenhagen\""}, {"days", "1"}}) + kClose,  // maxLength
         kOpen + invoke("get_weather", {{"city", "\"P\""}, {"days", "1"}, {"units", "\"K\""}}) + kClose,  // enum
-        kOpen + invoke("get_weather", {{"city", "\"P\""}, {"days", "1"}, {"x", "1"}}) + kClose,         // extra key
-        kOpen + invoke("nope", {}) + kClose,                                                            // unknown tool
-        kOpen + kClose,                                                                                 // no call
-        "Sure!" + kOpen + invoke("ping", {}) + kClose,                                                  // content first
+        kOpen + invoke("get_weather", {{"city", "\"P\""}, {"days", "1"}, {"x", "1"}}) + kClose,          // extra key
+        kOpen + invoke("nope", {}) + kClose,                                                             // unknown tool
+        kOpen + kClose,                                                                                  // no call
+        "Sure!" + kOpen + invoke("ping", {}) + kClose,  // content first
     };
     for (const auto& text : bad) EXPECT_FALSE(complete(m, text)) << text;
     // Complete: nothing may follow the block.

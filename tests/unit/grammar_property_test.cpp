@@ -57,7 +57,8 @@ TEST(GrammarProperty, MutationsDieAtOrAfterTheMutationAndAgreeWithTheValidator) 
         auto masks = std::make_shared<const TokenMasks>(c.grammar, trie);
         test::DocGen gen(c.schema, 7);
         test::PolicyValidator val(c.schema);
-        static const std::string alphabet = "{}[],:\"\\0123456789-+.eEtrufalsn aZ\x01\xc3\xa9\xe2\x82\xac\xf0\xed\xff/uT";
+        static const std::string alphabet =
+            "{}[],:\"\\0123456789-+.eEtrufalsn aZ\x01\xc3\xa9\xe2\x82\xac\xf0\xed\xff/uT";
         for (int n = 0; n < 120; ++n) {
             const std::string doc = gen.value(c.schema);
             for (int k = 0; k < 12; ++k) {
@@ -123,7 +124,8 @@ void check_masks(const std::shared_ptr<const TokenTrie>& trie, int n_docs, int n
             std::set<size_t> at;
             at.insert(0);
             at.insert(doc.size());
-            while (static_cast<int>(at.size()) < n_checks && at.size() <= doc.size()) at.insert(gen.pick(doc.size() + 1));
+            while (static_cast<int>(at.size()) < n_checks && at.size() <= doc.size())
+                at.insert(gen.pick(doc.size() + 1));
             size_t pos = 0;
             for (const size_t p : at) {
                 ASSERT_TRUE(m.accept_bytes(std::string_view(doc).substr(pos, p - pos)));

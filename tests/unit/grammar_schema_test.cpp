@@ -29,8 +29,8 @@ size_t first_bad(GrammarMatcher& m, std::string_view text) {
 
 struct Case {
     std::string doc;
-    size_t bad;      // first rejected byte; doc.size(): all taken
-    bool complete;   // can_terminate() after all bytes (when all are taken)
+    size_t bad;     // first rejected byte; doc.size(): all taken
+    bool complete;  // can_terminate() after all bytes (when all are taken)
 };
 
 void expect_cases(const std::string& schema, const std::vector<Case>& cases) {
@@ -64,25 +64,37 @@ TEST(GrammarSchema, StringsEscapesUtf8AndLengths) {
                      {R"("a")", 2, false},
                      {R"("abcd")", 4, false},
                      {"\"\xc3\xa9\\n\xf0\x9f\x98\x80\"", 10, true},  // three characters, one escaped
-                     {R"("\uD83D\uDE00x")", 15, true},                   // a surrogate pair is one character
-                     {R"("\uDE00x")", 4, false},                          // lone low surrogate
-                     {R"("\uD83Dxx")", 7, false},                         // high surrogate without its pair
-                     {"\"a\x01\"", 2, false},                             // raw control character
-                     {"\"\xc0\xaf\"", 1, false},                          // overlong encoding
-                     {"\"\xed\xa0\x80\"", 2, false},                      // UTF-8 surrogate
+                     {R"("\uD83D\uDE00x")", 15, true},               // a surrogate pair is one character
+                     {R"("\uDE00x")", 4, false},                     // lone low surrogate
+                     {R"("\uD83Dxx")", 7, false},                    // high surrogate without its pair
+                     {"\"a\x01\"", 2, false},                        // raw control character
+                     {"\"\xc0\xaf\"", 1, false},                     // overlong encoding
+                     {"\"\xed\xa0\x80\"", 2, false},                 // UTF-8 surrogate
                      {R"("\q")", 2, false},
                  });
 }
 
 TEST(GrammarSchema, IntegerRangesAndNumbers) {
-    expect_cases(R"({"type":"integer","minimum":-15,"maximum":120})",
-                 {
-                     {"-15", 3, true}, {"-16", 2, false}, {"120", 3, true}, {"121", 2, false}, {"0", 1, true},
-                     {"-0", 1, false}, {"007", 1, false}, {"1.5", 1, false}, {"99", 2, true}, {"1200", 3, false},
-                 });
-    expect_cases(R"({"type":"integer","exclusiveMinimum":9})", {{"9", 1, false}, {"10", 2, true}, {"12345678901", 11, true}});
-    expect_cases(R"({"type":"number"})", {{"-0.5e+10", 8, true}, {"1.", 2, false}, {"01", 1, false}, {".5", 0, false},
-                                          {"2E3", 3, true}, {"-", 1, false}});
+    expect_cases(R"({"type":"integer","minimum":-15,"maximum":120})", {
+                                                                          {"-15", 3, true},
+                                                                          {"-16", 2, false},
+                                                                          {"120", 3, true},
+                                                                          {"121", 2, false},
+                                                                          {"0", 1, true},
+                                                                          {"-0", 1, false},
+                                                                          {"007", 1, false},
+                                                                          {"1.5", 1, false},
+                                                                          {"99", 2, true},
+                                                                          {"1200", 3, false},
+                                                                      });
+    expect_cases(R"({"type":"integer","exclusiveMinimum":9})",
+                 {{"9", 1, false}, {"10", 2, true}, {"12345678901", 11, true}});
+    expect_cases(R"({"type":"number"})", {{"-0.5e+10", 8, true},
+                                          {"1.", 2, false},
+                                          {"01", 1, false},
+                                          {".5", 0, false},
+                                          {"2E3", 3, true},
+                                          {"-", 1, false}});
     expect_cases(R"({"type":"number","minimum":0})", {{"-1", 0, false}, {"3.25", 4, true}});
 }
 
@@ -95,23 +107,25 @@ TEST(GrammarSchema, EnumConstAnyOfRefAndFormats) {
                  {{"[null,null]", 11, true}, {"[null,null,", 10, false}, {"42", 2, true}, {"[1", 1, false}});
     const std::string tree = R"({"$defs":{"t":{"type":"array","items":{"$ref":"#/$defs/t"}}},"$ref":"#/$defs/t"})";
     expect_cases(tree, {{"[[[],[[]]],[]]", 14, true}, {"[[]]]", 4, false}});
-    expect_cases(R"({"type":"string","format":"date-time"})",
-                 {{R"("2024-02-29T23:59:60Z")", 18, false}, {R"("2024-13-01T00:00:00Z")", 7, false},
-                  {R"("2024-12-31T00:00:00.123+05:30")", 31, true}});
+    expect_cases(R"({"type":"string","format":"date-time"})", {{R"("2024-02-29T23:59:60Z")", 18, false},
+                                                               {R"("2024-13-01T00:00:00Z")", 7, false},
+                                                               {R"("2024-12-31T00:00:00.123+05:30")", 31, true}});
     expect_cases(R"({"type":"string","format":"uuid"})",
                  {{R"("123e4567-e89b-12d3-a456-426614174000")", 38, true}, {R"("123e4567e)", 9, false}});
     expect_cases(R"({"type":["boolean","null"]})", {{"true", 4, true}, {"null", 4, true}, {"1", 0, false}});
 }
 
 TEST(GrammarSchema, ArraysBoundsAndPrefixItems) {
-    expect_cases(R"({"type":"array","items":{"type":"integer"},"minItems":2,"maxItems":3})",
-                 {{"[1]", 2, false}, {"[1,2]", 5, true}, {"[1,2,3]", 7, true}, {"[1,2,3,", 6, false}, {"[]", 1, false}});
+    expect_cases(
+        R"({"type":"array","items":{"type":"integer"},"minItems":2,"maxItems":3})",
+        {{"[1]", 2, false}, {"[1,2]", 5, true}, {"[1,2,3]", 7, true}, {"[1,2,3,", 6, false}, {"[]", 1, false}});
     expect_cases(R"({"type":"array","prefixItems":[{"type":"string"},{"type":"integer"}],"items":false})",
                  {{R"(["a",1])", 7, true}, {R"(["a",1,2])", 6, false}, {R"(["a"])", 5, true}});
 }
 
 TEST(GrammarSchema, AdditionalPropertiesExcludeDeclaredNames) {
-    const std::string s = R"({"type":"object","properties":{"id":{"type":"integer"}},"additionalProperties":{"type":"string"}})";
+    const std::string s =
+        R"({"type":"object","properties":{"id":{"type":"integer"}},"additionalProperties":{"type":"string"}})";
     expect_cases(s, {{R"({"id":1,"x":"y"})", 16, true},
                      {R"({"x":"y","id":1})", 12, false},  // declared key after an extra one: "id" is excluded
                      {R"({"idx":"y"})", 11, true},        // a longer name is a different key
@@ -215,8 +229,9 @@ TEST(GrammarMatcher, RollbackRestoresEveryState) {
     EXPECT_THROW(m.rollback_bytes(doc.size() + 1), Error);
 
     // Token-level rollback over the vocabulary's byte strings.
-    GrammarMatcher t(std::make_shared<const TokenMasks>(compile_json_schema_text(R"({"type":"array","items":{"type":"integer"}})"),
-                                                        std::make_shared<const TokenTrie>(std::vector<std::string>{"[", "1", "12", ",", "]", ""})));
+    GrammarMatcher t(std::make_shared<const TokenMasks>(
+        compile_json_schema_text(R"({"type":"array","items":{"type":"integer"}})"),
+        std::make_shared<const TokenTrie>(std::vector<std::string>{"[", "1", "12", ",", "]", ""})));
     EXPECT_TRUE(t.accept_token(0));
     EXPECT_TRUE(t.accept_token(2));
     EXPECT_TRUE(t.accept_token(3));
@@ -230,7 +245,8 @@ TEST(GrammarMatcher, RollbackRestoresEveryState) {
     EXPECT_TRUE(t.is_complete());
     t.check_integrity();
     // Bounded history: older states are gone.
-    GrammarMatcher b(std::make_shared<const TokenMasks>(compile_json_schema_text(R"({"type":"array"})"), small_trie()), 4);
+    GrammarMatcher b(std::make_shared<const TokenMasks>(compile_json_schema_text(R"({"type":"array"})"), small_trie()),
+                     4);
     ASSERT_TRUE(b.accept_bytes("[1,2,3,4"));
     EXPECT_NO_THROW(b.rollback_bytes(4));
     EXPECT_THROW(b.rollback_bytes(1), Error);
@@ -250,7 +266,8 @@ TEST(GrammarCache, HitsMissesAndEviction) {
     EXPECT_EQ(cache.n_misses(), 4u);
     EXPECT_THROW(cache.json_schema_text(R"({"pattern":"x"})"), SchemaError);
     // Property order is part of the key: it is the output order.
-    EXPECT_NE(cache.json_schema_text(R"({"properties":{"a":{},"b":{}}})"), cache.json_schema_text(R"({"properties":{"b":{},"a":{}}})"));
+    EXPECT_NE(cache.json_schema_text(R"({"properties":{"a":{},"b":{}}})"),
+              cache.json_schema_text(R"({"properties":{"b":{},"a":{}}})"));
     cache.check_integrity();
 }
 

@@ -71,7 +71,8 @@ public:
 
     std::string value(const ojson& s, int depth = 0) {
         if (s.is_boolean()) return any(depth);
-        if (s.contains("$ref")) return value(root_.at(ojson::json_pointer(s["$ref"].get<std::string>().substr(1))), depth + 1);
+        if (s.contains("$ref"))
+            return value(root_.at(ojson::json_pointer(s["$ref"].get<std::string>().substr(1))), depth + 1);
         if (s.value("nullable", false) && coin(0.2)) return "null";
         if (s.contains("const")) return s["const"].dump();
         if (s.contains("enum")) return s["enum"][pick(s["enum"].size())].dump();
@@ -79,8 +80,9 @@ public:
             if (s.contains(k)) return value(s[k][pick(s[k].size())], depth + 1);
         if (s.contains("allOf")) return value(s["allOf"][0], depth + 1);
         std::string type = inferred_type(s);
-        if (s.contains("type")) type = s["type"].is_array() ? s["type"][pick(s["type"].size())].get<std::string>()
-                                                            : s["type"].get<std::string>();
+        if (s.contains("type"))
+            type = s["type"].is_array() ? s["type"][pick(s["type"].size())].get<std::string>()
+                                        : s["type"].get<std::string>();
         if (type == "null") return "null";
         if (type == "boolean") return coin(0.5) ? "true" : "false";
         if (type == "string") return string(s);
@@ -104,9 +106,29 @@ public:
 
     // One string character as JSON text, drawn from a palette with escapes and multi-byte UTF-8.
     std::string character() {
-        static const std::vector<std::string> palette = {
-            "a", "Z", "7", " ", "_", "\\\"", "\\\\", "\\/", "\\n", "\\t", "\\u0001", "\\u00e9", "\\uD83D\\uDE00",
-            "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\xe4\xb8\xad", "'", "{", "]", ":", ",", "\x7f"};
+        static const std::vector<std::string> palette = {"a",
+                                                         "Z",
+                                                         "7",
+                                                         " ",
+                                                         "_",
+                                                         "\\\"",
+                                                         "\\\\",
+                                                         "\\/",
+                                                         "\\n",
+                                                         "\\t",
+                                                         "\\u0001",
+                                                         "\\u00e9",
+                                                         "\\uD83D\\uDE00",
+                                                         "\xc3\xa9",
+                                                         "\xe2\x82\xac",
+                                                         "\xf0\x9f\x98\x80",
+                                                         "\xe4\xb8\xad",
+                                                         "'",
+                                                         "{",
+                                                         "]",
+                                                         ":",
+                                                         ",",
+                                                         "\x7f"};
         return palette[pick(palette.size())];
     }
 
@@ -204,11 +226,15 @@ public:
     std::string any(int depth) {
         const uint64_t k = pick(depth > 2 ? 5 : 7);
         switch (k) {
-            case 0: return "null";
-            case 1: return coin(0.5) ? "true" : "false";
-            case 2: return number(false);
+            case 0:
+                return "null";
+            case 1:
+                return coin(0.5) ? "true" : "false";
+            case 2:
+                return number(false);
             case 3:
-            case 4: return string(ojson::object());
+            case 4:
+                return string(ojson::object());
             case 5: {
                 std::string o = "[";
                 for (uint64_t i = 0, n = pick(4); i < n; ++i) o += (i ? "," : "") + any(depth + 1);
@@ -236,10 +262,10 @@ private:
 
 struct RawVal {
     enum Kind { Null, Bool, Number, String, Array, Object } kind = Null;
-    std::string raw;                                    // the value's exact text
-    std::string str;                                    // decoded (String)
-    std::vector<RawVal> items;                          // Array
-    std::vector<std::pair<RawVal, RawVal>> members;     // Object, in text order, duplicates kept
+    std::string raw;                                 // the value's exact text
+    std::string str;                                 // decoded (String)
+    std::vector<RawVal> items;                       // Array
+    std::vector<std::pair<RawVal, RawVal>> members;  // Object, in text order, duplicates kept
 };
 
 // Parses text nlohmann::json::accept has already accepted (so no error handling).
@@ -304,8 +330,10 @@ public:
         for (size_t i = 0; i < text.size(); ++i) {  // compact: no whitespace outside strings
             const char c = text[i];
             if (in_str) {
-                if (c == '\\') ++i;
-                else if (c == '"') in_str = false;
+                if (c == '\\')
+                    ++i;
+                else if (c == '"')
+                    in_str = false;
             } else if (c == '"') {
                 in_str = true;
             } else if (c == ' ' || c == '\n' || c == '\r' || c == '\t') {
@@ -375,18 +403,22 @@ private:
             if (s.contains("format")) {
                 const std::string f = s["format"];
                 const std::string date = "[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])";
-                const std::string time = "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
+                const std::string time =
+                    "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
                 const std::string body = v.raw.substr(1, v.raw.size() - 2);
                 if (f == "date") return std::regex_match(body, std::regex(date));
                 if (f == "date-time") return std::regex_match(body, std::regex(date + "T" + time));
                 if (f == "uuid")
-                    return std::regex_match(body, std::regex("[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"));
+                    return std::regex_match(
+                        body,
+                        std::regex("[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"));
             }
             const size_t n = code_points(v.str);
             return n >= s.value("minLength", 0u) && n <= s.value("maxLength", SIZE_MAX);
         }
         if (t == "integer") {
-            if (v.kind != RawVal::Number || !std::regex_match(v.raw, std::regex("-?(0|[1-9][0-9]{0,19})")) || v.raw == "-0")
+            if (v.kind != RawVal::Number || !std::regex_match(v.raw, std::regex("-?(0|[1-9][0-9]{0,19})")) ||
+                v.raw == "-0")
                 return false;
             const long double x = std::stold(v.raw);
             if (s.contains("minimum") && x < s["minimum"].get<long double>()) return false;
@@ -429,7 +461,8 @@ private:
         if (t == "array") {
             if (v.kind != RawVal::Array) return false;
             const size_t n_prefix = s.contains("prefixItems") ? s["prefixItems"].size() : 0;
-            if (v.items.size() < s.value("minItems", 0u) || v.items.size() > s.value("maxItems", SIZE_MAX)) return false;
+            if (v.items.size() < s.value("minItems", 0u) || v.items.size() > s.value("maxItems", SIZE_MAX))
+                return false;
             for (size_t i = 0; i < v.items.size(); ++i) {
                 if (i < n_prefix) {
                     if (!valid(v.items[i], s["prefixItems"][i])) return false;
@@ -450,11 +483,60 @@ private:
 // ~`n` byte strings: all 256 single bytes, then random joins of JSON-ish fragments (quotes, braces,
 // digits, escapes, keywords, whole and split multi-byte UTF-8 characters).
 inline std::vector<std::string> synthetic_vocab(size_t n, uint64_t seed) {
-    static const std::vector<std::string> frag = {
-        "{", "}", "[", "]", ",", ":", "\"", "\\", "\\\"", "\\u", "00", "e9", "D83D", "true", "false", "null", "-",
-        "0", "1", "12", "345", ".", "e", "E", "+", "a", "ab", "name", "age", "label", "children", "kind", "value",
-        " ", "\n", "\xc3", "\xa9", "\xc3\xa9", "\xe2\x82", "\xac", "\xe2\x82\xac", "\xf0\x9f", "\x98\x80", "T", "Z",
-        "-0", "ff", "x", "é\"", "\":", "\",\"", "\"}", "}]", "[{"};
+    static const std::vector<std::string> frag = {"{",
+                                                  "}",
+                                                  "[",
+                                                  "]",
+                                                  ",",
+                                                  ":",
+                                                  "\"",
+                                                  "\\",
+                                                  "\\\"",
+                                                  "\\u",
+                                                  "00",
+                                                  "e9",
+                                                  "D83D",
+                                                  "true",
+                                                  "false",
+                                                  "null",
+                                                  "-",
+                                                  "0",
+                                                  "1",
+                                                  "12",
+                                                  "345",
+                                                  ".",
+                                                  "e",
+                                                  "E",
+                                                  "+",
+                                                  "a",
+                                                  "ab",
+                                                  "name",
+                                                  "age",
+                                                  "label",
+                                                  "children",
+                                                  "kind",
+                                                  "value",
+                                                  " ",
+                                                  "\n",
+                                                  "\xc3",
+                                                  "\xa9",
+                                                  "\xc3\xa9",
+                                                  "\xe2\x82",
+                                                  "\xac",
+                                                  "\xe2\x82\xac",
+                                                  "\xf0\x9f",
+                                                  "\x98\x80",
+                                                  "T",
+                                                  "Z",
+                                                  "-0",
+                                                  "ff",
+                                                  "x",
+                                                  "é\"",
+                                                  "\":",
+                                                  "\",\"",
+                                                  "\"}",
+                                                  "}]",
+                                                  "[{"};
     std::vector<std::string> v;
     for (int b = 0; b < 256; ++b) v.emplace_back(1, static_cast<char>(b));
     std::mt19937_64 rng(seed);

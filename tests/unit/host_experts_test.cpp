@@ -2,10 +2,10 @@
 // double-precision reference; whole jobs against run_host_moe_reference (bit equality) and against a
 // composition of the CPU backend's reference ops (tolerance); the pool's thread-count independence,
 // handshake over many jobs, integrity check and input validation.
+#include "backend/host/host_experts.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/moe.h"
 #include "backend/cpu/quant_sim.h"
-#include "backend/host/host_experts.h"
 #include "backend/host/mxfp4_dot.h"
 #include "core/error.h"
 #include "core/fp_formats.h"
@@ -111,7 +111,7 @@ TEST_P(RowDot, MatchesScalarBitsAndDoubleReference) {
     std::mt19937_64 rng(1234 + GetParam());
     const DotKernel& scalar = detail::dot_kernels()[0];
     // Rows not a multiple of the kernels' 4 rows per pass; k from one group to the real hidden size.
-    const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 32},  {3, 96},  {5, 160}, {7, 4096},
+    const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 32},  {3, 96},   {5, 160}, {7, 4096},
                                                              {9, 224}, {2, 2048}, {13, 64}, {4, 128}};
     for (auto [rows, cols] : shapes) {
         SCOPED_TRACE(::testing::Message() << kernel().name << " rows " << rows << " k " << cols);
@@ -173,10 +173,12 @@ TEST_P(RowDot, MultiVectorMatchesSingleVectorBits) {
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{7, 256}, {16, 4096}, {5, 96}, {33, 2048}}) {
         const MxMatrix m = random_matrix(rows, cols, rng, 112, 136);
         for (int nv = 1; nv <= detail::kMaxVecs; ++nv) {
-            SCOPED_TRACE(::testing::Message() << kernel().name << " rows " << rows << " k " << cols << " vectors " << nv);
+            SCOPED_TRACE(::testing::Message()
+                         << kernel().name << " rows " << rows << " k " << cols << " vectors " << nv);
             std::vector<std::vector<float>> xs;
             std::vector<std::vector<uint8_t>> laid;
-            std::vector<std::vector<float>> outs(static_cast<size_t>(nv), std::vector<float>(static_cast<size_t>(rows), -1.0f));
+            std::vector<std::vector<float>> outs(static_cast<size_t>(nv),
+                                                 std::vector<float>(static_cast<size_t>(rows), -1.0f));
             std::vector<const void*> xp;
             std::vector<float*> op;
             for (int v = 0; v < nv; ++v) {
@@ -310,7 +312,9 @@ void expect_outputs_equal(const Job& a, const std::vector<std::vector<uint16_t>>
     }
 }
 
-std::vector<Isa> all_isas() { return {Isa::Scalar, Isa::Avx2, Isa::Avx512}; }
+std::vector<Isa> all_isas() {
+    return {Isa::Scalar, Isa::Avx2, Isa::Avx512};
+}
 
 TEST(HostMoe, EveryIsaMatchesReferenceBits) {
     std::mt19937_64 rng(42);

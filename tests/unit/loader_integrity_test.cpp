@@ -30,7 +30,8 @@ void write_raw(const fs::path& p, const std::string& header, size_t n_data) {
     const uint64_t n = header.size();
     for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((n >> (8 * i)) & 0xFF);
     std::memcpy(bytes.data() + 8, header.data(), header.size());
-    std::ofstream(p, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(p, std::ios::binary | std::ios::trunc)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
@@ -100,9 +101,9 @@ TEST(WeightScan, EveryFormatsNanAndInfCodes) {
     };
     const std::vector<Case> cases = {
         // F32: max finite, +inf, -inf, quiet NaN, a signalling NaN with the lowest mantissa bit.
-        {DType::F32, bytes_of({0xFF, 0xFF, 0x7F, 0x7F, 0, 0, 0x80, 0x7F, 0, 0, 0x80, 0xFF, 0, 0, 0xC0, 0x7F,
-                               1, 0, 0x80, 0x7F}),
-         2, 2, 1},
+        {DType::F32,
+         bytes_of({0xFF, 0xFF, 0x7F, 0x7F, 0, 0, 0x80, 0x7F, 0, 0, 0x80, 0xFF, 0, 0, 0xC0, 0x7F, 1, 0, 0x80, 0x7F}), 2,
+         2, 1},
         // BF16: max finite 0x7F7F, -inf 0xFF80, NaN 0x7FC0, NaN 0xFF81.
         {DType::BF16, bytes_of({0x7F, 0x7F, 0x80, 0xFF, 0xC0, 0x7F, 0x81, 0xFF}), 2, 1, 1},
         // F16: max finite 0x7BFF, +inf 0x7C00, NaN 0xFE00.
@@ -128,7 +129,7 @@ TEST(WeightScan, EveryFormatsNanAndInfCodes) {
 // A one-file checkpoint with clean and poisoned tensors of every scanned kind.
 void write_poisoned_checkpoint(const fs::path& dir, bool poison) {
     const std::vector<TensorSpec> specs = {
-        {"embed.weight", DType::BF16, {2, 2}},   {"layers.0.wq.weight", DType::F8_E4M3, {2, 2}},
+        {"embed.weight", DType::BF16, {2, 2}},      {"layers.0.wq.weight", DType::F8_E4M3, {2, 2}},
         {"layers.0.wq.scale", DType::F8_E8M0, {2}}, {"norm.weight", DType::F32, {2}},
         {"experts.0.w1.weight", DType::I8, {4}},
     };

@@ -1,9 +1,9 @@
 // Memory planner v1: weight bytes of the full DeepSeek-V4-Flash shape against hand arithmetic from
 // dsv4-model.md §7.2 (≈ 148.6 GiB with MTP, which does NOT fit one H200's ~131 GiB), the KV pool
 // against kvcache's byte format, the refusal message, and plans that fit once shrunk.
+#include "engine/memory_plan.h"
 #include "core/dtype.h"
 #include "core/error.h"
-#include "engine/memory_plan.h"
 #include "model/config.h"
 #include "model/expert_profile.h"
 #include "model/weights.h"
@@ -41,14 +41,14 @@ constexpr uint64_t kExpert = 2 * (2048 * 2048 + 2048 * 128) + (4096 * 1024 + 409
 constexpr uint64_t kGateWeight = 256 * 4096 * 2;
 constexpr uint64_t kTid2eid = 129280ull * 6 * 8;
 constexpr uint64_t kGateBias = 256 * 4;
-constexpr uint64_t kCsa = 2 * 1024 * 4096 * 2 + 4 * 1024 * 4 + 512 * 2     // compressor
-                          + fp8_linear(8192, 1024) + 64 * 4096 * 2           // indexer wq_b, weights_proj
-                          + 2 * 256 * 4096 * 2 + 4 * 256 * 4 + 128 * 2;      // indexer compressor
+constexpr uint64_t kCsa = 2 * 1024 * 4096 * 2 + 4 * 1024 * 4 + 512 * 2   // compressor
+                          + fp8_linear(8192, 1024) + 64 * 4096 * 2       // indexer wq_b, weights_proj
+                          + 2 * 256 * 4096 * 2 + 4 * 256 * 4 + 128 * 2;  // indexer compressor
 constexpr uint64_t kHca = 2 * 512 * 4096 * 2 + 128 * 512 * 4 + 512 * 2;
 constexpr uint64_t kEmbed = 129280ull * 4096 * 2;
 constexpr uint64_t kTop = 2 * kEmbed + 4096 * 2 + 4 * 16384 * 4 + 4 * 4 + 4;
-constexpr uint64_t kMtp = kAttention + kHc + kNorms + kShared + 256 * kExpert + kGateWeight + kGateBias +
-                          3 * 4096 * 2 + 2 * fp8_linear(4096, 4096) + 4 * 16384 * 4 + 4 * 4 + 4;
+constexpr uint64_t kMtp = kAttention + kHc + kNorms + kShared + 256 * kExpert + kGateWeight + kGateBias + 3 * 4096 * 2 +
+                          2 * fp8_linear(4096, 4096) + 4 * 16384 * 4 + 4 * 4 + 4;
 
 uint64_t flash_main_bytes_by_hand() {
     uint64_t total = kTop;
@@ -173,14 +173,15 @@ TEST(MemoryPlan, ActivationsGrowWithTheStepAndInvalidOptionsThrow) {
     EXPECT_THROW(make_memory_plan(cfg, planned(cfg), few), Error);
 }
 
-
 // ---- one planner: budget, workspace, routed experts in host RAM ---------------------------------
 
 constexpr uint64_t kGiB = 1ull << 30;
 
 // The full Flash checkpoint less its routed experts of the main layers (what stays on the GPU
 // whatever the placement), by hand.
-uint64_t flash_non_expert_bytes() { return flash_main_bytes_by_hand() + kMtp - 43ull * 256 * kExpert; }
+uint64_t flash_non_expert_bytes() {
+    return flash_main_bytes_by_hand() + kMtp - 43ull * 256 * kExpert;
+}
 
 MemoryPlanOptions offload_options() {
     MemoryPlanOptions opt;  // H200 default budget
@@ -414,7 +415,8 @@ TEST(MemoryPlan, RefusedWhenGpuPlusHostCannotHoldIt) {
     const std::string& r = p.refusal;
     EXPECT_NE(r.find("GPU + host RAM"), std::string::npos) << r;
     EXPECT_NE(r.find(fmt::format("{:.2f} GiB is available", 3.0)), std::string::npos) << r;
-    EXPECT_NE(r.find(fmt::format("{:.2f} GiB of pinned host", p.host_expert_bytes / 1073741824.0)), std::string::npos) << r;
+    EXPECT_NE(r.find(fmt::format("{:.2f} GiB of pinned host", p.host_expert_bytes / 1073741824.0)), std::string::npos)
+        << r;
     EXPECT_NE(r.find(fmt::format("budget {:.2f} GiB", p.device_bytes / 1073741824.0)), std::string::npos) << r;
     EXPECT_NE(r.find(fmt::format("{} of {} routed", p.placement.total_gpu(), 43 * 256)), std::string::npos) << r;
     EXPECT_NE(r.find("short by"), std::string::npos) << r;
@@ -454,7 +456,7 @@ TEST(MemoryPlan, GpuMemoryUtilizationIsAFractionOfTheTotal) {
     opt.gpu_memory_utilization = 0.5;
     const MemoryPlan p = make_memory_plan(cfg, planned(cfg), opt);
     ASSERT_TRUE(p.fits) << p.refusal;
-    EXPECT_EQ(p.device_bytes, 70 * kGiB);  // of the total, not of the free memory
+    EXPECT_EQ(p.device_bytes, 70 * kGiB);   // of the total, not of the free memory
     EXPECT_LE(p.planned_bytes, 70 * kGiB);  // the headroom inside it
     EXPECT_LT(70 * kGiB - p.planned_bytes, static_cast<uint64_t>(p.kv_spec.block_bytes));  // KV fills the rest
     EXPECT_EQ(p.headroom_bytes, 2 * kGiB);

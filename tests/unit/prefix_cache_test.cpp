@@ -136,7 +136,7 @@ TEST(PrefixCacheManager, LruEvictsUnreferencedBlocksOnlyTailFirst) {
     const auto a = random_tokens(rng, 64, 100), b = random_tokens(rng, 64, 100);
     KvHandle ha, hb;
     d.admit(a, ha);
-    d.kv.free(ha);  // a's 4 blocks cached, evictable
+    d.kv.free(ha);   // a's 4 blocks cached, evictable
     d.admit(b, hb);  // takes the 4 free blocks
     EXPECT_EQ(d.kv.prefix_cache_stats().n_evicted_blocks, 0);
     // b still runs: a new 32-token sequence must evict a's blocks, never b's, tail first.
@@ -287,8 +287,10 @@ TEST(PrefixCacheMetrics, VllmCounterNames) {
     es.prefix_cache_queries = 1000;
     es.prefix_cache_hits = 768;
     const std::string text = m.render(es, 0);
-    EXPECT_NE(text.find("# TYPE vllm:prefix_cache_queries_total counter\nvllm:prefix_cache_queries_total{model_name=\"m\"} 1000\n"),
-              std::string::npos)
+    EXPECT_NE(
+        text.find(
+            "# TYPE vllm:prefix_cache_queries_total counter\nvllm:prefix_cache_queries_total{model_name=\"m\"} 1000\n"),
+        std::string::npos)
         << text;
     EXPECT_NE(text.find("vllm:prefix_cache_hits_total{model_name=\"m\"} 768\n"), std::string::npos) << text;
 }
@@ -319,10 +321,14 @@ struct Harness : test::PrefixHarness {
 Result cold(const std::vector<int32_t>& prompt, int64_t max_tokens) {
     return test::cold_run(*g_model->reference, prompt, max_tokens);
 }
-std::vector<int32_t> prompt_of(uint32_t seed, size_t n) { return test::random_prompt(seed, n, g_model->cfg.vocab_size); }
+std::vector<int32_t> prompt_of(uint32_t seed, size_t n) {
+    return test::random_prompt(seed, n, g_model->cfg.vocab_size);
+}
 
 // The boundary a hit resumes at: the last multiple of 128 below n.
-int64_t resume_point(int64_t n) { return (n - 1) / 128 * 128; }
+int64_t resume_point(int64_t n) {
+    return (n - 1) / 128 * 128;
+}
 
 TEST(PrefixCacheEngine, RunnerAdvertisesPrefixCachingOnlyInReferenceNumerics) {
     DeepSeekV4 exact(g_model->cfg, g_model->weights, Numerics::Exact);

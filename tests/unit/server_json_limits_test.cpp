@@ -116,9 +116,10 @@ TEST(ChatJsonDepth, SerialisationRefusesWhatItWouldRecurseTooFarInto) {
 TEST(ChatJsonDepth, ModelWrittenArgumentsOfAnyDepthDoNotRecurse) {
     const std::string deep = nest(1'000'000);
     DsmlParser parser;
-    const std::string text = "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"x\" "
-                             "string=\"false\">" +
-                             deep + "</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
+    const std::string text =
+        "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"x\" "
+        "string=\"false\">" +
+        deep + "</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
     std::string args;
     auto take = [&](const std::vector<ParseEvent>& evs) {
         for (const auto& e : evs)

@@ -60,14 +60,15 @@ TEST(MessagesConvert, StringContentSystemBlocksAndSampling) {
 }
 
 TEST(MessagesConvert, ThinkingEnabledRendersThinkingMode) {
-    const MessagesRequest on = messages_to_chat(
-        parse_body(R"({"max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048},
+    const MessagesRequest on =
+        messages_to_chat(parse_body(R"({"max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048},
             "messages": [{"role": "user", "content": "Hi"}]})"),
-        MessagesRoute::Create);
+                         MessagesRoute::Create);
     EXPECT_TRUE(on.thinking);
     EXPECT_TRUE(render_chat_request(on.chat_body, ChatVariant::V4).generation_in_reasoning);
     const MessagesRequest off = messages_to_chat(
-        parse_body(R"({"max_tokens": 64, "thinking": {"type": "disabled"}, "messages": [{"role": "user", "content": "Hi"}]})"),
+        parse_body(
+            R"({"max_tokens": 64, "thinking": {"type": "disabled"}, "messages": [{"role": "user", "content": "Hi"}]})"),
         MessagesRoute::Create);
     EXPECT_FALSE(render_chat_request(off.chat_body, ChatVariant::V4).generation_in_reasoning);
 }
@@ -98,7 +99,8 @@ TEST(MessagesConvert, ToolUseAndToolResultTurns) {
     EXPECT_EQ(m[1]["content"], "Checking.");
     EXPECT_EQ(m[1]["reasoning_content"], "Need a tool.");
     EXPECT_EQ(m[1]["tool_calls"][0]["id"], "toolu_1");
-    EXPECT_EQ(Json::parse(m[1]["tool_calls"][0]["function"]["arguments"].get<std::string>()), (Json{{"city", "Paris"}}));
+    EXPECT_EQ(Json::parse(m[1]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+              (Json{{"city", "Paris"}}));
     EXPECT_EQ(m[2]["role"], "tool");
     EXPECT_EQ(m[2]["tool_call_id"], "toolu_1");
     EXPECT_EQ(m[2]["content"][0]["text"], "sunny");
@@ -115,7 +117,8 @@ TEST(MessagesConvert, ToolUseAndToolResultTurns) {
 TEST(MessagesConvert, ToolChoiceKindsAndPrefill) {
     auto choice = [](const std::string& tc) {
         return messages_to_chat(parse_body(R"({"max_tokens": 8, "messages": [{"role": "user", "content": "x"}],
-            "tools": [{"name": "f", "input_schema": {"type": "object"}}], "tool_choice": )" + tc + "}"),
+            "tools": [{"name": "f", "input_schema": {"type": "object"}}], "tool_choice": )" +
+                                           tc + "}"),
                                 MessagesRoute::Create)
             .chat_body["tool_choice"];
     };
@@ -123,7 +126,8 @@ TEST(MessagesConvert, ToolChoiceKindsAndPrefill) {
     EXPECT_EQ(choice(R"({"type": "any"})"), "required");
     EXPECT_EQ(choice(R"({"type": "none"})"), "none");
     const MessagesRequest pre = messages_to_chat(
-        parse_body(R"({"max_tokens": 8, "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "Sure,"}]})"),
+        parse_body(
+            R"({"max_tokens": 8, "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "Sure,"}]})"),
         MessagesRoute::Create);
     EXPECT_EQ(pre.chat_body["continue_final_message"], true);
 }
@@ -138,21 +142,33 @@ TEST(MessagesConvert, RefusalsNameTheField) {
               "messages[0].content[0].type");
     EXPECT_EQ(refused(R"({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "tool_result"}]}]})"),
               "messages[0].content[0].tool_use_id");
-    EXPECT_EQ(refused(R"({"max_tokens": 8, "messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "f", "input": "x"}]}]})"),
-              "messages[0].content[0].input");
+    EXPECT_EQ(
+        refused(
+            R"({"max_tokens": 8, "messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "f", "input": "x"}]}]})"),
+        "messages[0].content[0].input");
     EXPECT_EQ(refused(R"({"max_tokens": 8, "messages": [{"role": "user", "content": "x"}], "tools": [{"name": "f"}]})"),
               "tools[0].input_schema");
-    EXPECT_EQ(refused(R"({"max_tokens": 8, "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "bash_20250124", "name": "bash"}]})"),
-              "tools[0].type");
-    EXPECT_EQ(refused(R"({"max_tokens": 8, "messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "some"}})"),
-              "tool_choice.type");
-    EXPECT_EQ(refused(R"({"max_tokens": 4096, "messages": [{"role": "user", "content": "x"}], "thinking": {"type": "enabled", "budget_tokens": 100}})"),
-              "thinking.budget_tokens");
-    EXPECT_EQ(refused(R"({"max_tokens": 2000, "messages": [{"role": "user", "content": "x"}], "thinking": {"type": "enabled", "budget_tokens": 2000}})"),
-              "thinking.budget_tokens");
-    EXPECT_EQ(refused(R"({"max_tokens": 8, "messages": [{"role": "user", "content": "x"}], "thinking": {"type": "maybe"}})"),
-              "thinking.type");
-    EXPECT_EQ(refused(R"({"max_tokens": 8, "messages": [{"role": "user", "content": "x"}], "temperature": 1.5})"), "temperature");
+    EXPECT_EQ(
+        refused(
+            R"({"max_tokens": 8, "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "bash_20250124", "name": "bash"}]})"),
+        "tools[0].type");
+    EXPECT_EQ(
+        refused(
+            R"({"max_tokens": 8, "messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "some"}})"),
+        "tool_choice.type");
+    EXPECT_EQ(
+        refused(
+            R"({"max_tokens": 4096, "messages": [{"role": "user", "content": "x"}], "thinking": {"type": "enabled", "budget_tokens": 100}})"),
+        "thinking.budget_tokens");
+    EXPECT_EQ(
+        refused(
+            R"({"max_tokens": 2000, "messages": [{"role": "user", "content": "x"}], "thinking": {"type": "enabled", "budget_tokens": 2000}})"),
+        "thinking.budget_tokens");
+    EXPECT_EQ(
+        refused(R"({"max_tokens": 8, "messages": [{"role": "user", "content": "x"}], "thinking": {"type": "maybe"}})"),
+        "thinking.type");
+    EXPECT_EQ(refused(R"({"max_tokens": 8, "messages": [{"role": "user", "content": "x"}], "temperature": 1.5})"),
+              "temperature");
     EXPECT_EQ(refused(R"({"max_tokens": 8, "messages": [{"role": "user", "content": "x"}], "stop_sequences": [""]})"),
               "stop_sequences");
     // count_tokens takes no max_tokens.
@@ -215,11 +231,11 @@ TEST(MessagesConvert, StreamEncoderBlocks) {
         EXPECT_EQ(e.data["type"], e.name);
         names.push_back(e.name);
     }
-    const std::vector<std::string> want = {
-        "message_start",       "content_block_start", "content_block_delta", "content_block_delta",
-        "content_block_delta", "content_block_stop",  "content_block_start", "content_block_delta",
-        "content_block_stop",  "content_block_start", "content_block_delta", "content_block_delta",
-        "content_block_stop",  "message_delta",       "message_stop"};
+    const std::vector<std::string> want = {"message_start",       "content_block_start", "content_block_delta",
+                                           "content_block_delta", "content_block_delta", "content_block_stop",
+                                           "content_block_start", "content_block_delta", "content_block_stop",
+                                           "content_block_start", "content_block_delta", "content_block_delta",
+                                           "content_block_stop",  "message_delta",       "message_stop"};
     EXPECT_EQ(names, want);
     EXPECT_EQ(all[0].data["message"]["usage"]["input_tokens"], 12);
     EXPECT_EQ(all[1].data["content_block"]["type"], "thinking");

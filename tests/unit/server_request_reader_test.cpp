@@ -159,8 +159,9 @@ TEST(RequestReader, Http10ClosesUnlessKeepAlive) {
 
 TEST(RequestReader, StopsAtTheEndOfTheHeadersBeforeAnyBodyByte) {
     RequestReader r(limits());
-    const std::string head = "POST /v1/chat/completions?x=1 HTTP/1.1\r\nAuthorization: Bearer k\r\n"
-                             "Expect: 100-continue\r\nContent-Length: 5\r\n\r\n";
+    const std::string head =
+        "POST /v1/chat/completions?x=1 HTTP/1.1\r\nAuthorization: Bearer k\r\n"
+        "Expect: 100-continue\r\nContent-Length: 5\r\n\r\n";
     const std::string req = head + "hello";
     const size_t used = r.feed(req.data(), req.size());
     ASSERT_EQ(r.state(), ReadState::Head);

@@ -68,7 +68,8 @@ TEST(ServerRequest, ChoicesAndLogitBiasAreRead) {
     }
     EXPECT_FLOAT_EQ(sum, 20.0f);
     EXPECT_EQ(parse_generation_options(parse_body("{}"), ApiKind::Chat).n, 1);
-    EXPECT_TRUE(parse_generation_options(parse_body(R"({"logit_bias": {}})"), ApiKind::Chat).sampling.logit_bias.empty());
+    EXPECT_TRUE(
+        parse_generation_options(parse_body(R"({"logit_bias": {}})"), ApiKind::Chat).sampling.logit_bias.empty());
 }
 
 TEST(ServerRequest, CompletionsLogprobsIsAnInteger) {
@@ -208,20 +209,20 @@ TEST(GenerationConfig, ReadAsVllmReadsIt) {
     EXPECT_FLOAT_EQ(o.sampling.temperature, 0.6f);
     EXPECT_FLOAT_EQ(o.sampling.top_p, 0.95f);
     EXPECT_EQ(o.sampling.top_k, 5);
-    EXPECT_FLOAT_EQ(parse_generation_options(parse_body(R"({"temperature": 0})"), ApiKind::Chat, d).sampling.temperature,
-                    0.0f);
+    EXPECT_FLOAT_EQ(
+        parse_generation_options(parse_body(R"({"temperature": 0})"), ApiKind::Chat, d).sampling.temperature, 0.0f);
     // max_tokens: the smallest of the context left, the request's and max_new_tokens (vLLM's rule).
     EXPECT_EQ(resolve_max_tokens(o, 1000), 64);
     EXPECT_EQ(resolve_max_tokens(o, 30), 30);
-    EXPECT_EQ(resolve_max_tokens(parse_generation_options(parse_body(R"({"max_tokens": 100})"), ApiKind::Chat, d), 1000),
-              64);
+    EXPECT_EQ(
+        resolve_max_tokens(parse_generation_options(parse_body(R"({"max_tokens": 100})"), ApiKind::Chat, d), 1000), 64);
     EXPECT_EQ(resolve_max_tokens(parse_generation_options(parse_body(R"({"max_tokens": 10})"), ApiKind::Chat, d), 1000),
               10);
     EXPECT_EQ(resolve_max_tokens(parse_generation_options(parse_body("{}"), ApiKind::Completion, d), 1000, 16), 16);
     EXPECT_EQ(resolve_max_tokens(parse_generation_options(parse_body("{}"), ApiKind::Chat), 1000), 1000);
 
-    for (const char* bad : {R"({"temperature": "hot"})", R"({"top_p": 0})", R"({"max_new_tokens": 2.5})", "[1]",
-                            "{not json"}) {
+    for (const char* bad :
+         {R"({"temperature": "hot"})", R"({"top_p": 0})", R"({"max_new_tokens": 2.5})", "[1]", "{not json"}) {
         std::ofstream(dir / "generation_config.json") << bad;
         EXPECT_THROW(read_generation_config(dir.string()), Error) << bad;
     }

@@ -127,7 +127,8 @@ TEST(ResponsesConvert, RefusalsNameTheField) {
     EXPECT_EQ(refused(R"({"input": 3})"), "input");
     EXPECT_EQ(refused(R"({"input": []})"), "input");
     EXPECT_EQ(refused(R"({"input": [{"role": "tool", "content": "x"}]})"), "input[0].role");
-    EXPECT_EQ(refused(R"({"input": [{"role": "user", "content": [{"type": "input_image"}]}]})"), "input[0].content[0].type");
+    EXPECT_EQ(refused(R"({"input": [{"role": "user", "content": [{"type": "input_image"}]}]})"),
+              "input[0].content[0].type");
     EXPECT_EQ(refused(R"({"input": [{"type": "function_call", "call_id": "c", "name": "f"}]})"), "input[0].arguments");
     EXPECT_EQ(refused(R"({"input": [{"type": "function_call_output", "output": "x"}]})"), "input[0].call_id");
     EXPECT_EQ(refused(R"({"input": [{"type": "item_reference", "id": "x"}]})"), "input[0].type");
@@ -139,7 +140,10 @@ TEST(ResponsesConvert, RefusalsNameTheField) {
     EXPECT_EQ(refused(R"({"input": "x", "temperature": 3})"), "temperature");
     EXPECT_EQ(refused(R"({"input": "x", "text": {"format": {"type": "json_schema"}}})"), "text.format.schema");
     EXPECT_EQ(refused(R"({"input": "x", "background": true})"), "background");
-    EXPECT_EQ(refused(R"({"input": "x", "text": {"format": {"type": "json_schema", "name": "a", "schema": {"type": "object"}}}})"), "");
+    EXPECT_EQ(
+        refused(
+            R"({"input": "x", "text": {"format": {"type": "json_schema", "name": "a", "schema": {"type": "object"}}}})"),
+        "");
 }
 
 TEST(ResponsesConvert, BuilderEventsAndFinalObject) {
@@ -164,17 +168,28 @@ TEST(ResponsesConvert, BuilderEventsAndFinalObject) {
         EXPECT_EQ(all[i].data["type"], all[i].name);
         names.push_back(all[i].name);
     }
-    const std::vector<std::string> want = {
-        "response.created", "response.in_progress",
-        "response.output_item.added", "response.content_part.added", "response.reasoning_text.delta",
-        "response.reasoning_text.delta", "response.reasoning_text.done", "response.content_part.done",
-        "response.output_item.done",
-        "response.output_item.added", "response.content_part.added", "response.output_text.delta",
-        "response.output_text.delta", "response.output_text.done", "response.content_part.done",
-        "response.output_item.done",
-        "response.output_item.added", "response.function_call_arguments.delta",
-        "response.function_call_arguments.delta", "response.function_call_arguments.done",
-        "response.output_item.done", "response.completed"};
+    const std::vector<std::string> want = {"response.created",
+                                           "response.in_progress",
+                                           "response.output_item.added",
+                                           "response.content_part.added",
+                                           "response.reasoning_text.delta",
+                                           "response.reasoning_text.delta",
+                                           "response.reasoning_text.done",
+                                           "response.content_part.done",
+                                           "response.output_item.done",
+                                           "response.output_item.added",
+                                           "response.content_part.added",
+                                           "response.output_text.delta",
+                                           "response.output_text.delta",
+                                           "response.output_text.done",
+                                           "response.content_part.done",
+                                           "response.output_item.done",
+                                           "response.output_item.added",
+                                           "response.function_call_arguments.delta",
+                                           "response.function_call_arguments.delta",
+                                           "response.function_call_arguments.done",
+                                           "response.output_item.done",
+                                           "response.completed"};
     EXPECT_EQ(names, want);
     EXPECT_EQ(all[0].data["response"]["status"], "in_progress");
     EXPECT_EQ(all[11].data["output_index"], 1);

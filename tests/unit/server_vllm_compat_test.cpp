@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 
 using namespace onecard;
 using namespace onecard::server;
@@ -61,7 +61,8 @@ TEST(ServeConfigFile, YamlAsVllmWritesIt) {
 }
 
 TEST(ServeConfigFile, JsonStillReadsAndErrorsNameTheFile) {
-    const auto j = read_config_file(write_file("serve.json", R"({"port": 8001, "allow_cidr": ["::1/128"], "x": true})"));
+    const auto j =
+        read_config_file(write_file("serve.json", R"({"port": 8001, "allow_cidr": ["::1/128"], "x": true})"));
     ASSERT_EQ(j.size(), 3u);
     EXPECT_EQ(j[0].values[0], "8001");
     EXPECT_EQ(config_key_to_flag(j[1].key), "allow-cidr");

@@ -3,8 +3,8 @@
 // batch nears the step's saturation, none where every token costs its own time (compute-bound) or
 // the drafts are rejected, and it probes now and then while off. Step costs here are recorded, not
 // timed, so every figure is exact.
-#include "core/error.h"
 #include "engine/spec_policy.h"
+#include "core/error.h"
 
 #include <gtest/gtest.h>
 
@@ -33,8 +33,9 @@ void record_rows(SpecPolicy& p, int64_t n, int64_t k, int64_t accepted) {
 
 TEST(SpecPolicy, DraftsTheMostWhereVerifyingIsFreeAndDraftsAreKept) {
     SpecPolicy p = make(5);
-    record_costs(p, [](int64_t) { return 0.010; }, 4096);  // memory-bound: any step costs 10 ms
-    record_rows(p, 2000, 5, 5);                             // every draft accepted
+    record_costs(
+        p, [](int64_t) { return 0.010; }, 4096);  // memory-bound: any step costs 10 ms
+    record_rows(p, 2000, 5, 5);                   // every draft accepted
     EXPECT_NEAR(p.expected_tokens(5), 6.0, 0.05);
     EXPECT_EQ(p.drafts_for_step(4, 4), 5);
     p.check_integrity();
@@ -42,7 +43,8 @@ TEST(SpecPolicy, DraftsTheMostWhereVerifyingIsFreeAndDraftsAreKept) {
 
 TEST(SpecPolicy, NoDraftsWhereEveryTokenCostsItsOwnTime) {
     SpecPolicy p = make(4);
-    record_costs(p, [](int64_t n) { return 0.001 * static_cast<double>(n); }, 4096);  // compute-bound
+    record_costs(
+        p, [](int64_t n) { return 0.001 * static_cast<double>(n); }, 4096);  // compute-bound
     record_rows(p, 2000, 4, 3);  // even with 3 of 4 accepted: 4 tokens for the price of 5
     for (int64_t b : {1, 8, 64}) EXPECT_EQ(p.drafts_for_step(b, b), 0) << "batch " << b;
 }
@@ -50,7 +52,8 @@ TEST(SpecPolicy, NoDraftsWhereEveryTokenCostsItsOwnTime) {
 TEST(SpecPolicy, FewerDraftsAsTheBatchNearsSaturation) {
     SpecPolicy p = make(7);
     // Flat up to 64 tokens a step (weights dominate), then linear (compute dominates).
-    record_costs(p, [](int64_t n) { return 0.010 * std::max(1.0, static_cast<double>(n) / 64.0); }, 4096);
+    record_costs(
+        p, [](int64_t n) { return 0.010 * std::max(1.0, static_cast<double>(n) / 64.0); }, 4096);
     record_rows(p, 2000, 7, 7);
     EXPECT_EQ(p.drafts_for_step(8, 8), 7) << "8 rows x 8 tokens still fit the flat part";
     const int64_t k16 = p.drafts_for_step(16, 16);
@@ -63,7 +66,8 @@ TEST(SpecPolicy, FewerDraftsAsTheBatchNearsSaturation) {
 
 TEST(SpecPolicy, RejectedDraftsTurnItOffAndProbesTurnItBackOn) {
     SpecPolicy p = make(3);
-    record_costs(p, [](int64_t) { return 0.010; }, 64);
+    record_costs(
+        p, [](int64_t) { return 0.010; }, 64);
     EXPECT_EQ(p.drafts_for_step(1, 1), 3) << "the prior drafts before anything is measured";
     record_rows(p, 400, 3, 0);
     EXPECT_LT(p.expected_tokens(3), 1.05);
@@ -99,7 +103,8 @@ TEST(SpecPolicy, AcceptanceFollowsTheMeasuredShares) {
 
 TEST(SpecPolicy, FixedLengthAndDisableByBatchSize) {
     SpecPolicy fixed = make(4, DraftLength::Fixed);
-    record_costs(fixed, [](int64_t n) { return 0.001 * static_cast<double>(n); }, 4096);
+    record_costs(
+        fixed, [](int64_t n) { return 0.001 * static_cast<double>(n); }, 4096);
     record_rows(fixed, 500, 4, 0);
     EXPECT_EQ(fixed.drafts_for_step(64, 64), 4) << "fixed: always num_speculative_tokens, as vLLM";
     SpecPolicy capped = make(4, DraftLength::Fixed, 8);

@@ -1,8 +1,8 @@
 // `onecard tokenize`: encode stdin to a JSON id array, --decode back to the exact bytes, and
 // clear errors. Runs the built binary; skips when it (or the tokenizer data) is missing.
+#include "support/test_support.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer_test_util.h"
-#include "support/test_support.h"
 
 #include <gtest/gtest.h>
 
@@ -24,7 +24,8 @@ Result run_cli(const std::string& args, const std::string& stdin_text) {
     // One file per process: ctest runs the cases of this file in parallel processes.
     const auto in = dir / ("stdin." + std::to_string(::getpid()) + ".txt");
     std::ofstream(in, std::ios::binary) << stdin_text;
-    Result r = test::run_command(test::onecard_binary().string() + " tokenize " + args + " < '" + in.string() + "' 2>&1");
+    Result r =
+        test::run_command(test::onecard_binary().string() + " tokenize " + args + " < '" + in.string() + "' 2>&1");
     std::filesystem::remove(in);
     return r;
 }

@@ -93,7 +93,8 @@ TEST(TokenizerDetokenizer, RealVocabularyRandomSequences) {
     std::mt19937 rng(99);
     // Text with many multi-byte characters: ids of whole strings streamed, and random id soup.
     const std::string text =
-        " Hello 世界! 👨‍👩‍👧‍👦 naïve café 🇯🇵 Ｆｕｌｌ 한국어 مرحبا\r\n<｜User｜> "
+        " Hello 世界! 👨‍👩‍👧‍👦 naïve café 🇯🇵 Ｆｕｌｌ 한국어 "
+        "مرحبا\r\n<｜User｜> "
         "x";
     const auto ids = tok.encode(text);
     EXPECT_EQ(stream_and_check(tok, ids, false), text);

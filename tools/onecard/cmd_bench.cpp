@@ -19,19 +19,19 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/stream.h"
+#include "backend/host/host_experts.h"
 #include "engine/memory_plan.h"
 #include "engine_cuda/gpu_plan.h"
 #include "kvcache/kv_spec.h"
 #include "loader/checkpoint.h"
+#include "model/expert_placement.h"
+#include "model/expert_profile.h"
 #include "model/weights.h"
 #include "model_cuda/gpu_model.h"
 #include "model_cuda/gpu_synth.h"
 #include "model_cuda/gpu_weights.h"
 #include "model_cuda/host_embedding.h"
 #include "model_cuda/host_expert_store.h"
-#include "model/expert_placement.h"
-#include "model/expert_profile.h"
-#include "backend/host/host_experts.h"
 #endif
 
 #include <nlohmann/json.hpp>
@@ -41,12 +41,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
-#include <cstring>
-#include <optional>
 #include <thread>
 
 namespace onecard::cli {
@@ -57,12 +57,14 @@ struct BenchArgs {
     std::string model;
     int64_t layers = 0;   // 0: the preset's
     int64_t experts = 0;  // 0: as many as fit (the model itself then has fewer experts)
-    int64_t gpu_experts = -1;  // with --experts: GPU-resident experts per layer (-1: as many as fit; the rest in host RAM)
+    int64_t gpu_experts =
+        -1;  // with --experts: GPU-resident experts per layer (-1: as many as fit; the rest in host RAM)
     std::string routing = "uniform";  // uniform | skewed (router biases and hash tables favour the GPU experts)
-    double skew_coverage = 0;         // skewed: share of picks aimed at GPU experts (0: the published curve at the GPU share)
-    int host_threads = 0;             // host expert threads (0: hardware threads - 1)
-    std::string stream_experts = "auto";  // host experts per layer staged over PCIe on large decode steps (serve's default)
-    bool embed_on_gpu = false;            // keep the embedding table in HBM even when experts go to host RAM
+    double skew_coverage = 0;  // skewed: share of picks aimed at GPU experts (0: the published curve at the GPU share)
+    int host_threads = 0;      // host expert threads (0: hardware threads - 1)
+    std::string stream_experts =
+        "auto";                 // host experts per layer staged over PCIe on large decode steps (serve's default)
+    bool embed_on_gpu = false;  // keep the embedding table in HBM even when experts go to host RAM
     int64_t stream_min_tokens = 32;
     std::string decode_batches = "1,8,64";
     int64_t context = 1024;
@@ -280,7 +282,8 @@ double active_flops_per_token(const ModelConfig& c) {
     const double D = c.hidden_size, H = c.num_attention_heads, hd = c.head_dim, I = c.moe_intermediate_size;
     double p = 0;
     for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
-        p += D * c.q_lora_rank + c.q_lora_rank * H * hd + D * hd + H * hd * c.o_lora_rank + c.o_groups * c.o_lora_rank * D;
+        p += D * c.q_lora_rank + c.q_lora_rank * H * hd + D * hd + H * hd * c.o_lora_rank +
+             c.o_groups * c.o_lora_rank * D;
         const int64_t r = c.compress_ratio(il);
         if (r) p += 2.0 * D * (r == 4 ? 2 : 1) * hd;
         if (r == 4) p += c.q_lora_rank * c.index_n_heads * c.index_head_dim + 2.0 * D * 2 * c.index_head_dim;
@@ -318,7 +321,8 @@ void run_bench(const BenchArgs& a) {
         cfg = synth_config(so);
         if (a.experts <= 0) {  // the old meaning: a model with as many experts as fit, all on the GPU
             // As many routed experts as fit beside the KV pool and workspace (the full 256 do not fit one H200).
-            const double budget = static_cast<double>(dev.free_bytes) - a.headroom_gib * (1ull << 30) - 12.0 * (1ull << 30);
+            const double budget =
+                static_cast<double>(dev.free_bytes) - a.headroom_gib * (1ull << 30) - 12.0 * (1ull << 30);
             for (int64_t e = cfg.n_routed_experts; e >= cfg.num_experts_per_tok; e -= 8) {
                 so.experts = e;
                 cfg = synth_config(so);
@@ -369,7 +373,8 @@ void run_bench(const BenchArgs& a) {
             if (a.routing == "skewed") {
                 judged.has_profile = true;
                 judged.host_pick_share =
-                    1.0 - (a.skew_coverage > 0 ? a.skew_coverage : published_coverage(L, E, plan.placement.total_gpu()));
+                    1.0 -
+                    (a.skew_coverage > 0 ? a.skew_coverage : published_coverage(L, E, plan.placement.total_gpu()));
             }
             mo.host_experts.stream_experts = default_stream_experts(judged);
             po.workspace_bytes = static_cast<uint64_t>(GpuModel::workspace_bytes_for(cfg, mo, spec, true));
@@ -387,9 +392,9 @@ void run_bench(const BenchArgs& a) {
     }
     if (!placement) mo.host_experts.stream_experts = 0;
     std::printf("bench: %s, %lld layers, %lld routed experts (top-%lld), device %s, %.1f GiB free\n",
-                a.model.empty() ? "synthetic Flash shape" : a.model.c_str(), static_cast<long long>(cfg.num_hidden_layers),
-                static_cast<long long>(cfg.n_routed_experts), static_cast<long long>(cfg.num_experts_per_tok),
-                dev.name.c_str(), dev.free_bytes / double(1ull << 30));
+                a.model.empty() ? "synthetic Flash shape" : a.model.c_str(),
+                static_cast<long long>(cfg.num_hidden_layers), static_cast<long long>(cfg.n_routed_experts),
+                static_cast<long long>(cfg.num_experts_per_tok), dev.name.c_str(), dev.free_bytes / double(1ull << 30));
 
     cuda::Stream stream;
     const cudaStream_t s = stream.get();
@@ -434,14 +439,16 @@ void run_bench(const BenchArgs& a) {
         host_bw = host::measure_host_read_bandwidth(model.host_experts()->n_threads(), size_t{4} << 30, 5);
         for (int t : {model.host_experts()->n_threads(), std::max(1, model.host_experts()->n_threads() / 2)}) {
             const auto [cpu, dma] = measure_host_read_during_copies(t);
-            std::printf("host read bandwidth with %d threads while pinned copies run: %.1f GB/s; copies meanwhile %.1f GB/s\n",
-                        t, cpu / 1e9, dma / 1e9);
+            std::printf(
+                "host read bandwidth with %d threads while pinned copies run: %.1f GB/s; copies meanwhile %.1f GB/s\n",
+                t, cpu / 1e9, dma / 1e9);
             contention.push_back({{"threads", t}, {"host_read_gb_s", cpu / 1e9}, {"pinned_h2d_gb_s", dma / 1e9}});
         }
-        std::printf("host experts: %s, %d threads (%s), %.2f GiB pinned; host read bandwidth %.1f GB/s, pinned "
-                    "host-to-device copies %.1f GB/s\n",
-                    placement->summary().c_str(), model.host_experts()->n_threads(), model.host_experts()->isa(),
-                    host_store->bytes() / double(1ull << 30), host_bw / 1e9, pinned_h2d / 1e9);
+        std::printf(
+            "host experts: %s, %d threads (%s), %.2f GiB pinned; host read bandwidth %.1f GB/s, pinned "
+            "host-to-device copies %.1f GB/s\n",
+            placement->summary().c_str(), model.host_experts()->n_threads(), model.host_experts()->isa(),
+            host_store->bytes() / double(1ull << 30), host_bw / 1e9, pinned_h2d / 1e9);
         if (host_embed)
             std::printf("embedding table in pinned host RAM (%.2f GiB, rows read over PCIe by the embedding kernel)\n",
                         host_embed->bytes() / double(1ull << 30));
@@ -456,7 +463,8 @@ void run_bench(const BenchArgs& a) {
     };
     std::vector<std::vector<int32_t>> tables(static_cast<size_t>(max_b + 1));
     for (int64_t q = 0; q <= max_b; ++q)
-        for (int64_t b = 0; b < seq_blocks; ++b) tables[static_cast<size_t>(q)].push_back(static_cast<int32_t>(q * seq_blocks + b));
+        for (int64_t b = 0; b < seq_blocks; ++b)
+            tables[static_cast<size_t>(q)].push_back(static_cast<int32_t>(q * seq_blocks + b));
 
     // Prefill of one prompt in chunks; returns seconds.
     auto prefill_once = [&](int32_t slot, const std::vector<int32_t>& prompt) {
@@ -497,11 +505,12 @@ void run_bench(const BenchArgs& a) {
             model.check_host_experts();
             return host_share(model.expert_pick_counts(s), *placement);
         };
-        skew_target = a.skew_coverage > 0 ? a.skew_coverage
-                                           : published_coverage(L, E, placement->total_gpu());
+        skew_target = a.skew_coverage > 0 ? a.skew_coverage : published_coverage(L, E, placement->total_gpu());
         skew_delta = apply_skewed_routing(cfg, w, *placement, skew_target, a.seed, measure);
-        std::printf("skewed routing: +%.4f router bias on GPU experts, hash tables rewritten; calibrated host share "
-                    "%.2f%%\n", skew_delta, 100.0 * measure());
+        std::printf(
+            "skewed routing: +%.4f router bias on GPU experts, hash tables rewritten; calibrated host share "
+            "%.2f%%\n",
+            skew_delta, 100.0 * measure());
     }
 
     nlohmann::json decode_json = nlohmann::json::object();
@@ -518,8 +527,9 @@ void run_bench(const BenchArgs& a) {
                 q.slot = static_cast<int32_t>(q0);
                 q.block_table = tables[static_cast<size_t>(q0)];
                 q.start_pos = p0;
-                q.tokens = std::span<const int32_t>(prompts[static_cast<size_t>(q0)])
-                               .subspan(static_cast<size_t>(p0), static_cast<size_t>(std::min(a.chunk, a.context - p0)));
+                q.tokens =
+                    std::span<const int32_t>(prompts[static_cast<size_t>(q0)])
+                        .subspan(static_cast<size_t>(p0), static_cast<size_t>(std::min(a.chunk, a.context - p0)));
                 q.want_logits = false;
                 model.step(std::span<const GpuStepSeq>(&q, 1), false, s);
             }
@@ -557,7 +567,8 @@ void run_bench(const BenchArgs& a) {
                     step[static_cast<size_t>(q)].slot = static_cast<int32_t>(q);
                     step[static_cast<size_t>(q)].block_table = tables[static_cast<size_t>(q)];
                     step[static_cast<size_t>(q)].start_pos = pos;
-                    step[static_cast<size_t>(q)].tokens = std::span<const int32_t>(next).subspan(static_cast<size_t>(q), 1);
+                    step[static_cast<size_t>(q)].tokens =
+                        std::span<const int32_t>(next).subspan(static_cast<size_t>(q), 1);
                     step[static_cast<size_t>(q)].want_logits = true;
                 }
                 const auto t0 = std::chrono::steady_clock::now();
@@ -596,9 +607,10 @@ void run_bench(const BenchArgs& a) {
             // Bytes the host really streams: each expert once per request (pairs sharing it are grouped).
             const double reads = static_cast<double>(model.host_experts()->host_expert_reads() - host_reads0) / n_steps;
             const double rate = reads * host_store->bytes_per_expert() / std::max(host_ms * 1e-3, 1e-12);
-            std::printf("         host experts: %.2f%% of picks, %.1f pairs/step, %.3f ms/step of host work, %.1f GB/s "
-                        "of expert weights (%.0f%% of host read bandwidth)\n",
-                        100.0 * share, pairs, host_ms, rate / 1e9, 100.0 * rate / std::max(host_bw, 1.0));
+            std::printf(
+                "         host experts: %.2f%% of picks, %.1f pairs/step, %.3f ms/step of host work, %.1f GB/s "
+                "of expert weights (%.0f%% of host read bandwidth)\n",
+                100.0 * share, pairs, host_ms, rate / 1e9, 100.0 * rate / std::max(host_bw, 1.0));
             hybrid_json = {{"host_share_of_picks", share},
                            {"host_pairs_per_step", pairs},
                            {"host_expert_reads_per_step", reads},
@@ -646,11 +658,12 @@ void run_bench(const BenchArgs& a) {
                 100.0 * flops / tp / fp8_gemm_rate);
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    std::printf("HBM: weights %.2f GiB, KV pool %.2f GiB, workspace %.2f GiB (arena %.2f GiB used of %.2f); device "
-                "used %.2f GiB of %.2f; copy bandwidth %.2f TB/s; weights made in %.1f s\n",
-                weight_bytes / double(1ull << 30), pool.total_bytes() / double(1ull << 30),
-                model.workspace_bytes() / double(1ull << 30), arena_used / double(1ull << 30), cap / double(1ull << 30),
-                (total_b - free_b) / double(1ull << 30), total_b / double(1ull << 30), bw / 1e12, load_s);
+    std::printf(
+        "HBM: weights %.2f GiB, KV pool %.2f GiB, workspace %.2f GiB (arena %.2f GiB used of %.2f); device "
+        "used %.2f GiB of %.2f; copy bandwidth %.2f TB/s; weights made in %.1f s\n",
+        weight_bytes / double(1ull << 30), pool.total_bytes() / double(1ull << 30),
+        model.workspace_bytes() / double(1ull << 30), arena_used / double(1ull << 30), cap / double(1ull << 30),
+        (total_b - free_b) / double(1ull << 30), total_b / double(1ull << 30), bw / 1e12, load_s);
 
     nlohmann::json j = {
         {"device", dev.name},
@@ -664,39 +677,43 @@ void run_bench(const BenchArgs& a) {
         {"arena_used_gib", arena_used / double(1ull << 30)},
         {"device_used_gib", (total_b - free_b) / double(1ull << 30)},
         {"copy_bandwidth_tb_s", bw / 1e12},
-        {"hybrid", placement ? nlohmann::json{{"placement", placement->summary()},
-                                               {"memory_plan", plan_line},
-                                               {"gpu_experts_per_layer_min", placement->min_gpu()},
-                                               {"gpu_expert_pairs", placement->total_gpu()},
-                                               {"host_expert_pairs", placement->total_host()},
-                                               {"host_ram_gib", host_store->bytes() / double(1ull << 30)},
-                                               {"embed_on_host", embed_on_host},
-                                               {"host_embed_gib", host_embed ? host_embed->bytes() / double(1ull << 30) : 0.0},
-                                               {"host_threads", model.host_experts()->n_threads()},
-                                               {"host_isa", model.host_experts()->isa()},
-                                               {"host_read_bandwidth_gb_s", host_bw / 1e9},
-                                               {"pinned_h2d_gb_s", pinned_h2d / 1e9},
-                                               {"host_read_during_copies", contention},
-                                               {"stream_experts_per_layer", mo.host_experts.stream_experts},
-                                               {"stream_min_tokens", mo.host_experts.stream_min_tokens},
-                                               {"streamed_experts_per_step",
-                                                model.host_expert_streamer() ? model.host_expert_streamer()->experts_per_step() : 0},
-                                               {"routing", a.routing},
-                                               {"skew_target_coverage", skew_target},
-                                               {"skew_router_bias_delta", skew_delta}}
-                             : nlohmann::json(nullptr)},
+        {"hybrid",
+         placement
+             ? nlohmann::json{{"placement", placement->summary()},
+                              {"memory_plan", plan_line},
+                              {"gpu_experts_per_layer_min", placement->min_gpu()},
+                              {"gpu_expert_pairs", placement->total_gpu()},
+                              {"host_expert_pairs", placement->total_host()},
+                              {"host_ram_gib", host_store->bytes() / double(1ull << 30)},
+                              {"embed_on_host", embed_on_host},
+                              {"host_embed_gib", host_embed ? host_embed->bytes() / double(1ull << 30) : 0.0},
+                              {"host_threads", model.host_experts()->n_threads()},
+                              {"host_isa", model.host_experts()->isa()},
+                              {"host_read_bandwidth_gb_s", host_bw / 1e9},
+                              {"pinned_h2d_gb_s", pinned_h2d / 1e9},
+                              {"host_read_during_copies", contention},
+                              {"stream_experts_per_layer", mo.host_experts.stream_experts},
+                              {"stream_min_tokens", mo.host_experts.stream_min_tokens},
+                              {"streamed_experts_per_step",
+                               model.host_expert_streamer() ? model.host_expert_streamer()->experts_per_step() : 0},
+                              {"routing", a.routing},
+                              {"skew_target_coverage", skew_target},
+                              {"skew_router_bias_delta", skew_delta}}
+             : nlohmann::json(nullptr)},
         {"decode", decode_json},
-        {"prefill", {{"tokens", a.prefill},
-                     {"chunk", a.chunk},
-                     {"seconds_median", tp},
-                     {"tok_s", a.prefill / tp},
-                     {"active_flops_per_token", active_flops_per_token(cfg)},
-                     {"fraction_of_fp8_block_gemm_rate", flops / tp / fp8_gemm_rate},
-                     {"profile_ms", prefill_prof}}},
-        {"method", "decode: per batch, sequences prefilled to --context, then warmup x steps untimed and repeats x steps "
-                   "timed; each step = model step + GPU argmax + ids to host, wall clock; median. prefill: 1 warm-up "
-                   "prompt then up to 3 timed prompts, median. bytes: weights read per step (distinct experts expected "
-                   "under uniform routing) + KV entries read."}};
+        {"prefill",
+         {{"tokens", a.prefill},
+          {"chunk", a.chunk},
+          {"seconds_median", tp},
+          {"tok_s", a.prefill / tp},
+          {"active_flops_per_token", active_flops_per_token(cfg)},
+          {"fraction_of_fp8_block_gemm_rate", flops / tp / fp8_gemm_rate},
+          {"profile_ms", prefill_prof}}},
+        {"method",
+         "decode: per batch, sequences prefilled to --context, then warmup x steps untimed and repeats x steps "
+         "timed; each step = model step + GPU argmax + ids to host, wall clock; median. prefill: 1 warm-up "
+         "prompt then up to 3 timed prompts, median. bytes: weights read per step (distinct experts expected "
+         "under uniform routing) + KV entries read."}};
     if (!a.out.empty()) {
         std::ofstream f(a.out);
         ONECARD_CHECK(f.good(), "bench: cannot write {}", a.out);
@@ -719,19 +736,23 @@ void add_cmd_bench(CLI::App& app) {
     cmd->add_option("--experts", a->experts,
                     "routed experts per layer of the synthetic model; those that do not fit the GPU live in host RAM "
                     "(default: a model with as many experts as fit, all on the GPU)");
-    cmd->add_option("--gpu-experts", a->gpu_experts, "with --experts: GPU-resident experts per layer (default: as many as fit)");
+    cmd->add_option("--gpu-experts", a->gpu_experts,
+                    "with --experts: GPU-resident experts per layer (default: as many as fit)");
     cmd->add_option("--routing", a->routing, "hybrid routing: uniform (the synthetic router's own) or skewed")
         ->check(CLI::IsMember({"uniform", "skewed"}));
     cmd->add_option("--skew-coverage", a->skew_coverage,
                     "skewed: share of picks aimed at GPU experts (default: the published V4.1 coverage curve, as "
                     "synthetic_skewed_profile models it, at the placement's GPU pair count)");
     cmd->add_option("--host-threads", a->host_threads, "host expert threads (default: hardware threads - 1)");
-    cmd->add_option("--stream-experts", a->stream_experts,
-                    "with --experts: host experts per layer staged over PCIe into HBM on decode steps of at least "
-                    "--stream-min-tokens tokens: auto (serve's default, the memory plan's default_stream_experts) or N");
-    cmd->add_flag("--embed-on-gpu", a->embed_on_gpu,
-                  "keep the embedding table in HBM when experts go to host RAM (default: the plan moves it to host RAM)");
-    cmd->add_option("--stream-min-tokens", a->stream_min_tokens, "smallest decode step that stages host experts (default 32)");
+    cmd->add_option(
+        "--stream-experts", a->stream_experts,
+        "with --experts: host experts per layer staged over PCIe into HBM on decode steps of at least "
+        "--stream-min-tokens tokens: auto (serve's default, the memory plan's default_stream_experts) or N");
+    cmd->add_flag(
+        "--embed-on-gpu", a->embed_on_gpu,
+        "keep the embedding table in HBM when experts go to host RAM (default: the plan moves it to host RAM)");
+    cmd->add_option("--stream-min-tokens", a->stream_min_tokens,
+                    "smallest decode step that stages host experts (default 32)");
     cmd->add_option("--decode-batch", a->decode_batches, "decode batch sizes, comma-separated (default 1,8,64)");
     cmd->add_option("--context", a->context, "tokens each decode sequence holds before timing (default 1024)");
     cmd->add_option("--prefill", a->prefill, "prompt tokens of the prefill measurement (default 8192)");
@@ -742,7 +763,8 @@ void add_cmd_bench(CLI::App& app) {
     cmd->add_option("--seed", a->seed, "synthetic weight seed");
     cmd->add_option("--headroom-gib", a->headroom_gib, "device memory left outside the arena (default 1.5)");
     cmd->add_option("--out", a->out, "write the figures as JSON here");
-    cmd->add_flag("--profile", a->profile, "also time op groups in one extra step per measurement (events between launches)");
+    cmd->add_flag("--profile", a->profile,
+                  "also time op groups in one extra step per measurement (events between launches)");
     cmd->callback([a] {
 #ifdef ONECARD_HAVE_CUDA
         run_bench(*a);

@@ -74,12 +74,14 @@ std::vector<int64_t> parse_concurrency(const std::string& s, int64_t num_prompts
     return out;
 }
 
-std::string rate_label(double r) { return std::isfinite(r) ? client::fmt_num(r, 2) : "inf"; }
+std::string rate_label(double r) {
+    return std::isfinite(r) ? client::fmt_num(r, 2) : "inf";
+}
 
 void print_table(const std::vector<client::PointResult>& pts) {
-    std::vector<std::vector<std::string>> rows = {{"conc", "rate", "ok", "err", "req/s", "out tok/s", "TTFT p50", "TTFT p99",
-                                                   "TPOT p50", "TPOT p99", "ITL p50", "ITL p99", "e2e p50", "tok/s/stream",
-                                                   "cached"}};
+    std::vector<std::vector<std::string>> rows = {{"conc", "rate", "ok", "err", "req/s", "out tok/s", "TTFT p50",
+                                                   "TTFT p99", "TPOT p50", "TPOT p99", "ITL p50", "ITL p99", "e2e p50",
+                                                   "tok/s/stream", "cached"}};
     using client::fmt_num;
     for (const auto& p : pts)
         rows.push_back({std::to_string(p.spec.concurrency), rate_label(p.spec.request_rate), std::to_string(p.n_ok),
@@ -91,8 +93,8 @@ void print_table(const std::vector<client::PointResult>& pts) {
     std::printf("%s(latencies in ms)\n", client::format_table(rows).c_str());
     for (const auto& p : pts)
         for (const auto& e : p.error_samples)
-            std::fprintf(stderr, "bench-serve: error at concurrency %lld: %s\n", static_cast<long long>(p.spec.concurrency),
-                         e.c_str());
+            std::fprintf(stderr, "bench-serve: error at concurrency %lld: %s\n",
+                         static_cast<long long>(p.spec.concurrency), e.c_str());
 }
 
 std::string make_plot(const std::vector<client::PointResult>& pts, const std::string& model) {
@@ -132,7 +134,8 @@ void run(const BenchServeArgs& a) {
     Json method = client::run_method(http, a.ep);
     const std::string model = a.model.empty() ? client::first_model_id(method["models"]) : a.model;
     ONECARD_CHECK(!method["models"].is_null() || !a.model.empty(),
-                  "bench-serve: {} did not answer /v1/models; is it up? (pass --model to skip the lookup)", a.ep.base_url);
+                  "bench-serve: {} did not answer /v1/models; is it up? (pass --model to skip the lookup)",
+                  a.ep.base_url);
     const auto concurrency = parse_concurrency(a.max_concurrency, a.data.num_prompts);
     const auto rates = parse_rates(a.request_rate);
 
@@ -202,8 +205,9 @@ void run(const BenchServeArgs& a) {
 
 void add_cmd_bench_serve(CLI::App& app) {
     auto a = std::make_shared<BenchServeArgs>();
-    auto* cmd = app.add_subcommand("bench-serve", "serving benchmark against an OpenAI-compatible endpoint "
-                                                  "(vllm bench serve's flags; table, JSON, SVG plot)");
+    auto* cmd = app.add_subcommand("bench-serve",
+                                   "serving benchmark against an OpenAI-compatible endpoint "
+                                   "(vllm bench serve's flags; table, JSON, SVG plot)");
     cmd->add_option("--base-url", a->ep.base_url, "server to measure, e.g. http://127.0.0.1:8000")->required();
     cmd->add_option("--api-key", a->ep.api_key, "bearer token (default: $OPENAI_API_KEY)");
     cmd->add_option("--model", a->model, "model name to send (default: the first of /v1/models)");

@@ -74,7 +74,9 @@ std::vector<int32_t> read_tokens_file(const std::string& path) {
     return parse_token_list(ss.str(), path);
 }
 
-Numerics parse_numerics(const std::string& s) { return s == "exact" ? Numerics::Exact : Numerics::Reference; }
+Numerics parse_numerics(const std::string& s) {
+    return s == "exact" ? Numerics::Exact : Numerics::Reference;
+}
 
 // A checkpoint opened, bound and expanded for the CPU forward pass.
 struct LoadedModel {
@@ -103,7 +105,8 @@ void run_logits(const LogitsArgs& a) {
     ONECARD_CHECK(a.chunk == 0 || a.decode_from < 0, "logits: --chunk and --decode-from are exclusive");
     ONECARD_CHECK(a.mtp_out.empty() || (a.chunk == 0 && a.decode_from < 0),
                   "logits: --mtp-out needs one plain prefill (no --chunk / --decode-from)");
-    std::vector<int32_t> tokens = a.tokens.empty() ? read_tokens_file(a.tokens_file) : parse_token_list(a.tokens, "--tokens");
+    std::vector<int32_t> tokens =
+        a.tokens.empty() ? read_tokens_file(a.tokens_file) : parse_token_list(a.tokens, "--tokens");
     const auto t0 = std::chrono::steady_clock::now();
     LoadedModel m = load_model(a.model, parse_numerics(a.numerics));
     const int64_t T = static_cast<int64_t>(tokens.size()), V = m.cfg.vocab_size;
@@ -130,9 +133,9 @@ void run_logits(const LogitsArgs& a) {
         ForwardOutput fo = m.model->forward_with_streams(state, tokens);
         const int64_t per = m.cfg.hc_mult * m.cfg.hidden_size;
         // Streams at 0..T-2 with the tokens at 1..T-1.
-        std::vector<float> mtp = m.model->forward_mtp(
-            state, std::span<const float>(fo.streams.data(), static_cast<size_t>((T - 1) * per)),
-            std::span<const int32_t>(tokens.data() + 1, static_cast<size_t>(T - 1)));
+        std::vector<float> mtp =
+            m.model->forward_mtp(state, std::span<const float>(fo.streams.data(), static_cast<size_t>((T - 1) * per)),
+                                 std::span<const int32_t>(tokens.data() + 1, static_cast<size_t>(T - 1)));
         npy_write_f32(a.mtp_out, mtp, {T - 1, V});
         logits = std::move(fo.logits);
         sizes.clear();
@@ -163,7 +166,8 @@ struct GenerateArgs {
 // Runs through the engine (scheduler, KV manager, sampler) with the CPU model as its runner, so this
 // command exercises the same path as the server. Greedy ties go to the lower id, like torch.argmax.
 void run_generate(const GenerateArgs& a) {
-    ONECARD_CHECK(a.prompt_text.empty() != a.prompt_tokens.empty(), "generate: give exactly one of --prompt, --prompt-tokens");
+    ONECARD_CHECK(a.prompt_text.empty() != a.prompt_tokens.empty(),
+                  "generate: give exactly one of --prompt, --prompt-tokens");
     ONECARD_CHECK(a.max_tokens >= 1, "generate: --max-tokens must be >= 1");
     ONECARD_CHECK(a.top_p > 0.0 && a.top_p <= 1.0, "generate: --top-p must be in (0, 1]");
     LoadedModel m = load_model(a.model, parse_numerics(a.numerics));
@@ -216,8 +220,10 @@ void add_cmd_logits(CLI::App& app) {
     CLI::App* lc = app.add_subcommand("logits", "CPU forward pass: float32 NPY [T, vocab] of logits at every position");
     lc->add_option("--model", la->model, "checkpoint directory")->required();
     lc->add_option("--tokens", la->tokens, "token ids, e.g. 0,17,5");
-    lc->add_option("--tokens-file", la->tokens_file, "file of token ids (text: comma/space/newline separated; or int32 .npy)");
-    lc->add_option("--numerics", la->numerics, "reference (DeepSeek QAT simulations) | exact (fp32, what transformers computes)")
+    lc->add_option("--tokens-file", la->tokens_file,
+                   "file of token ids (text: comma/space/newline separated; or int32 .npy)");
+    lc->add_option("--numerics", la->numerics,
+                   "reference (DeepSeek QAT simulations) | exact (fp32, what transformers computes)")
         ->check(CLI::IsMember({"reference", "exact"}));
     lc->add_option("--chunk", la->chunk, "feed the tokens N at a time (0 = one prefill)");
     lc->add_option("--decode-from", la->decode_from, "prefill K tokens, then feed the rest one at a time");
@@ -226,7 +232,8 @@ void add_cmd_logits(CLI::App& app) {
     lc->callback([la]() { run_logits(*la); });
 
     auto ga = std::make_shared<GenerateArgs>();
-    CLI::App* gc = app.add_subcommand("generate", "continue a prompt through the engine (CPU model); prints {\"tokens\": [...], ...} as JSON");
+    CLI::App* gc = app.add_subcommand(
+        "generate", "continue a prompt through the engine (CPU model); prints {\"tokens\": [...], ...} as JSON");
     gc->add_option("--model", ga->model, "checkpoint directory")->required();
     gc->add_option("--prompt-tokens", ga->prompt_tokens, "prompt token ids, e.g. 0,17,5");
     gc->add_option("--prompt", ga->prompt_text, "prompt text (uses DIR/tokenizer.json; BOS is prepended)");

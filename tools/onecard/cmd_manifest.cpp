@@ -3,8 +3,8 @@
 // checkpoint and scan every floating tensor for NaN/Inf and every UE8M0 scale for 0xFF; non-zero exit
 // on any problem).
 #include "commands.h"
-#include "core/error.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "loader/checkpoint.h"
 #include "loader/manifest.h"
 #include "loader/weight_scan.h"

@@ -30,9 +30,9 @@ namespace onecard::cli {
 namespace {
 
 struct PlanArgs {
-    std::string model;          // checkpoint dir (its config.json)
-    std::string preset;         // synthetic shape instead: tiny | small | flash
-    double device_gib = 0;      // 0: the GPU's free memory (or the H200 default without a GPU)
+    std::string model;      // checkpoint dir (its config.json)
+    std::string preset;     // synthetic shape instead: tiny | small | flash
+    double device_gib = 0;  // 0: the GPU's free memory (or the H200 default without a GPU)
     double headroom_gib = 2.0;
     double gpu_memory_utilization = 0;  // > 0: that fraction of the card's total memory (vLLM)
     std::string expert_profile;         // use counts ranking (layer, expert) pairs for the GPU
@@ -61,11 +61,13 @@ void add_cmd_plan(CLI::App& app) {
     cmd->add_option("--gpu-memory-utilization", a->gpu_memory_utilization,
                     "fraction of the GPU's total memory to use, as in vLLM (default: its free memory)")
         ->check(CLI::Range(0.0, 1.0));
-    cmd->add_option("--expert-profile", a->expert_profile,
-                    "expert-use profile (onecard profile-experts) ranking the experts kept on the GPU (default: uniform)");
+    cmd->add_option(
+        "--expert-profile", a->expert_profile,
+        "expert-use profile (onecard profile-experts) ranking the experts kept on the GPU (default: uniform)");
     cmd->add_option("--host-ram-gib", a->host_ram_gib,
                     "pinned host RAM for the routed experts that do not fit (default: MemAvailable less 8 GiB)");
-    cmd->add_flag("--no-host-experts", a->no_host_experts, "plan for the GPU alone: refuse instead of offloading experts");
+    cmd->add_flag("--no-host-experts", a->no_host_experts,
+                  "plan for the GPU alone: refuse instead of offloading experts");
     cmd->add_option("--experts", a->experts, "routed experts per layer kept on the GPU (default: all)");
     cmd->add_flag("--no-mtp", a->no_mtp, "leave the MTP block out");
     cmd->add_option("--kv-tokens", a->kv_tokens, "KV pool capacity in tokens (default: all memory left)");

@@ -43,8 +43,9 @@ std::vector<std::vector<int32_t>> read_prompts(const ProfileArgs& a, const Model
     auto encode_text = [&](const std::string& text) {
         if (!tok) {
             const fs::path path = a.tokenizer.empty() ? fs::path(a.model) / "tokenizer.json" : fs::path(a.tokenizer);
-            ONECARD_CHECK(fs::exists(path), "profile-experts: a text prompt needs a tokenizer, and '{}' does not exist "
-                                            "(pass --tokenizer FILE, or give \"prompt_tokens\" lines)",
+            ONECARD_CHECK(fs::exists(path),
+                          "profile-experts: a text prompt needs a tokenizer, and '{}' does not exist "
+                          "(pass --tokenizer FILE, or give \"prompt_tokens\" lines)",
                           path.string());
             tok = Tokenizer::from_file(path);
         }
@@ -67,8 +68,10 @@ std::vector<std::vector<int32_t>> read_prompts(const ProfileArgs& a, const Model
                 fail("profile-experts: {} line {}: not valid JSON: {}", a.prompts, no, e.what());
             }
             if (j.contains("prompt_tokens")) {
-                ONECARD_CHECK(j["prompt_tokens"].is_array(), "profile-experts: {} line {}: \"prompt_tokens\" must be "
-                                                             "an array of token ids", a.prompts, no);
+                ONECARD_CHECK(j["prompt_tokens"].is_array(),
+                              "profile-experts: {} line {}: \"prompt_tokens\" must be "
+                              "an array of token ids",
+                              a.prompts, no);
                 for (const auto& t : j["prompt_tokens"]) {
                     ONECARD_CHECK(t.is_number_integer(), "profile-experts: {} line {}: token id {} is not an integer",
                                   a.prompts, no, t.dump());
@@ -84,9 +87,12 @@ std::vector<std::vector<int32_t>> read_prompts(const ProfileArgs& a, const Model
             ids = encode_text(line);
         }
         for (int32_t t : ids)
-            ONECARD_CHECK(t >= 0 && t < cfg.vocab_size, "profile-experts: {} line {}: token id {} outside the "
-                                                        "model's vocabulary [0, {})", a.prompts, no, t, cfg.vocab_size);
-        if (static_cast<int64_t>(ids.size()) > a.max_tokens_per_prompt) ids.resize(static_cast<size_t>(a.max_tokens_per_prompt));
+            ONECARD_CHECK(t >= 0 && t < cfg.vocab_size,
+                          "profile-experts: {} line {}: token id {} outside the "
+                          "model's vocabulary [0, {})",
+                          a.prompts, no, t, cfg.vocab_size);
+        if (static_cast<int64_t>(ids.size()) > a.max_tokens_per_prompt)
+            ids.resize(static_cast<size_t>(a.max_tokens_per_prompt));
         if (!ids.empty()) out.push_back(std::move(ids));
     }
     ONECARD_CHECK(!out.empty(), "profile-experts: --prompts '{}' holds no prompt", a.prompts);

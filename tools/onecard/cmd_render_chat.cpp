@@ -44,7 +44,8 @@ void add_cmd_render_chat(CLI::App& app) {
     cmd->add_option("--variant", args->variant, "encoder variant instead of config.json: v4 or 0731")
         ->check(CLI::IsMember({"v4", "0731"}));
     cmd->add_flag("--ids", args->ids, "print token ids (JSON array) using DIR/tokenizer.json");
-    cmd->add_flag("--jsonl", args->jsonl, "one request per input line; one JSON line (string, or id array) per request");
+    cmd->add_flag("--jsonl", args->jsonl,
+                  "one request per input line; one JSON line (string, or id array) per request");
     cmd->callback([args]() {
         ONECARD_CHECK(!args->model.empty() || !args->variant.empty(), "render-chat: give --model DIR or --variant");
         ONECARD_CHECK(!args->ids || !args->model.empty(), "render-chat: --ids needs --model DIR (its tokenizer.json)");

@@ -15,8 +15,10 @@
 #include "model/expert_profile.h"
 #include "model/weights.h"
 #include "onecard/engine.h"
+#include "serve_demo.h"
 #include "serve_front_flags.h"
 #include "serve_plan.h"
+#include "serve_prefix_cache.h"
 #include "server/access_control.h"
 #include "server/config_file.h"
 #include "server/generation_config.h"
@@ -26,8 +28,6 @@
 #include "server/startup_checks.h"
 #include "server/text_decoder.h"
 #include "server/vllm_compat.h"
-#include "serve_demo.h"
-#include "serve_prefix_cache.h"
 #include "tokenizer/tokenizer.h"
 
 #ifdef ONECARD_HAVE_CUDA
@@ -58,8 +58,8 @@ namespace fs = std::filesystem;
 struct ServeArgs {
     std::string model, tokenizer, config, numerics = "reference", test_script;
     std::vector<std::string> served_model_names;  // the first is the id in responses; all are accepted
-    std::string generation_config = "auto";  // auto | vllm | DIR (vLLM's --generation-config)
-    std::string device = "auto";  // auto | cpu | cuda
+    std::string generation_config = "auto";       // auto | vllm | DIR (vLLM's --generation-config)
+    std::string device = "auto";                  // auto | cpu | cuda
     bool demo = false;
     server::ServerOptions opts;
     FrontFlags front;  // the HTTP front end's deadlines (serve_front_flags.h)
@@ -72,11 +72,11 @@ struct ServeArgs {
     int64_t kv_cache_memory_bytes = 1LL << 30;
     double shutdown_timeout = 30.0;
     double gpu_headroom_gib = 2.0;
-    double gpu_memory_utilization = 0;  // > 0: the fraction of the GPU's total memory to plan (vLLM)
-    std::string expert_profile;         // use counts ranking experts for the GPU; written back at shutdown
-    int64_t expert_swap_interval = 256;  // hybrid: steps between re-placement checks (0 = never move experts)
+    double gpu_memory_utilization = 0;    // > 0: the fraction of the GPU's total memory to plan (vLLM)
+    std::string expert_profile;           // use counts ranking experts for the GPU; written back at shutdown
+    int64_t expert_swap_interval = 256;   // hybrid: steps between re-placement checks (0 = never move experts)
     std::string stream_experts = "auto";  // hybrid: host experts per layer staged over PCIe on large decode steps
-    int64_t stream_min_tokens = 32;      // ... on steps of at least this many tokens
+    int64_t stream_min_tokens = 32;       // ... on steps of at least this many tokens
     bool no_access_log = false;
     // vLLM compatibility (server/vllm_compat.h): the positional model, and flags onecard only checks.
     std::string model_positional;
@@ -84,26 +84,41 @@ struct ServeArgs {
     std::vector<std::string> allowed_origins;
     bool disable_uvicorn_access_log = false;
     uint64_t seed = 0;
-    bool enable_prefix_caching = true;  // vLLM's --enable-prefix-caching / --no-enable-prefix-caching
-    int64_t kv_offload_bytes = -1;      // host KV tier (-1: choose_kv_offload_bytes's default; 0: off)
+    bool enable_prefix_caching = true;   // vLLM's --enable-prefix-caching / --no-enable-prefix-caching
+    int64_t kv_offload_bytes = -1;       // host KV tier (-1: choose_kv_offload_bytes's default; 0: off)
     int64_t prefix_snapshot_bytes = -1;  // host RAM for state snapshots (-1: max(KV pool / 4, 2 GiB))
-    std::string kv_disk_dir;            // disk KV tier below it (empty: off)
-    int64_t kv_disk_bytes = 0;          // its bound (0 with a dir: half the filesystem's free space, at most 256 GiB)
-    std::string speculative_config;     // vLLM's --speculative-config JSON ("" -> off)
-    std::string load_format = "auto";   // vLLM's --load-format: auto | safetensors | dummy (random weights, GPU)
-    bool compat_bool = false;        // target of the accepted-and-ignored vLLM flags
-    std::string compat_value;        // target of the accepted-and-ignored vLLM options with a value
+    std::string kv_disk_dir;             // disk KV tier below it (empty: off)
+    int64_t kv_disk_bytes = 0;           // its bound (0 with a dir: half the filesystem's free space, at most 256 GiB)
+    std::string speculative_config;      // vLLM's --speculative-config JSON ("" -> off)
+    std::string load_format = "auto";    // vLLM's --load-format: auto | safetensors | dummy (random weights, GPU)
+    bool compat_bool = false;            // target of the accepted-and-ignored vLLM flags
+    std::string compat_value;            // target of the accepted-and-ignored vLLM options with a value
 };
 
 // vLLM flags accepted with no effect here, each named in one startup line when given. Every one of
 // them is either what onecard does anyway or does not change what a client gets back.
 constexpr const char* kIgnoredVllmFlags[] = {
-    "--trust-remote-code",      "--enable-auto-tool-choice",
-    "--disable-log-requests",   "--disable-log-stats",     "--enforce-eager",             "--enable-chunked-prefill",
-    "--no-enable-chunked-prefill", "--swap-space",         "--block-size",                "--download-dir",
-    "--tokenizer-mode",        "--distributed-executor-backend", "--disable-fastapi-docs",
-    "--tool-call-parser",       "--reasoning-parser",      "--kv-cache-dtype",            "--dtype",
-    "--tensor-parallel-size",   "--pipeline-parallel-size", "--data-parallel-size",       "--chat-template",
+    "--trust-remote-code",
+    "--enable-auto-tool-choice",
+    "--disable-log-requests",
+    "--disable-log-stats",
+    "--enforce-eager",
+    "--enable-chunked-prefill",
+    "--no-enable-chunked-prefill",
+    "--swap-space",
+    "--block-size",
+    "--download-dir",
+    "--tokenizer-mode",
+    "--distributed-executor-backend",
+    "--disable-fastapi-docs",
+    "--tool-call-parser",
+    "--reasoning-parser",
+    "--kv-cache-dtype",
+    "--dtype",
+    "--tensor-parallel-size",
+    "--pipeline-parallel-size",
+    "--data-parallel-size",
+    "--chat-template",
 };
 
 // Applies a JSON or YAML config file to every option the command line and environment left unset.
@@ -291,10 +306,12 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     // vLLM's --generation-config: the model's recommended sampling defaults, unless "vllm".
     so.sampling_defaults = server::resolve_generation_config(a.generation_config, model_dir.string());
     if (!so.sampling_defaults.empty())
-        std::fprintf(stderr, "serve: sampling defaults from generation_config.json: %s (--generation-config vllm "
-                             "ignores them)\n", so.sampling_defaults.describe().c_str());
-    info.served_model_name = a.served_model_names.empty() ? (a.model.empty() ? "onecard-demo" : a.model)
-                                                          : a.served_model_names.front();
+        std::fprintf(stderr,
+                     "serve: sampling defaults from generation_config.json: %s (--generation-config vllm "
+                     "ignores them)\n",
+                     so.sampling_defaults.describe().c_str());
+    info.served_model_name =
+        a.served_model_names.empty() ? (a.model.empty() ? "onecard-demo" : a.model) : a.served_model_names.front();
     if (a.served_model_names.size() > 1)
         info.model_aliases.assign(a.served_model_names.begin() + 1, a.served_model_names.end());
     info.root = model_dir.string();
@@ -325,9 +342,8 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     } stop_http{srv, http};
     {
         const std::string scheme = srv.is_tls() ? "https" : "http";
-        nlohmann::json listening = {{"event", "listening"},
-                                    {"url", scheme + "://" + so.host + ":" + std::to_string(port)},
-                                    {"port", port}};
+        nlohmann::json listening = {
+            {"event", "listening"}, {"url", scheme + "://" + so.host + ":" + std::to_string(port)}, {"port", port}};
         // On stderr: stdout's first JSON line stays the ready line that scripts wait for.
         std::fprintf(stderr, "%s\nserve: listening on %s:%d; the probes answer 503 while the model loads\n",
                      listening.dump().c_str(), so.host.c_str(), port);
@@ -347,15 +363,18 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         const uint64_t dummy_seed = a.seed == 0 ? 1 : a.seed;
         std::optional<Checkpoint> ckpt;
         if (dummy)
-            std::fprintf(stderr, "serve: --load-format dummy: random weights of %s's shape, made on the GPU (seed %llu)\n",
+            std::fprintf(stderr,
+                         "serve: --load-format dummy: random weights of %s's shape, made on the GPU (seed %llu)\n",
                          (model_dir / "config.json").c_str(), static_cast<unsigned long long>(dummy_seed));
         else
             ckpt = Checkpoint::open(model_dir);  // headers only so far: nothing is uploaded yet
         if (!a.expert_profile.empty() && fs::exists(a.expert_profile)) {
             profile = ExpertUseProfile::load_for(a.expert_profile, cfg->num_hidden_layers, cfg->n_routed_experts);
         } else if (!a.expert_profile.empty()) {
-            std::fprintf(stderr, "serve: no expert profile at %s yet: uniform placement; the picks counted while "
-                                 "serving are written there at shutdown\n", a.expert_profile.c_str());
+            std::fprintf(stderr,
+                         "serve: no expert profile at %s yet: uniform placement; the picks counted while "
+                         "serving are written there at shutdown\n",
+                         a.expert_profile.c_str());
         }
         // The plan first: a model that fits neither the GPU nor the GPU plus host RAM is refused
         // here, with its numbers, before a byte is uploaded.
@@ -427,8 +446,9 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
                       "serve: --load-format dummy makes random weights on the GPU; the CPU backend reads a checkpoint "
                       "(make one with `onecard synth`)");
         if (a.gpu_memory_utilization > 0 || !a.expert_profile.empty())
-            std::fprintf(stderr, "serve: --gpu-memory-utilization and --expert-profile have no effect on the CPU "
-                                 "backend (the CPU reference keeps every expert in host memory)\n");
+            std::fprintf(stderr,
+                         "serve: --gpu-memory-utilization and --expert-profile have no effect on the CPU "
+                         "backend (the CPU reference keeps every expert in host memory)\n");
         Checkpoint ckpt = Checkpoint::open(model_dir);
         ModelWeights w = bind_weights(*cfg, ckpt);
         for (const auto& f : fs::directory_iterator(model_dir))
@@ -460,8 +480,8 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         on_gpu = cuda_runner != nullptr;
 #endif
         PrefixTierFlags f{a.prefix_snapshot_bytes, a.kv_offload_bytes, a.kv_disk_dir, a.kv_disk_bytes};
-        std::fputs(configure_prefix_tiers(ec, f, on_gpu, kv_disk_model_id(model_dir, a.load_format == "dummy",
-                                                                          a.seed == 0 ? 1 : a.seed))
+        std::fputs(configure_prefix_tiers(
+                       ec, f, on_gpu, kv_disk_model_id(model_dir, a.load_format == "dummy", a.seed == 0 ? 1 : a.seed))
                        .c_str(),
                    stderr);
     } else if (!a.kv_disk_dir.empty() || a.kv_offload_bytes > 0) {
@@ -474,8 +494,9 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     else if (runner_caches)
         std::fputs(prefix_cache_report(engine, ec).c_str(), stderr);
     else if (prefix_caching_asked)
-        std::fprintf(stderr, "serve: --enable-prefix-caching: not supported by the %s; serving without a prefix "
-                             "cache\n",
+        std::fprintf(stderr,
+                     "serve: --enable-prefix-caching: not supported by the %s; serving without a prefix "
+                     "cache\n",
                      test_mode ? "test-script runner" : "CPU backend in exact numerics");
     std::fprintf(stderr, "serve: engine up (%lld KV blocks); warming up\n",
                  static_cast<long long>(engine.stats().n_total_kv_blocks));
@@ -521,10 +542,11 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     const std::string scheme = srv.is_tls() ? "https" : "http";
     std::fputs(plan_line.c_str(), stdout);
     std::fputs(device_line.c_str(), stdout);
-    std::printf("onecard serve: %s on %s://%s:%d (%s), max_model_len %lld, max_num_seqs %lld, ready in %.2fs\n",
-                info.served_model_name.c_str(), scheme.c_str(), so.host.c_str(), port,
-                test_mode ? "TEST SCRIPT, no model" : (a.numerics + (model ? " numerics, CPU" : " numerics, CUDA")).c_str(), static_cast<long long>(max_len),
-                static_cast<long long>(a.max_num_seqs), ready_s);
+    std::printf(
+        "onecard serve: %s on %s://%s:%d (%s), max_model_len %lld, max_num_seqs %lld, ready in %.2fs\n",
+        info.served_model_name.c_str(), scheme.c_str(), so.host.c_str(), port,
+        test_mode ? "TEST SCRIPT, no model" : (a.numerics + (model ? " numerics, CPU" : " numerics, CUDA")).c_str(),
+        static_cast<long long>(max_len), static_cast<long long>(a.max_num_seqs), ready_s);
     nlohmann::json line = {{"event", "ready"},
                            {"model", info.served_model_name},
                            {"root", info.root},
@@ -607,7 +629,8 @@ void add_cmd_serve(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat, completions, tools, metrics)");
     auto& o = a->opts;
     cmd->add_option("--model", a->model, "checkpoint directory (default: the demo checkpoint)");
-    cmd->add_flag("--demo", a->demo, "serve the trained demo model (models/demo; else a random-weight one in ~/.cache/onecard)");
+    cmd->add_flag("--demo", a->demo,
+                  "serve the trained demo model (models/demo; else a random-weight one in ~/.cache/onecard)");
     cmd->add_option("--tokenizer", a->tokenizer, "tokenizer.json (default: <model>/tokenizer.json)");
     cmd->add_option("--served-model-name", a->served_model_names,
                     "model id(s) clients use, as in vLLM: the first names the model in responses and metrics, every "
@@ -664,7 +687,9 @@ void add_cmd_serve(CLI::App& app) {
             return d < 0 ? "must not be negative, got " + v + " (a negative limit does not mean 'no limit')" : "";
         },
         ">=0");
-    cmd->add_option("--http-threads", o.http_threads, "threads serving complete requests (default max-num-seqs + max-queued-requests + 16); idle or slow connections use none")
+    cmd->add_option("--http-threads", o.http_threads,
+                    "threads serving complete requests (default max-num-seqs + max-queued-requests + 16); idle or slow "
+                    "connections use none")
         ->check(non_negative);
     cmd->add_option("--max-body-bytes", o.max_body_bytes,
                     "largest request body, 1 B to 1 GiB and at most --max-buffered-body-bytes; larger gets 413 "
@@ -740,16 +765,16 @@ void add_cmd_serve(CLI::App& app) {
     cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", a->enable_prefix_caching,
                   "automatic prefix caching (default on; the CPU backend in reference numerics has it, the CUDA "
                   "backend not yet)");
-    for (const char* f : {"--trust-remote-code", "--enable-auto-tool-choice", "--disable-log-requests", "--disable-log-stats",
-                          "--enforce-eager", "--enable-chunked-prefill", "--no-enable-chunked-prefill",
-                          "--disable-fastapi-docs"})
+    for (const char* f :
+         {"--trust-remote-code", "--enable-auto-tool-choice", "--disable-log-requests", "--disable-log-stats",
+          "--enforce-eager", "--enable-chunked-prefill", "--no-enable-chunked-prefill", "--disable-fastapi-docs"})
         cmd->add_flag(f, a->compat_bool, "vLLM: accepted, no effect in onecard")->group("vLLM compatibility");
     cmd->add_option("--load-format", a->load_format,
                     "vLLM: auto | safetensors (the checkpoint's weights) or dummy (random weights of config.json's "
                     "shape made on the GPU, for benchmarks; --seed picks them)")
         ->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
-    for (const char* f : {"--swap-space", "--block-size", "--download-dir", "--tokenizer-mode",
-                          "--distributed-executor-backend"})
+    for (const char* f :
+         {"--swap-space", "--block-size", "--download-dir", "--tokenizer-mode", "--distributed-executor-backend"})
         cmd->add_option(f, a->compat_value, "vLLM: accepted, no effect in onecard")->group("vLLM compatibility");
     // Environment: ONECARD_<FLAG> for every flag (--max-model-len -> ONECARD_MAX_MODEL_LEN).
     for (CLI::Option* opt : cmd->get_options()) {

@@ -37,7 +37,8 @@ void run(ValidateArgs& a) {
     client::HttpClient http(a.o.ep);
     Json method = client::run_method(http, a.o.ep);
     ONECARD_CHECK(!method["models"].is_null() || !a.o.model.empty(),
-                  "validate: {} did not answer /v1/models; is it up? (pass --model to skip the lookup)", a.o.ep.base_url);
+                  "validate: {} did not answer /v1/models; is it up? (pass --model to skip the lookup)",
+                  a.o.ep.base_url);
     if (a.o.model.empty()) a.o.model = client::first_model_id(method["models"]);
     std::vector<std::string> gates;
     std::stringstream ss(a.gates);
@@ -93,8 +94,9 @@ void run(ValidateArgs& a) {
 void add_cmd_validate(CLI::App& app) {
     auto a = std::make_shared<ValidateArgs>();
     auto& o = a->o;
-    auto* cmd = app.add_subcommand("validate", "validation gates against an OpenAI-compatible endpoint "
-                                               "(exit status = number of failed gates)");
+    auto* cmd = app.add_subcommand("validate",
+                                   "validation gates against an OpenAI-compatible endpoint "
+                                   "(exit status = number of failed gates)");
     cmd->add_option("--base-url", o.ep.base_url, "server to validate, e.g. http://127.0.0.1:8000")->required();
     cmd->add_option("--api-key", o.ep.api_key, "bearer token (default: $OPENAI_API_KEY)");
     cmd->add_option("--model", o.model, "model name to send (default: the first of /v1/models)");
@@ -104,7 +106,8 @@ void add_cmd_validate(CLI::App& app) {
     cmd->add_option("--out", a->out, "write the JSON report");
     cmd->add_flag("--no-progress", a->no_progress,
                   "no live progress line (it is drawn only when stderr is a terminal)");
-    cmd->add_option("--seed", o.seed, "fixes the per-run nonces (needles, prompts); 0: new each run")->capture_default_str();
+    cmd->add_option("--seed", o.seed, "fixes the per-run nonces (needles, prompts); 0: new each run")
+        ->capture_default_str();
     cmd->add_option("--timeout", o.ep.timeout_s, "per-request read timeout in seconds")->capture_default_str();
     cmd->add_option("--fixtures", o.fixtures_path, "tool-call fixture file (default: the built-in set)");
     cmd->add_option("--tool-concurrency", o.tool_concurrency, "concurrent fixture requests")->capture_default_str();
@@ -116,7 +119,8 @@ void add_cmd_validate(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--capacity-streams", o.capacity_streams, "concurrent streams of the capacity gate")
         ->capture_default_str();
-    cmd->add_option("--capacity-max-tokens", o.capacity_max_tokens, "tokens per capacity stream")->capture_default_str();
+    cmd->add_option("--capacity-max-tokens", o.capacity_max_tokens, "tokens per capacity stream")
+        ->capture_default_str();
     cmd->add_option("--replay-prompt-len", o.replay_prompt_len, "prompt tokens of the replay request")
         ->capture_default_str();
     cmd->add_option("--replay-max-tokens", o.replay_max_tokens, "tokens compared by the replay gate")
@@ -137,7 +141,8 @@ void add_cmd_validate(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--needle-len", o.needle_len, "prompt tokens of the needle request")->capture_default_str();
     cmd->add_option("--needles", o.n_needles, "needles hidden in the prompt")->capture_default_str();
-    cmd->add_option("--needle-max-tokens", o.needle_max_tokens, "max_tokens of the needle answer")->capture_default_str();
+    cmd->add_option("--needle-max-tokens", o.needle_max_tokens, "max_tokens of the needle answer")
+        ->capture_default_str();
     cmd->callback([a] {
         if (a->o.ep.api_key.empty())
             if (const char* k = std::getenv("OPENAI_API_KEY")) a->o.ep.api_key = k;

@@ -29,8 +29,10 @@ fs::path cache_dir() {
 
 fs::path find_trained_demo() {
     if (const char* env = std::getenv("ONECARD_DEMO_MODEL"); env != nullptr && *env != '\0') {
-        ONECARD_CHECK(is_checkpoint(env), "ONECARD_DEMO_MODEL='{}' is not a checkpoint directory (config.json and "
-                                          "tokenizer.json)", env);
+        ONECARD_CHECK(is_checkpoint(env),
+                      "ONECARD_DEMO_MODEL='{}' is not a checkpoint directory (config.json and "
+                      "tokenizer.json)",
+                      env);
         return env;
     }
     std::vector<fs::path> tried;
@@ -57,8 +59,9 @@ fs::path ensure_demo(bool need_weights, bool scripted) {
             std::fprintf(stderr, "serve: the trained demo model %s\n", trained.c_str());
             return trained;
         }
-        std::fprintf(stderr, "serve: models/demo not found (set ONECARD_DEMO_MODEL); serving the random-weight "
-                             "small checkpoint instead\n");
+        std::fprintf(stderr,
+                     "serve: models/demo not found (set ONECARD_DEMO_MODEL); serving the random-weight "
+                     "small checkpoint instead\n");
     }
     const fs::path dir = cache_dir();
     if (!fs::exists(dir / "tokenizer.json")) {

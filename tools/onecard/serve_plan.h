@@ -16,14 +16,15 @@ struct ServePlanInputs {
     int64_t max_model_len = 8192;
     int64_t max_num_seqs = 16;
     int64_t max_num_batched_tokens = 2048;
-    int64_t kv_block_size = 128;    // the engine's (EngineConfig::kv_block_size)
-    int64_t kv_cache_bytes = 0;     // > 0: the KV pool the user asked for; 0 = what is left
+    int64_t kv_block_size = 128;  // the engine's (EngineConfig::kv_block_size)
+    int64_t kv_cache_bytes = 0;   // > 0: the KV pool the user asked for; 0 = what is left
     double gpu_memory_utilization = 0;
     double headroom_gib = 2.0;
     const ExpertUseProfile* profile = nullptr;  // not owned
     bool count_expert_picks = false;            // the runner keeps pick counts (a few KB of workspace)
     bool count_picks_if_hybrid = false;         // ... also when some experts end up in host RAM (re-placement)
-    int64_t stream_experts = -1;                // host experts per layer staged over PCIe on large decode steps (-1: default_stream_experts)
+    int64_t stream_experts =
+        -1;  // host experts per layer staged over PCIe on large decode steps (-1: default_stream_experts)
 };
 
 #ifdef ONECARD_HAVE_CUDA

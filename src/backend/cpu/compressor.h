@@ -27,8 +27,8 @@ public:
     int64_t head_dim() const { return head_dim_; }
     bool overlap() const { return ratio_ == 4; }
     int64_t row_width() const { return overlap() ? 2 * head_dim_ : head_dim_; }  // c·d
-    int64_t n_tokens() const { return n_tokens_; }                                // tokens pushed so far
-    int64_t n_entries() const { return n_tokens_ / ratio_; }                      // windows closed so far
+    int64_t n_tokens() const { return n_tokens_; }                               // tokens pushed so far
+    int64_t n_entries() const { return n_tokens_ / ratio_; }                     // windows closed so far
 
     // Pushes the token at position n_tokens(): kv, score [row_width()] with score = wgate·x + ape[pos % ratio].
     // Returns true if this token closed window w = pos / ratio; `entry` [head_dim] then holds its pooled,

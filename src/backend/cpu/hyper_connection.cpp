@@ -10,7 +10,9 @@
 namespace onecard::cpu {
 namespace {
 
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float sigmoid(float x) {
+    return 1.0f / (1.0f + std::exp(-x));
+}
 
 }  // namespace
 
@@ -91,8 +93,8 @@ void hc_post(const float* a, const float* post, const float* comb, const HCParam
     std::copy(mixed.begin(), mixed.end(), X);
 }
 
-void hc_head(const float* X, const float* fn, const float* base, const float* scale, int64_t n_tok,
-             const HCParams& p, float* y) {
+void hc_head(const float* X, const float* fn, const float* base, const float* scale, int64_t n_tok, const HCParams& p,
+             float* y) {
     std::vector<float> mixes(static_cast<size_t>(n_tok * p.hc));
     hc_mixes(X, fn, n_tok, p.hc, p, mixes.data());
     std::vector<float> pre(static_cast<size_t>(p.hc));

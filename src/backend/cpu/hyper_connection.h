@@ -8,11 +8,11 @@
 namespace onecard::cpu {
 
 struct HCParams {
-    int64_t hc = 4;           // streams
-    int64_t dim = 0;          // D
+    int64_t hc = 4;   // streams
+    int64_t dim = 0;  // D
     int64_t sinkhorn_iters = 20;
     float hc_eps = 1e-6f;
-    float norm_eps = 1e-6f;   // rms_norm_eps of the input normalisation
+    float norm_eps = 1e-6f;  // rms_norm_eps of the input normalisation
 };
 
 // mixes[n_tok, n_mix] = rmsnorm_unweighted(flatten(X)) · fnᵀ for X [n_tok, hc, D], fn [n_mix, hc·D].
@@ -33,7 +33,7 @@ void hc_post(const float* a, const float* post, const float* comb, const HCParam
 
 // LM-head collapse of X [n_tok, hc, D] -> y [n_tok, D]: pre = sigmoid(mix·scale[0] + base) + eps,
 // fn [hc, hc·D], base [hc], scale [1]. No post, no Sinkhorn.
-void hc_head(const float* X, const float* fn, const float* base, const float* scale, int64_t n_tok,
-             const HCParams& p, float* y);
+void hc_head(const float* X, const float* fn, const float* base, const float* scale, int64_t n_tok, const HCParams& p,
+             float* y);
 
 }  // namespace onecard::cpu

@@ -13,7 +13,9 @@ void indexer_scores(const float* q, const float* weights, const float* keys, int
                     int64_t head_dim, float softmax_scale, float* scores);
 
 // Entries a query at `pos` may see: w < floor((pos + 1) / ratio) (causal mask on compressed entries).
-inline int64_t n_visible_entries(int64_t pos, int64_t ratio) { return (pos + 1) / ratio; }
+inline int64_t n_visible_entries(int64_t pos, int64_t ratio) {
+    return (pos + 1) / ratio;
+}
 
 // Indices of the min(k, n_visible) highest scores among scores[0, n_visible), in ascending index
 // order. Ties go to the lower index, so the choice is deterministic.

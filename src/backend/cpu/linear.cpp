@@ -39,8 +39,8 @@ RangeKernel pick_kernel(bool allow_avx2) {
     return matmul_nt_range_generic;
 }
 
-void matmul_nt_impl(const float* x, const float* w, float* y, int64_t n, int64_t k, int64_t m, int64_t ldx,
-                    int64_t ldy, bool allow_avx2) {
+void matmul_nt_impl(const float* x, const float* w, float* y, int64_t n, int64_t k, int64_t m, int64_t ldx, int64_t ldy,
+                    bool allow_avx2) {
     if (n == 0 || m == 0) return;
     if (ldx == 0) ldx = k;
     if (ldy == 0) ldy = m;
@@ -67,8 +67,7 @@ void matmul_nt_impl(const float* x, const float* w, float* y, int64_t n, int64_t
 
 }  // namespace
 
-void matmul_nt(const float* x, const float* w, float* y, int64_t n, int64_t k, int64_t m, int64_t ldx,
-               int64_t ldy) {
+void matmul_nt(const float* x, const float* w, float* y, int64_t n, int64_t k, int64_t m, int64_t ldx, int64_t ldy) {
     matmul_nt_impl(x, w, y, n, k, m, ldx, ldy, /*allow_avx2=*/true);
 }
 
@@ -157,8 +156,8 @@ std::vector<float> dequant_linear(const TensorView& weight, const TensorView& sc
         const int64_t n_in = weight.shape[1];
         ONECARD_CHECK(scale.dtype == DType::F8_E8M0 && scale.shape.size() == 2 &&
                           scale.shape[0] == (n_out + 127) / 128 && scale.shape[1] == (n_in + 127) / 128,
-                      "tensor {}: FP8 block scale must be F8_E8M0 [{}, {}], got {} {}", scale.name,
-                      (n_out + 127) / 128, (n_in + 127) / 128, dtype_name(scale.dtype), shape_str(scale.shape));
+                      "tensor {}: FP8 block scale must be F8_E8M0 [{}, {}], got {} {}", scale.name, (n_out + 127) / 128,
+                      (n_in + 127) / 128, dtype_name(scale.dtype), shape_str(scale.shape));
         return dequant_fp8_block(weight.as<uint8_t>(), scale.as<uint8_t>(), n_out, n_in, 128);
     }
     if (weight.dtype == DType::I8 || weight.dtype == DType::U8) {

@@ -54,15 +54,16 @@ DeviceArena& DeviceArena::operator=(DeviceArena&& other) noexcept {
 
 void* DeviceArena::alloc(size_t bytes, std::string_view tag, size_t align) {
     ONECARD_CHECK(base_ != nullptr, "device arena '{}': alloc '{}' on a moved-from arena", name_, tag);
-    ONECARD_CHECK(align > 0 && (align & (align - 1)) == 0, "device arena '{}': alignment {} of '{}' is not a power of two",
-                  name_, align, tag);
+    ONECARD_CHECK(align > 0 && (align & (align - 1)) == 0,
+                  "device arena '{}': alignment {} of '{}' is not a power of two", name_, align, tag);
     // The base is 256-aligned (cudaMalloc); larger alignments are taken relative to the address.
     const auto addr = reinterpret_cast<uintptr_t>(base_) + used_;
     const size_t pad = (align - addr % align) % align;
     const size_t offset = used_ + pad;
     if (offset > capacity_ || bytes > capacity_ - offset) {
-        fail("device arena '{}': '{}' needs {} bytes ({:.3f} GiB) but only {} bytes are left of {} ({} allocations)", name_,
-             tag, bytes, bytes / 1073741824.0, capacity_ - std::min(offset, capacity_), capacity_, allocations_.size());
+        fail("device arena '{}': '{}' needs {} bytes ({:.3f} GiB) but only {} bytes are left of {} ({} allocations)",
+             name_, tag, bytes, bytes / 1073741824.0, capacity_ - std::min(offset, capacity_), capacity_,
+             allocations_.size());
     }
     allocations_.push_back({std::string(tag), offset, bytes});
     used_ = offset + bytes;
@@ -71,8 +72,8 @@ void* DeviceArena::alloc(size_t bytes, std::string_view tag, size_t align) {
 
 void DeviceArena::release(const Mark& m) {
     ONECARD_CHECK(m.n_allocations <= allocations_.size() && m.used <= used_,
-                  "device arena '{}': release to a mark ({} allocations, {} bytes) past the current state ({}, {})", name_,
-                  m.n_allocations, m.used, allocations_.size(), used_);
+                  "device arena '{}': release to a mark ({} allocations, {} bytes) past the current state ({}, {})",
+                  name_, m.n_allocations, m.used, allocations_.size(), used_);
     allocations_.resize(m.n_allocations);
     used_ = m.used;
 }
@@ -82,11 +83,11 @@ void DeviceArena::check_integrity() const {
     size_t end = 0;
     for (size_t i = 0; i < allocations_.size(); ++i) {
         const Allocation& a = allocations_[i];
-        ONECARD_CHECK(a.offset >= end, "device arena '{}': allocation {} '{}' at {} overlaps the previous end {}", name_, i,
-                      a.tag, a.offset, end);
+        ONECARD_CHECK(a.offset >= end, "device arena '{}': allocation {} '{}' at {} overlaps the previous end {}",
+                      name_, i, a.tag, a.offset, end);
         ONECARD_CHECK(a.bytes <= capacity_ && a.offset <= capacity_ - a.bytes,
-                      "device arena '{}': allocation {} '{}' [{}, +{}) runs past capacity {}", name_, i, a.tag, a.offset,
-                      a.bytes, capacity_);
+                      "device arena '{}': allocation {} '{}' [{}, +{}) runs past capacity {}", name_, i, a.tag,
+                      a.offset, a.bytes, capacity_);
         end = a.offset + a.bytes;
     }
     ONECARD_CHECK(used_ == end, "device arena '{}': used {} does not match the end of the last allocation {}", name_,

@@ -15,18 +15,18 @@ namespace onecard::cuda {
 }  // namespace onecard::cuda
 
 // CUDA_CHECK(cudaMemcpy(...)): throws onecard::Error if the call does not return cudaSuccess.
-#define CUDA_CHECK(call)                                                                  \
-    do {                                                                                  \
-        const cudaError_t onecard_cuda_err_ = (call);                                     \
-        if (onecard_cuda_err_ != cudaSuccess)                                             \
+#define CUDA_CHECK(call)                                                                     \
+    do {                                                                                     \
+        const cudaError_t onecard_cuda_err_ = (call);                                        \
+        if (onecard_cuda_err_ != cudaSuccess)                                                \
             ::onecard::cuda::throw_cuda_error(onecard_cuda_err_, #call, __FILE__, __LINE__); \
     } while (0)
 
 // After every kernel launch: catches bad launch configurations at once (cudaGetLastError) without
 // synchronising; execution faults surface at the next checked synchronising call.
-#define CUDA_CHECK_LAUNCH(name)                                                           \
-    do {                                                                                  \
-        const cudaError_t onecard_cuda_err_ = cudaGetLastError();                         \
-        if (onecard_cuda_err_ != cudaSuccess)                                             \
+#define CUDA_CHECK_LAUNCH(name)                                                                          \
+    do {                                                                                                 \
+        const cudaError_t onecard_cuda_err_ = cudaGetLastError();                                        \
+        if (onecard_cuda_err_ != cudaSuccess)                                                            \
             ::onecard::cuda::throw_cuda_error(onecard_cuda_err_, "launch of " name, __FILE__, __LINE__); \
     } while (0)

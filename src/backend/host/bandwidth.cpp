@@ -50,10 +50,10 @@ double measure_host_read_bandwidth(int n_threads, size_t bytes, int repeats) {
                   "host read bandwidth: bad arguments (threads {}, bytes {}, repeats {})", n_threads, bytes, repeats);
     const bool avx2 = isa_supported(Isa::Avx2);
     const size_t n_words = bytes / sizeof(uint64_t);
-    auto* words = static_cast<uint64_t*>(::operator new(n_words * sizeof(uint64_t), std::align_val_t{64}));
+    auto* words = static_cast<uint64_t*>(::operator new (n_words * sizeof(uint64_t), std::align_val_t{64}));
     struct Free {
         uint64_t* p;
-        ~Free() { ::operator delete(p, std::align_val_t{64}); }
+        ~Free() { ::operator delete (p, std::align_val_t{64}); }
     } free_words{words};
 
     // Slices are whole 64-byte lines; passes start together on a generation counter and end when

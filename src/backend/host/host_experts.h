@@ -46,10 +46,10 @@ struct HostExpertPair {
     uint16_t* out = nullptr;  // [dim] bf16 bits
 };
 struct HostMoeJob {
-    int64_t dim = 0, inter = 0;  // D, I (multiples of 128)
-    float swiglu_limit = 0;      // <= 0: no clamp
-    const uint8_t* xq = nullptr; // [n_tokens, dim] E4M3 (OCP e4m3fn)
-    const float* xs = nullptr;   // [n_tokens, dim/128] block scales (powers of two)
+    int64_t dim = 0, inter = 0;   // D, I (multiples of 128)
+    float swiglu_limit = 0;       // <= 0: no clamp
+    const uint8_t* xq = nullptr;  // [n_tokens, dim] E4M3 (OCP e4m3fn)
+    const float* xs = nullptr;    // [n_tokens, dim/128] block scales (powers of two)
     int64_t n_tokens = 0;
     const HostExpertPair* pairs = nullptr;
     int64_t n_pairs = 0;

@@ -32,9 +32,12 @@ const CpuFeatures& cpu_features() {
 
 bool isa_supported(Isa isa) {
     switch (isa) {
-        case Isa::Scalar: return true;
-        case Isa::Avx2: return cpu_features().avx2_fma;
-        case Isa::Avx512: return cpu_features().avx512;
+        case Isa::Scalar:
+            return true;
+        case Isa::Avx2:
+            return cpu_features().avx2_fma;
+        case Isa::Avx512:
+            return cpu_features().avx512;
     }
     return false;
 }
@@ -47,16 +50,21 @@ Isa best_isa() {
 
 const char* isa_name(Isa isa) {
     switch (isa) {
-        case Isa::Scalar: return "scalar";
-        case Isa::Avx2: return "avx2";
-        case Isa::Avx512: return "avx512";
+        case Isa::Scalar:
+            return "scalar";
+        case Isa::Avx2:
+            return "avx2";
+        case Isa::Avx512:
+            return "avx512";
     }
     return "?";
 }
 
 namespace detail {
 
-bool cpu_has_avx512_bf16() { return cpu_features().avx512_bf16; }
+bool cpu_has_avx512_bf16() {
+    return cpu_features().avx512_bf16;
+}
 
 const std::vector<DotKernel>& dot_kernels() {
     static const std::vector<DotKernel> k = {
@@ -68,14 +76,19 @@ const std::vector<DotKernel>& dot_kernels() {
     return k;
 }
 
-bool kernel_supported(const DotKernel& k) { return isa_supported(k.isa) && (!k.needs_bf16 || cpu_has_avx512_bf16()); }
+bool kernel_supported(const DotKernel& k) {
+    return isa_supported(k.isa) && (!k.needs_bf16 || cpu_has_avx512_bf16());
+}
 
 int kernel_index_for(Isa isa, bool allow_bf16) {
     ONECARD_CHECK(isa_supported(isa), "host experts: ISA {} is not supported by this CPU", isa_name(isa));
     switch (isa) {
-        case Isa::Scalar: return 0;
-        case Isa::Avx2: return 1;
-        case Isa::Avx512: return allow_bf16 && cpu_has_avx512_bf16() ? 3 : 2;
+        case Isa::Scalar:
+            return 0;
+        case Isa::Avx2:
+            return 1;
+        case Isa::Avx512:
+            return allow_bf16 && cpu_has_avx512_bf16() ? 3 : 2;
     }
     return 0;
 }
@@ -86,7 +99,9 @@ size_t layout_bytes(VecLayout layout, int64_t n) {
 
 void to_layout(VecLayout layout, const float* x, int64_t n, void* dst) {
     switch (layout) {
-        case VecLayout::F32Natural: std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float)); return;
+        case VecLayout::F32Natural:
+            std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float));
+            return;
         case VecLayout::F32Split: {
             float* d = static_cast<float*>(dst);
             for (int64_t g = 0; g < n; g += 32)

@@ -34,9 +34,9 @@ namespace onecard::host::detail {
 
 // How a kernel wants its input vector laid out (phase A and phase C write this layout directly).
 enum class VecLayout {
-    F32Natural,  // fp32 [n]
-    F32Split,    // fp32 [n]: per 32-group, the 16 even elements then the 16 odd ones
-    Bf16Natural, // bf16 [n] (uint16 bits)
+    F32Natural,   // fp32 [n]
+    F32Split,     // fp32 [n]: per 32-group, the 16 even elements then the 16 odd ones
+    Bf16Natural,  // bf16 [n] (uint16 bits)
 };
 size_t layout_bytes(VecLayout layout, int64_t n);
 // Writes natural fp32 x[n] (n a multiple of 32) in `layout` at dst (bf16: round to nearest even).
@@ -54,7 +54,7 @@ using DotRowsMultiFn = void (*)(const uint8_t* packed, const uint8_t* scale, int
 
 struct DotKernel {
     const char* name;
-    Isa isa;  // the ISA level it needs
+    Isa isa;          // the ISA level it needs
     bool needs_bf16;  // also needs avx512_bf16
     VecLayout layout;
     DotRowsFn fn;
@@ -76,8 +76,8 @@ void dot_rows_avx2(const uint8_t* packed, const uint8_t* scale, int64_t n_in, in
                    float* out);
 void dot_rows_avx512(const uint8_t* packed, const uint8_t* scale, int64_t n_in, int64_t n_rows, const void* x,
                      float* out);
-void dot_rows_avx512_bf16(const uint8_t* packed, const uint8_t* scale, int64_t n_in, int64_t n_rows,
-                          const void* x, float* out);
+void dot_rows_avx512_bf16(const uint8_t* packed, const uint8_t* scale, int64_t n_in, int64_t n_rows, const void* x,
+                          float* out);
 void dot_multi_scalar(const uint8_t* packed, const uint8_t* scale, int64_t n_in, int64_t n_rows, const void* const* x,
                       int n_vec, float* const* out);
 void dot_multi_avx2(const uint8_t* packed, const uint8_t* scale, int64_t n_in, int64_t n_rows, const void* const* x,
@@ -124,9 +124,12 @@ inline constexpr std::array<float, 256> make_half_scale_table() {
     std::array<float, 256> t{};
     for (int s = 0; s < 256; ++s) {
         uint32_t bits = 0;
-        if (s == 255) bits = 0x7FC00000u;
-        else if (s >= 2) bits = static_cast<uint32_t>(s - 1) << 23;  // biased exponent s-1 = 2^(s-128)
-        else bits = s == 1 ? 0x00400000u : 0x00200000u;              // 2^-127, 2^-128: subnormal
+        if (s == 255)
+            bits = 0x7FC00000u;
+        else if (s >= 2)
+            bits = static_cast<uint32_t>(s - 1) << 23;  // biased exponent s-1 = 2^(s-128)
+        else
+            bits = s == 1 ? 0x00400000u : 0x00200000u;  // 2^-127, 2^-128: subnormal
         t[s] = std::bit_cast<float>(bits);
     }
     return t;

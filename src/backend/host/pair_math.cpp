@@ -12,10 +12,9 @@
 namespace onecard::host {
 
 void validate_job(const HostMoeJob& job) {
-    ONECARD_CHECK(job.dim > 0 && job.dim % 128 == 0, "host moe job: dim {} is not a positive multiple of 128",
-                  job.dim);
-    ONECARD_CHECK(job.inter > 0 && job.inter % 128 == 0,
-                  "host moe job: inter {} is not a positive multiple of 128", job.inter);
+    ONECARD_CHECK(job.dim > 0 && job.dim % 128 == 0, "host moe job: dim {} is not a positive multiple of 128", job.dim);
+    ONECARD_CHECK(job.inter > 0 && job.inter % 128 == 0, "host moe job: inter {} is not a positive multiple of 128",
+                  job.inter);
     ONECARD_CHECK(job.n_tokens >= 0 && job.n_pairs >= 0, "host moe job: negative count (n_tokens {}, n_pairs {})",
                   job.n_tokens, job.n_pairs);
     ONECARD_CHECK(std::isfinite(job.swiglu_limit), "host moe job: swiglu_limit is not finite");
@@ -64,8 +63,8 @@ float ue8m0_scale_e4m3(float amax) {
 }
 }  // namespace
 
-void swiglu_quant_block(const float* g_in, const float* u_in, float weight, float limit, float* h_deq,
-                        uint8_t* codes, float* scale_out) {
+void swiglu_quant_block(const float* g_in, const float* u_in, float weight, float limit, float* h_deq, uint8_t* codes,
+                        float* scale_out) {
     float h[128];
     float amax = 0.0f;
     for (int i = 0; i < 128; ++i) {

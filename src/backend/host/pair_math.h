@@ -25,6 +25,8 @@ inline uint16_t bf16_bits(float f) {
     b += 0x7FFFu + ((b >> 16) & 1u);
     return static_cast<uint16_t>(b >> 16);
 }
-inline float bf16_value(float f) { return __builtin_bit_cast(float, static_cast<uint32_t>(bf16_bits(f)) << 16); }
+inline float bf16_value(float f) {
+    return __builtin_bit_cast(float, static_cast<uint32_t>(bf16_bits(f)) << 16);
+}
 
 }  // namespace onecard::host::detail

@@ -63,7 +63,7 @@ public:
     void reserve(size_t bytes) {  // grows only: steady-state jobs allocate nothing
         if (bytes <= cap_) return;
         release();
-        ptr_ = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{64}));
+        ptr_ = static_cast<std::byte*>(::operator new (bytes, std::align_val_t{64}));
         cap_ = bytes;
     }
     std::byte* data() const { return ptr_; }
@@ -71,7 +71,7 @@ public:
 
 private:
     void release() {
-        if (ptr_) ::operator delete(ptr_, std::align_val_t{64});
+        if (ptr_) ::operator delete (ptr_, std::align_val_t{64});
         ptr_ = nullptr;
         cap_ = 0;
     }
@@ -87,7 +87,7 @@ struct HostExpertPool::Plan {
     detail::DotRowsMultiFn multi = nullptr;
     detail::VecLayout layout = detail::VecLayout::F32Natural;
     float e4m3[256] = {};
-    size_t x_stride = 0, h_stride = 0;  // bytes per token slot row [dim] / per pair row [inter]
+    size_t x_stride = 0, h_stride = 0;                 // bytes per token slot row [dim] / per pair row [inter]
     int64_t blocks_b = 0, blocks_c = 0, blocks_d = 0;  // units per group (B, D) / per pair (C)
     int64_t end_a = 0, end_b = 0, end_c = 0, end_d = 0;
     int64_t n_groups = 0;
@@ -148,7 +148,9 @@ HostExpertPool::~HostExpertPool() {
     for (std::thread& t : workers_) t.join();
 }
 
-const char* HostExpertPool::kernel_name() const { return detail::dot_kernels()[kernel_index_].name; }
+const char* HostExpertPool::kernel_name() const {
+    return detail::dot_kernels()[kernel_index_].name;
+}
 
 void HostExpertPool::worker_main(int /*index*/) {
     uint64_t last = 0;
@@ -158,8 +160,7 @@ void HostExpertPool::worker_main(int /*index*/) {
         const auto t0 = std::chrono::steady_clock::now();
         while (seq_.load(std::memory_order_acquire) == last && !stop_.load(std::memory_order_relaxed)) {
             spin_pause(spins);
-            if (spins % 256 == 0 &&
-                std::chrono::steady_clock::now() - t0 > std::chrono::microseconds(spin_us_)) {
+            if (spins % 256 == 0 && std::chrono::steady_clock::now() - t0 > std::chrono::microseconds(spin_us_)) {
                 std::unique_lock<std::mutex> lk(mu_);
                 sleepers_.fetch_add(1);
                 while (seq_.load() == last && !stop_.load()) cv_.wait(lk);
@@ -209,8 +210,8 @@ void HostExpertPool::work_on_current_job() {
     const Plan& pl = *plan_;
     const int64_t n_slots = pl.end_a;
     const int64_t I = pl.job.inter;
-    std::atomic<int32_t>* a_done = pl.progress.get();              // [n_slots]
-    std::atomic<int32_t>* b_done = a_done + n_slots;               // [n_groups * blocks_b]
+    std::atomic<int32_t>* a_done = pl.progress.get();                   // [n_slots]
+    std::atomic<int32_t>* b_done = a_done + n_slots;                    // [n_groups * blocks_b]
     std::atomic<int32_t>* c_done = b_done + pl.n_groups * pl.blocks_b;  // [n_groups]
     for (;;) {
         const int64_t u = next_unit_.fetch_add(1, std::memory_order_relaxed);
@@ -235,7 +236,8 @@ void HostExpertPool::work_on_current_job() {
             const int64_t grp = (u - pl.end_c) / pl.blocks_d, d0 = (u - pl.end_c) % pl.blocks_d * kRowsDown;
             const int32_t want = (pl.group_first[grp + 1] - pl.group_first[grp]) * static_cast<int32_t>(pl.blocks_c);
             const MxMatrixView& w2 = pl.job.pairs[pl.order[pl.group_first[grp]]].expert.w2;
-            wait_prefetching(c_done[grp], want, w2.packed + d0 * (I / 2), std::min(kRowsDown, pl.job.dim - d0) * (I / 2));
+            wait_prefetching(c_done[grp], want, w2.packed + d0 * (I / 2),
+                             std::min(kRowsDown, pl.job.dim - d0) * (I / 2));
         }
         run_unit(u);
         if (mine) mine->fetch_add(1, std::memory_order_release);
@@ -284,8 +286,7 @@ void HostExpertPool::run_unit(int64_t u) {
     if (u < pl.end_c) {  // C: one 128-block of SwiGLU + FP8, written in the kernel's layout
         const int64_t p = pl.order[(u - pl.end_b) / pl.blocks_c], c0 = (u - pl.end_b) % pl.blocks_c * 128;
         float h[128];
-        detail::swiglu_quant_block(pl.gate_row(p) + c0, pl.up_row(p) + c0, job.pairs[p].weight, job.swiglu_limit,
-                                   h);
+        detail::swiglu_quant_block(pl.gate_row(p) + c0, pl.up_row(p) + c0, job.pairs[p].weight, job.swiglu_limit, h);
         detail::to_layout(pl.layout, h, 128, pl.h_row(p) + detail::layout_bytes(pl.layout, c0));
         return;
     }

@@ -11,16 +11,18 @@ namespace onecard::client {
 namespace {
 
 constexpr const char* kWords[] = {
-    "river", "stone", "garden", "window", "silver", "market", "engine", "planet", "forest", "letter", "winter",
-    "candle", "bridge", "mirror", "harbor", "pencil", "valley", "rocket", "thunder", "meadow", "copper", "island",
-    "lantern", "orchard", "signal", "canvas", "marble", "summit", "velvet", "anchor", "cactus", "dragon", "falcon",
-    "glacier", "hammer", "jungle", "kettle", "ladder", "magnet", "needle", "oyster", "pepper", "quartz", "ribbon",
-    "saddle", "tunnel", "umbrella", "violin", "walnut", "yellow", "zebra", "amber", "basket", "cotton", "desert",
-    "feather", "goblet", "helmet", "igloo", "jacket", "kernel", "lemon", "mango", "nickel", "olive", "parrot",
-    "quiver", "raven", "spiral", "tiger", "urban", "vessel", "wagon", "yonder", "zephyr", "atlas", "beacon",
-    "cipher", "dune", "ember", "fjord", "granite", "horizon", "ivory", "jasmine", "kiln", "lotus", "mosaic",
-    "nebula", "onyx", "prism", "quill", "reef", "sphinx", "tundra", "utopia", "vortex", "willow", "xylophone",
-    "yarn", "zinc", "blue", "quick", "seven", "under", "across", "gentle", "bright", "hollow", "ancient", "narrow"};
+    "river",  "stone",   "garden",  "window",  "silver",  "market",  "engine",   "planet", "forest",    "letter",
+    "winter", "candle",  "bridge",  "mirror",  "harbor",  "pencil",  "valley",   "rocket", "thunder",   "meadow",
+    "copper", "island",  "lantern", "orchard", "signal",  "canvas",  "marble",   "summit", "velvet",    "anchor",
+    "cactus", "dragon",  "falcon",  "glacier", "hammer",  "jungle",  "kettle",   "ladder", "magnet",    "needle",
+    "oyster", "pepper",  "quartz",  "ribbon",  "saddle",  "tunnel",  "umbrella", "violin", "walnut",    "yellow",
+    "zebra",  "amber",   "basket",  "cotton",  "desert",  "feather", "goblet",   "helmet", "igloo",     "jacket",
+    "kernel", "lemon",   "mango",   "nickel",  "olive",   "parrot",  "quiver",   "raven",  "spiral",    "tiger",
+    "urban",  "vessel",  "wagon",   "yonder",  "zephyr",  "atlas",   "beacon",   "cipher", "dune",      "ember",
+    "fjord",  "granite", "horizon", "ivory",   "jasmine", "kiln",    "lotus",    "mosaic", "nebula",    "onyx",
+    "prism",  "quill",   "reef",    "sphinx",  "tundra",  "utopia",  "vortex",   "willow", "xylophone", "yarn",
+    "zinc",   "blue",    "quick",   "seven",   "under",   "across",  "gentle",   "bright", "hollow",    "ancient",
+    "narrow"};
 
 }  // namespace
 

@@ -55,7 +55,8 @@ PointResult run_point(const Endpoint& ep, const PointSpec& spec, const std::vect
     std::vector<std::vector<Sample>> per_session(sessions.size());
     std::atomic<size_t> next{0};
     const auto t0 = Clock::now();
-    const auto n_workers = static_cast<size_t>(std::max<int64_t>(1, std::min<int64_t>(spec.concurrency, sessions.size())));
+    const auto n_workers =
+        static_cast<size_t>(std::max<int64_t>(1, std::min<int64_t>(spec.concurrency, sessions.size())));
     std::vector<std::thread> workers;
     for (size_t w = 0; w < n_workers; ++w)
         workers.emplace_back([&] {
@@ -67,7 +68,8 @@ PointResult run_point(const Endpoint& ep, const PointSpec& spec, const std::vect
                 for (size_t it = 0; it < s.user_turns.size(); ++it) {
                     Json body = session_body(s, it, replies, kind, spec.model);
                     for (const auto& [k, v] : spec.extra.items()) body[k] = v;
-                    Sample smp{run_stream(http, spec.endpoint, std::move(body)), it == 0 ? s.expected_prompt_tokens : -1};
+                    Sample smp{run_stream(http, spec.endpoint, std::move(body)),
+                               it == 0 ? s.expected_prompt_tokens : -1};
                     replies.push_back(smp.r.output());
                     const bool ok = smp.r.ok;
                     // A failed turn ends its conversation: its later turns count as done.
@@ -96,14 +98,16 @@ PointResult run_point(const Endpoint& ep, const PointSpec& spec, const std::vect
             res.prompt_tokens += std::max<int64_t>(r.prompt_tokens, 0);
             res.completion_tokens += std::max<int64_t>(r.completion_tokens, 0);
             res.cached_tokens += std::max<int64_t>(r.cached_tokens, 0);
-            if (smp.expected_prompt_tokens >= 0 && r.prompt_tokens != smp.expected_prompt_tokens) ++res.n_prompt_len_mismatch;
+            if (smp.expected_prompt_tokens >= 0 && r.prompt_tokens != smp.expected_prompt_tokens)
+                ++res.n_prompt_len_mismatch;
             if (r.ttft_s() >= 0) ttft.push_back(r.ttft_s() * 1e3);
             e2e.push_back(r.e2e_s() * 1e3);
             for (size_t k = 1; k < r.token_times.size(); ++k)
                 itl.push_back(Secs(r.token_times[k] - r.token_times[k - 1]).count() * 1e3);
             // TPOT and decode rate as vLLM defines them: time after the first token over the
             // tokens after it (the server's completion_tokens, chunks may carry several).
-            const int64_t n_out = r.completion_tokens > 0 ? r.completion_tokens : static_cast<int64_t>(r.token_times.size());
+            const int64_t n_out =
+                r.completion_tokens > 0 ? r.completion_tokens : static_cast<int64_t>(r.token_times.size());
             if (n_out > 1 && r.ttft_s() >= 0) {
                 const double decode_s = r.e2e_s() - r.ttft_s();
                 tpot.push_back(decode_s * 1e3 / static_cast<double>(n_out - 1));

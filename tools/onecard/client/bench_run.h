@@ -29,7 +29,7 @@ struct PointResult {
     int64_t n_prompt_len_mismatch = 0;  // requests whose prompt_tokens differ from the length built
     Summary ttft_ms, tpot_ms, itl_ms, e2e_ms, decode_tok_s;
     double request_throughput = 0, output_throughput = 0, total_token_throughput = 0;
-    double cached_share = 0;  // cached prompt tokens / prompt tokens
+    double cached_share = 0;                 // cached prompt tokens / prompt tokens
     std::vector<std::string> error_samples;  // the first few errors
     Json server_metrics;                     // /metrics counter deltas over the point, when the server has them
 };

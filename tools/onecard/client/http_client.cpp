@@ -52,7 +52,9 @@ HttpReply to_reply(httplib::Result r) {
 
 }  // namespace
 
-HttpReply HttpClient::get(const std::string& path) { return to_reply(cli_->Get(prefix_ + path, auth_headers(api_key_))); }
+HttpReply HttpClient::get(const std::string& path) {
+    return to_reply(cli_->Get(prefix_ + path, auth_headers(api_key_)));
+}
 
 HttpReply HttpClient::post_json(const std::string& path, const Json& body) {
     return to_reply(cli_->Post(prefix_ + path, auth_headers(api_key_), body.dump(), "application/json"));

@@ -11,7 +11,9 @@ double StreamResult::ttft_s() const {
     return std::chrono::duration<double>(token_times.front() - t_send).count();
 }
 
-double StreamResult::e2e_s() const { return std::chrono::duration<double>(t_end - t_send).count(); }
+double StreamResult::e2e_s() const {
+    return std::chrono::duration<double>(t_end - t_send).count();
+}
 
 namespace {
 
@@ -35,7 +37,8 @@ void read_chat_logprobs(StreamResult& r, const Json& lp) {
     for (const auto& e : lp["content"]) {
         TokenLogprob t{str_or_empty(e, "token"), e.value("logprob", 0.0), {}};
         if (e.contains("top_logprobs") && e["top_logprobs"].is_array())
-            for (const auto& a : e["top_logprobs"]) t.top.emplace_back(str_or_empty(a, "token"), a.value("logprob", 0.0));
+            for (const auto& a : e["top_logprobs"])
+                t.top.emplace_back(str_or_empty(a, "token"), a.value("logprob", 0.0));
         r.logprobs.push_back(std::move(t));
     }
 }

@@ -11,11 +11,20 @@ std::string xml_escape(const std::string& s) {
     std::string out;
     for (char c : s) {
         switch (c) {
-            case '&': out += "&amp;"; break;
-            case '<': out += "&lt;"; break;
-            case '>': out += "&gt;"; break;
-            case '"': out += "&quot;"; break;
-            default: out += c;
+            case '&':
+                out += "&amp;";
+                break;
+            case '<':
+                out += "&lt;";
+                break;
+            case '>':
+                out += "&gt;";
+                break;
+            case '"':
+                out += "&quot;";
+                break;
+            default:
+                out += c;
         }
     }
     return out;
@@ -75,8 +84,9 @@ void render_panel(std::string& out, const PlotPanel& p, double ox, int w, int h)
     const double pw = w - ml - mr, ph = h - mt - mb;
     auto X = [&](double v) { return ox + ml + (v - x0) / (x1 - x0) * pw; };
     auto Y = [&](double v) { return mt + ph - (v - y0) / (y1 - y0) * ph; };
-    out += "<text x=\"" + num(ox + w / 2.0) + "\" y=\"22\" text-anchor=\"middle\" font-size=\"14\" font-weight=\"bold\">" +
-           xml_escape(p.title) + "</text>\n";
+    out += "<text x=\"" + num(ox + w / 2.0) +
+           "\" y=\"22\" text-anchor=\"middle\" font-size=\"14\" font-weight=\"bold\">" + xml_escape(p.title) +
+           "</text>\n";
     for (double t : xt)
         out += "<line x1=\"" + num(X(t)) + "\" y1=\"" + num(mt) + "\" x2=\"" + num(X(t)) + "\" y2=\"" + num(mt + ph) +
                "\" stroke=\"#e5e5e5\"/>\n<text x=\"" + num(X(t)) + "\" y=\"" + num(mt + ph + 16) +
@@ -87,8 +97,8 @@ void render_panel(std::string& out, const PlotPanel& p, double ox, int w, int h)
                "\" text-anchor=\"end\" font-size=\"11\">" + tick_label(t) + "</text>\n";
     out += "<rect x=\"" + num(ox + ml) + "\" y=\"" + num(mt) + "\" width=\"" + num(pw) + "\" height=\"" + num(ph) +
            "\" fill=\"none\" stroke=\"#333\"/>\n";
-    out += "<text x=\"" + num(ox + ml + pw / 2) + "\" y=\"" + num(h - 12.0) + "\" text-anchor=\"middle\" font-size=\"12\">" +
-           xml_escape(p.x_label) + "</text>\n";
+    out += "<text x=\"" + num(ox + ml + pw / 2) + "\" y=\"" + num(h - 12.0) +
+           "\" text-anchor=\"middle\" font-size=\"12\">" + xml_escape(p.x_label) + "</text>\n";
     out += "<text transform=\"translate(" + num(ox + 16) + "," + num(mt + ph / 2) +
            ") rotate(-90)\" text-anchor=\"middle\" font-size=\"12\">" + xml_escape(p.y_label) + "</text>\n";
     for (size_t is = 0; is < p.series.size(); ++is) {
@@ -103,12 +113,12 @@ void render_panel(std::string& out, const PlotPanel& p, double ox, int w, int h)
             out += "<circle cx=\"" + num(X(s.x[i])) + "\" cy=\"" + num(Y(s.y[i])) + "\" r=\"3.5\" fill=\"" + color +
                    "\"/>\n";
             if (i < s.labels.size() && !s.labels[i].empty())
-                out += "<text x=\"" + num(X(s.x[i]) + 5) + "\" y=\"" + num(Y(s.y[i]) - 6) + "\" font-size=\"10\" fill=\"" +
-                       color + "\">" + xml_escape(s.labels[i]) + "</text>\n";
+                out += "<text x=\"" + num(X(s.x[i]) + 5) + "\" y=\"" + num(Y(s.y[i]) - 6) +
+                       "\" font-size=\"10\" fill=\"" + color + "\">" + xml_escape(s.labels[i]) + "</text>\n";
         }
         const double ly = mt + 14 + 16.0 * static_cast<double>(is);
-        out += "<rect x=\"" + num(ox + ml + 10) + "\" y=\"" + num(ly - 9) + "\" width=\"12\" height=\"4\" fill=\"" + color +
-               "\"/>\n<text x=\"" + num(ox + ml + 28) + "\" y=\"" + num(ly - 3) + "\" font-size=\"11\">" +
+        out += "<rect x=\"" + num(ox + ml + 10) + "\" y=\"" + num(ly - 9) + "\" width=\"12\" height=\"4\" fill=\"" +
+               color + "\"/>\n<text x=\"" + num(ox + ml + 28) + "\" y=\"" + num(ly - 3) + "\" font-size=\"11\">" +
                xml_escape(s.name) + "</text>\n";
     }
 }
@@ -124,7 +134,8 @@ std::string render_svg(const std::string& title, const std::vector<PlotPanel>& p
     out += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
     out += "<text x=\"" + std::to_string(w / 2) + "\" y=\"18\" text-anchor=\"middle\" font-size=\"15\">" +
            xml_escape(title) + "</text>\n<g transform=\"translate(0," + std::to_string(top) + ")\">\n";
-    for (size_t i = 0; i < panels.size(); ++i) render_panel(out, panels[i], static_cast<double>(i) * panel_w, panel_w, panel_h);
+    for (size_t i = 0; i < panels.size(); ++i)
+        render_panel(out, panels[i], static_cast<double>(i) * panel_w, panel_w, panel_h);
     out += "</g>\n</svg>\n";
     return out;
 }

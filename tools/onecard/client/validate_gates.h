@@ -17,7 +17,7 @@ namespace onecard::client {
 struct ValidateOptions {
     Endpoint ep;
     std::string model;
-    uint64_t seed = 0;  // nonces of needles and prompts; 0: a fresh one per run
+    uint64_t seed = 0;             // nonces of needles and prompts; 0: a fresh one per run
     Progress* progress = nullptr;  // counts each gate's requests on the live line (not owned); null: none
     // tool_calls / no_dsml
     std::string fixtures_path;  // "" : the built-in fixtures (data/tool_fixtures.json)

@@ -13,7 +13,9 @@ namespace onecard::client {
 
 namespace {
 
-Json user(const std::string& text) { return Json::array({Json{{"role", "user"}, {"content", text}}}); }
+Json user(const std::string& text) {
+    return Json::array({Json{{"role", "user"}, {"content", text}}});
+}
 
 uint64_t run_nonce(const ValidateOptions& o) {
     return o.seed ? o.seed : static_cast<uint64_t>(Clock::now().time_since_epoch().count());
@@ -99,8 +101,8 @@ GateResult gate_needle(const ValidateOptions& o) {
     // Filler between the needles; sized once, then rescaled from the server's count.
     auto build = [&](double words_per_token) {
         std::mt19937_64 frng(nonce);
-        const auto seg_words =
-            static_cast<int64_t>(static_cast<double>(o.needle_len) * words_per_token / static_cast<double>(o.n_needles + 1));
+        const auto seg_words = static_cast<int64_t>(static_cast<double>(o.needle_len) * words_per_token /
+                                                    static_cast<double>(o.n_needles + 1));
         std::string text = fmt::format("[needle run {}]\n", nonce);
         for (int64_t i = 0; i <= o.n_needles; ++i) {
             text += random_words(frng, std::max<int64_t>(1, seg_words)) + ".\n";

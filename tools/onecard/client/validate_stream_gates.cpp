@@ -19,7 +19,9 @@ namespace {
 
 using Secs = std::chrono::duration<double>;
 
-Json user(const std::string& text) { return Json::array({Json{{"role", "user"}, {"content", text}}}); }
+Json user(const std::string& text) {
+    return Json::array({Json{{"role", "user"}, {"content", text}}});
+}
 
 uint64_t run_nonce(const ValidateOptions& o) {
     return o.seed ? o.seed : static_cast<uint64_t>(Clock::now().time_since_epoch().count());
@@ -97,10 +99,16 @@ GateResult gate_capacity(const ValidateOptions& o) {
     const Summary t = summarize(ttft);
     GateResult g;
     g.passed = n_ok == o.capacity_streams;
-    g.figures = {{"streams", o.capacity_streams}, {"completed", n_ok}, {"errors", o.capacity_streams - n_ok},
-                 {"shorter_than_max_tokens", n_short}, {"completion_tokens", n_tokens}, {"wall_s", wall},
-                 {"ttft_s", to_json(t)}, {"error_samples", errors}};
-    g.summary = fmt::format("{}/{} streams completed in {:.2f} s, TTFT p99 {:.3f} s", n_ok, o.capacity_streams, wall, t.p99);
+    g.figures = {{"streams", o.capacity_streams},
+                 {"completed", n_ok},
+                 {"errors", o.capacity_streams - n_ok},
+                 {"shorter_than_max_tokens", n_short},
+                 {"completion_tokens", n_tokens},
+                 {"wall_s", wall},
+                 {"ttft_s", to_json(t)},
+                 {"error_samples", errors}};
+    g.summary =
+        fmt::format("{}/{} streams completed in {:.2f} s, TTFT p99 {:.3f} s", n_ok, o.capacity_streams, wall, t.p99);
     return g;
 }
 

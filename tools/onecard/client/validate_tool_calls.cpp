@@ -14,7 +14,7 @@
 namespace onecard::client {
 
 const std::vector<std::string>& gate_names() {
-    static const std::vector<std::string> names = {"tool_calls", "no_dsml", "reasoning", "capacity",
+    static const std::vector<std::string> names = {"tool_calls", "no_dsml",    "reasoning", "capacity",
                                                    "replay",     "mixed_load", "needle"};
     return names;
 }
@@ -22,15 +22,25 @@ const std::vector<std::string>& gate_names() {
 GateResult run_gate(const std::string& name, const ValidateOptions& o) {
     const auto t0 = Clock::now();
     GateResult r;
-    if (name == "tool_calls") r = gate_tool_calls(o);
-    else if (name == "no_dsml") r = gate_no_dsml(o);
-    else if (name == "reasoning") r = gate_reasoning(o);
-    else if (name == "capacity") r = gate_capacity(o);
-    else if (name == "replay") r = gate_replay(o);
-    else if (name == "mixed_load") r = gate_mixed_load(o);
-    else if (name == "needle") r = gate_needle(o);
-    else throw Error(fmt::format("validate: no gate '{}' (gates: tool_calls, no_dsml, reasoning, capacity, replay, "
-                                 "mixed_load, needle)", name));
+    if (name == "tool_calls")
+        r = gate_tool_calls(o);
+    else if (name == "no_dsml")
+        r = gate_no_dsml(o);
+    else if (name == "reasoning")
+        r = gate_reasoning(o);
+    else if (name == "capacity")
+        r = gate_capacity(o);
+    else if (name == "replay")
+        r = gate_replay(o);
+    else if (name == "mixed_load")
+        r = gate_mixed_load(o);
+    else if (name == "needle")
+        r = gate_needle(o);
+    else
+        throw Error(
+            fmt::format("validate: no gate '{}' (gates: tool_calls, no_dsml, reasoning, capacity, replay, "
+                        "mixed_load, needle)",
+                        name));
     r.name = name;
     r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     return r;
@@ -160,7 +170,8 @@ GateResult gate_no_dsml(const ValidateOptions& o) {
                 ++n_chunks;
                 if (auto m = leaked_markers(c); !m.empty()) {
                     ++n_leaks;
-                    if (samples.size() < 10) samples.push_back({{"in", where}, {"markers", m}, {"chunk", c.substr(0, 200)}});
+                    if (samples.size() < 10)
+                        samples.push_back({{"in", where}, {"markers", m}, {"chunk", c.substr(0, 200)}});
                 }
             }
         };
@@ -173,9 +184,13 @@ GateResult gate_no_dsml(const ValidateOptions& o) {
     }
     GateResult g;
     g.passed = n_leaks == 0 && n_errors == 0 && !results.empty();
-    g.figures = {{"streams", results.size()}, {"chunks", n_chunks}, {"leaks", n_leaks},
-                 {"request_errors", n_errors}, {"samples", samples}};
-    g.summary = fmt::format("{} leaks in {} chunks of {} streams, {} errors", n_leaks, n_chunks, results.size(), n_errors);
+    g.figures = {{"streams", results.size()},
+                 {"chunks", n_chunks},
+                 {"leaks", n_leaks},
+                 {"request_errors", n_errors},
+                 {"samples", samples}};
+    g.summary =
+        fmt::format("{} leaks in {} chunks of {} streams, {} errors", n_leaks, n_chunks, results.size(), n_errors);
     return g;
 }
 

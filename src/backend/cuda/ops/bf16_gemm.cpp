@@ -7,12 +7,12 @@
 namespace onecard::cuda {
 namespace {
 
-#define CUBLAS_CHECK(call)                                                                            \
-    do {                                                                                              \
-        const cublasStatus_t st_ = (call);                                                            \
-        if (st_ != CUBLAS_STATUS_SUCCESS)                                                             \
-            ::onecard::fail("cuBLAS error {} ({}) in {} at {}:{}", static_cast<int>(st_),             \
-                            cublasGetStatusString(st_), #call, __FILE__, __LINE__);                   \
+#define CUBLAS_CHECK(call)                                                                                            \
+    do {                                                                                                              \
+        const cublasStatus_t st_ = (call);                                                                            \
+        if (st_ != CUBLAS_STATUS_SUCCESS)                                                                             \
+            ::onecard::fail("cuBLAS error {} ({}) in {} at {}:{}", static_cast<int>(st_), cublasGetStatusString(st_), \
+                            #call, __FILE__, __LINE__);                                                               \
     } while (0)
 
 // Default math (tensor cores with bf16 products, exact in fp32, and fp32 accumulation) with
@@ -23,7 +23,9 @@ namespace {
 constexpr cublasMath_t kMathMode =
     static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
 
-cudaDataType_t out_type(GemmOut out) { return out == GemmOut::Bf16 ? CUDA_R_16BF : CUDA_R_32F; }
+cudaDataType_t out_type(GemmOut out) {
+    return out == GemmOut::Bf16 ? CUDA_R_16BF : CUDA_R_32F;
+}
 
 // cuBLAS takes int dimensions and leading dimensions.
 int to_int(int64_t v, const char* what) {
@@ -81,10 +83,9 @@ void Bf16Gemm::run_grouped_columns(const __nv_bfloat16* x, const __nv_bfloat16* 
     CUBLAS_CHECK(cublasSetStream(impl_->handle, stream));
     const float alpha = 1.0f, beta = 0.0f;
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-        impl_->handle, CUBLAS_OP_T, CUBLAS_OP_N, to_int(n, "n"), to_int(m, "m"), to_int(k, "k"), &alpha, w,
-        CUDA_R_16BF, to_int(k, "k"), n * k, x, CUDA_R_16BF, to_int(groups * k, "groups*k"), k, &beta, y,
-        out_type(out), to_int(groups * n, "groups*n"), n, to_int(groups, "groups"), CUBLAS_COMPUTE_32F,
-        CUBLAS_GEMM_DEFAULT));
+        impl_->handle, CUBLAS_OP_T, CUBLAS_OP_N, to_int(n, "n"), to_int(m, "m"), to_int(k, "k"), &alpha, w, CUDA_R_16BF,
+        to_int(k, "k"), n * k, x, CUDA_R_16BF, to_int(groups * k, "groups*k"), k, &beta, y, out_type(out),
+        to_int(groups * n, "groups*n"), n, to_int(groups, "groups"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace onecard::cuda

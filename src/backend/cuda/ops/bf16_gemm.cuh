@@ -30,8 +30,8 @@ public:
 
     // Grouped form for wo_a: for g < groups, y_g = x_g · W_gᵀ with x_g = x + g·k (columns [g·k, (g+1)·k)
     // of x [m, groups·k]), W_g = w + g·n·k ([n, k] each), y_g = y + g·n (columns of y [m, groups·n]).
-    void run_grouped_columns(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, GemmOut out, int64_t m,
-                             int64_t n, int64_t k, int64_t groups, cudaStream_t stream);
+    void run_grouped_columns(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, GemmOut out, int64_t m, int64_t n,
+                             int64_t k, int64_t groups, cudaStream_t stream);
 
 private:
     struct Impl;

@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(S * 32)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
 
-    auto load = [&](int kb, uint4 (&v)[4], float& sc) {
+    auto load = [&](int kb, uint4(&v)[4], float& sc) {
         const int64_t off = static_cast<int64_t>(kb) * kKb * kEsz;  // bytes
         v[0] = __ldcs(reinterpret_cast<const uint4*>(wa + off));
         v[1] = __ldcs(reinterpret_cast<const uint4*>(wa + off + kKb / 2 * kEsz));
@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(S * 32)
         v[3] = __ldcs(reinterpret_cast<const uint4*>(wb + off + kKb / 2 * kEsz));
         if (FP8W) sc = __ldg(ws_tile + kb);
     };
-    auto compute = [&](int kb, const uint4 (&v)[4], float sc) {
+    auto compute = [&](int kb, const uint4(&v)[4], float sc) {
         if constexpr (!FP8W) {
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
@@ -140,7 +140,8 @@ __global__ void __launch_bounds__(S * 32)
     }
     if (S > 1) {
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) red[warp][nt][lane] = make_float4(acc[nt][0], acc[nt][1], acc[nt][2], acc[nt][3]);
+        for (int nt = 0; nt < NT; ++nt)
+            red[warp][nt][lane] = make_float4(acc[nt][0], acc[nt][1], acc[nt][2], acc[nt][3]);
         __syncthreads();
         if (warp != 0) return;
 #pragma unroll
@@ -218,8 +219,8 @@ void gemv_passes(const __nv_bfloat16* x, int64_t ld_x, const void* w, const floa
     if (ld_x == 0) ld_x = k * groups;
     if (ld_y == 0) ld_y = n;
     const int64_t kb = FP8W ? 128 : 64;
-    ONECARD_CHECK(n > 0 && n < (int64_t{1} << 30) && m >= 0 && k < (int64_t{1} << 30), "bf16_gemv: bad shape m {} n {} k {}",
-                  m, n, k);
+    ONECARD_CHECK(n > 0 && n < (int64_t{1} << 30) && m >= 0 && k < (int64_t{1} << 30),
+                  "bf16_gemv: bad shape m {} n {} k {}", m, n, k);
     ONECARD_CHECK(k > 0 && k % kb == 0 && ld_x % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(w) % 16 == 0 && ld_x >= k * groups,
                   "bf16_gemv: k {} (a multiple of {}), ld_x {} (a multiple of 8, >= {}), 16-byte aligned x and W", k,

@@ -111,9 +111,8 @@ __global__ void compressor_pool_kernel(const float* __restrict__ kv, const float
 // since a sequence's tokens are contiguous), so no two blocks write one row.
 __global__ void compressor_store_kernel(const float* __restrict__ kv, const float* __restrict__ score,
                                         const float* __restrict__ ape, uint8_t* __restrict__ state,
-                                        const int32_t* __restrict__ positions,
-                                        const int32_t* __restrict__ seq_first, const int64_t* __restrict__ ring_base,
-                                        int64_t n, RingGeom g) {
+                                        const int32_t* __restrict__ positions, const int32_t* __restrict__ seq_first,
+                                        const int64_t* __restrict__ ring_base, int64_t n, RingGeom g) {
     dev::pdl_wait();
     dev::pdl_trigger();
     const int64_t i = blockIdx.x;
@@ -144,8 +143,8 @@ void check_dims(const CompressorDims& d, int64_t n, const char* what) {
 }  // namespace
 
 void compressor_pool(const float* kv, const float* score, const float* ape, const __nv_bfloat16* norm,
-                     const float* inv_freq, const uint8_t* state, const CompressorTokens& tok,
-                     __nv_bfloat16* entries, int64_t n, const CompressorDims& d, cudaStream_t stream) {
+                     const float* inv_freq, const uint8_t* state, const CompressorTokens& tok, __nv_bfloat16* entries,
+                     int64_t n, const CompressorDims& d, cudaStream_t stream) {
     check_dims(d, n, "compressor_pool");
     if (n == 0) return;
     const RingGeom g = ring_geom(d);

@@ -41,8 +41,8 @@ struct CompressorTokens {
 // entries [n, d] bf16: row i is written iff (positions[i] + 1) % ratio == 0 (pooled, RMSNorm'd,
 // RoPE'd at the window start); other rows are left untouched. `state` is the slot pool (bytes).
 void compressor_pool(const float* kv, const float* score, const float* ape, const __nv_bfloat16* norm,
-                     const float* inv_freq, const uint8_t* state, const CompressorTokens& tok,
-                     __nv_bfloat16* entries, int64_t n, const CompressorDims& d, cudaStream_t stream);
+                     const float* inv_freq, const uint8_t* state, const CompressorTokens& tok, __nv_bfloat16* entries,
+                     int64_t n, const CompressorDims& d, cudaStream_t stream);
 
 // Writes rows [kv | score + ape[pos % ratio]] of this step's tokens into their rings. Only the last
 // n_ring tokens of each sequence matter; writing all of them in order gives the same ring.

@@ -9,32 +9,40 @@
 namespace onecard::cuda {
 namespace {
 
-#define CUBLASLT_CHECK(call)                                                                          \
-    do {                                                                                              \
-        const cublasStatus_t st_ = (call);                                                            \
-        if (st_ != CUBLAS_STATUS_SUCCESS)                                                             \
-            ::onecard::fail("cuBLASLt error {} ({}) in {} at {}:{}", static_cast<int>(st_),           \
-                            cublasLtGetStatusString(st_), #call, __FILE__, __LINE__);                 \
+#define CUBLASLT_CHECK(call)                                                                \
+    do {                                                                                    \
+        const cublasStatus_t st_ = (call);                                                  \
+        if (st_ != CUBLAS_STATUS_SUCCESS)                                                   \
+            ::onecard::fail("cuBLASLt error {} ({}) in {} at {}:{}", static_cast<int>(st_), \
+                            cublasLtGetStatusString(st_), #call, __FILE__, __LINE__);       \
     } while (0)
 
 // Descriptor owners, so an exception in the middle of run() frees what was created.
 struct MatmulDesc {
     cublasLtMatmulDesc_t d = nullptr;
-    ~MatmulDesc() { if (d) cublasLtMatmulDescDestroy(d); }
+    ~MatmulDesc() {
+        if (d) cublasLtMatmulDescDestroy(d);
+    }
     template <typename T>
-    void set(cublasLtMatmulDescAttributes_t a, const T& v) { CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(d, a, &v, sizeof(v))); }
+    void set(cublasLtMatmulDescAttributes_t a, const T& v) {
+        CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(d, a, &v, sizeof(v)));
+    }
 };
 struct Layout {
     cublasLtMatrixLayout_t d = nullptr;
     Layout(cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld) {
         CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&d, t, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld));
     }
-    ~Layout() { if (d) cublasLtMatrixLayoutDestroy(d); }
+    ~Layout() {
+        if (d) cublasLtMatrixLayoutDestroy(d);
+    }
 };
 struct Pref {
     cublasLtMatmulPreference_t d = nullptr;
     Pref() { CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&d)); }
-    ~Pref() { if (d) cublasLtMatmulPreferenceDestroy(d); }
+    ~Pref() {
+        if (d) cublasLtMatmulPreferenceDestroy(d);
+    }
 };
 
 }  // namespace
@@ -57,11 +65,11 @@ Fp8GemmLt::~Fp8GemmLt() {
 
 void Fp8GemmLt::run(const uint8_t* xq, const float* xs, const uint8_t* w, const float* ws, __nv_bfloat16* y, int64_t m,
                     int64_t n, int64_t k, cudaStream_t stream) {
-    ONECARD_CHECK(n % 128 == 0 && k % 128 == 0 && m > 0, "fp8 gemm: shape m {} n {} k {} (n, k must be multiples of 128)",
-                  m, n, k);
+    ONECARD_CHECK(n % 128 == 0 && k % 128 == 0 && m > 0,
+                  "fp8 gemm: shape m {} n {} k {} (n, k must be multiples of 128)", m, n, k);
     ONECARD_CHECK(m % kFp8GemmRowMultiple == 0,
-                  "fp8 gemm: m {} is not a multiple of {} (cuBLASLt has no block-scaled kernel for it; pad the rows)", m,
-                  kFp8GemmRowMultiple);
+                  "fp8 gemm: m {} is not a multiple of {} (cuBLASLt has no block-scaled kernel for it; pad the rows)",
+                  m, kFp8GemmRowMultiple);
     MatmulDesc desc;
     CUBLASLT_CHECK(cublasLtMatmulDescCreate(&desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     desc.set(CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);

@@ -32,8 +32,12 @@ inline constexpr Fp8GemmScaleLayout kFp8GemmScaleLayout{};
 inline constexpr int64_t kFp8GemmRowMultiple = 4;
 
 // Row stride (floats) of the fp32 weight-scale matrix run() reads, and its size in floats.
-inline int64_t fp8_gemm_weight_scale_ld(int64_t k) { return (k / 128 + 3) / 4 * 4; }
-inline int64_t fp8_gemm_weight_scale_floats(int64_t n, int64_t k) { return (n + 127) / 128 * fp8_gemm_weight_scale_ld(k); }
+inline int64_t fp8_gemm_weight_scale_ld(int64_t k) {
+    return (k / 128 + 3) / 4 * 4;
+}
+inline int64_t fp8_gemm_weight_scale_floats(int64_t n, int64_t k) {
+    return (n + 127) / 128 * fp8_gemm_weight_scale_ld(k);
+}
 // The checkpoint's UE8M0 block scales [ceil(n/128), k/128] -> the fp32 layout above (once, at load).
 void fp8_gemm_prepare_weight_scales(const uint8_t* ue8m0, float* out, int64_t n, int64_t k, cudaStream_t stream);
 
@@ -46,8 +50,8 @@ public:
     Fp8GemmLt& operator=(const Fp8GemmLt&) = delete;
 
     // xq [m, k] E4M3, xs [k/128, m], w [n, k] E4M3, ws from fp8_gemm_prepare_weight_scales, y [m, n]
-    // bf16. m a multiple of kFp8GemmRowMultiple (pad the token rows). n and k multiples of 128 (DeepSeek's linears all are). Throws onecard::Error
-    // naming the shape when cuBLASLt offers no algorithm.
+    // bf16. m a multiple of kFp8GemmRowMultiple (pad the token rows). n and k multiples of 128 (DeepSeek's linears all
+    // are). Throws onecard::Error naming the shape when cuBLASLt offers no algorithm.
     void run(const uint8_t* xq, const float* xs, const uint8_t* w, const float* ws, __nv_bfloat16* y, int64_t m,
              int64_t n, int64_t k, cudaStream_t stream);
 

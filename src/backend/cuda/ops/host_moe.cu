@@ -117,12 +117,12 @@ __global__ void tile_records_kernel(const uint8_t* __restrict__ records, uint64_
     const uint4 v = *reinterpret_cast<const uint4*>(codes + i * 16);  // bytes [16G, 16G + 16) of row r
     const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int t = 0; t < 4; ++t)
-        *reinterpret_cast<uint32_t*>(tcodes + mxfp4_tiled_word_offset(r, G, t, k)) = words[t];
+    for (int t = 0; t < 4; ++t) *reinterpret_cast<uint32_t*>(tcodes + mxfp4_tiled_word_offset(r, G, t, k)) = words[t];
     tscales[mxfp4_tiled_scale_offset(r, G, k)] = scales[i];
 }
 
-__global__ void count_picks_kernel(const int32_t* __restrict__ experts, int64_t n_pairs, uint32_t* __restrict__ counts) {
+__global__ void count_picks_kernel(const int32_t* __restrict__ experts, int64_t n_pairs,
+                                   uint32_t* __restrict__ counts) {
     dev::pdl_wait();
     dev::pdl_trigger();
     const int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -170,10 +170,11 @@ MxExpertRecordLayout mx_expert_record_layout(int64_t dim, int64_t inter) {
 
 void tile_expert_records(const uint8_t* records, int64_t n_records, const MxExpertWeights& dst, cudaStream_t stream) {
     if (n_records <= 0) return;
-    ONECARD_CHECK(n_records <= dst.n_experts && mxfp4_tileable(dst.inter, dst.dim) && mxfp4_tileable(dst.dim, dst.inter),
-                  "tile_expert_records: {} records into {} slots of [{}, {}]", n_records, dst.n_experts, dst.inter,
-                  dst.dim);
-    ONECARD_CHECK(reinterpret_cast<uintptr_t>(records) % 16 == 0, "tile_expert_records: records must be 16-byte aligned");
+    ONECARD_CHECK(
+        n_records <= dst.n_experts && mxfp4_tileable(dst.inter, dst.dim) && mxfp4_tileable(dst.dim, dst.inter),
+        "tile_expert_records: {} records into {} slots of [{}, {}]", n_records, dst.n_experts, dst.inter, dst.dim);
+    ONECARD_CHECK(reinterpret_cast<uintptr_t>(records) % 16 == 0,
+                  "tile_expert_records: records must be 16-byte aligned");
     const MxExpertRecordLayout L = mx_expert_record_layout(dst.dim, dst.inter);
     const int64_t items = dst.inter * (dst.dim / 32);  // = dim · (inter / 32): w1, w3 and w2 alike
     const int threads = 256;
@@ -185,8 +186,8 @@ void tile_expert_records(const uint8_t* records, int64_t n_records, const MxExpe
 void count_expert_picks(const int32_t* experts, int64_t n_pairs, uint32_t* counts, cudaStream_t stream) {
     if (n_pairs <= 0) return;
     const int threads = 256;
-    launch_pdl(count_picks_kernel, static_cast<unsigned>((n_pairs + threads - 1) / threads), threads, 0, stream, experts,
-               n_pairs, counts);
+    launch_pdl(count_picks_kernel, static_cast<unsigned>((n_pairs + threads - 1) / threads), threads, 0, stream,
+               experts, n_pairs, counts);
     CUDA_CHECK_LAUNCH("count_expert_picks");
 }
 

@@ -43,13 +43,13 @@ struct alignas(128) HostMoeControl {
 // Device-visible pointers into the mailbox (mapped pinned memory) plus the device-side counters.
 struct HostMoeDeviceView {
     HostMoeControl* ctl = nullptr;
-    uint8_t* xq = nullptr;          // [max_tokens, D] E4M3
-    float* xs = nullptr;            // [max_tokens, D/128]
-    int32_t* experts = nullptr;     // [max_tokens·K] global expert ids
-    float* weights = nullptr;       // [max_tokens·K]
+    uint8_t* xq = nullptr;             // [max_tokens, D] E4M3
+    float* xs = nullptr;               // [max_tokens, D/128]
+    int32_t* experts = nullptr;        // [max_tokens·K] global expert ids
+    float* weights = nullptr;          // [max_tokens·K]
     const __nv_bfloat16* y = nullptr;  // [max_tokens·K, D]: host pairs' rows, written by the host
-    uint32_t* seq = nullptr;        // device memory: the last request number issued
-    uint32_t* arrive = nullptr;     // device memory: blocks of the current publish that are done (reset by the last)
+    uint32_t* seq = nullptr;           // device memory: the last request number issued
+    uint32_t* arrive = nullptr;        // device memory: blocks of the current publish that are done (reset by the last)
 };
 
 // n tokens, K picks each, hidden D (% 128 == 0). slot_of [E] (device): GPU-local slot of a global

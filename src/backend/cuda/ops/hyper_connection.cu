@@ -53,15 +53,21 @@ PrePlan pre_plan(int64_t n_tok, int64_t dim) {
     return pl;
 }
 
-bool aligned16(const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; }
+bool aligned16(const void* q) {
+    return (reinterpret_cast<uintptr_t>(q) & 15u) == 0;
+}
 
 // The split path reads X, fn with 16-byte loads and writes x with them: needs D % 8 == 0 and aligned rows.
 bool split_path_ok(const void* X, const void* fn, const void* x, int64_t dim) {
     return dim % 8 == 0 && aligned16(X) && aligned16(fn) && aligned16(x);
 }
 
-__device__ __forceinline__ float bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
-__device__ __forceinline__ float bf16_hi(uint32_t u) { return __uint_as_float(u & 0xFFFF0000u); }
+__device__ __forceinline__ float bf16_lo(uint32_t u) {
+    return __uint_as_float(u << 16);
+}
+__device__ __forceinline__ float bf16_hi(uint32_t u) {
+    return __uint_as_float(u & 0xFFFF0000u);
+}
 
 // acc + f·v over 8 elements, in element order.
 __device__ __forceinline__ float dot8(const float4& f0, const float4& f1, const uint4& v, float acc) {
@@ -100,7 +106,9 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-__device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float sigmoidf(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
 
 // Sinkhorn on one token's 4×4 comb, same operation order as the CPU oracle: row softmax + eps,
 // column normalisation, then (iters − 1) rounds of row and column normalisation, each denominator + eps.
@@ -173,10 +181,10 @@ __device__ float sinkhorn4_lanes(float c, int iters, float eps) {
 }
 
 __global__ void __launch_bounds__(kPreThreads)
-hc_pre_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ fn, const float* __restrict__ scale,
-              const float* __restrict__ base, __nv_bfloat16* __restrict__ x, float* __restrict__ pre_out,
-              float* __restrict__ post_out, float* __restrict__ comb_out, int64_t dim, int iters, float hc_eps,
-              float norm_eps) {
+    hc_pre_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ fn, const float* __restrict__ scale,
+                  const float* __restrict__ base, __nv_bfloat16* __restrict__ x, float* __restrict__ pre_out,
+                  float* __restrict__ post_out, float* __restrict__ comb_out, int64_t dim, int iters, float hc_eps,
+                  float norm_eps) {
     dev::pdl_wait();
     dev::pdl_trigger();
     __shared__ float red[kMix + 1][kPreThreads / 32];
@@ -221,7 +229,8 @@ hc_pre_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ fn,
 }
 
 // Split-K partial mixes: block (tile, slice) -> part[t, j, slice] = Σ over the slice of fn[j, i]·v[t, i]
-// for the tile's tokens (slice-minor, so the finish reads each mix's partials as one contiguous run). The slice's 8-element chunks are spread evenly over its 8 warps.
+// for the tile's tokens (slice-minor, so the finish reads each mix's partials as one contiguous run). The slice's
+// 8-element chunks are spread evenly over its 8 warps.
 template <int TT>
 __global__ void __launch_bounds__(kMixThreads, 2)
     hc_mix_partial_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ fn, float* __restrict__ part,
@@ -459,8 +468,8 @@ __global__ void __launch_bounds__(kFinThreads)
 // One thread per (token, 8-element d-chunk), 16-byte loads and stores. X_out may alias X (no
 // __restrict__, no read-only loads of X): each thread reads its 4 stream chunks before writing them.
 __global__ void hc_post_vec_kernel(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* X,
-                                   const float* __restrict__ post, const float* __restrict__ comb,
-                                   __nv_bfloat16* X_out, int64_t n_tok, int64_t dim) {
+                                   const float* __restrict__ post, const float* __restrict__ comb, __nv_bfloat16* X_out,
+                                   int64_t n_tok, int64_t dim) {
     dev::pdl_wait();
     dev::pdl_trigger();
     const int64_t dchunks = dim / 8;
@@ -551,16 +560,28 @@ void hc_pre_bf16(const __nv_bfloat16* X, const float* fn, const float* scale, co
     }
     const PrePlan pl = pre_plan(n_tok, p.dim);
     const size_t need = static_cast<size_t>(n_tok * pl.slices * kMix);
-    ONECARD_CHECK(scratch_floats >= need, "hc_pre_bf16: scratch of {} floats, {} tokens need {}", scratch_floats,
-                  n_tok, need);
+    ONECARD_CHECK(scratch_floats >= need, "hc_pre_bf16: scratch of {} floats, {} tokens need {}", scratch_floats, n_tok,
+                  need);
     const int64_t flat = kHc * p.dim;
     switch (pl.tile) {
-        case 1: launch_mix_partial<1>(pl, X, fn, scratch, n_tok, flat, stream); break;
-        case 2: launch_mix_partial<2>(pl, X, fn, scratch, n_tok, flat, stream); break;
-        case 4: launch_mix_partial<4>(pl, X, fn, scratch, n_tok, flat, stream); break;
-        case 8: launch_mix_partial<8>(pl, X, fn, scratch, n_tok, flat, stream); break;
-        case 16: launch_mix_partial<16>(pl, X, fn, scratch, n_tok, flat, stream); break;
-        default: launch_mix_partial<kMaxTile>(pl, X, fn, scratch, n_tok, flat, stream); break;
+        case 1:
+            launch_mix_partial<1>(pl, X, fn, scratch, n_tok, flat, stream);
+            break;
+        case 2:
+            launch_mix_partial<2>(pl, X, fn, scratch, n_tok, flat, stream);
+            break;
+        case 4:
+            launch_mix_partial<4>(pl, X, fn, scratch, n_tok, flat, stream);
+            break;
+        case 8:
+            launch_mix_partial<8>(pl, X, fn, scratch, n_tok, flat, stream);
+            break;
+        case 16:
+            launch_mix_partial<16>(pl, X, fn, scratch, n_tok, flat, stream);
+            break;
+        default:
+            launch_mix_partial<kMaxTile>(pl, X, fn, scratch, n_tok, flat, stream);
+            break;
     }
     CUDA_CHECK_LAUNCH("hc_mix_partial_kernel");
     launch_pdl(hc_pre_finish_kernel, static_cast<unsigned>(n_tok), kFinThreads, 0, stream, X, scratch, scale, base, x,

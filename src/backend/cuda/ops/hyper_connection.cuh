@@ -18,13 +18,13 @@
 namespace onecard::cuda {
 
 struct HcDims {
-    int64_t dim = 0;             // D
+    int64_t dim = 0;  // D
     int64_t sinkhorn_iters = 20;
     float hc_eps = 1e-6f;
     float norm_eps = 1e-6f;
 };
-inline constexpr int64_t kHcStreams = 4;                              // hc_mult; the kernels are written for 4
-inline constexpr int64_t kHcMixes = (2 + kHcStreams) * kHcStreams;    // 24
+inline constexpr int64_t kHcStreams = 4;                            // hc_mult; the kernels are written for 4
+inline constexpr int64_t kHcMixes = (2 + kHcStreams) * kHcStreams;  // 24
 
 // Floats of device scratch hc_pre_bf16 needs for ANY n_tok <= max_tok (partial mixes [n, 24, slices];
 // the slice count depends on n_tok). Allocate once for the largest step.

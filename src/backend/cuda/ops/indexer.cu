@@ -192,8 +192,8 @@ __device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t v, uint32_t* w
 // grid (tokens of the chunk), kSelThreads threads. out row t: the min(topk, n_visible) highest
 // scores' indices ascending (ties to the lower index), then −1.
 __global__ void __launch_bounds__(kSelThreads)
-indexer_select_kernel(const float* __restrict__ scores, int64_t ld, const int32_t* __restrict__ positions,
-                      int64_t ratio, int64_t max_visible, int64_t t0, int64_t topk, int32_t* __restrict__ out) {
+    indexer_select_kernel(const float* __restrict__ scores, int64_t ld, const int32_t* __restrict__ positions,
+                          int64_t ratio, int64_t max_visible, int64_t t0, int64_t topk, int32_t* __restrict__ out) {
     dev::pdl_wait();
     dev::pdl_trigger();
     __shared__ uint32_t hist[kSelWarps][256];  // per-warp histograms: scores cluster in few bins

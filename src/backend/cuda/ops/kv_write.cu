@@ -11,8 +11,8 @@ namespace {
 
 constexpr float kE4m3Max = 448.0f;
 constexpr float kFp4Max = 6.0f;
-constexpr float kAmaxFloor = 1e-4f;                        // kvcache / REF floor for FP8 blocks
-constexpr float kFp4AmaxFloor = 6.0f * 1.17549435e-38f;    // 6·2^-126 (cpu::fp4_quant_dequant)
+constexpr float kAmaxFloor = 1e-4f;                      // kvcache / REF floor for FP8 blocks
+constexpr float kFp4AmaxFloor = 6.0f * 1.17549435e-38f;  // 6·2^-126 (cpu::fp4_quant_dequant)
 constexpr int kRowThreads = 128;
 
 // k of the UE8M0 scale 2^k for a (floored) amax: ceil(log2(amax · (1/fmt_max))) from the fp32 bits,
@@ -25,7 +25,9 @@ __device__ __forceinline__ int ue8m0_exponent(float amax, float fmt_max) {
 }
 
 // 2^k as an fp32, k in [-126, 127] (every exponent these scales take: amax is floored and finite).
-__device__ __forceinline__ float pow2(int k) { return __uint_as_float(static_cast<uint32_t>(k + 127) << 23); }
+__device__ __forceinline__ float pow2(int k) {
+    return __uint_as_float(static_cast<uint32_t>(k + 127) << 23);
+}
 
 // x · 2^-k clamped to ±448, then E4M3 (RNE, saturating). x · 2^-k is the correctly rounded x / 2^k,
 // i.e. the CPU's ldexp(x, -k), bit for bit (no fast-math in this build).
@@ -46,9 +48,9 @@ __device__ __forceinline__ uint16_t bf16_bits_for_store(__nv_bfloat16 v) {
 // entries are only 8-byte aligned and tiny formats may be less), so all stores are byte stores; a
 // KV write is a few hundred bytes per token and layer, never the bottleneck.
 __global__ void __launch_bounds__(kRowThreads)
-kv_write_kernel(const __nv_bfloat16* __restrict__ rows, int64_t ld_rows, const int64_t* __restrict__ dst,
-                uint8_t* __restrict__ pool, int n_nope, int rope_dim, int quant_block, int n_blocks,
-                int entry_bytes) {
+    kv_write_kernel(const __nv_bfloat16* __restrict__ rows, int64_t ld_rows, const int64_t* __restrict__ dst,
+                    uint8_t* __restrict__ pool, int n_nope, int rope_dim, int quant_block, int n_blocks,
+                    int entry_bytes) {
     dev::pdl_wait();
     dev::pdl_trigger();
     extern __shared__ uint32_t amax_bits[];  // [n_blocks]: |x| as fp32 bits (non-negative: integer order = float order)
@@ -85,8 +87,8 @@ kv_write_kernel(const __nv_bfloat16* __restrict__ rows, int64_t ld_rows, const i
 
 // One block per key: a single amax over the whole key, then the codes and the fp32 scale 2^k.
 __global__ void __launch_bounds__(kRowThreads)
-indexer_key_kernel(const __nv_bfloat16* __restrict__ keys, const int64_t* __restrict__ dst,
-                   uint8_t* __restrict__ pool, int dim) {
+    indexer_key_kernel(const __nv_bfloat16* __restrict__ keys, const int64_t* __restrict__ dst,
+                       uint8_t* __restrict__ pool, int dim) {
     dev::pdl_wait();
     dev::pdl_trigger();
     __shared__ float scratch[32];
@@ -108,13 +110,13 @@ indexer_key_kernel(const __nv_bfloat16* __restrict__ keys, const int64_t* __rest
 // E2M1 magnitude of |q| <= 6, round to nearest with ties to the even code, as onecard's
 // f32_to_e2m1 (codes 0..7 = 0, .5, 1, 1.5, 2, 3, 4, 6; the midpoints below are the ties).
 __device__ __forceinline__ float e2m1_round_magnitude(float a) {
-    if (a <= 0.25f) return 0.0f;   // tie -> code 0
-    if (a < 0.75f) return 0.5f;    // tie -> code 2
-    if (a <= 1.25f) return 1.0f;   // tie -> code 2
-    if (a < 1.75f) return 1.5f;    // tie -> code 4
-    if (a <= 2.5f) return 2.0f;    // tie -> code 4
-    if (a < 3.5f) return 3.0f;     // tie -> code 6
-    if (a <= 5.0f) return 4.0f;    // tie -> code 6
+    if (a <= 0.25f) return 0.0f;  // tie -> code 0
+    if (a < 0.75f) return 0.5f;   // tie -> code 2
+    if (a <= 1.25f) return 1.0f;  // tie -> code 2
+    if (a < 1.75f) return 1.5f;   // tie -> code 4
+    if (a <= 2.5f) return 2.0f;   // tie -> code 4
+    if (a < 3.5f) return 3.0f;    // tie -> code 6
+    if (a <= 5.0f) return 4.0f;   // tie -> code 6
     return 6.0f;
 }
 
@@ -186,10 +188,10 @@ void kv_write_entries(const __nv_bfloat16* rows, int64_t ld_rows, const int64_t*
     CUDA_CHECK_LAUNCH("kv_write_kernel");
 }
 
-void indexer_key_write(const __nv_bfloat16* keys, const int64_t* dst, uint8_t* pool, int64_t n,
-                       int64_t index_head_dim, cudaStream_t stream) {
-    ONECARD_CHECK(index_head_dim > 0 && index_head_dim < (int64_t{1} << 30),
-                  "indexer_key_write: bad index_head_dim {}", index_head_dim);
+void indexer_key_write(const __nv_bfloat16* keys, const int64_t* dst, uint8_t* pool, int64_t n, int64_t index_head_dim,
+                       cudaStream_t stream) {
+    ONECARD_CHECK(index_head_dim > 0 && index_head_dim < (int64_t{1} << 30), "indexer_key_write: bad index_head_dim {}",
+                  index_head_dim);
     ONECARD_CHECK(n >= 0 && n < (int64_t{1} << 31), "indexer_key_write: {} keys exceed the grid", n);
     if (n == 0) return;
     launch_pdl(indexer_key_kernel, static_cast<unsigned>(n), kRowThreads, 0, stream, keys, dst, pool,

@@ -27,8 +27,8 @@ void kv_write_entries(const __nv_bfloat16* rows, int64_t ld_rows, const int64_t*
 
 // keys [n, index_head_dim] bf16 -> the 132-byte style key (FP8 E4M3 + fp32 power-of-two scale) at
 // byte offsets dst[n] (< 0 skips). Same bytes as encode_indexer_key().
-void indexer_key_write(const __nv_bfloat16* keys, const int64_t* dst, uint8_t* pool, int64_t n,
-                       int64_t index_head_dim, cudaStream_t stream);
+void indexer_key_write(const __nv_bfloat16* keys, const int64_t* dst, uint8_t* pool, int64_t n, int64_t index_head_dim,
+                       cudaStream_t stream);
 
 // In place on x [n_vec, dim] bf16 (dim a power of two, <= 1024): y = Hadamard(x) (orthonormal, as
 // cpu::hadamard_transform), then FP4 E2M1 quant-dequant in blocks of 32 (cpu::fp4_quant_dequant), in

@@ -70,15 +70,17 @@ __global__ void scale_f32_kernel(float* y, float s, int64_t n) {
 
 // ---- HC head ---------------------------------------------------------------------------------
 
-__device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float sigmoidf(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
 
 // One block per token: the 4 dot products fn_j · v and Σv² in one pass over v = flatten(X_t)
 // [4·D], then y = Σ_j pre_j · X_j. mixes = rsqrt(mean(v²)+eps) · (fn · v) equals cpu::hc_mixes'
 // fn · rmsnorm(v) up to rounding.
 __global__ void __launch_bounds__(kHeadThreads)
-hc_head_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ fn, const float* __restrict__ base,
-               const float* __restrict__ scale, __nv_bfloat16* __restrict__ y, int64_t dim, float hc_eps,
-               float norm_eps) {
+    hc_head_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ fn, const float* __restrict__ base,
+                   const float* __restrict__ scale, __nv_bfloat16* __restrict__ y, int64_t dim, float hc_eps,
+                   float norm_eps) {
     dev::pdl_wait();
     dev::pdl_trigger();
     __shared__ float red[kHc + 1][kHeadThreads / 32];
@@ -182,19 +184,21 @@ __device__ int32_t block_argmax(const float* row, const uint32_t* mask, int64_t 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = (blockDim.x + 31) >> 5;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
-        best = arg_better(best, ArgBest{__shfl_xor_sync(0xffffffffu, best.v, o), __shfl_xor_sync(0xffffffffu, best.i, o)});
+        best =
+            arg_better(best, ArgBest{__shfl_xor_sync(0xffffffffu, best.v, o), __shfl_xor_sync(0xffffffffu, best.i, o)});
     __syncthreads();
     if (lane == 0) scratch[warp] = best;
     __syncthreads();
     best = lane < n_warps ? scratch[lane] : ArgBest{-INFINITY, INT32_MAX};
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
-        best = arg_better(best, ArgBest{__shfl_xor_sync(0xffffffffu, best.v, o), __shfl_xor_sync(0xffffffffu, best.i, o)});
+        best =
+            arg_better(best, ArgBest{__shfl_xor_sync(0xffffffffu, best.v, o), __shfl_xor_sync(0xffffffffu, best.i, o)});
     return best.i < vocab ? best.i : 0;
 }
 
-__global__ void __launch_bounds__(kRowThreads) argmax_kernel(const float* __restrict__ logits, int32_t* ids,
-                                                             int64_t vocab) {
+__global__ void __launch_bounds__(kRowThreads)
+    argmax_kernel(const float* __restrict__ logits, int32_t* ids, int64_t vocab) {
     dev::pdl_wait();
     dev::pdl_trigger();
     __shared__ ArgBest scratch[32];
@@ -222,7 +226,9 @@ struct Key96 {
     uint64_t hi;  // q's bits in sorted mode, 0 in id-order mode
     uint32_t lo;  // vocab − 1 − id
 };
-__device__ __forceinline__ bool key_ge(Key96 a, Key96 b) { return a.hi > b.hi || (a.hi == b.hi && a.lo >= b.lo); }
+__device__ __forceinline__ bool key_ge(Key96 a, Key96 b) {
+    return a.hi > b.hi || (a.hi == b.hi && a.lo >= b.lo);
+}
 
 struct SampleRow {
     const double* q;  // [vocab] probabilities of the row
@@ -233,7 +239,9 @@ struct SampleRow {
     Key96 thr_p;      // and key ≥ thr_p (top-p cut)
 };
 
-__device__ __forceinline__ uint64_t fixed_mass(double q) { return __double2ull_rn(q * 0x1p62); }
+__device__ __forceinline__ uint64_t fixed_mass(double q) {
+    return __double2ull_rn(q * 0x1p62);
+}
 
 __device__ __forceinline__ Key96 key_of(const SampleRow& r, int64_t i, double q) {
     return Key96{r.sorted ? static_cast<uint64_t>(__double_as_longlong(q)) : 0ull,
@@ -342,8 +350,8 @@ __device__ __forceinline__ double sampler_uniform_dev(uint64_t seed, uint64_t co
 }
 
 __global__ void __launch_bounds__(kRowThreads)
-sample_kernel(const float* __restrict__ logits, const SampleParams* __restrict__ params,
-              const uint32_t* __restrict__ masks, int32_t* ids, int64_t vocab, double* __restrict__ scratch) {
+    sample_kernel(const float* __restrict__ logits, const SampleParams* __restrict__ params,
+                  const uint32_t* __restrict__ masks, int32_t* ids, int64_t vocab, double* __restrict__ scratch) {
     dev::pdl_wait();
     dev::pdl_trigger();
     __shared__ ArgBest arg_scratch[32];
@@ -369,9 +377,8 @@ sample_kernel(const float* __restrict__ logits, const SampleParams* __restrict__
     double sum = 0.0;
     for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
         // The CPU's expression: (double(x) − double(max)) / double(T), then exp in double.
-        const double e =
-            exp((static_cast<double>(masked_logit(lg, mask, i)) - static_cast<double>(mx)) /
-                static_cast<double>(p.temperature));
+        const double e = exp((static_cast<double>(masked_logit(lg, mask, i)) - static_cast<double>(mx)) /
+                             static_cast<double>(p.temperature));
         q[i] = e;
         sum += e;
     }
@@ -385,8 +392,7 @@ sample_kernel(const float* __restrict__ logits, const SampleParams* __restrict__
     q_max = block_max_double(q_max, dscratch);
     __syncthreads();  // q complete before other threads read it
 
-    SampleRow r{q, vocab, p.min_p > 0.0f ? static_cast<double>(p.min_p) * q_max : 0.0, false, Key96{0, 0},
-                Key96{0, 0}};
+    SampleRow r{q, vocab, p.min_p > 0.0f ? static_cast<double>(p.min_p) * q_max : 0.0, false, Key96{0, 0}, Key96{0, 0}};
     const uint64_t n_keep = survivor_total(r, true, uscratch);
     const bool top_k_cuts = p.top_k > 0 && static_cast<uint64_t>(p.top_k) < n_keep;
     const bool top_p_on = p.top_p < 1.0f;

@@ -16,9 +16,9 @@ constexpr int kMaxTopK = 32;  // the weights are normalised by one thread over i
 // "greater biased score, then lower expert id", which is the comparator cpu::route_topk sorts
 // with, so the ids and their order match exactly (also on ties).
 __global__ void __launch_bounds__(kRouteThreads)
-moe_route_kernel(const float* __restrict__ logits, const float* __restrict__ bias, const int32_t* __restrict__ tid2eid,
-                 const int32_t* __restrict__ tokens, int n_experts, int top_k, float route_scale,
-                 int32_t* __restrict__ experts, float* __restrict__ weights) {
+    moe_route_kernel(const float* __restrict__ logits, const float* __restrict__ bias,
+                     const int32_t* __restrict__ tid2eid, const int32_t* __restrict__ tokens, int n_experts, int top_k,
+                     float route_scale, int32_t* __restrict__ experts, float* __restrict__ weights) {
     dev::pdl_wait();
     dev::pdl_trigger();
     __shared__ float score[kMaxExperts];   // [E] sqrt(softplus(logit))

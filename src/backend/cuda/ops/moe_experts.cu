@@ -14,16 +14,18 @@
 namespace onecard::cuda {
 namespace {
 
-#define CUBLAS_CHECK(call)                                                                                  \
-    do {                                                                                                    \
-        const cublasStatus_t st_ = (call);                                                                  \
+#define CUBLAS_CHECK(call)                                                                                        \
+    do {                                                                                                          \
+        const cublasStatus_t st_ = (call);                                                                        \
         ONECARD_CHECK(st_ == CUBLAS_STATUS_SUCCESS, "cuBLAS error {} ({}) in {} at {}:{}", static_cast<int>(st_), \
-                      cublasGetStatusString(st_), #call, __FILE__, __LINE__);                               \
+                      cublasGetStatusString(st_), #call, __FILE__, __LINE__);                                     \
     } while (0)
 
 constexpr size_t kAlign = 256;  // every scratch region starts at a multiple of this (DeviceArena's default)
 
-size_t align_up(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
+size_t align_up(size_t b) {
+    return (b + kAlign - 1) / kAlign * kAlign;
+}
 
 // The scratch regions of one run with `rows` (token, pick) pairs, in allocation order. The row buffers
 // are sized for all pairs (not the busiest expert) so the requirement depends only on the shape.
@@ -113,8 +115,8 @@ __global__ void dequant_expert_kernel(const uint8_t* __restrict__ w1, const uint
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             const uint32_t byte = (word >> (8 * j)) & 0xFFu;
-            __nv_bfloat162 pair = __floats2bfloat162_rn(dev::e2m1_to_f32(byte & 0xFu) * scale,
-                                                        dev::e2m1_to_f32(byte >> 4) * scale);
+            __nv_bfloat162 pair =
+                __floats2bfloat162_rn(dev::e2m1_to_f32(byte & 0xFu) * scale, dev::e2m1_to_f32(byte >> 4) * scale);
             o[j] = *reinterpret_cast<uint32_t*>(&pair);
         }
         dst[c] = make_uint4(o[0], o[1], o[2], o[3]);
@@ -145,8 +147,8 @@ __global__ void dequant_shipped_kernel(const uint8_t* __restrict__ staging, int6
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             const uint32_t byte = (words[c] >> (8 * j)) & 0xFFu;
-            __nv_bfloat162 pair = __floats2bfloat162_rn(dev::e2m1_to_f32(byte & 0xFu) * scale,
-                                                        dev::e2m1_to_f32(byte >> 4) * scale);
+            __nv_bfloat162 pair =
+                __floats2bfloat162_rn(dev::e2m1_to_f32(byte & 0xFu) * scale, dev::e2m1_to_f32(byte >> 4) * scale);
             o[j] = *reinterpret_cast<uint32_t*>(&pair);
         }
         dst[c] = make_uint4(o[0], o[1], o[2], o[3]);
@@ -245,8 +247,8 @@ struct MoeExperts::Impl {
     size_t scratch_bytes = 0;
     int64_t max_rows = 0;
     cublasHandle_t handle = nullptr;
-    int32_t* host_experts = nullptr;  // pinned [max_rows]: the routing, read back once per run
-    int32_t* host_index = nullptr;    // pinned [3·max_rows]: pair_token, pair_slot, token_pairs
+    int32_t* host_experts = nullptr;       // pinned [max_rows]: the routing, read back once per run
+    int32_t* host_index = nullptr;         // pinned [3·max_rows]: pair_token, pair_slot, token_pairs
     cudaEvent_t index_uploaded = nullptr;  // host_index may be rewritten once this has completed
     // Host experts (hybrid): copies into the staging buffers run on their own stream; copied[b]
     // orders a buffer's dequantisation after its copy, consumed[b] the next copy after it.
@@ -262,8 +264,9 @@ MoeExperts::MoeExperts(void* scratch, size_t scratch_bytes, int64_t max_rows) : 
     impl_->max_rows = max_rows;
     CUBLAS_CHECK(cublasCreate(&impl_->handle));
     // fp32 accumulation everywhere (no reduced-precision split-K reductions).
-    CUBLAS_CHECK(cublasSetMathMode(impl_->handle, static_cast<cublasMath_t>(
-                                                      CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    CUBLAS_CHECK(cublasSetMathMode(
+        impl_->handle,
+        static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     CUDA_CHECK(cudaMallocHost(&impl_->host_experts, static_cast<size_t>(max_rows) * sizeof(int32_t)));
     CUDA_CHECK(cudaMallocHost(&impl_->host_index, static_cast<size_t>(3 * max_rows) * sizeof(int32_t)));
     CUDA_CHECK(cudaEventCreateWithFlags(&impl_->index_uploaded, cudaEventDisableTiming));
@@ -332,7 +335,8 @@ void MoeExperts::run(const __nv_bfloat16* x, const int32_t* experts, const float
     ONECARD_CHECK(n >= 0 && top_k > 0 && R <= im.max_rows, "MoeExperts: {} tokens × top_k {} exceed max_rows {}", n,
                   top_k, im.max_rows);
     for (const uint8_t* p : {w.w1, w.w3, w.w2})
-        ONECARD_CHECK(p && reinterpret_cast<uintptr_t>(p) % 16 == 0, "MoeExperts: expert weights must be 16-byte aligned");
+        ONECARD_CHECK(p && reinterpret_cast<uintptr_t>(p) % 16 == 0,
+                      "MoeExperts: expert weights must be 16-byte aligned");
     ONECARD_CHECK(w.s1 && w.s3 && w.s2, "MoeExperts: missing expert scales");
     ONECARD_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0, "MoeExperts: x must be 16-byte aligned (row gather)");
     if (n == 0) return;
@@ -376,9 +380,9 @@ void MoeExperts::run(const __nv_bfloat16* x, const int32_t* experts, const float
     auto* wdq = arena.alloc_n<__nv_bfloat16>(plan.wdq / 2, "dequantised expert");  // w1 | w3 | w2
     auto* d_index = arena.alloc_n<int32_t>(plan.idx / 4, "pair index");
     auto* xs = arena.alloc_n<__nv_bfloat16>(plan.xs / 2, "gathered rows");  // [R, D]
-    auto* gu = arena.alloc_n<float>(plan.gu / 4, "gate|up");                 // [R, 2F]
-    auto* h = arena.alloc_n<__nv_bfloat16>(plan.h / 2, "hidden");            // [R, F]
-    auto* y = arena.alloc_n<float>(plan.y / 4, "expert outputs");            // [R, D]
+    auto* gu = arena.alloc_n<float>(plan.gu / 4, "gate|up");                // [R, 2F]
+    auto* h = arena.alloc_n<__nv_bfloat16>(plan.h / 2, "hidden");           // [R, F]
+    auto* y = arena.alloc_n<float>(plan.y / 4, "expert outputs");           // [R, D]
     const int32_t* d_pair_token = d_index;
     const int32_t* d_pair_slot = d_index + R;
     const int32_t* d_token_pairs = d_index + 2 * R;
@@ -392,8 +396,8 @@ void MoeExperts::run(const __nv_bfloat16* x, const int32_t* experts, const float
 
     CUBLAS_CHECK(cublasSetStream(im.handle, stream));
     const float one = 1.0f, zero = 0.0f;
-    const int64_t groups = F * D / 32;  // scale groups per matrix
-    const __nv_bfloat16* w13 = wdq;     // [2F, D]: w1 rows then w3 rows, so one GEMM gives gate | up
+    const int64_t groups = F * D / 32;           // scale groups per matrix
+    const __nv_bfloat16* w13 = wdq;              // [2F, D]: w1 rows then w3 rows, so one GEMM gives gate | up
     const __nv_bfloat16* w2b = wdq + 2 * F * D;  // [D, F]
     // Host experts this run uses, in loop order; the first kStagingBuffers copies start now.
     std::vector<int64_t> host_order;
@@ -415,8 +419,8 @@ void MoeExperts::run(const __nv_bfloat16* x, const int32_t* experts, const float
         const int64_t slot = hybrid ? hybrid->slot_of[e] : e;
         if (slot >= 0) {
             ONECARD_CHECK(slot < w.n_experts, "MoeExperts: expert {} maps to slot {} of {}", e, slot, w.n_experts);
-            launch_pdl(dequant_expert_kernel, grid_for(3 * groups, threads), threads, 0, stream, w.w1, w.s1, w.w3,
-                       w.s3, w.w2, w.s2, slot, D, F, wdq);
+            launch_pdl(dequant_expert_kernel, grid_for(3 * groups, threads), threads, 0, stream, w.w1, w.s1, w.w3, w.s3,
+                       w.w2, w.s2, slot, D, F, wdq);
             CUDA_CHECK_LAUNCH("dequant_expert_kernel");
         } else {
             const int b = static_cast<int>(host_j % MxHybridExperts::kStagingBuffers);
@@ -441,8 +445,8 @@ void MoeExperts::run(const __nv_bfloat16* x, const int32_t* experts, const float
         // y[off.., D] = h[off.., F] · w2ᵀ
         CUBLAS_CHECK(cublasGemmEx(im.handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(D), static_cast<int>(m),
                                   static_cast<int>(F), &one, w2b, CUDA_R_16BF, static_cast<int>(F), h + off * F,
-                                  CUDA_R_16BF, static_cast<int>(F), &zero, y + off * D, CUDA_R_32F,
-                                  static_cast<int>(D), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                  CUDA_R_16BF, static_cast<int>(F), &zero, y + off * D, CUDA_R_32F, static_cast<int>(D),
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
     launch_pdl(combine_pairs_kernel, grid_for(n * D, threads), threads, 0, stream, y, d_token_pairs, d_pair_slot,
                weight_before_w2 ? nullptr : weights, shared, out, n, top_k, D);

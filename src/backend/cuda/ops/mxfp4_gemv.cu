@@ -312,7 +312,8 @@ void mxfp4_grouped_gemv(const uint8_t* xq, const float* xs, const int32_t* act_r
     const GemvMat a{w, ws, y}, b{w_b, ws_b, y_b};
     auto go = [&](auto kernel, int64_t tiles_per_block) {
         if (smem > 48 * 1024) {
-            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+            CUDA_CHECK(
+                cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
         }
         const dim3 grid(static_cast<unsigned>((tiles + tiles_per_block - 1) / tiles_per_block),
                         static_cast<unsigned>(slots));

@@ -13,8 +13,8 @@ void check_shape(int64_t n, int64_t k, const char* who) {
 }
 
 // One thread per (row, group): 4 code words and one scale byte.
-__global__ void tile_kernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales, int64_t n,
-                            int64_t k, uint8_t* __restrict__ tcodes, uint8_t* __restrict__ tscales) {
+__global__ void tile_kernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales, int64_t n, int64_t k,
+                            uint8_t* __restrict__ tcodes, uint8_t* __restrict__ tscales) {
     const int64_t groups = k / 32;
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= n * groups) return;
@@ -22,8 +22,7 @@ __global__ void tile_kernel(const uint8_t* __restrict__ codes, const uint8_t* __
     const uint4 v = *reinterpret_cast<const uint4*>(codes + i * 16);  // bytes [16G, 16G + 16) of row r
     const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int t = 0; t < 4; ++t)
-        *reinterpret_cast<uint32_t*>(tcodes + mxfp4_tiled_word_offset(r, G, t, k)) = words[t];
+    for (int t = 0; t < 4; ++t) *reinterpret_cast<uint32_t*>(tcodes + mxfp4_tiled_word_offset(r, G, t, k)) = words[t];
     tscales[mxfp4_tiled_scale_offset(r, G, k)] = scales[i];
 }
 
@@ -64,8 +63,8 @@ void mxfp4_tile_device(const uint8_t* codes, const uint8_t* scales, int64_t n, i
                   "mxfp4_tile_device: code buffers must be 16-byte aligned");
     const int64_t items = n * (k / 32);
     const int threads = 256;
-    tile_kernel<<<static_cast<unsigned>((items + threads - 1) / threads), threads, 0, stream>>>(codes, scales, n, k,
-                                                                                               tiled_codes, tiled_scales);
+    tile_kernel<<<static_cast<unsigned>((items + threads - 1) / threads), threads, 0, stream>>>(
+        codes, scales, n, k, tiled_codes, tiled_scales);
     CUDA_CHECK_LAUNCH("mxfp4 tile_kernel");
 }
 

@@ -1,2 +1,2 @@
-#include "core/error.h"
 #include "b/y.h"
+#include "core/error.h"
