@@ -9,6 +9,12 @@
 #   bash scripts/fuzz.sh 5          # what CI runs (scripts/test.sh, FUZZ_SECONDS)
 #   FUZZ_TARGETS="config_fuzz" bash scripts/fuzz.sh 600
 #   FUZZ_ONLY_BUILD=1 bash scripts/fuzz.sh
+#   FUZZ_WORKERS=16 bash scripts/fuzz.sh 300   # 16 processes per target (-jobs/-workers), execs summed
+#
+# The long runs (issue 22: >= 10M executions per target) go to the GPU machine's 16 cores, which have no
+# clang: `bash scripts/fuzz.sh --pack` builds here and packs the targets, the seeds, the dictionaries and
+# the shared libraries they load into .carry/fuzz/fuzz.tar.xz; there (carry [".carry/fuzz"]),
+# `FUZZ_WORKERS=16 bash scripts/fuzz.sh --run-packed SECONDS` unpacks and runs them (no build, no probe).
 #
 # Inputs the targets have found are kept in build-fuzz/corpus/<target>/ (not committed), so a later run
 # continues from there. When clang or its libFuzzer runtime is missing it prints why and exits 0
@@ -16,6 +22,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+PACK_DIR=".carry/fuzz"
+mode=run
+case "${1:-}" in
+    --pack) mode=pack; shift ;;
+    --run-packed)
+        mode=run; shift
+        tar -C "$PACK_DIR" -xJf "$PACK_DIR/fuzz.tar.xz"
+        export LD_LIBRARY_PATH="$PWD/$PACK_DIR/lib:${LD_LIBRARY_PATH:-}"
+        export FUZZ_BUILD_DIR="$PACK_DIR/build" FUZZ_SKIP_BUILD=1
+        echo "fuzz: packed targets built from $(cat "$PACK_DIR/COMMIT")" ;;
+esac
 SECS="${1:-60}"
 BUILD="${FUZZ_BUILD_DIR:-build-fuzz}"
 JOBS="${JOBS:-2}"
@@ -27,6 +44,7 @@ skip() {
     exit 0
 }
 
+if [ "${FUZZ_SKIP_BUILD:-0}" != 1 ]; then
 CC_BIN="${FUZZ_CC:-$(command -v clang || command -v clang-14 || true)}"
 CXX_BIN="${FUZZ_CXX:-$(command -v clang++ || command -v clang++-14 || true)}"
 [ -n "$CC_BIN" ] && [ -n "$CXX_BIN" ] || skip "clang is not installed (apt-get install clang libclang-rt-14-dev)"
@@ -44,6 +62,7 @@ if [ ! -f "$BUILD/CMakeCache.txt" ]; then
         -DCMAKE_BUILD_TYPE=RelWithDebInfo -DONECARD_FUZZ=ON -DONECARD_CUDA=OFF -DONECARD_TESTS=OFF -DONECARD_BENCH=OFF \
         -DCMAKE_C_FLAGS="$SAN" -DCMAKE_CXX_FLAGS="$SAN" >/dev/null
 fi
+fi  # FUZZ_SKIP_BUILD
 targets=()
 if [ -n "${FUZZ_TARGETS:-}" ]; then
     read -r -a targets <<<"$FUZZ_TARGETS"
@@ -61,6 +80,24 @@ done
 grep -E "^\[[0-9]+/[0-9]+\] Linking" "$BUILD/build.log" | tail -n 6 || true
 fi
 [ "${FUZZ_ONLY_BUILD:-0}" = 1 ] && exit 0
+
+if [ "$mode" = pack ]; then
+    # Debug info off (ASan's reports still name functions from the symbol table); the shared libraries
+    # outside glibc that the targets load, since the GPU machine has none of the Debian packages.
+    rm -rf "$PACK_DIR" && mkdir -p "$PACK_DIR/stage/build/tests/fuzz" "$PACK_DIR/stage/lib"
+    for t in "${targets[@]}"; do
+        [ -n "${not_built[$t]:-}" ] && { echo "fuzz: --pack: $t did not build"; exit 1; }
+        strip --strip-debug -o "$PACK_DIR/stage/build/tests/fuzz/$t" "$BUILD/tests/fuzz/$t"
+        ldd "$BUILD/tests/fuzz/$t" | awk '/=> \//{print $3}'
+    done | sort -u | grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libgcc_s)\.so' |
+        while read -r lib; do cp -L "$lib" "$PACK_DIR/stage/lib/"; done
+    mkdir -p "$PACK_DIR/stage/tests" && cp -r tests/fuzz "$PACK_DIR/stage/tests/"
+    tar -C "$PACK_DIR/stage" -cJf "$PACK_DIR/fuzz.tar.xz" build lib tests
+    rm -rf "$PACK_DIR/stage"
+    echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src tests || echo '+dirty')" >"$PACK_DIR/COMMIT"
+    du -sh "$PACK_DIR"
+    exit 0
+fi
 
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:symbolize=1}"
@@ -88,11 +125,23 @@ for t in "${targets[@]}"; do
     log="$BUILD/$t.log"
     set +e
     # -rss_limit_mb: the tokenizer tables under ASan take a few hundred MB.
+    workers="${FUZZ_WORKERS:-1}"
+    par=()
+    # N independent processes sharing the corpus directory; each writes fuzz-<k>.log in the cwd.
+    [ "$workers" -gt 1 ] && par=(-jobs="$workers" -workers="$workers")
+    rm -f fuzz-*.log
     "$BUILD/tests/fuzz/$t" "$work" "$seeds" "${dict[@]}" -max_total_time="$SECS" -timeout=25 -rss_limit_mb=4096 \
-        -max_len="${FUZZ_MAX_LEN:-8192}" -print_final_stats=1 -artifact_prefix="$ART/$name/" >"$log" 2>&1
+        -max_len="${FUZZ_MAX_LEN:-8192}" -print_final_stats=1 -artifact_prefix="$ART/$name/" "${par[@]}" >"$log" 2>&1
     rc=$?
+    if [ "$workers" -gt 1 ]; then
+        # A worker's crash shows in its own log; the parent's status does not always carry it.
+        cat fuzz-*.log >>"$log" 2>/dev/null
+        grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|FUZZ CHECK FAILED|runtime error' fuzz-*.log && rc=1
+        rm -f fuzz-*.log
+    fi
     set -e
-    execs="$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -n 1)"
+    # One final-stats line per process: the target's executions are their sum.
+    execs="$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | awk '{s+=$1} END{if (NR) print s}')"
     cov="$(grep -o 'cov: [0-9]*' "$log" | tail -n 1 | grep -o '[0-9]*')"
     if [ "$rc" -ne 0 ]; then
         failed=1

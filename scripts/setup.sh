@@ -9,7 +9,7 @@ PKGS=(build-essential cmake ninja-build pkg-config git
       libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libcpp-httplib-dev libhttp-parser-dev
       libyaml-cpp-dev python3 python3-numpy nodejs npm openssl
       clang libclang-rt-14-dev  # clang + its libFuzzer runtime: scripts/fuzz.sh
-      clang-format-14)  # scripts/check_layout.py: the formatting CI enforces (one version: output differs)
+      clang-format-14)  # scripts/check_format.py: the formatting CI enforces (one version: output differs)
 # PyTorch (the demo model's training code and its parity test, tests/model/demo_torch_parity.py) only on
 # request: python3-torch pulls about 200 packages, and the test skips, saying why, without it.
 if [ "${ONECARD_SETUP_TORCH:-0}" = 1 ]; then PKGS+=(python3-torch); fi
