@@ -2,6 +2,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device.h"
+#include "backend/cuda/ops/token_pick.cuh"
 #include "core/error.h"
 #include "engine/memory_plan.h"
 #include "engine/token_constraint.h"

@@ -202,7 +202,7 @@ void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerSt
         float* oi = o.data() + i * H * hd;
         cpu::attention_with_sink(q.data() + i * H * hd, keys.data(), static_cast<int64_t>(keys.size()) / hd,
                                  w.sink.data(), H, hd, softmax_scale, oi);
-        // b.o: sparse_attention_decode writes bf16. Not mirrored: its tensor-core kernel also rounds the
+        // b.o: sparse_attention writes bf16. Not mirrored: its tensor-core kernel also rounds the
         // probabilities to bf16 for p·v, relative to a running max that depends on its key tiles and
         // splits (flash-decoding), so no CPU order reproduces those bits; the softmax here stays fp32.
         store_bf16(bf, oi, H * hd);

@@ -2,9 +2,9 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops/bf16_gemv.cuh"
+#include "backend/cuda/ops/elementwise.cuh"
 #include "backend/cuda/ops/fp8_gemv.cuh"
 #include "backend/cuda/ops/fp8_quant.cuh"
-#include "backend/cuda/ops/model_io.cuh"
 #include "core/error.h"
 
 namespace onecard {

@@ -2,17 +2,19 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops/compressor.cuh"
+#include "backend/cuda/ops/elementwise.cuh"
+#include "backend/cuda/ops/embed_head.cuh"
 #include "backend/cuda/ops/fp8_quant.cuh"
 #include "backend/cuda/ops/host_moe.cuh"
 #include "backend/cuda/ops/hyper_connection.cuh"
 #include "backend/cuda/ops/indexer.cuh"
 #include "backend/cuda/ops/kv_write.cuh"
-#include "backend/cuda/ops/model_io.cuh"
 #include "backend/cuda/ops/moe.cuh"
 #include "backend/cuda/ops/mxfp4_gemv.cuh"
 #include "backend/cuda/ops/rmsnorm.cuh"
 #include "backend/cuda/ops/rope.cuh"
 #include "backend/cuda/ops/sparse_attention.cuh"
+#include "backend/cuda/ops/token_pick.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 #include "model/deepseek_v4.h"
@@ -472,8 +474,8 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
     ad.entry_bytes = spec.entry.entry_bytes();
     ad.scale = 1.0f / std::sqrt(static_cast<float>(hd));
     tick("attn: key lists", s);
-    cuda::sparse_attention_decode(b.q, pool_.base(), b.kv_off, max_keys, w.sink, b.o, n, ad, s, b.attn_scratch,
-                                  cuda::sparse_attention_scratch_floats(H, hd));
+    cuda::sparse_attention(b.q, pool_.base(), b.kv_off, max_keys, w.sink, b.o, n, ad, s, b.attn_scratch,
+                           cuda::sparse_attention_scratch_floats(H, hd));
     cuda::rope_bf16(b.o, n, H, hd, rope, n_rope, meta_->positions, true, s);
     tick("attn: sparse attention", s);
     lin_->grouped(w.wo_a, c.o_groups, b.o, n, b.z, s);

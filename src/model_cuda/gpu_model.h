@@ -10,8 +10,8 @@
 #pragma once
 
 #include "backend/cuda/arena.h"
-#include "backend/cuda/ops/model_io.cuh"
 #include "backend/cuda/ops/moe_experts.cuh"
+#include "backend/cuda/ops/token_pick.cuh"
 #include "model/config.h"
 #include "model_cuda/gpu_fault_plan.h"
 #include "model_cuda/gpu_kv_pool.h"

@@ -1,6 +1,7 @@
 #include "model_cuda/gpu_weights.h"
 
 #include "backend/cpu/linear.h"
+#include "backend/cuda/ops/elementwise.cuh"
 #include "backend/cuda/ops/fp8_gemm.cuh"
 #include "backend/cuda/ops/mxfp4_layout.cuh"
 #include "backend/cuda/stream.h"

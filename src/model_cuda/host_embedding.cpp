@@ -1,6 +1,7 @@
 #include "model_cuda/host_embedding.h"
 
 #include "backend/cpu/linear.h"
+#include "backend/cuda/ops/elementwise.cuh"
 #include "core/error.h"
 #include "core/fp_formats.h"
 

@@ -9,6 +9,7 @@
 
 #include "backend/cpu/linear.h"
 #include "backend/cuda/ops/bf16_gemm.cuh"
+#include "backend/cuda/ops/elementwise.cuh"
 
 #include <string>
 

@@ -13,6 +13,7 @@
 
 #ifdef ONECARD_HAVE_CUDA
 
+#include "backend/cuda/ops/token_pick.cuh"
 #include "engine/engine_core.h"
 #include "engine/grammar_constraint.h"
 #include "engine_cuda/cuda_model_runner.h"

@@ -9,6 +9,7 @@
 
 #ifdef ONECARD_HAVE_CUDA
 
+#include "backend/cuda/ops/elementwise.cuh"
 #include "backend/cuda/ops/fp8_gemm.cuh"
 #include "core/fp_formats.h"
 #include "model/synth.h"

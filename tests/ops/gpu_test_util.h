@@ -10,6 +10,7 @@
 
 #include "backend/cuda/arena.h"
 #include "backend/cuda/device.h"
+#include "backend/cuda/ops/elementwise.cuh"
 #include "backend/cuda/stream.h"
 #include "core/fp_formats.h"
 #include "model/synth.h"

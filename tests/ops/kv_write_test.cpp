@@ -15,6 +15,7 @@
 
 #include "backend/cpu/quant_sim.h"
 #include "backend/cpu/rope.h"
+#include "backend/cuda/ops/elementwise.cuh"
 #include "backend/cuda/ops/kv_write.cuh"
 #include "backend/cuda/ops/rope.cuh"
 #include "kvcache/kv_format.h"

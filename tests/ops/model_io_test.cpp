@@ -1,4 +1,4 @@
-// Parity of the model ends on the GPU (backend/cuda/ops/model_io.cuh):
+// Parity of the model ends on the GPU (backend/cuda/ops/embed_head.cuh, token_pick.cuh, elementwise.cuh):
 // - embed_streams: a copy, so bit-exact against the CPU forward's gather.
 // - hc_head_bf16 vs cpu::hc_head on the same bf16-valued streams: fp32 math in another reduction
 //   order plus one bf16 rounding of the output (2^-9 relative), so rel L2 ≤ 5e-3.
@@ -18,7 +18,9 @@
 #ifdef ONECARD_HAVE_CUDA
 
 #include "backend/cpu/hyper_connection.h"
-#include "backend/cuda/ops/model_io.cuh"
+#include "backend/cuda/ops/elementwise.cuh"
+#include "backend/cuda/ops/embed_head.cuh"
+#include "backend/cuda/ops/token_pick.cuh"
 #include "engine/sampler.h"
 #include "engine/token_constraint.h"
 

@@ -3,7 +3,7 @@
 // decode_kv_entry and runs cpu::attention_with_sink over the gathered keys.
 // Kernels under test: the tensor-core kernel with a scratch (few tokens split their keys over
 // several blocks + a combine kernel), the same kernel without a scratch (one block per token and
-// head group), and the old CUDA-core kernel (sparse_attention_decode_reference), which also serves
+// head group), and the old CUDA-core kernel (sparse_attention_reference), which also serves
 // as the oracle where the CPU would be too slow (2048 tokens).
 // Tolerance for all of them: relative L2 ≤ 4e-3 and worst element ≤ 1e-2 of max|ref|. The CUDA-core
 // kernel differs from the CPU only by fp32 order and the bf16 output; the tensor-core one also rounds
@@ -161,14 +161,13 @@ struct DeviceProblem {
         auto* ob = reinterpret_cast<__nv_bfloat16*>(out);
         switch (v) {
             case Variant::TensorCoreSplit:
-                cuda::sparse_attention_decode(qb, pool, offs, p.max_keys, sink, ob, p.n_tok, d, s, scratch,
-                                              scratch_floats);
+                cuda::sparse_attention(qb, pool, offs, p.max_keys, sink, ob, p.n_tok, d, s, scratch, scratch_floats);
                 break;
             case Variant::TensorCoreNoScratch:
-                cuda::sparse_attention_decode(qb, pool, offs, p.max_keys, sink, ob, p.n_tok, d, s);
+                cuda::sparse_attention(qb, pool, offs, p.max_keys, sink, ob, p.n_tok, d, s);
                 break;
             case Variant::Reference:
-                cuda::sparse_attention_decode_reference(qb, pool, offs, p.max_keys, sink, ob, p.n_tok, d, s);
+                cuda::sparse_attention_reference(qb, pool, offs, p.max_keys, sink, ob, p.n_tok, d, s);
                 break;
         }
     }

@@ -526,20 +526,20 @@ __global__ void __launch_bounds__(128)
 
 void check_dims(const SparseAttnDims& d, int64_t n_tok, int64_t max_keys) {
     ONECARD_CHECK(d.head_dim == kHeadDim && d.rope_dim == 64 && d.quant_block == 64,
-                  "sparse_attention_decode: only head_dim 512 / rope 64 / quant block 64 is implemented (got {}/{}/{})",
+                  "sparse_attention: only head_dim 512 / rope 64 / quant block 64 is implemented (got {}/{}/{})",
                   d.head_dim, d.rope_dim, d.quant_block);
     ONECARD_CHECK(d.entry_bytes >= kNopeDim + 128 + 7 && d.entry_bytes % 8 == 0 && d.entry_bytes <= kMaxEntryBytes,
-                  "sparse_attention_decode: entry_bytes {} is not a padded 584-style entry", d.entry_bytes);
-    ONECARD_CHECK(d.n_heads >= 1 && d.n_heads < (int64_t{1} << 20), "sparse_attention_decode: {} heads", d.n_heads);
+                  "sparse_attention: entry_bytes {} is not a padded 584-style entry", d.entry_bytes);
+    ONECARD_CHECK(d.n_heads >= 1 && d.n_heads < (int64_t{1} << 20), "sparse_attention: {} heads", d.n_heads);
     ONECARD_CHECK(n_tok < 65536 && max_keys >= 0 && max_keys < (int64_t{1} << 30),
-                  "sparse_attention_decode: {} tokens x {} keys exceed the grid", n_tok, max_keys);
+                  "sparse_attention: {} tokens x {} keys exceed the grid", n_tok, max_keys);
 }
 
 }  // namespace
 
-void sparse_attention_decode_reference(const __nv_bfloat16* q, const uint8_t* pool, const int64_t* kv_off,
-                                       int64_t max_keys, const float* sink, __nv_bfloat16* out, int64_t n_tok,
-                                       const SparseAttnDims& d, cudaStream_t stream) {
+void sparse_attention_reference(const __nv_bfloat16* q, const uint8_t* pool, const int64_t* kv_off, int64_t max_keys,
+                                const float* sink, __nv_bfloat16* out, int64_t n_tok, const SparseAttnDims& d,
+                                cudaStream_t stream) {
     check_dims(d, n_tok, max_keys);
     if (n_tok == 0) return;
     const dim3 grid(static_cast<unsigned>(d.n_heads), static_cast<unsigned>(n_tok));
@@ -553,11 +553,11 @@ int64_t sparse_attention_scratch_floats(int64_t n_heads, int64_t head_dim) {
     return int64_t{kTargetBlocks} * n_heads * (head_dim + 2);
 }
 
-void sparse_attention_decode(const __nv_bfloat16* q, const uint8_t* pool, const int64_t* kv_off, int64_t max_keys,
-                             const float* sink, __nv_bfloat16* out, int64_t n_tok, const SparseAttnDims& d,
-                             cudaStream_t stream, float* scratch, int64_t scratch_floats) {
+void sparse_attention(const __nv_bfloat16* q, const uint8_t* pool, const int64_t* kv_off, int64_t max_keys,
+                      const float* sink, __nv_bfloat16* out, int64_t n_tok, const SparseAttnDims& d,
+                      cudaStream_t stream, float* scratch, int64_t scratch_floats) {
     check_dims(d, n_tok, max_keys);
-    ONECARD_CHECK(reinterpret_cast<uintptr_t>(q) % 16 == 0, "sparse_attention_decode: q must be 16-byte aligned");
+    ONECARD_CHECK(reinterpret_cast<uintptr_t>(q) % 16 == 0, "sparse_attention: q must be 16-byte aligned");
     if (n_tok == 0) return;
     const int64_t groups = (d.n_heads + kTcHeads - 1) / kTcHeads;
     // Splits: enough blocks for about one wave, never fewer than ~32 key slots per split.

@@ -1,4 +1,5 @@
-// Sparse attention with a per-head sink for decode (dsv4-model.md §4.7), reading keys straight from
+// Sparse attention with a per-head sink (dsv4-model.md §4.7), for prefill and decode tokens alike
+// (each query token has its own key list, so one kernel serves both), reading keys straight from
 // the FP8 KV format of kvcache/kv_format.h (584-byte entries at the Flash shape: 448 E4M3 nope dims
 // with one UE8M0 scale per 64, then 64 bf16 rope dims). Each query token attends to its own list of
 // entry byte offsets into the KV pool: the model puts the window's rows (in the sequence's slot) and
@@ -35,18 +36,18 @@ struct SparseAttnDims {
 // blocks (flash-decoding: partial max/sum/acc per split, then a combine kernel that applies the
 // sink), so batch 1 fills the GPU. Without it (nullptr) every token runs in one block: same results
 // up to rounding, slower for small batches. Graph-capturable: no allocation, no host synchronisation.
-void sparse_attention_decode(const __nv_bfloat16* q, const uint8_t* pool, const int64_t* kv_off, int64_t max_keys,
-                             const float* sink, __nv_bfloat16* out, int64_t n_tok, const SparseAttnDims& d,
-                             cudaStream_t stream, float* scratch = nullptr, int64_t scratch_floats = 0);
+void sparse_attention(const __nv_bfloat16* q, const uint8_t* pool, const int64_t* kv_off, int64_t max_keys,
+                      const float* sink, __nv_bfloat16* out, int64_t n_tok, const SparseAttnDims& d,
+                      cudaStream_t stream, float* scratch = nullptr, int64_t scratch_floats = 0);
 
-// Floats of scratch that let sparse_attention_decode split keys for any batch size (the split count
+// Floats of scratch that let sparse_attention split keys for any batch size (the split count
 // is bounded so that n_tok x splits stays near one wave of blocks): ~17 MB at 64 heads x 512.
 int64_t sparse_attention_scratch_floats(int64_t n_heads, int64_t head_dim);
 
 // The previous CUDA-core kernel (one 128-thread block per (head, token), each key decoded per head):
 // slow, kept as a second oracle for the parity test and as a drop-in fallback. Same contract.
-void sparse_attention_decode_reference(const __nv_bfloat16* q, const uint8_t* pool, const int64_t* kv_off,
-                                       int64_t max_keys, const float* sink, __nv_bfloat16* out, int64_t n_tok,
-                                       const SparseAttnDims& d, cudaStream_t stream);
+void sparse_attention_reference(const __nv_bfloat16* q, const uint8_t* pool, const int64_t* kv_off, int64_t max_keys,
+                                const float* sink, __nv_bfloat16* out, int64_t n_tok, const SparseAttnDims& d,
+                                cudaStream_t stream);
 
 }  // namespace onecard::cuda

@@ -1,0 +1,77 @@
+#include "backend/cuda/ops/elementwise.cuh"
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops/common.cuh"
+#include "backend/cuda/ops/pdl.cuh"
+
+namespace onecard::cuda {
+namespace {
+
+constexpr int kEltThreads = 256;
+
+unsigned grid_for(int64_t n, int threads) {
+    // Grid-stride loops cover the rest; 65535·4 blocks is plenty to fill the GPU.
+    const int64_t blocks = (n + threads - 1) / threads;
+    return static_cast<unsigned>(blocks < 262140 ? blocks : 262140);
+}
+
+__global__ void add_bf16_kernel(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b,
+                                __nv_bfloat16* y, int64_t n) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        y[i] = __float2bfloat16(__bfloat162float(a[i]) + __bfloat162float(b[i]));
+}
+
+__global__ void bf16_to_f32_kernel(const __nv_bfloat16* __restrict__ x, float* __restrict__ y, int64_t n) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        y[i] = __bfloat162float(x[i]);
+}
+
+__global__ void f32_to_bf16_kernel(const float* __restrict__ x, __nv_bfloat16* __restrict__ y, int64_t n) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        y[i] = __float2bfloat16(x[i]);
+}
+
+__global__ void scale_f32_kernel(float* y, float s, int64_t n) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        y[i] *= s;
+}
+
+}  // namespace
+
+void add_bf16(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* y, int64_t n, cudaStream_t stream) {
+    if (n <= 0) return;
+    launch_pdl(add_bf16_kernel, grid_for(n, kEltThreads), kEltThreads, 0, stream, a, b, y, n);
+    CUDA_CHECK_LAUNCH("add_bf16_kernel");
+}
+
+void bf16_to_f32(const __nv_bfloat16* x, float* y, int64_t n, cudaStream_t stream) {
+    if (n <= 0) return;
+    launch_pdl(bf16_to_f32_kernel, grid_for(n, kEltThreads), kEltThreads, 0, stream, x, y, n);
+    CUDA_CHECK_LAUNCH("bf16_to_f32_kernel");
+}
+
+void f32_to_bf16(const float* x, __nv_bfloat16* y, int64_t n, cudaStream_t stream) {
+    if (n <= 0) return;
+    launch_pdl(f32_to_bf16_kernel, grid_for(n, kEltThreads), kEltThreads, 0, stream, x, y, n);
+    CUDA_CHECK_LAUNCH("f32_to_bf16_kernel");
+}
+
+void scale_f32(float* y, float s, int64_t n, cudaStream_t stream) {
+    if (n <= 0) return;
+    launch_pdl(scale_f32_kernel, grid_for(n, kEltThreads), kEltThreads, 0, stream, y, s, n);
+    CUDA_CHECK_LAUNCH("scale_f32_kernel");
+}
+
+}  // namespace onecard::cuda

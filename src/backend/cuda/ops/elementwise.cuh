@@ -1,0 +1,19 @@
+// The small element-wise ops the model glue needs (residual adds, dtype conversions, scaling).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace onecard::cuda {
+
+// y = a + b, bf16 [n] (fp32 add).
+void add_bf16(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* y, int64_t n, cudaStream_t stream);
+// y [n] = f32(x) / bf16(x) conversions.
+void bf16_to_f32(const __nv_bfloat16* x, float* y, int64_t n, cudaStream_t stream);
+void f32_to_bf16(const float* x, __nv_bfloat16* y, int64_t n, cudaStream_t stream);
+// y [n, k] *= s (fp32 scalar), fp32.
+void scale_f32(float* y, float s, int64_t n, cudaStream_t stream);
+
+}  // namespace onecard::cuda
