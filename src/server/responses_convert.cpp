@@ -140,7 +140,7 @@ Json convert_tool_choice(const Json& tc) {
     if (tc.is_string()) {
         const std::string v = tc.get<std::string>();
         if (v == "auto" || v == "none" || v == "required") return v;
-    } else if (tc.is_object() && tc.value("type", "") == "function") {
+    } else if (tc.is_object() && tc.contains("type") && tc["type"] == "function") {
         return Json{{"type", "function"}, {"function", {{"name", required_string(tc, "name", "tool_choice")}}}};
     }
     throw bad_request(

@@ -97,6 +97,19 @@ std::string text_or_empty(const OrderedJson& v, const std::string& what) {
     return v.get<std::string>();
 }
 
+// part.get("type") as a string: "" when absent or null, a clear error when it is another kind (nlohmann's
+// value() would throw its own type_error, which names no field).
+std::string type_of(const OrderedJson& part, const std::string& what) {
+    if (!part.contains("type") || part["type"].is_null()) return "";
+    ONECARD_CHECK(part["type"].is_string(), "chat: {}.type must be a string, got {}", what, part["type"].type_name());
+    return part["type"].get<std::string>();
+}
+
+// Python's str() of part.get("type") in "[Unsupported <type>]": None when absent or null.
+std::string type_shown(const OrderedJson& part, const std::string& type) {
+    return !part.contains("type") || part["type"].is_null() ? std::string("None") : type;
+}
+
 // Tool results may carry a list of parts: text parts joined by a blank line, others marked unsupported.
 std::string tool_content_text(const OrderedJson& v, const std::string& what) {
     if (!v.is_array()) return text_or_empty(v, what);
@@ -105,11 +118,11 @@ std::string tool_content_text(const OrderedJson& v, const std::string& what) {
         const auto& part = v[i];
         ONECARD_CHECK(part.is_object(), "chat: {}[{}] must be an object", what, i);
         if (i) out += "\n\n";
-        const std::string type = part.value("type", std::string());
+        const std::string type = type_of(part, fmt::format("{}[{}]", what, i));
         if (type == "text")
             out += text_or_empty(part.value("text", OrderedJson()), what + ".text");
         else
-            out += fmt::format("[Unsupported {}]", part.contains("type") ? type : std::string("None"));
+            out += fmt::format("[Unsupported {}]", type_shown(part, type));
     }
     return out;
 }
@@ -421,12 +434,12 @@ OrderedJson flatten_content(const OrderedJson& content, const std::string& role,
             continue;
         }
         ONECARD_CHECK(part.is_object(), "chat: {}.content[{}] must be an object", where(i), k);
-        const std::string type = part.value("type", std::string());
+        const std::string type = type_of(part, fmt::format("{}.content[{}]", where(i), k));
         if (type == "text") {
             const OrderedJson text = part.value("text", OrderedJson());
             if (json_truthy(text)) out += text_or_empty(text, fmt::format("{}.content[{}].text", where(i), k));
         } else if (role == "tool") {
-            out += fmt::format("[Unsupported {}]", part.contains("type") ? type : std::string("None"));
+            out += fmt::format("[Unsupported {}]", type_shown(part, type));
         } else {
             fail("chat: {}.content[{}] has type '{}'; only text parts are supported", where(i), k, type);
         }
@@ -523,7 +536,7 @@ ChatPrompt render_chat_request(const OrderedJson& request, ChatVariant variant) 
     if (request.contains("response_format") && json_truthy(request["response_format"])) {
         const auto& rf = request["response_format"];
         ONECARD_CHECK(rf.is_object(), "chat request: response_format must be an object");
-        if (rf.value("type", std::string()) != "text") head_extra["response_format"] = rf;
+        if (type_of(rf, "response_format") != "text") head_extra["response_format"] = rf;
     }
     if (!head_extra.empty()) {
         const std::string first_role = messages[0]["role"].get<std::string>();

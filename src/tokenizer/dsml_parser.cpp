@@ -210,7 +210,9 @@ void DsmlParser::finish_value(bool closed_by_tag) {
     if (param_skipped_) return;
     if (param_is_string_) {
         emit(ParseEventKind::ToolCallArgs, "\"");
-    } else if (OrderedJson::accept(param_raw_)) {
+    } else if (param_raw_.find('\0') == std::string::npos && OrderedJson::accept(param_raw_)) {
+        // (nlohmann's lexer takes a NUL byte for the end of input, so "0\0x" would pass accept() whole and
+        // end the arguments' JSON early; a raw NUL is never JSON.)
         emit(ParseEventKind::ToolCallArgs, param_raw_);  // the model's own JSON text, as the official parser keeps it
     } else {
         warn(fmt::format("parameter '{}' is marked string=\"false\" but is not JSON; passed as a string", param_name_));

@@ -130,6 +130,21 @@ TEST(ChatEncoding, RejectsInvalidInput) {
     EncodeOptions low;
     low.reasoning_effort = ReasoningEffort::Low;
     EXPECT_THROW(encode_messages(OrderedJson::parse(R"([{"role":"user","content":"x"}])"), low), Error);
+    // Found by chat_render_fuzz: a part's "type" that is not a string was nlohmann's own type_error (no field
+    // named); now onecard::Error naming the part, for content parts, tool results and response_format.
+    for (const char* body :
+         {R"({"messages":[{"role":"user","content":[{"type":{"a":1},"text":"x"}]}]})",
+          R"({"messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":[{"id":"a",
+             "type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"a",
+             "content":[{"type":[1]}]}]})",
+          R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":3}})"}) {
+        try {
+            render_chat_request_text(body, ChatVariant::V4);
+            ADD_FAILURE() << "expected an error: " << body;
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("type must be a string"), std::string::npos) << e.what();
+        }
+    }
     try {
         render_chat_request_text(R"({"messages":[{"role":"user","content":"x"},{"role":7}]})", ChatVariant::V4);
         FAIL() << "expected an error";

@@ -82,6 +82,21 @@ TEST(DsmlParser, ChatModePassesThinkTagsThrough) {
     EXPECT_EQ(p.reasoning, "");
 }
 
+// Found by parsers_fuzz (issue 22's long run): nlohmann's accept() stops at a NUL byte, so "0\0x" passed
+// as JSON and the arguments' text ended early, not JSON. A non-string value with a NUL is passed as a
+// string instead, and the arguments are one JSON object.
+TEST(DsmlParser, NulInNonStringParameterKeepsArgumentsJson) {
+    const std::string text = std::string("<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n") +
+                             "<｜DSML｜parameter name=\"n\" string=\"false\">0" + std::string(1, '\0') +
+                             "x</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>" + kEosText;
+    const auto p = parse_chat(text);
+    ASSERT_EQ(p.tool_calls.size(), 1u);
+    const OrderedJson args = OrderedJson::parse(p.tool_calls[0].arguments);  // throws if not one JSON value
+    ASSERT_TRUE(args.is_object());
+    EXPECT_EQ(args["n"], std::string("0") + std::string(1, '\0') + "x");
+    EXPECT_TRUE(has_warning(p, "is not JSON"));
+}
+
 TEST(DsmlParser, ParsesSeveralInvokesWithTypedParameters) {
     const std::string text =
         "Checking.\n\n<｜DSML｜tool_calls>\n"
