@@ -140,8 +140,8 @@ for t in "${targets[@]}"; do
         -max_len="${FUZZ_MAX_LEN:-8192}" -print_final_stats=1 -artifact_prefix="$ART/$name/" "${par[@]}" >"$log" 2>&1
     rc=$?
     if [ "$workers" -gt 1 ]; then
-        # A worker's crash shows in its own log; the parent's status does not always carry it.
-        cat fuzz-*.log >>"$log" 2>/dev/null
+        # The parent echoes each worker's log (fuzz-<k>.log) into its own when the worker ends, so the
+        # final-stats lines are counted from $log alone; a crash is looked for in the workers' logs too.
         grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|FUZZ CHECK FAILED|runtime error' fuzz-*.log && rc=1
         rm -f fuzz-*.log
     fi

@@ -83,6 +83,7 @@ private:
     void emit(ParseEventKind kind, std::string text);
     void emit_content(std::string text);
     void begin_call(std::string name);
+    void drop_after_eos();  // text after the end-of-sentence token: ignored, with one warning
     void end_call();
     void finish_value(bool closed_by_tag);
     // Malformed markup at buf_[0, n_bad): give back what is not a call as content and resume in Content.

@@ -430,6 +430,10 @@ TEST(CheckpointTest, IndexRejectsEscapingShardNamesAndBadJson) {
     wm["head.weight"] = "../elsewhere.safetensors";
     write_index(fx.dir.path(), wm);
     expect_error([&] { Checkpoint::open(fx.dir.path()); }, {"tensor head.weight", "not a file name inside"});
+    // A name past the file-name limit was a std::filesystem_error out of Checkpoint::open (safetensors_fuzz).
+    wm["head.weight"] = std::string(300, '5') + ".safetensors";
+    write_index(fx.dir.path(), wm);
+    expect_error([&] { Checkpoint::open(fx.dir.path()); }, {"tensor head.weight", "not a file name inside"});
     std::ofstream(fx.dir / "model.safetensors.index.json") << R"({"weight_map": {"a": "x", "a": "y"}})";
     expect_error([&] { Checkpoint::open(fx.dir.path()); }, {"duplicate key \"a\"", "weight_map"});
 }
