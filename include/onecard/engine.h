@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,19 +33,25 @@ struct LogitBias {
     float bias = 0.0f;  // [-100, 100]
 };
 
+// The default max_tokens, vLLM's max_tokens=None: no bound of the request's own, so it may generate up
+// to the room max_model_len leaves after its prompt (the engine's max_total_tokens, engine/request.h).
+// What the OpenAI server sends when a body has no max_tokens is resolve_max_tokens's
+// (server/request_params.h): this same room, except /v1/completions' legacy 16.
+inline constexpr int64_t kMaxTokensRemainingRoom = std::numeric_limits<int64_t>::max();
+
 struct SamplingParams {
-    float temperature = 1.0f;         // 0 -> greedy (argmax, lowest id on ties)
-    int32_t top_k = 0;                // 0 -> off
-    float top_p = 1.0f;               // 1 -> off
-    float min_p = 0.0f;               // 0 -> off; keeps tokens with p >= min_p * p_max
-    float presence_penalty = 0.0f;    // subtracted once from every token already generated
-    float frequency_penalty = 0.0f;   // subtracted per occurrence in the generated tokens
-    float repetition_penalty = 1.0f;  // tokens seen in prompt or output: logit/r if > 0 else logit*r
-    std::optional<uint64_t> seed;     // per-request reproducibility; the engine picks one if empty
-    int32_t logprobs = -1;            // -1 -> none; n >= 0 -> sampled token's logprob plus top-n
-    int64_t max_tokens = 256;
-    std::vector<int32_t> stop_token_ids;  // finish when generated (not emitted as a token)
-    std::vector<std::string> stop;        // stop strings; need the engine's text decoder
+    float temperature = 1.0f;                      // 0 -> greedy (argmax, lowest id on ties)
+    int32_t top_k = 0;                             // 0 -> off
+    float top_p = 1.0f;                            // 1 -> off
+    float min_p = 0.0f;                            // 0 -> off; keeps tokens with p >= min_p * p_max
+    float presence_penalty = 0.0f;                 // subtracted once from every token already generated
+    float frequency_penalty = 0.0f;                // subtracted per occurrence in the generated tokens
+    float repetition_penalty = 1.0f;               // tokens seen in prompt or output: logit/r if > 0 else logit*r
+    std::optional<uint64_t> seed;                  // per-request reproducibility; the engine picks one if empty
+    int32_t logprobs = -1;                         // -1 -> none; n >= 0 -> sampled token's logprob plus top-n
+    int64_t max_tokens = kMaxTokensRemainingRoom;  // output tokens at most (the stop token counts)
+    std::vector<int32_t> stop_token_ids;           // finish when generated (not emitted as a token)
+    std::vector<std::string> stop;                 // stop strings; need the engine's text decoder
     bool include_stop_str_in_output = false;
     bool ignore_eos = false;
     // EOS and stop_token_ids cannot be sampled before this many output tokens (vLLM's min_tokens:

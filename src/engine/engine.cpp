@@ -199,7 +199,7 @@ struct Engine::Impl {
             for (auto& [req, state] : subs) {
                 live[state->id] = state;
                 try {
-                    core.add_request(state->id, std::move(req));
+                    core.add_validated_request(state->id, std::move(req));  // submit() validated it
                 } catch (const std::exception& e) {
                     EngineEvent ev;
                     ev.request_id = state->id;

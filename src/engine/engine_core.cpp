@@ -102,20 +102,23 @@ void EngineCore::validate(const GenerateRequest& req) const {
     validate_sampling_params(req.sampling, vocab_size_);
     ONECARD_CHECK(req.sampling.stop.empty() || config_.make_text_decoder,
                   "request: stop strings need a tokenizer (the engine has no text decoder)");
-    const int64_t total =
-        std::min<int64_t>(static_cast<int64_t>(req.prompt_token_ids.size()) + req.sampling.max_tokens, max_model_len_);
-    ONECARD_CHECK(total <= kv_->max_tokens_per_sequence(),
-                  "request: prompt + max_tokens = {} tokens exceeds the KV pool ({} tokens); lower max_tokens", total,
-                  kv_->max_tokens_per_sequence());
+    check_fits_kv_pool(
+        max_total_tokens(static_cast<int64_t>(req.prompt_token_ids.size()), req.sampling.max_tokens, max_model_len_),
+        *kv_);
 }
 
 void EngineCore::add_request(RequestId id, GenerateRequest gr) {
+    validate(gr);
+    add_validated_request(id, std::move(gr));
+}
+
+void EngineCore::add_validated_request(RequestId id, GenerateRequest gr) {
     std::unique_ptr<TokenConstraint> c;
     if (gr.sampling.make_constraint) {
         c = gr.sampling.make_constraint();
         ONECARD_CHECK(c != nullptr, "sampling.make_constraint returned no constraint");
     }
-    add_request(id, std::move(gr), std::move(c));
+    admit(id, std::move(gr), std::move(c));
 }
 
 TokenConstraint* EngineCore::constraint_of(RequestId id) {
@@ -125,14 +128,18 @@ TokenConstraint* EngineCore::constraint_of(RequestId id) {
 
 void EngineCore::add_request(RequestId id, GenerateRequest gr, std::unique_ptr<TokenConstraint> constraint) {
     validate(gr);
+    admit(id, std::move(gr), std::move(constraint));
+}
+
+void EngineCore::admit(RequestId id, GenerateRequest gr, std::unique_ptr<TokenConstraint> constraint) {
     auto req = std::make_unique<Request>();
     req->id = id;
     req->prompt = std::move(gr.prompt_token_ids);
     req->params = std::move(gr.sampling);
     req->seed = req->params.seed ? *req->params.seed : seed_rng_();
     req->times.queued = std::chrono::steady_clock::now();
-    req->max_total_tokens = std::min<int64_t>(req->num_prompt_tokens() + req->params.max_tokens, max_model_len_);
-    req->output.reserve(static_cast<size_t>(std::min<int64_t>(req->params.max_tokens, 4096)));
+    req->max_total_tokens = max_total_tokens(req->num_prompt_tokens(), req->params.max_tokens, max_model_len_);
+    req->output.reserve(static_cast<size_t>(std::min<int64_t>(req->max_total_tokens - req->num_prompt_tokens(), 4096)));
     OutputState os;
     if (config_.make_text_decoder) os.decoder = config_.make_text_decoder();
     if (!req->params.stop.empty()) os.stop_checker.emplace(req->params.stop, req->params.include_stop_str_in_output);
@@ -217,9 +224,8 @@ bool EngineCore::process_token(Request& req, const SampleResult& s, EngineEvent&
             }
         }
     }
-    if (reason == FinishReason::None &&
-        (static_cast<int64_t>(req.output.size()) >= p.max_tokens || req.num_tokens() >= max_model_len_))
-        reason = FinishReason::Length;
+    // Length: the sequence reached the total admission computed (max_tokens or max_model_len, whichever is first).
+    if (reason == FinishReason::None && req.num_tokens() >= req.max_total_tokens) reason = FinishReason::Length;
     if (reason == FinishReason::None) return false;
     ev.finish_reason = reason;
     finish_text(req, ev);

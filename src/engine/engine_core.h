@@ -35,15 +35,19 @@ class EngineCore {
 public:
     EngineCore(const EngineConfig& config, std::unique_ptr<ModelRunner> runner);
 
-    // Throws onecard::Error naming the bad field. Reads only immutable state: safe from any thread.
+    // Throws onecard::Error naming the bad field (the prompt, the sampling params, whether the request
+    // fits max_model_len and the KV pool). Reads only immutable state: safe from any thread.
     void validate(const GenerateRequest& req) const;
-    // Builds the request's constraint with req.sampling.make_constraint when it is set (the public
-    // Engine's route: Engine::submit lands here on the engine thread).
+    // validate(req), then admits it. Builds the request's constraint with req.sampling.make_constraint
+    // when it is set.
     void add_request(RequestId id, GenerateRequest req);
+    // add_request for a request validate() passed already: the public Engine's route (Engine::submit
+    // validates on the caller's thread, so the error reaches the caller; the engine thread admits).
+    void add_validated_request(RequestId id, GenerateRequest req);
     // With a constraint (a grammar): every sampled token is masked by it, EOS only when it can
     // terminate. The mask is built once per sampled row: applied to the logits here when the row is
     // sampled on the host, or handed to the runner (RowSampling::fill_mask) when the runner samples
-    // it. (sampling.make_constraint is not called.)
+    // it. (sampling.make_constraint is not called.) Validates first.
     void add_request(RequestId id, GenerateRequest req, std::unique_ptr<TokenConstraint> constraint);
     // Removes the request; returns its final Cancelled event (nullopt if unknown or already finished).
     std::optional<EngineEvent> abort_request(RequestId id);
@@ -91,6 +95,8 @@ private:
         std::unique_ptr<TokenConstraint> constraint;  // null: unconstrained
     };
     TokenConstraint* constraint_of(RequestId id);
+    // Puts a validated request on the scheduler's waiting queue.
+    void admit(RequestId id, GenerateRequest req, std::unique_ptr<TokenConstraint> constraint);
     // The EOS id a mask allows when the constraint can end, or -1 (ignore_eos, no EOS).
     int32_t mask_eos(const Request& req) const;
     static std::string no_token_reason(const TokenConstraint& c);

@@ -154,9 +154,9 @@ uint64_t host_mem_available_bytes() {
 
 MemoryPlan make_memory_plan(const ModelConfig& cfg, const std::vector<PlannedTensor>& tensors,
                             const MemoryPlanOptions& opt) {
-    ONECARD_CHECK(opt.max_sequences > 0 && opt.max_step_tokens > 0 && opt.kv_tokens >= 0,
-                  "memory plan: max_sequences {}, max_step_tokens {}, kv_tokens {} must be positive", opt.max_sequences,
-                  opt.max_step_tokens, opt.kv_tokens);
+    ONECARD_CHECK(opt.max_num_seqs > 0 && opt.max_num_batched_tokens > 0 && opt.kv_tokens >= 0,
+                  "memory plan: max_num_seqs {}, max_num_batched_tokens {}, kv_tokens {} must be positive",
+                  opt.max_num_seqs, opt.max_num_batched_tokens, opt.kv_tokens);
     ONECARD_CHECK(opt.kv_tokens == 0 || opt.kv_pool_bytes == 0,
                   "memory plan: give kv_tokens or kv_pool_bytes, not both");
     ONECARD_CHECK(opt.gpu_memory_utilization >= 0 && opt.gpu_memory_utilization <= 1,
@@ -197,16 +197,17 @@ MemoryPlan make_memory_plan(const ModelConfig& cfg, const std::vector<PlannedTen
 
     // ---- fixed-size items ---------------------------------------------------------------------
     plan.workspace_exact = opt.workspace_bytes > 0;
-    plan.activation_bytes = plan.workspace_exact ? opt.workspace_bytes
-                                                 : activation_bytes_for_step(cfg, opt.max_step_tokens, opt.max_context,
-                                                                             std::max<int64_t>(opt.max_sequences, 1));
+    plan.activation_bytes = plan.workspace_exact
+                                ? opt.workspace_bytes
+                                : activation_bytes_for_step(cfg, opt.max_num_batched_tokens, opt.max_context,
+                                                            std::max<int64_t>(opt.max_num_seqs, 1));
     // A captured decode graph holds its kernel nodes and parameters (a few MB at most); 32 MiB per
     // bucket is a deliberate over-estimate until measured on the device.
     plan.graph_bytes = static_cast<uint64_t>(opt.graph_batches.size()) * (32ull << 20);
     plan.headroom_bytes = opt.headroom_bytes;
     plan.kv_spec = make_kv_cache_spec(kv_model_shape_from_config(cfg), opt.kv_block_size);
     const auto& spec = plan.kv_spec;
-    plan.kv_slots = opt.max_sequences;
+    plan.kv_slots = opt.max_num_seqs;
     const uint64_t slots_bytes = static_cast<uint64_t>(plan.kv_slots) * static_cast<uint64_t>(spec.slot_bytes);
     const auto block_bytes = static_cast<uint64_t>(spec.block_bytes);
     const uint64_t others = plan.activation_bytes + plan.graph_bytes + plan.headroom_bytes;
@@ -267,9 +268,9 @@ MemoryPlan make_memory_plan(const ModelConfig& cfg, const std::vector<PlannedTen
             std::string options = fmt::format("\n  - a smaller KV floor (--kv-tokens; now {} tokens, {:.2f} GiB)",
                                               plan.min_kv_tokens, gib(kv_floor));
             if (!plan.workspace_exact)
-                options +=
-                    fmt::format("\n  - fewer tokens per step (--max-step-tokens; workspace now {:.2f} GiB for {})",
-                                gib(plan.activation_bytes), opt.max_step_tokens);
+                options += fmt::format(
+                    "\n  - fewer tokens per step (--max-num-batched-tokens; workspace now {:.2f} GiB for {})",
+                    gib(plan.activation_bytes), opt.max_num_batched_tokens);
             if (opt.include_mtp) options += "\n  - leave out the MTP block";
             reasons.push_back(fmt::format(
                 "memory plan does not fit even with every routed expert in host RAM: the GPU needs {:.2f} GiB "
@@ -405,8 +406,9 @@ MemoryPlan make_memory_plan(const ModelConfig& cfg, const std::vector<PlannedTen
         if (opt.include_mtp && by_component.count("mtp") && by_component["mtp"] > 0)
             options += fmt::format("\n  - leave out the MTP block ({:.2f} GiB; no speculative decoding)",
                                    gib(by_component["mtp"]));
-        options += fmt::format("\n  - fewer tokens per step (--max-step-tokens; activations now {:.2f} GiB for {})",
-                               gib(plan.activation_bytes), opt.max_step_tokens);
+        options +=
+            fmt::format("\n  - fewer tokens per step (--max-num-batched-tokens; activations now {:.2f} GiB for {})",
+                        gib(plan.activation_bytes), opt.max_num_batched_tokens);
         if (!opt.allow_host_experts && plan.expert_pair_bytes > 0)
             options += "\n  - keep the routed experts that do not fit in host RAM (allow host experts)";
         reasons.push_back(fmt::format(

@@ -39,16 +39,16 @@ struct MemoryPlanOptions {
     // > 0: the budget is device_total_bytes * it (refused when that exceeds the free device_bytes);
     // 0: the budget is device_bytes. Either way headroom_bytes is reserved inside the budget.
     double gpu_memory_utilization = 0;
-    uint64_t device_total_bytes = 0;       // the card's total memory; 0 = take device_bytes
-    uint64_t headroom_bytes = 2ull << 30;  // reserved, never planned (allocator slack, library handles)
-    int64_t n_resident_experts = -1;       // routed experts per layer kept on the GPU; -1 = all
-    bool include_mtp = true;               // the MTP block's weights (speculative decoding)
-    int64_t kv_tokens = 0;                 // KV pool capacity in tokens; 0 = everything left over
-    uint64_t kv_pool_bytes = 0;            // > 0: the KV pool's bytes instead (serve's --kv-cache-memory-bytes)
-    int64_t max_sequences = 64;            // live sequences: one fixed KV slot each
-    int64_t kv_block_size = 256;           // tokens per KV block (a multiple of every compress ratio)
-    int64_t max_step_tokens = 8192;        // largest step (prefill chunk): sizes the activations
-    int64_t max_context = 1048576;         // longest sequence: sizes the indexer score tile
+    uint64_t device_total_bytes = 0;        // the card's total memory; 0 = take device_bytes
+    uint64_t headroom_bytes = 2ull << 30;   // reserved, never planned (allocator slack, library handles)
+    int64_t n_resident_experts = -1;        // routed experts per layer kept on the GPU; -1 = all
+    bool include_mtp = true;                // the MTP block's weights (speculative decoding)
+    int64_t kv_tokens = 0;                  // KV pool capacity in tokens; 0 = everything left over
+    uint64_t kv_pool_bytes = 0;             // > 0: the KV pool's bytes instead (serve's --kv-cache-memory-bytes)
+    int64_t max_num_seqs = 64;              // live sequences: one fixed KV slot each
+    int64_t kv_block_size = 256;            // tokens per KV block (a multiple of every compress ratio)
+    int64_t max_num_batched_tokens = 8192;  // tokens per step (the largest prefill chunk): sizes the activations
+    int64_t max_context = 1048576;          // longest sequence: sizes the indexer score tile
     std::vector<int64_t> graph_batches = {1, 2, 4, 8, 16, 32, 64};  // decode batch buckets captured as graphs
     // > 0: the exact step workspace the GPU side computed for these options; it replaces the
     // estimate (activation_bytes_for_step, the fallback for CPU-only builds). MemoryPlan says which.

@@ -26,8 +26,10 @@ struct Request {
     std::vector<int32_t> prompt;
     std::vector<int32_t> output;
     SamplingParams params;
-    uint64_t seed = 0;             // resolved seed (params.seed or one the engine drew)
-    int64_t max_total_tokens = 0;  // min(prompt + max_tokens, max_model_len): the KV the request may ever need
+    uint64_t seed = 0;  // resolved seed (params.seed or one the engine drew)
+    // max_total_tokens(prompt, max_tokens, max_model_len), set at admission: the request ends ("length")
+    // when num_tokens() reaches it, and it is the KV the request may ever need.
+    int64_t max_total_tokens = 0;
 
     RequestStatus status = RequestStatus::Waiting;
     int64_t num_computed_tokens = 0;
@@ -49,5 +51,13 @@ struct Request {
         return pos < np ? prompt[static_cast<size_t>(pos)] : output[static_cast<size_t>(pos - np)];
     }
 };
+
+// min(prompt + max_tokens, max_model_len) without overflow (max_tokens may be kMaxTokensRemainingRoom):
+// the most tokens a request's sequence reaches. Needs 0 < prompt_tokens < max_model_len and max_tokens > 0.
+int64_t max_total_tokens(int64_t prompt_tokens, int64_t max_tokens, int64_t max_model_len);
+
+// The one check that a request fits the KV pool on its own (else it could only ever be preempted):
+// throws onecard::Error unless max_total_tokens is at most what the pool's blocks hold.
+void check_fits_kv_pool(int64_t max_total_tokens, const KvCacheManager& kv);
 
 }  // namespace onecard

@@ -22,10 +22,6 @@ Scheduler::Scheduler(SchedulerConfig config, KvCacheManager& kv) : config_(confi
 void Scheduler::add_request(std::unique_ptr<Request> req) {
     ONECARD_CHECK(req && !requests_.contains(req->id), "scheduler: request id {} already in use", req ? req->id : 0);
     ONECARD_CHECK(!req->prompt.empty(), "scheduler: request {} has an empty prompt", req->id);
-    ONECARD_CHECK(req->max_total_tokens <= kv_.max_tokens_per_sequence(),
-                  "scheduler: request {} may need {} tokens of KV but the whole pool holds {}; raise the KV budget "
-                  "or lower max_tokens",
-                  req->id, req->max_total_tokens, kv_.max_tokens_per_sequence());
     req->status = RequestStatus::Waiting;
     waiting_.push_back(req.get());
     requests_.emplace(req->id, std::move(req));
@@ -188,7 +184,7 @@ SchedulerOutput Scheduler::schedule() {
 int64_t Scheduler::draft_tokens_for(const Request& r, int64_t budget_left) const {
     // No more drafts than the step budget leaves, than the request may still emit beyond the token
     // it is sure to get, or than its KV can grow by without preempting anyone.
-    const int64_t room = r.params.max_tokens - static_cast<int64_t>(r.output.size()) - 1;
+    const int64_t room = r.max_total_tokens - r.num_tokens() - 1;
     const int64_t k = std::min({step_drafts_, budget_left, room});
     if (k <= 0) return 0;
     const int64_t need = r.num_computed_tokens + 1 + k - kv_.n_tokens(r.kv);

@@ -42,8 +42,9 @@ class Scheduler {
 public:
     Scheduler(SchedulerConfig config, KvCacheManager& kv);
 
-    // Takes ownership; the request joins the back of the waiting queue. Throws if the id is in use
-    // or the request could never fit in the KV pool on its own (it would preempt forever).
+    // Takes ownership; the request joins the back of the waiting queue. Throws if the id is in use.
+    // The request must fit the KV pool on its own (else it would preempt forever): EngineCore::validate
+    // checked that (check_fits_kv_pool) before the request was made.
     void add_request(std::unique_ptr<Request> req);
     // Decide this step's work. Allocates KV for everything scheduled.
     SchedulerOutput schedule();

@@ -98,8 +98,8 @@ void CudaModelRunner::PinnedFree::operator()(uint32_t* p) const {
 
 GpuModelOptions CudaModelRunner::model_options(const CudaRunnerOptions& opt) {
     GpuModelOptions mo;
-    mo.max_step_tokens = opt.max_num_batched_tokens;
-    mo.max_seqs = opt.max_num_seqs;
+    mo.max_num_batched_tokens = opt.max_num_batched_tokens;
+    mo.max_num_seqs = opt.max_num_seqs;
     mo.max_model_len = opt.max_model_len;
     mo.moe_scratch_bytes = opt.moe_scratch_bytes;
     mo.host_experts = opt.host_experts;

@@ -47,6 +47,9 @@ struct KvHandle {
     bool operator==(const KvHandle&) const = default;
 };
 
+// The pool's dimensions. n_slots keeps its own name beside n_blocks: it counts slots the pool holds,
+// which plan_kv_pool makes max_num_seqs (the scheduler's cap), but a pool sized otherwise (a bench,
+// a test) holds what it was given; the scheduler checks its cap against it.
 struct KvPoolSize {
     int64_t n_slots = 0;   // live sequences at most (= max_num_seqs)
     int64_t n_blocks = 0;  // paged blocks

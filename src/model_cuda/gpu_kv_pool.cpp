@@ -4,18 +4,19 @@
 
 namespace onecard {
 
-GpuKvPool::GpuKvPool(const KvCacheSpec& spec, const KvPoolSize& size, int64_t max_step_tokens, cuda::DeviceArena& arena)
-    : spec_(spec), size_(size), max_step_tokens_(max_step_tokens) {
-    ONECARD_CHECK(size.n_slots > 0 && size.n_blocks > 0 && max_step_tokens > 0,
+GpuKvPool::GpuKvPool(const KvCacheSpec& spec, const KvPoolSize& size, int64_t max_num_batched_tokens,
+                     cuda::DeviceArena& arena)
+    : spec_(spec), size_(size), max_num_batched_tokens_(max_num_batched_tokens) {
+    ONECARD_CHECK(size.n_slots > 0 && size.n_blocks > 0 && max_num_batched_tokens > 0,
                   "gpu kv pool: needs slots ({}), blocks ({}) and step tokens ({})", size.n_slots, size.n_blocks,
-                  max_step_tokens);
+                  max_num_batched_tokens);
     // Entries are read with 8-byte loads: every region must start on an 8-byte boundary.
     ONECARD_CHECK(spec.block_bytes % 8 == 0 && spec.slot_bytes % 8 == 0 && spec.entry.entry_bytes() % 8 == 0,
                   "gpu kv pool: block {} / slot {} / entry {} bytes are not multiples of 8", spec.block_bytes,
                   spec.slot_bytes, spec.entry.entry_bytes());
     slots_offset_ = size.n_blocks * spec.block_bytes;
     step_offset_ = slots_offset_ + size.n_slots * spec.slot_bytes;
-    total_bytes_ = step_offset_ + max_step_tokens * spec.entry.entry_bytes();
+    total_bytes_ = step_offset_ + max_num_batched_tokens * spec.entry.entry_bytes();
     base_ = static_cast<uint8_t*>(arena.alloc(static_cast<size_t>(total_bytes_), "kv pool"));
     layers_.resize(spec.shape.kinds.size());
     for (size_t il = 0; il < layers_.size(); ++il) layers_[il].ratio = spec.shape.compress_ratios[il];
@@ -41,7 +42,7 @@ GpuKvPool::GpuKvPool(const KvCacheSpec& spec, const KvPoolSize& size, int64_t ma
 void GpuKvPool::check_integrity() const {
     ONECARD_CHECK(base_ != nullptr && slots_offset_ == size_.n_blocks * spec_.block_bytes &&
                       step_offset_ == slots_offset_ + size_.n_slots * spec_.slot_bytes &&
-                      total_bytes_ == step_offset_ + max_step_tokens_ * spec_.entry.entry_bytes(),
+                      total_bytes_ == step_offset_ + max_num_batched_tokens_ * spec_.entry.entry_bytes(),
                   "gpu kv pool: regions out of order");
     ONECARD_CHECK(slots_offset_ % 8 == 0 && step_offset_ % 8 == 0, "gpu kv pool: regions not 8-byte aligned");
     for (size_t il = 0; il < layers_.size(); ++il) {

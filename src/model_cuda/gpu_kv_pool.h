@@ -21,8 +21,9 @@ namespace onecard {
 
 class GpuKvPool {
 public:
-    // Carves the pool from `arena`. max_step_tokens: the most tokens one step computes.
-    GpuKvPool(const KvCacheSpec& spec, const KvPoolSize& size, int64_t max_step_tokens, cuda::DeviceArena& arena);
+    // Carves the pool from `arena`. max_num_batched_tokens: the most tokens one step computes.
+    GpuKvPool(const KvCacheSpec& spec, const KvPoolSize& size, int64_t max_num_batched_tokens,
+              cuda::DeviceArena& arena);
 
     struct LayerAddr {
         int64_t window_region = -1;      // byte offset of the window ring inside a slot
@@ -43,7 +44,7 @@ public:
     int64_t total_bytes() const { return total_bytes_; }
     const KvCacheSpec& spec() const { return spec_; }
     const KvPoolSize& size() const { return size_; }
-    int64_t max_step_tokens() const { return max_step_tokens_; }
+    int64_t max_num_batched_tokens() const { return max_num_batched_tokens_; }
     // Throws onecard::Error unless the regions are ordered, 8-byte aligned and inside the allocation,
     // and every layer's addresses lie inside a slot or a block.
     void check_integrity() const;
@@ -51,7 +52,7 @@ public:
 private:
     KvCacheSpec spec_;
     KvPoolSize size_;
-    int64_t max_step_tokens_ = 0;
+    int64_t max_num_batched_tokens_ = 0;
     uint8_t* base_ = nullptr;
     int64_t slots_offset_ = 0, step_offset_ = 0, total_bytes_ = 0;
     std::vector<LayerAddr> layers_;

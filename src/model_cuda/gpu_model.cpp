@@ -27,7 +27,7 @@ namespace onecard {
 
 using bf16 = __nv_bfloat16;
 
-// Device buffers of one step at full capacity (T = max_step_tokens rows), taken once.
+// Device buffers of one step at full capacity (T = max_num_batched_tokens rows), taken once.
 struct GpuModel::Buffers {
     int64_t T = 0, logits_rows = 0, max_keys = 0, gemv_rows = 0, index_scratch_floats = 0;
     bf16 *X = nullptr, *x = nullptr, *a = nullptr;           // [T, 4, D], [T, D], [T, D]
@@ -118,15 +118,16 @@ struct GpuModel::Carved {
 
 void GpuModel::carve(const ModelConfig& cfg, const GpuModelOptions& opt, int64_t max_blocks_per_seq, bool hybrid,
                      cuda::DeviceArena& arena, Buffers& b, Carved& c) {
-    GpuStepMeta::carve(opt.max_step_tokens, opt.max_seqs, max_blocks_per_seq, arena, &c.meta_i32, &c.meta_i64);
-    const int64_t T = opt.max_step_tokens, D = cfg.hidden_size, H = cfg.num_attention_heads, hd = cfg.head_dim;
+    GpuStepMeta::carve(opt.max_num_batched_tokens, opt.max_num_seqs, max_blocks_per_seq, arena, &c.meta_i32,
+                       &c.meta_i64);
+    const int64_t T = opt.max_num_batched_tokens, D = cfg.hidden_size, H = cfg.num_attention_heads, hd = cfg.head_dim;
     const int64_t nI = cfg.index_n_heads, dI = cfg.index_head_dim, E = cfg.n_routed_experts;
     const int64_t K = cfg.num_experts_per_tok, I = cfg.moe_intermediate_size, W = cfg.sliding_window;
     b.T = T;
     b.max_keys = W + std::max(cfg.index_topk, max_unselected_entries(cfg, opt.max_model_len));
     b.gemv_rows = std::min(T, kGemvMoeMaxTokens);
     // All-rows logits (tests) only where they stay small; serving needs one row per sequence.
-    b.logits_rows = T * cfg.vocab_size * 4 <= (int64_t{256} << 20) ? T : std::min(T, opt.max_seqs);
+    b.logits_rows = T * cfg.vocab_size * 4 <= (int64_t{256} << 20) ? T : std::min(T, opt.max_num_seqs);
     b.index_scratch_floats = std::min<int64_t>(T * std::max<int64_t>(1, opt.max_model_len / 4), int64_t{64} << 20);
     auto A = [&](auto*& p, int64_t count, const char* tag) {
         using Ptr = std::remove_reference_t<decltype(p)>;
@@ -233,9 +234,9 @@ GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKv
                    cuda::DeviceArena& arena)
     : cfg_(cfg), w_(weights), pool_(pool), opt_(opt), buf_(std::make_unique<Buffers>()) {
     check_gpu_model_shape(cfg);
-    ONECARD_CHECK(opt.max_step_tokens <= pool.max_step_tokens(),
-                  "gpu model: {} tokens per step but the KV pool's step region holds {}", opt.max_step_tokens,
-                  pool.max_step_tokens());
+    ONECARD_CHECK(opt.max_num_batched_tokens <= pool.max_num_batched_tokens(),
+                  "gpu model: {} tokens per step but the KV pool's step region holds {}", opt.max_num_batched_tokens,
+                  pool.max_num_batched_tokens());
     const size_t used_before = arena.used();
     bool hybrid = false;
     for (const GpuBlock& blk : weights.layers) hybrid = hybrid || blk.ffn.hybrid();
@@ -243,7 +244,8 @@ GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKv
     Carved c;
     const int64_t max_blocks = pool.spec().blocks_for_tokens(opt.max_model_len) + 1;
     carve(cfg, opt, max_blocks, hybrid, arena, b, c);
-    meta_ = std::make_unique<GpuStepMeta>(opt.max_step_tokens, opt.max_seqs, max_blocks, c.meta_i32, c.meta_i64);
+    meta_ =
+        std::make_unique<GpuStepMeta>(opt.max_num_batched_tokens, opt.max_num_seqs, max_blocks, c.meta_i32, c.meta_i64);
     const int64_t E = cfg.n_routed_experts, K = cfg.num_experts_per_tok, D = cfg.hidden_size,
                   I = cfg.moe_intermediate_size, P = b.gemv_rows * K;
     cuda::copy_to_device(b.rope_main, rope_inv_freqs_for(cfg, false));
@@ -253,7 +255,7 @@ GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKv
     cuda::copy_to_device(b.pair_token, pt);
     ws_ = std::make_unique<cuda::DeviceArena>(c.linear_scratch, c.linear_scratch_bytes, "linear scratch");
     lin_ = std::make_unique<GpuLinears>(*ws_);
-    experts_ = std::make_unique<cuda::MoeExperts>(c.moe_scratch, c.moe_scratch_bytes, opt.max_step_tokens * K);
+    experts_ = std::make_unique<cuda::MoeExperts>(c.moe_scratch, c.moe_scratch_bytes, opt.max_num_batched_tokens * K);
     if (hybrid) {
         host_staging_ = c.host_staging;
         host_ = std::make_unique<HostMoeBridge>(cfg, weights, b.gemv_rows, opt.host_experts, c.host_counters);
@@ -295,7 +297,7 @@ void GpuModel::set_faults(const GpuFaultPlan& plan) {
         cuda::copy_to_device(ws, &v, sizeof(v));
     }
     if ((plan.rope_off_by_one || plan.swap_expert_weights) && !fault_arena_) {
-        const int64_t T = opt_.max_step_tokens;
+        const int64_t T = opt_.max_num_batched_tokens;
         fault_arena_ = std::make_unique<cuda::DeviceArena>(static_cast<size_t>(T) * 8 + 1024, "gpu model faults");
         fault_ones_ = fault_arena_->alloc_n<int32_t>(static_cast<size_t>(T), "fault: ones");
         fault_swap_ = fault_arena_->alloc_n<float>(static_cast<size_t>(T), "fault: swap");
@@ -338,7 +340,7 @@ void GpuModel::check_integrity() const {
     for (const auto& [key, exec] : graphs_)
         ONECARD_CHECK(exec != nullptr && key.n >= 1 && key.n <= kGraphMaxTokens && key.pos_bound <= opt_.max_model_len,
                       "gpu model: a captured graph for {} tokens / bound {} is out of range", key.n, key.pos_bound);
-    ONECARD_CHECK(meta_->n <= opt_.max_step_tokens && meta_->n_out <= meta_->n,
+    ONECARD_CHECK(meta_->n <= opt_.max_num_batched_tokens && meta_->n_out <= meta_->n,
                   "gpu model: the last step's metadata ({} tokens, {} rows) exceeds the capacity", meta_->n,
                   meta_->n_out);
     if (streamer_) streamer_->check_integrity();

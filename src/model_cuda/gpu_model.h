@@ -33,12 +33,12 @@
 namespace onecard {
 
 struct GpuModelOptions {
-    int64_t max_step_tokens = 2048;  // tokens per step (the scheduler's budget)
-    int64_t max_seqs = 64;           // sequences per step
-    int64_t max_model_len = 65536;   // longest sequence (sizes key lists and indexer scratch)
+    int64_t max_num_batched_tokens = 2048;  // tokens per step (the scheduler's budget)
+    int64_t max_num_seqs = 64;              // sequences per step
+    int64_t max_model_len = 65536;          // longest sequence (sizes key lists and indexer scratch)
     size_t moe_scratch_bytes =
-        0;                    // many-token expert path (dequantised experts + rows); 0 = what max_step_tokens needs
-    bool cuda_graphs = true;  // replay steps of <= kGraphMaxTokens tokens as CUDA graphs
+        0;  // many-token expert path (dequantised experts + rows); 0 = what max_num_batched_tokens needs
+    bool cuda_graphs = true;          // replay steps of <= kGraphMaxTokens tokens as CUDA graphs
     bool count_expert_picks = false;  // count routing picks per (layer, expert) on the device (expert_pick_counts)
     HostMoeOptions host_experts;      // the host expert pool, when the weights keep experts in host RAM
     GpuFaultPlan faults;              // tests only: planted bugs (gpu_fault_plan.h); all off
@@ -147,7 +147,7 @@ private:
     bool profile_ = false, profiling_ = false;
     std::vector<std::pair<const char*, cudaEvent_t>> ticks_;
     // Planted faults' device data (tests only; allocated by the first set_faults that needs it):
-    // ones [max_step_tokens] int32 (the RoPE fault's extra rotation), swap [max_step_tokens] fp32.
+    // ones [max_num_batched_tokens] int32 (the RoPE fault's extra rotation), swap [max_num_batched_tokens] fp32.
     std::unique_ptr<cuda::DeviceArena> fault_arena_;
     int32_t* fault_ones_ = nullptr;
     float* fault_swap_ = nullptr;

@@ -17,16 +17,16 @@ struct GpuStepMeta::Staging {
     int64_t* i64 = nullptr;
 };
 
-void GpuStepMeta::carve(int64_t max_tokens, int64_t max_seqs, int64_t max_blocks_per_seq, cuda::DeviceArena& arena,
-                        int32_t** d_i32, int64_t** d_i64) {
-    *d_i32 = arena.alloc_n<int32_t>(static_cast<size_t>(6 * max_tokens + max_seqs * max_blocks_per_seq),
+void GpuStepMeta::carve(int64_t max_num_batched_tokens, int64_t max_num_seqs, int64_t max_blocks_per_seq,
+                        cuda::DeviceArena& arena, int32_t** d_i32, int64_t** d_i64) {
+    *d_i32 = arena.alloc_n<int32_t>(static_cast<size_t>(6 * max_num_batched_tokens + max_num_seqs * max_blocks_per_seq),
                                     "step metadata (int32)");
-    *d_i64 = arena.alloc_n<int64_t>(static_cast<size_t>(max_tokens), "step metadata (int64)");
+    *d_i64 = arena.alloc_n<int64_t>(static_cast<size_t>(max_num_batched_tokens), "step metadata (int64)");
 }
 
-GpuStepMeta::GpuStepMeta(int64_t max_tokens, int64_t max_seqs, int64_t max_blocks_per_seq, int32_t* d_i32,
-                         int64_t* d_i64)
-    : cap_tokens_(max_tokens), cap_seqs_(max_seqs), cap_blocks_(max_blocks_per_seq) {
+GpuStepMeta::GpuStepMeta(int64_t max_num_batched_tokens, int64_t max_num_seqs, int64_t max_blocks_per_seq,
+                         int32_t* d_i32, int64_t* d_i64)
+    : cap_tokens_(max_num_batched_tokens), cap_seqs_(max_num_seqs), cap_blocks_(max_blocks_per_seq) {
     const size_t n32 = static_cast<size_t>(6 * cap_tokens_ + cap_seqs_ * cap_blocks_);
     const size_t n64 = static_cast<size_t>(cap_tokens_);
     host_ = new Staging;

@@ -26,11 +26,13 @@ struct GpuStepSeq {
 class GpuStepMeta {
 public:
     // Over the device arrays carve() took from the arena (GpuModel carves its whole workspace in one pass).
-    GpuStepMeta(int64_t max_tokens, int64_t max_seqs, int64_t max_blocks_per_seq, int32_t* d_i32, int64_t* d_i64);
+    GpuStepMeta(int64_t max_num_batched_tokens, int64_t max_num_seqs, int64_t max_blocks_per_seq, int32_t* d_i32,
+                int64_t* d_i64);
     // The device arrays the constructor takes from `arena` (what GpuModel::workspace_bytes_for counts):
-    // int32 [6·max_tokens + max_seqs·max_blocks_per_seq], int64 [max_tokens], in that order.
-    static void carve(int64_t max_tokens, int64_t max_seqs, int64_t max_blocks_per_seq, cuda::DeviceArena& arena,
-                      int32_t** d_i32, int64_t** d_i64);
+    // int32 [6·max_num_batched_tokens + max_num_seqs·max_blocks_per_seq], int64 [max_num_batched_tokens],
+    // in that order.
+    static void carve(int64_t max_num_batched_tokens, int64_t max_num_seqs, int64_t max_blocks_per_seq,
+                      cuda::DeviceArena& arena, int32_t** d_i32, int64_t** d_i64);
     ~GpuStepMeta();
     GpuStepMeta(const GpuStepMeta&) = delete;
     GpuStepMeta& operator=(const GpuStepMeta&) = delete;

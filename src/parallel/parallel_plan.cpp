@@ -68,7 +68,7 @@ GpuMemoryPlan plan_gpu(const ModelConfig& cfg, const std::vector<PlannedTensor>&
     MemoryPlanOptions o = opt;
     o.n_resident_experts = -1;
     o.kv_tokens = kv_tokens;
-    g.ep_buffer_bytes = ep_buffer_bytes_for_step(cfg, opt.max_step_tokens);
+    g.ep_buffer_bytes = ep_buffer_bytes_for_step(cfg, opt.max_num_batched_tokens);
     o.headroom_bytes = opt.headroom_bytes + g.ep_buffer_bytes;
     g.plan = make_memory_plan(local_cfg, mine, o);
     for (auto& c : g.plan.weight_components)
@@ -142,9 +142,9 @@ ParallelMemoryPlan make_parallel_memory_plan(const ModelConfig& cfg, const std::
             fmt::format("\n  - a smaller KV pool (--kv-tokens; now {} tokens, replicated on every GPU)", opt.kv_tokens);
     if (opt.include_mtp) options += "\n  - leave out the MTP block (--no-mtp)";
     options += fmt::format(
-        "\n  - fewer tokens per step (--max-step-tokens; now {}: activations {:.2f} GiB and "
+        "\n  - fewer tokens per step (--max-num-batched-tokens; now {}: activations {:.2f} GiB and "
         "exchange buffers {:.2f} GiB per GPU)",
-        opt.max_step_tokens, gib(w.activation_bytes), gib(worst->ep_buffer_bytes));
+        opt.max_num_batched_tokens, gib(w.activation_bytes), gib(worst->ep_buffer_bytes));
     p.refusal = fmt::format(
         "memory plan does not fit on {} GPUs: GPU {} needs {:.2f} GiB (weights {:.2f} = replicated {:.2f} + routed "
         "experts {:.2f}; KV pool {:.2f}; activations {:.2f}; exchange buffers {:.2f}; graphs {:.2f}; headroom {:.2f}) "

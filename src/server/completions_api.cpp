@@ -105,8 +105,7 @@ void handle_completions(OpenAIServer::State& s, const httplib::Request& req, htt
                         *gen.max_tokens, longest, max_len),
             "max_tokens");
     SamplingParams sp = gen.sampling;
-    // OpenAI's legacy default is 16 tokens.
-    sp.max_tokens = resolve_max_tokens(gen, max_len - longest, 16);
+    sp.max_tokens = resolve_max_tokens(gen, max_len - longest);
     const std::string id = s.new_response_id("cmpl-");
     const int64_t created = static_cast<int64_t>(std::time(nullptr));
     auto& f = access_log_context().fields;

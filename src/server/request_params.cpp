@@ -63,15 +63,16 @@ std::optional<std::string> opt_string(const Json& body, const char* key) {
     return v->get<std::string>();
 }
 
-int64_t resolve_max_tokens(const GenerationOptions& o, int64_t room, std::optional<int64_t> request_default) {
-    int64_t m = room;
-    if (auto asked = o.max_tokens ? o.max_tokens : request_default) m = std::min(m, *asked);
+int64_t resolve_max_tokens(const GenerationOptions& o, int64_t room) {
+    const int64_t api_default = o.kind == ApiKind::Completion ? kCompletionsDefaultMaxTokens : kMaxTokensRemainingRoom;
+    int64_t m = std::min(room, o.max_tokens.value_or(api_default));
     if (o.default_max_tokens) m = std::min(m, *o.default_max_tokens);
     return m;
 }
 
 GenerationOptions parse_generation_options(const Json& b, ApiKind kind, const SamplingDefaults& defaults) {
     GenerationOptions o;
+    o.kind = kind;
     SamplingParams& sp = o.sampling;
     if (defaults.temperature) sp.temperature = *defaults.temperature;
     if (defaults.top_p) sp.top_p = *defaults.top_p;

@@ -25,8 +25,14 @@ enum class ApiKind { Chat, Completion };
 // The most choices one request may ask for (`n`); the server also bounds it by --max-num-seqs.
 inline constexpr int64_t kMaxChoices = 16;
 
+// /v1/completions' max_tokens when the body has none: OpenAI's legacy default, which vLLM's
+// CompletionRequest keeps (and `onecard generate`'s). Every other API leaves it to the room the context
+// has left, the engine's own default (kMaxTokensRemainingRoom).
+inline constexpr int64_t kCompletionsDefaultMaxTokens = 16;
+
 // What a generation request asks for besides its prompt.
 struct GenerationOptions {
+    ApiKind kind = ApiKind::Chat;
     SamplingParams sampling;
     int64_t n = 1;                      // choices, each an independent sequence (its own engine request)
     std::optional<int64_t> max_tokens;  // as given (max_completion_tokens for chat wins over max_tokens)
@@ -48,7 +54,8 @@ struct GenerationOptions {
 GenerationOptions parse_generation_options(const Json& body, ApiKind kind, const SamplingDefaults& defaults = {});
 
 // max_tokens as vLLM resolves it: the smallest of the context left (`room`), the request's own and the
-// server's default bound; `request_default` stands in for an absent request value (16 for completions).
-int64_t resolve_max_tokens(const GenerationOptions& o, int64_t room, std::optional<int64_t> request_default = {});
+// server's default bound (generation_config). A body without one asks for its API's default: the room,
+// or kCompletionsDefaultMaxTokens on /v1/completions. The one place a request's max_tokens is decided.
+int64_t resolve_max_tokens(const GenerationOptions& o, int64_t room);
 
 }  // namespace onecard::server

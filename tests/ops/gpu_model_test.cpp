@@ -110,10 +110,10 @@ Fixture& fixture() {
         size.n_slots = 4;
         size.n_blocks = 8;
         GpuModelOptions mo;
-        mo.max_step_tokens = 512;
-        mo.max_seqs = 4;
+        mo.max_num_batched_tokens = 512;
+        mo.max_num_seqs = 4;
         mo.max_model_len = 1024;
-        fx->pool = std::make_unique<GpuKvPool>(fx->spec, size, mo.max_step_tokens, *fx->arena);
+        fx->pool = std::make_unique<GpuKvPool>(fx->spec, size, mo.max_num_batched_tokens, *fx->arena);
         fx->model = std::make_unique<GpuModel>(fx->cfg, fx->w, *fx->pool, mo, *fx->arena);
         return fx;
     }();

@@ -171,11 +171,11 @@ Gpu* make_gpu(const Oracle& o, const ExpertPlacement* placement) {
     size.n_slots = kSlots;
     size.n_blocks = kSlots * kBlocksPerSeq;
     GpuModelOptions mo;
-    mo.max_step_tokens = 512;
-    mo.max_seqs = 4;
+    mo.max_num_batched_tokens = 512;
+    mo.max_num_seqs = 4;
     mo.max_model_len = 1024;
     mo.host_experts.n_threads = 4;
-    x->pool = std::make_unique<GpuKvPool>(spec, size, mo.max_step_tokens, *x->arena);
+    x->pool = std::make_unique<GpuKvPool>(spec, size, mo.max_num_batched_tokens, *x->arena);
     x->model = std::make_unique<GpuModel>(o.cfg, x->w, *x->pool, mo, *x->arena);
     return x;
 }

@@ -83,14 +83,14 @@ void make_side(Fixture& f, Side& side, const ExpertPlacement* placement, int64_t
     size.n_slots = 4;
     size.n_blocks = 8;
     GpuModelOptions mo;
-    mo.max_step_tokens = 256;
-    mo.max_seqs = 4;
+    mo.max_num_batched_tokens = 256;
+    mo.max_num_seqs = 4;
     mo.max_model_len = 1024;
     mo.count_expert_picks = true;
     mo.host_experts.n_threads = 4;
     mo.host_experts.stream_experts = stream;
     mo.host_experts.stream_min_tokens = 2;
-    side.pool = std::make_unique<GpuKvPool>(spec, size, mo.max_step_tokens, *side.arena);
+    side.pool = std::make_unique<GpuKvPool>(spec, size, mo.max_num_batched_tokens, *side.arena);
     side.model = std::make_unique<GpuModel>(f.cfg, side.w, *side.pool, mo, *side.arena);
 }
 

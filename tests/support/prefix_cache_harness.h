@@ -74,11 +74,11 @@ private:
 };
 
 inline EngineConfig prefix_engine_config(bool caching, int64_t budget = 2048, int64_t cap = 1024,
-                                         int64_t max_seqs = 8) {
+                                         int64_t max_num_seqs = 8) {
     EngineConfig c;
     c.max_num_batched_tokens = budget;
     c.long_prefill_token_threshold = cap;
-    c.max_num_seqs = max_seqs;
+    c.max_num_seqs = max_num_seqs;
     c.kv_block_size = 128;
     c.kv_cache_bytes = 64LL << 20;
     c.enable_prefix_caching = caching;

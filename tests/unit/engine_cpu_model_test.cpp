@@ -92,7 +92,7 @@ std::vector<int32_t> greedy_alone(const DeepSeekV4& m, const std::vector<int32_t
 struct RunResult {
     std::map<RequestId, std::vector<int32_t>> tokens;
     int64_t n_preemptions = 0;
-    int64_t max_step_tokens = 0;
+    int64_t largest_step_tokens = 0;  // observed: the most tokens one step scheduled
 };
 
 RunResult run_engine(const DeepSeekV4& m, const Workload& w, EngineConfig cfg, RecordingRunner** rec_out = nullptr) {
@@ -115,7 +115,7 @@ RunResult run_engine(const DeepSeekV4& m, const Workload& w, EngineConfig cfg, R
         const auto& out = core.last_output();
         EXPECT_LE(out.n_scheduled_tokens, cfg.max_num_batched_tokens);
         for (const auto& e : out.requests) EXPECT_LE(e.n_tokens(), cfg.long_prefill_token_threshold);
-        r.max_step_tokens = std::max(r.max_step_tokens, out.n_scheduled_tokens);
+        r.largest_step_tokens = std::max(r.largest_step_tokens, out.n_scheduled_tokens);
     }
     core.step();
     EXPECT_EQ(rec->n_live_states(), 0u);
@@ -125,11 +125,11 @@ RunResult run_engine(const DeepSeekV4& m, const Workload& w, EngineConfig cfg, R
     return r;
 }
 
-EngineConfig config(int64_t budget, int64_t cap, int64_t max_seqs) {
+EngineConfig config(int64_t budget, int64_t cap, int64_t max_num_seqs) {
     EngineConfig c;
     c.max_num_batched_tokens = budget;
     c.long_prefill_token_threshold = cap;
-    c.max_num_seqs = max_seqs;
+    c.max_num_seqs = max_num_seqs;
     c.kv_block_size = 128;
     c.kv_cache_bytes = 256LL << 20;
     return c;
@@ -154,7 +154,7 @@ TEST(EngineCpuModel, ConcurrentRequestsMatchAloneUnderAnyBudget) {
             EXPECT_GT(r.n_preemptions, 0) << "tight KV never preempted";
         }
         if (si == 1) {
-            EXPECT_EQ(r.max_step_tokens, 64);
+            EXPECT_EQ(r.largest_step_tokens, 64);
         }
     }
 }

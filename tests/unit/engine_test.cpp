@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "engine/engine_core.h"
 #include "engine/fake_runner.h"
+#include "engine/request.h"
 
 #include <gtest/gtest.h>
 
@@ -369,6 +370,64 @@ TEST(Engine, ShutdownEndsOpenStreams) {
         ASSERT_TRUE(streams[0]->next().has_value());
     }
     for (auto& s : streams) EXPECT_EQ(drain(*s).reason, FinishReason::Cancelled);
+}
+
+TEST(EngineCore, MaxTokensLeftOutRunsToTheRoomLeft) {
+    // vLLM's max_tokens=None: the request generates until prompt + output reaches max_model_len (past
+    // the 256 tokens the engine's default once was).
+    EngineConfig cfg = base_config();
+    cfg.max_model_len = 300;
+    EngineCore core(cfg, std::make_unique<FakeModelRunner>());
+    SamplingParams sp;
+    EXPECT_EQ(sp.max_tokens, kMaxTokensRemainingRoom);
+    sp.temperature = 0;
+    core.add_request(1, {std::vector<int32_t>(15, 4), sp});
+    auto out = run_core(core);
+    EXPECT_EQ(out[1].final.finish_reason, FinishReason::Length);
+    EXPECT_EQ(out[1].tokens.size(), 285u);
+    EXPECT_EQ(out[1].final.usage.completion_tokens, 285);
+}
+
+TEST(EngineCore, MaxTotalTokens) {
+    EXPECT_EQ(max_total_tokens(10, 5, 100), 15);
+    EXPECT_EQ(max_total_tokens(10, 90, 100), 100);
+    EXPECT_EQ(max_total_tokens(10, 500, 100), 100);
+    EXPECT_EQ(max_total_tokens(10, kMaxTokensRemainingRoom, 100), 100);  // no overflow
+    EXPECT_THROW(max_total_tokens(100, 1, 100), Error);                  // no room left
+    EXPECT_THROW(max_total_tokens(10, 0, 100), Error);
+}
+
+TEST(Engine, RequestsThatCannotFitTheKvPoolAreRefusedInTheCallerThread) {
+    EngineConfig cfg = base_config();
+    FakeModelRunner probe;
+    const auto spec = make_kv_cache_spec(probe.kv_model_shape(), cfg.kv_block_size);
+    cfg.kv_cache_bytes = cfg.max_num_seqs * spec.slot_bytes + 4 * spec.block_bytes;  // 4 blocks of 16: 64 tokens
+    Engine engine(cfg, std::make_unique<FakeModelRunner>());
+    SamplingParams sp;
+    sp.max_tokens = 20;
+    try {
+        engine.submit({std::vector<int32_t>(50, 3), sp});
+        ADD_FAILURE() << "50 + 20 tokens cannot fit a 64-token pool";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(
+                      "request: prompt + max_tokens = 70 tokens exceeds the KV pool (64 tokens); lower max_tokens"),
+                  std::string::npos)
+            << e.what();
+    }
+    // Without max_tokens the request may grow to max_model_len (4096 here), which the pool cannot hold.
+    EXPECT_THROW(engine.submit({std::vector<int32_t>(10, 3), SamplingParams{}}), Error);
+    sp.max_tokens = 14;  // 50 + 14 = 64 fits
+    sp.temperature = 0;
+    auto stream = engine.submit({std::vector<int32_t>(50, 3), sp});
+    int64_t n = 0;
+    while (auto ev = stream->next()) {
+        n += static_cast<int64_t>(ev->token_ids.size());
+        if (ev->finished()) {
+            EXPECT_EQ(ev->finish_reason, FinishReason::Length);
+            break;
+        }
+    }
+    EXPECT_EQ(n, 14);
 }
 
 TEST(Engine, SubmitValidatesInTheCallerThread) {

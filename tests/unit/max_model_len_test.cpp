@@ -36,8 +36,8 @@ struct Planner {
         base.include_mtp = false;
         base.allow_host_experts = true;
         base.host_ram_bytes = 400 * kGiB;
-        base.max_sequences = 16;
-        base.max_step_tokens = 2048;
+        base.max_num_seqs = 16;
+        base.max_num_batched_tokens = 2048;
     }
     MemoryPlan operator()(int64_t len) {
         ++n_calls;

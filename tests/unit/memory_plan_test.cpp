@@ -95,7 +95,7 @@ TEST(MemoryPlan, FlashKvPoolFollowsTheKvFormat) {
     const ModelConfig cfg = parse_config(test::flash_official_config_json());
     MemoryPlanOptions opt;
     opt.kv_tokens = 65536;
-    opt.max_sequences = 4;
+    opt.max_num_seqs = 4;
     opt.kv_block_size = 256;
     const MemoryPlan p = make_memory_plan(cfg, planned(cfg), opt);
     // Per token: 21 · (584 + 132) / 4 + 20 · 584 / 128 = 3850.25 B -> 985,664 B per 256-token block.
@@ -347,7 +347,7 @@ TEST(MemoryPlan, ServingKvFloorHoldsOneFullRequestAndAFullBatch) {
     const ModelConfig cfg = parse_config(test::flash_official_config_json());
     MemoryPlanOptions opt = offload_options();
     opt.kv_tokens = 0;
-    opt.max_sequences = 64;
+    opt.max_num_seqs = 64;
     opt.min_kv_tokens = serving_kv_floor_tokens(8192, 64);
     const MemoryPlan p = make_memory_plan(cfg, planned(cfg), opt);
     ASSERT_TRUE(p.fits) << p.refusal;
@@ -485,7 +485,7 @@ TEST(MemoryPlan, ExactWorkspaceReplacesTheEstimate) {
     opt.include_mtp = false;
     const MemoryPlan est = make_memory_plan(cfg, planned(cfg), opt);
     EXPECT_FALSE(est.workspace_exact);
-    EXPECT_EQ(est.activation_bytes, activation_bytes_for_step(cfg, opt.max_step_tokens, opt.max_context, 64));
+    EXPECT_EQ(est.activation_bytes, activation_bytes_for_step(cfg, opt.max_num_batched_tokens, opt.max_context, 64));
     EXPECT_NE(memory_plan_report(est).find("estimated"), std::string::npos);
     opt.workspace_bytes = 5 * kGiB + 12345;
     const MemoryPlan ex = make_memory_plan(cfg, planned(cfg), opt);
@@ -506,7 +506,7 @@ TEST(MemoryPlan, KvPoolGivenInBytesMatchesTheEnginesSizing) {
     MemoryPlanOptions opt;
     opt.n_resident_experts = 128;
     opt.include_mtp = false;
-    opt.max_sequences = 4;
+    opt.max_num_seqs = 4;
     opt.kv_block_size = 128;
     const uint64_t want = 10 * kGiB + 777;
     opt.kv_pool_bytes = want;

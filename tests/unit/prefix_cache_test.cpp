@@ -312,8 +312,8 @@ public:
 };
 const auto* const g_env = ::testing::AddGlobalTestEnvironment(new ModelEnv);
 
-EngineConfig engine_config(bool caching, int64_t budget = 2048, int64_t cap = 1024, int64_t max_seqs = 8) {
-    return test::prefix_engine_config(caching, budget, cap, max_seqs);
+EngineConfig engine_config(bool caching, int64_t budget = 2048, int64_t cap = 1024, int64_t max_num_seqs = 8) {
+    return test::prefix_engine_config(caching, budget, cap, max_num_seqs);
 }
 struct Harness : test::PrefixHarness {
     explicit Harness(const EngineConfig& c) : PrefixHarness(*g_model->reference, c) {}

@@ -218,7 +218,7 @@ TEST(GenerationConfig, ReadAsVllmReadsIt) {
         resolve_max_tokens(parse_generation_options(parse_body(R"({"max_tokens": 100})"), ApiKind::Chat, d), 1000), 64);
     EXPECT_EQ(resolve_max_tokens(parse_generation_options(parse_body(R"({"max_tokens": 10})"), ApiKind::Chat, d), 1000),
               10);
-    EXPECT_EQ(resolve_max_tokens(parse_generation_options(parse_body("{}"), ApiKind::Completion, d), 1000, 16), 16);
+    EXPECT_EQ(resolve_max_tokens(parse_generation_options(parse_body("{}"), ApiKind::Completion, d), 1000), 16);
     EXPECT_EQ(resolve_max_tokens(parse_generation_options(parse_body("{}"), ApiKind::Chat), 1000), 1000);
 
     for (const char* bad :

@@ -341,8 +341,8 @@ void run_bench(const BenchArgs& a) {
     const int64_t max_len = std::max(decode_len, a.prefill) + 256;
     const int64_t seq_blocks = spec.blocks_for_tokens(max_len);
     GpuModelOptions mo;
-    mo.max_step_tokens = a.chunk;
-    mo.max_seqs = max_b + 1;
+    mo.max_num_batched_tokens = a.chunk;
+    mo.max_num_seqs = max_b + 1;
     mo.max_model_len = max_len;
     mo.count_expert_picks = true;
     mo.host_experts.n_threads = a.host_threads;
@@ -357,10 +357,10 @@ void run_bench(const BenchArgs& a) {
         po.device_bytes = dev.free_bytes;
         po.headroom_bytes = static_cast<uint64_t>(a.headroom_gib * (1ull << 30));
         po.include_mtp = false;
-        po.max_sequences = max_b + 1;
+        po.max_num_seqs = max_b + 1;
         po.kv_block_size = spec.block_size;
         po.kv_tokens = max_b * seq_blocks * spec.block_size;  // + one slot's spare block each: (max_b + 1) sequences
-        po.max_step_tokens = a.chunk;
+        po.max_num_batched_tokens = a.chunk;
         po.max_context = max_len;
         po.allow_host_experts = true;
         po.allow_host_embed = !a.embed_on_gpu;

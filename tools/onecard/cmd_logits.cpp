@@ -11,6 +11,7 @@
 #include "model/deepseek_v4.h"
 #include "model/weights.h"
 #include "onecard/engine.h"
+#include "server/request_params.h"
 #include "tokenizer/tokenizer.h"
 
 #include <nlohmann/json.hpp>
@@ -156,7 +157,7 @@ void run_logits(const LogitsArgs& a) {
 
 struct GenerateArgs {
     std::string model, prompt_tokens, prompt_text, numerics = "reference";
-    int64_t max_tokens = 16;
+    int64_t max_tokens = server::kCompletionsDefaultMaxTokens;  // a completion: /v1/completions' default
     double temperature = 0.0;
     double top_p = 1.0;
     uint64_t seed = 0;
@@ -237,7 +238,8 @@ void add_cmd_logits(CLI::App& app) {
     gc->add_option("--model", ga->model, "checkpoint directory")->required();
     gc->add_option("--prompt-tokens", ga->prompt_tokens, "prompt token ids, e.g. 0,17,5");
     gc->add_option("--prompt", ga->prompt_text, "prompt text (uses DIR/tokenizer.json; BOS is prepended)");
-    gc->add_option("--max-tokens", ga->max_tokens, "tokens to generate (default 16)");
+    gc->add_option("--max-tokens", ga->max_tokens, "tokens to generate (/v1/completions' default)")
+        ->capture_default_str();
     gc->add_option("--temperature", ga->temperature, "0 = greedy (default)");
     gc->add_option("--top-p", ga->top_p, "nucleus mass (default 1.0)");
     gc->add_option("--seed", ga->seed, "sampling seed");

@@ -41,8 +41,8 @@ struct PlanArgs {
     int64_t experts = -1;
     bool no_mtp = false;
     int64_t kv_tokens = 0;
-    int64_t max_sequences = 64;
-    int64_t max_step_tokens = 8192;
+    int64_t max_num_seqs = 64;
+    int64_t max_num_batched_tokens = 8192;
     int64_t block_size = 256;
     int gpus = 1;  // > 1: expert parallelism, one plan per GPU (docs/PARALLEL.md)
 };
@@ -71,8 +71,10 @@ void add_cmd_plan(CLI::App& app) {
     cmd->add_option("--experts", a->experts, "routed experts per layer kept on the GPU (default: all)");
     cmd->add_flag("--no-mtp", a->no_mtp, "leave the MTP block out");
     cmd->add_option("--kv-tokens", a->kv_tokens, "KV pool capacity in tokens (default: all memory left)");
-    cmd->add_option("--max-sequences", a->max_sequences, "live sequences (one fixed KV slot each)");
-    cmd->add_option("--max-step-tokens", a->max_step_tokens, "largest step (prefill chunk), sizes activations");
+    // vLLM's names (serve's flags); the earlier --max-sequences and --max-step-tokens still parse.
+    cmd->add_option("--max-num-seqs,--max-sequences", a->max_num_seqs, "live sequences (one fixed KV slot each)");
+    cmd->add_option("--max-num-batched-tokens,--max-step-tokens", a->max_num_batched_tokens,
+                    "tokens per step (the largest prefill chunk), sizes activations");
     cmd->add_option("--block-size", a->block_size, "KV block size in tokens (multiple of 128)");
     cmd->add_option("--gpus", a->gpus,
                     "GPUs of this host for expert parallelism (routed experts split, the rest replicated)")
@@ -110,8 +112,8 @@ void add_cmd_plan(CLI::App& app) {
         opt.n_resident_experts = a->experts;
         opt.include_mtp = !a->no_mtp;
         opt.kv_tokens = a->kv_tokens;
-        opt.max_sequences = a->max_sequences;
-        opt.max_step_tokens = a->max_step_tokens;
+        opt.max_num_seqs = a->max_num_seqs;
+        opt.max_num_batched_tokens = a->max_num_batched_tokens;
         opt.kv_block_size = a->block_size;
         if (a->device_gib > 0) {
             opt.device_bytes = static_cast<uint64_t>(a->device_gib * 1073741824.0);

@@ -31,8 +31,8 @@ MemoryPlan plan_serve_on_gpu(const ModelConfig& cfg, const Checkpoint* ckpt, con
     o.gpu_memory_utilization = in.gpu_memory_utilization;
     o.headroom_bytes = static_cast<uint64_t>(in.headroom_gib * 1073741824.0);
     o.include_mtp = false;  // the CUDA backend does not load the MTP block
-    o.max_sequences = in.max_num_seqs;
-    o.max_step_tokens = in.max_num_batched_tokens;
+    o.max_num_seqs = in.max_num_seqs;
+    o.max_num_batched_tokens = in.max_num_batched_tokens;
     o.max_context = in.max_model_len;
     o.kv_block_size = in.kv_block_size;
     o.kv_pool_bytes = static_cast<uint64_t>(in.kv_cache_bytes);
