@@ -31,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -374,7 +375,8 @@ std::vector<float> expert_parallel_moe(const TinyMoe& moe, Matmul mm, int n_rank
             std::copy_n(x.begin() + plan.send_tokens[static_cast<size_t>(plan.token_offsets[tr] + i)] * D, D,
                         recv.begin() + i * D);
         std::vector<float> local_out(static_cast<size_t>(plan.pair_counts[tr] * D));
-        std::memset(local_out.data(), 0xFF, local_out.size() * sizeof(float));
+        // (std::fill, not memset: a rank with no pairs has an empty vector, whose data() may be null.)
+        std::fill(local_out.begin(), local_out.end(), std::bit_cast<float>(0xFFFFFFFFu));
         for (int64_t l = 0; l < epr; ++l) {
             const int64_t b0 = plan.expert_offsets[static_cast<size_t>(r * epr + l)];
             const int64_t m = plan.expert_counts[static_cast<size_t>(r * epr + l)];

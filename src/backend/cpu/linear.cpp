@@ -133,14 +133,18 @@ std::vector<float> to_f32(const TensorView& t) {
     const int64_t n = t.numel();
     std::vector<float> out(static_cast<size_t>(n));
     switch (t.dtype) {
+        // memcpy, not as<T>(): safetensors does not align a tensor's data to its element size, so a
+        // mapped F32 tensor can start at an odd address (UBSan's misaligned load, ASan suite).
         case DType::F32:
-            for (int64_t i = 0; i < n; ++i) out[i] = t.as<float>()[i];
+            std::memcpy(out.data(), t.data, static_cast<size_t>(n) * sizeof(float));
             break;
         case DType::BF16:
-            for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(t.as<uint16_t>()[i]);
-            break;
         case DType::F16:
-            for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(t.as<uint16_t>()[i]);
+            for (int64_t i = 0; i < n; ++i) {
+                uint16_t h;
+                std::memcpy(&h, t.data + 2 * i, sizeof h);
+                out[i] = t.dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+            }
             break;
         default:
             fail("tensor {}: dtype {} is not a plain float type", t.name, dtype_name(t.dtype));
