@@ -87,8 +87,11 @@ if [ "$mode" = pack ]; then
     # Debug info off (ASan's reports still name functions from the symbol table); the shared libraries
     # outside glibc that the targets load, since the GPU machine has none of the Debian packages.
     rm -rf "$PACK_DIR" && mkdir -p "$PACK_DIR/stage/build/tests/fuzz" "$PACK_DIR/stage/lib"
+    # Checked before the pipeline below: an exit inside it would only leave its subshell.
     for t in "${targets[@]}"; do
         [ -n "${not_built[$t]:-}" ] && { echo "fuzz: --pack: $t did not build"; exit 1; }
+    done
+    for t in "${targets[@]}"; do
         strip --strip-debug -o "$PACK_DIR/stage/build/tests/fuzz/$t" "$BUILD/tests/fuzz/$t"
         ldd "$BUILD/tests/fuzz/$t" | awk '/=> \//{print $3}'
     done | sort -u | grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libgcc_s)\.so' |

@@ -16,16 +16,8 @@ namespace {
 constexpr int kThreads = 256;
 constexpr uint64_t kCounterStep = 0xD1B54A32D192ED03ull;  // odd: idx -> key + idx·step is a bijection
 
-// splitmix64's output function: a strong 64-bit mixer.
-__device__ __forceinline__ uint64_t mix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
 __device__ __forceinline__ uint64_t hash_at(uint64_t key, uint64_t idx) {
-    return mix64(key + idx * kCounterStep);
+    return dev::splitmix64(key + idx * kCounterStep);
 }
 
 // Uniform in [0, 1) with 24 bits (exact in fp32).

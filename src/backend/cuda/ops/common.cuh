@@ -102,4 +102,13 @@ __device__ __forceinline__ void rope_rotate(float a, float b, float inv_freq, in
     out_b = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
 }
 
+// splitmix64's output function, a strong 64-bit mixer: the device side of engine/sampler.cpp's
+// sampler_uniform and of the synthetic weights' counter hash (model_cuda/gpu_synth.cu).
+__device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ULL;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+
 }  // namespace onecard::cuda::dev

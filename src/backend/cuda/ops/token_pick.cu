@@ -224,16 +224,9 @@ __device__ Key96 descend(const SampleRow& r, bool count, uint64_t target, Descen
     return prefix;
 }
 
-__device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ULL;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-    return x ^ (x >> 31);
-}
-
 // engine/sampler.cpp's sampler_uniform, bit for bit.
 __device__ __forceinline__ double sampler_uniform_dev(uint64_t seed, uint64_t counter) {
-    const uint64_t bits = splitmix64(splitmix64(seed) ^ splitmix64(counter + 0x632BE59BD9B4E019ULL));
+    const uint64_t bits = dev::splitmix64(dev::splitmix64(seed) ^ dev::splitmix64(counter + 0x632BE59BD9B4E019ULL));
     return static_cast<double>(bits >> 11) * 0x1.0p-53;
 }
 
