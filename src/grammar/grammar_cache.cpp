@@ -38,13 +38,18 @@ std::shared_ptr<const TokenMasks> GrammarCache::get(const std::string& key, Make
 std::shared_ptr<const TokenMasks> GrammarCache::dsml_tool_calls(const std::vector<DsmlTool>& tools, bool one_call,
                                                                 bool blank_line) {
     nlohmann::ordered_json key = nlohmann::ordered_json::array();
-    for (const auto& t : tools) key.push_back({t.name, t.constrained ? t.parameters : "free"});
+    for (const auto& t : tools) {
+        if (t.constrained) check_schema_depth(t.parameters);  // copying and dumping recurse per level
+        key.push_back({t.name, t.constrained ? t.parameters : "free"});
+    }
     return get(fmt::format("dsml{}{}:{}", one_call ? "1" : "", blank_line ? "" : "@marker", key.dump()),
                [&] { return compile_dsml_tool_calls(tools, one_call, blank_line); });
 }
 
 std::shared_ptr<const TokenMasks> GrammarCache::json_schema(const nlohmann::ordered_json& schema) {
-    // ordered_json's compact dump keeps key order (which is output order) and drops formatting.
+    // ordered_json's compact dump keeps key order (which is output order) and drops formatting. The
+    // dump recurses once per level: bound the depth first.
+    check_schema_depth(schema);
     return get("schema:" + schema.dump(), [&] { return compile_json_schema(schema); });
 }
 

@@ -6,6 +6,8 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <utility>
+#include <vector>
 
 namespace onecard::grammar {
 
@@ -79,9 +81,14 @@ private:
 
     uint32_t rule_for(const ojson& s, const std::string& path) {
         if (auto it = memo_.find(&s); it != memo_.end()) return it->second;
+        if (rule_depth_ >= kMaxSchemaRuleDepth)
+            throw SchemaError("", fmt::format("schema at {} nests sub-schemas (or $ref chains) deeper than the limit of {}",
+                                              path, kMaxSchemaRuleDepth));
         const uint32_t r = g_->add_rule(path);
         memo_[&s] = r;  // before the body, so recursive $refs find it
+        ++rule_depth_;
         body(s, path, g_->rule(r).start, g_->rule(r).end);
+        --rule_depth_;  // (on a throw the Compiler is discarded, so no guard is needed)
         check_budget(path);
         return r;
     }
@@ -442,17 +449,32 @@ private:
     std::shared_ptr<Grammar> g_;
     RawChars raw_;
     std::map<const ojson*, uint32_t> memo_;  // sub-schema (by address in root_) -> its rule
+    int rule_depth_ = 0;                     // rule_for calls open on the stack
     std::optional<uint32_t> any_, string_, number_;
 };
 
 }  // namespace
 
+void check_schema_depth(const nlohmann::ordered_json& schema) {
+    std::vector<std::pair<const ojson*, int>> todo = {{&schema, 0}};  // (value, containers around it)
+    while (!todo.empty()) {
+        const auto [v, depth] = todo.back();
+        todo.pop_back();
+        if (!v->is_structured()) continue;
+        if (depth + 1 > kMaxSchemaJsonDepth)
+            throw SchemaError("", fmt::format("schema is nested deeper than the limit of {} levels", kMaxSchemaJsonDepth));
+        for (const auto& child : *v) todo.emplace_back(&child, depth + 1);
+    }
+}
+
 std::shared_ptr<const Grammar> compile_json_schema(const nlohmann::ordered_json& schema) {
+    check_schema_depth(schema);
     return Compiler(schema).run();
 }
 
 uint32_t add_json_schema_rule(const std::shared_ptr<Grammar>& g, const nlohmann::ordered_json& root,
                               const nlohmann::ordered_json& sub, const std::string& path, RawChars raw) {
+    check_schema_depth(root);  // `sub` lies inside `root`; $refs may reach any part of it
     return Compiler(root, g, raw).embed(sub, path);
 }
 

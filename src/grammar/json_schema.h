@@ -35,6 +35,18 @@ namespace onecard::grammar {
 // token-set cache entry); larger bounds are refused rather than silently dropped.
 inline constexpr uint64_t kMaxUnrolledCount = 512;
 
+// Nesting bounds, so no schema can make the compiler (or a dump of the schema) recurse deep enough to
+// overflow a thread's stack: a schema document nested deeper than kMaxSchemaJsonDepth containers, and
+// a chain of sub-schemas compiled inside one another (properties, items, combinators and $ref chains
+// such as #/$defs/a0 -> a1 -> ... that a flat document can hold) deeper than kMaxSchemaRuleDepth, are
+// refused with a SchemaError naming the limit. The server's request limit (kMaxRequestJsonDepth, 128)
+// already keeps request schemas under the first; the checks here make the library safe on its own.
+inline constexpr int kMaxSchemaJsonDepth = 128;
+inline constexpr int kMaxSchemaRuleDepth = 256;
+
+// Throws SchemaError when `schema` opens more than kMaxSchemaJsonDepth nested containers. Iterative.
+void check_schema_depth(const nlohmann::ordered_json& schema);
+
 class SchemaError : public Error {
 public:
     SchemaError(std::string keyword, const std::string& message)

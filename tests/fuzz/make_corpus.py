@@ -129,6 +129,28 @@ for flags, f in ((0, f1), (1, f1), (0, f2), (1, f2), (0, f3)):
 index = compact({"metadata": {"total_size": 24}, "weight_map": {"a.weight": "model-00001-of-00001.safetensors",
                                                                  "b": "model-00001-of-00001.safetensors"}})
 put("safetensors", bytes([2]) + index.encode() + b"\n" + f1)
+# ---- json_schema: [schema][seed: 4 bytes][flags: 1 byte] ----------------------------------------
+SCHEMAS = [
+    {"type": "object", "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 12},
+     "age": {"type": "integer", "minimum": 0, "maximum": 150}, "tags": {"type": "array", "items": {"type": "string"},
+     "maxItems": 4}, "score": {"type": "number"}}, "required": ["name", "age"], "additionalProperties": False},
+    {"type": "object", "properties": {"kind": {"enum": ["a", "b\u00e9", 3, None, True]},
+     "value": {"anyOf": [{"type": "string", "maxLength": 5}, {"type": "integer", "exclusiveMinimum": -5}]}},
+     "required": ["kind", "value"]},
+    {"$ref": "#/$defs/node", "$defs": {"node": {"type": "object", "properties": {"label": {"type": "string"},
+     "children": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 3}}, "required": ["label"]}}},
+    {"type": "array", "prefixItems": [{"type": "boolean"}, {"type": "null"}], "items": {"type": "integer"},
+     "minItems": 3, "maxItems": 6},
+    {"type": "object", "properties": {"id": {"type": "string", "format": "uuid"},
+     "when": {"type": "string", "format": "date-time"}, "day": {"type": "string", "format": "date"},
+     "v": {"const": "fixed \"q\""}, "maybe": {"type": ["string", "null"]}}, "required": ["id", "when", "v"]},
+    {"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "boolean"}},
+    {"type": "object", "additionalProperties": {"type": "string"}},
+    {"type": "object", "properties": {"payload": {}}, "required": ["payload"]},
+    {"type": "string", "pattern": "^a+$"},
+]
+for i, sch in enumerate(SCHEMAS):
+    put("json_schema", compact(sch).encode() + struct.pack("<I", i) + bytes([i * 9 % 64]))
 print("corpus written to", OUT)
 
 

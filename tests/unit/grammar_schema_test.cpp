@@ -210,6 +210,54 @@ TEST(GrammarSchema, UnsupportedKeywordsAreNamed) {
     EXPECT_NO_THROW(compile_json_schema_text(R"({"type":"string","description":"d","x-vendor":1,"format":"email"})"));
 }
 
+// Found by json_schema_fuzz: a 50,000-level schema overflowed the stack inside the compiler. Depth is
+// bounded where it is nested JSON (the document) and where it is a chain of sub-schemas a flat document
+// can hold ($ref a0 -> a1 -> ...); both are a SchemaError naming the limit, at any depth, no crash.
+TEST(GrammarSchema, NestingDeeperThanTheLimitsIsRefused) {
+    auto nested_items = [](int levels) {
+        std::string s;
+        for (int i = 0; i < levels; ++i) s += R"({"type":"array","items":)";
+        s += "{}";
+        for (int i = 0; i < levels; ++i) s += "}";
+        return s;
+    };
+    auto expect_limit = [](const std::string& schema, int limit) {
+        try {
+            compile_json_schema_text(schema);
+            ADD_FAILURE() << "accepted a schema of " << schema.size() << " bytes";
+        } catch (const SchemaError& e) {
+            EXPECT_NE(std::string(e.what()).find("limit of " + std::to_string(limit)), std::string::npos) << e.what();
+        }
+    };
+    // Each array level is two JSON containers ({...} and the items value's own object is the next level).
+    EXPECT_NO_THROW(compile_json_schema_text(nested_items(kMaxSchemaJsonDepth - 1)));
+    expect_limit(nested_items(kMaxSchemaJsonDepth + 1), kMaxSchemaJsonDepth);
+    expect_limit(nested_items(50'000), kMaxSchemaJsonDepth);
+    // A deep const value (dumped by the compiler) is the same limit.
+    expect_limit(R"({"const":)" + std::string(200'000, '[') + std::string(200'000, ']') + "}", kMaxSchemaJsonDepth);
+
+    // A flat chain of $defs, each referring to the next: the JSON is 3 levels deep, the compilation is not.
+    auto ref_chain = [](int n) {
+        std::string defs;
+        for (int i = 0; i < n; ++i)
+            defs += fmt::format(R"({}"a{}":{{"type":"array","items":{{"$ref":"#/$defs/a{}"}}}})", i ? "," : "", i, i + 1);
+        defs += fmt::format(R"(,"a{}":{{"type":"integer"}})", n);
+        return R"({"$defs":{)" + defs + R"(},"$ref":"#/$defs/a0"})";
+    };
+    const auto g = compile_json_schema_text(ref_chain(100));
+    auto m = GrammarMatcher(std::make_shared<const TokenMasks>(g, small_trie()));
+    const std::string doc = std::string(100, '[') + "7" + std::string(100, ']');
+    EXPECT_EQ(first_bad(m, doc), doc.size());
+    EXPECT_TRUE(m.can_terminate());
+    expect_limit(ref_chain(kMaxSchemaRuleDepth + 10), kMaxSchemaRuleDepth);
+    expect_limit(ref_chain(20'000), kMaxSchemaRuleDepth);
+
+    // The cache dumps a schema for its key before compiling: the depth check comes first there too.
+    GrammarCache cache(small_trie(), 2);
+    EXPECT_THROW(cache.json_schema_text(nested_items(50'000)), SchemaError);
+    EXPECT_THROW(check_schema_depth(nlohmann::ordered_json::parse(nested_items(kMaxSchemaJsonDepth + 1))), SchemaError);
+}
+
 TEST(GrammarMatcher, RollbackRestoresEveryState) {
     auto m = matcher_for(test::grammar_test_schemas()[0].text);
     const std::string doc = R"({"name":"Bo\n\u00e9","age":42,"tags":["x"]})";

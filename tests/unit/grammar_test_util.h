@@ -260,12 +260,19 @@ private:
 
 // ---- independent validator --------------------------------------------------------------------
 
+struct RawMember;
+// (members is a vector of a named struct, not of std::pair<RawVal, RawVal>: a pair of an incomplete
+// type is ill-formed, which clang with libstdc++ rejects; vector of an incomplete type is allowed.)
 struct RawVal {
     enum Kind { Null, Bool, Number, String, Array, Object } kind = Null;
-    std::string raw;                                 // the value's exact text
-    std::string str;                                 // decoded (String)
-    std::vector<RawVal> items;                       // Array
-    std::vector<std::pair<RawVal, RawVal>> members;  // Object, in text order, duplicates kept
+    std::string raw;                 // the value's exact text
+    std::string str;                 // decoded (String)
+    std::vector<RawVal> items;       // Array
+    std::vector<RawMember> members;  // Object, in text order, duplicates kept
+};
+struct RawMember {
+    RawVal key;
+    RawVal value;
 };
 
 // Parses text nlohmann::json::accept has already accepted (so no error handling).
@@ -287,7 +294,7 @@ private:
                 RawVal k = value();
                 ++i_;  // ':'
                 RawVal x = value();
-                v.members.emplace_back(std::move(k), std::move(x));
+                v.members.push_back(RawMember{std::move(k), std::move(x)});
             }
             ++i_;
         } else if (c == '[') {
