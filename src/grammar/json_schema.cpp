@@ -82,8 +82,9 @@ private:
     uint32_t rule_for(const ojson& s, const std::string& path) {
         if (auto it = memo_.find(&s); it != memo_.end()) return it->second;
         if (rule_depth_ >= kMaxSchemaRuleDepth)
-            throw SchemaError("", fmt::format("schema at {} nests sub-schemas (or $ref chains) deeper than the limit of {}",
-                                              path, kMaxSchemaRuleDepth));
+            throw SchemaError(
+                "", fmt::format("schema at {} nests sub-schemas (or $ref chains) deeper than the limit of {}", path,
+                                kMaxSchemaRuleDepth));
         const uint32_t r = g_->add_rule(path);
         memo_[&s] = r;  // before the body, so recursive $refs find it
         ++rule_depth_;
@@ -462,7 +463,8 @@ void check_schema_depth(const nlohmann::ordered_json& schema) {
         todo.pop_back();
         if (!v->is_structured()) continue;
         if (depth + 1 > kMaxSchemaJsonDepth)
-            throw SchemaError("", fmt::format("schema is nested deeper than the limit of {} levels", kMaxSchemaJsonDepth));
+            throw SchemaError("",
+                              fmt::format("schema is nested deeper than the limit of {} levels", kMaxSchemaJsonDepth));
         for (const auto& child : *v) todo.emplace_back(&child, depth + 1);
     }
 }

@@ -77,8 +77,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         for (size_t id = 0; id < trie.vocab_size(); ++id)
             if (test_bit(mask, static_cast<int32_t>(id))) allowed.push_back(static_cast<int32_t>(id));
         if (allowed.empty()) {
-            FUZZ_CHECK(m.can_terminate(), "a live matcher state with no allowed token and no end:\n" + text +
-                                              "\n  after: " + doc);
+            FUZZ_CHECK(m.can_terminate(),
+                       "a live matcher state with no allowed token and no end:\n" + text + "\n  after: " + doc);
             ended = true;
             break;
         }

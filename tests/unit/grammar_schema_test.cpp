@@ -240,7 +240,8 @@ TEST(GrammarSchema, NestingDeeperThanTheLimitsIsRefused) {
     auto ref_chain = [](int n) {
         std::string defs;
         for (int i = 0; i < n; ++i)
-            defs += fmt::format(R"({}"a{}":{{"type":"array","items":{{"$ref":"#/$defs/a{}"}}}})", i ? "," : "", i, i + 1);
+            defs +=
+                fmt::format(R"({}"a{}":{{"type":"array","items":{{"$ref":"#/$defs/a{}"}}}})", i ? "," : "", i, i + 1);
         defs += fmt::format(R"(,"a{}":{{"type":"integer"}})", n);
         return R"({"$defs":{)" + defs + R"(},"$ref":"#/$defs/a0"})";
     };
