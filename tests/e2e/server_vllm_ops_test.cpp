@@ -61,12 +61,17 @@ TEST(ServerVllmOps, MetricsUseVllmNamesAndTokenCountersMovePerToken) {
     t.join();
     ASSERT_FALSE(finished_before) << "the request ended before tokens were seen mid-generation";
     EXPECT_GE(mid, 3);
-    // The HTTP layer counts a response after writing it, so the client can see the body first: wait
-    // (bounded) for that count before reading the rest.
+    // The HTTP layer counts a response after writing it, and the engine retires the sequence (its
+    // running count, its KV blocks) on the step after the last token went out, so the client can see
+    // the body first: wait (bounded) for both before reading the rest.
     std::string m = s.client().Get("/metrics")->body;
     const std::string http_line =
         "onecard:http_requests_total{model_name=\"test-model\",route=\"/v1/chat/completions\",status=\"200\"} 1";
-    for (int i = 0; i < 200 && m.find(http_line) == std::string::npos; ++i) {
+    const auto settled = [&] {
+        return m.find(http_line) != std::string::npos && metric_value(m, "vllm:num_requests_running") == 0 &&
+               metric_value(m, "vllm:kv_cache_usage_perc") == 0;
+    };
+    for (int i = 0; i < 200 && !settled(); ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
         m = s.client().Get("/metrics")->body;
     }

@@ -199,7 +199,9 @@ TEST(GpuPrefixCache, ExtendedPromptsResumeInsideTheCachedOne) {
         const GpuRun got = h.run_one(convo, 8);
         Harness fresh(f.cfg, f.w, engine_config(int64_t{2} << 30));
         const GpuRun cold = fresh.run_one(convo, 8);
-        if (turn > 0) EXPECT_GT(got.cached_tokens, 0) << turn;
+        if (turn > 0) {
+            EXPECT_GT(got.cached_tokens, 0) << turn;
+        }
         ASSERT_EQ(got.rows.size(), cold.rows.size());
         // A different split of the prompt: bf16 and FP8 rounding differ, and on this random model that
         // alone moves logits by ~6e-2 (the one-ulp noise floor, gpu_model_test.cpp); a wrong restore

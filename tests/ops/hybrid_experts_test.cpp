@@ -71,7 +71,9 @@ void make_side(Fixture& f, Side& side, const ExpertPlacement* placement, int64_t
     const size_t before = side.arena->used();
     side.w = upload_weights(f.cfg, *f.weights, *side.arena, placement, side.embed ? side.embed->device() : nullptr);
     side.weight_bytes = side.arena->used() - before;
-    if (side.embed) EXPECT_EQ(side.w.embed, side.embed->device());
+    if (side.embed) {
+        EXPECT_EQ(side.w.embed, side.embed->device());
+    }
     if (placement) {
         side.store = std::make_unique<HostExpertStore>(f.cfg, *placement);
         side.store->fill_from(*f.weights);

@@ -61,9 +61,15 @@ TEST(ServerRequest, ChoicesAndLogitBiasAreRead) {
     ASSERT_EQ(o.sampling.logit_bias.size(), 3u);
     float sum = 0;
     for (const auto& b : o.sampling.logit_bias) {
-        if (b.token == 17) EXPECT_FLOAT_EQ(b.bias, -100.0f);
-        if (b.token == 3) EXPECT_FLOAT_EQ(b.bias, 2.5f);
-        if (b.token == 0) EXPECT_FLOAT_EQ(b.bias, 100.0f);
+        if (b.token == 17) {
+            EXPECT_FLOAT_EQ(b.bias, -100.0f);
+        }
+        if (b.token == 3) {
+            EXPECT_FLOAT_EQ(b.bias, 2.5f);
+        }
+        if (b.token == 0) {
+            EXPECT_FLOAT_EQ(b.bias, 100.0f);
+        }
         sum += static_cast<float>(b.token);
     }
     EXPECT_FLOAT_EQ(sum, 20.0f);
