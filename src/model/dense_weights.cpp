@@ -2,6 +2,7 @@
 
 #include "backend/cpu/linear.h"
 #include "core/error.h"
+#include "core/tensor_read.h"
 
 namespace onecard {
 namespace {
@@ -87,7 +88,7 @@ DenseBlock dense_block(const ModelConfig& cfg, const BlockWeights& b, int64_t la
         const TensorView& t = *m.tid2eid;
         d.ffn.tid2eid.resize(static_cast<size_t>(t.numel()));
         for (int64_t i = 0; i < t.numel(); ++i) {
-            const int64_t e = t.dtype == DType::I64 ? t.as<int64_t>()[i] : t.as<int32_t>()[i];
+            const int64_t e = t.dtype == DType::I64 ? tensor_element<int64_t>(t, i) : tensor_element<int32_t>(t, i);
             ONECARD_CHECK(e >= 0 && e < cfg.n_routed_experts, "tensor {}: expert id {} at {} out of range [0, {})",
                           t.name, e, i, cfg.n_routed_experts);
             d.ffn.tid2eid[i] = static_cast<int32_t>(e);

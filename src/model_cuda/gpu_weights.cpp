@@ -7,6 +7,7 @@
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 #include "core/fp_formats.h"
+#include "core/tensor_read.h"
 
 #include <cstring>
 #include <string>
@@ -170,11 +171,12 @@ cuda::MxExpertWeights routed_experts(cuda::DeviceArena& arena, const ModelConfig
 }
 
 const int32_t* tid2eid(cuda::DeviceArena& arena, const TensorView& t) {
-    std::vector<int32_t> v(static_cast<size_t>(t.numel()));
-    for (size_t i = 0; i < v.size(); ++i)
-        v[i] = t.dtype == DType::I64 ? static_cast<int32_t>(t.as<int64_t>()[i]) : t.as<int32_t>()[i];
     ONECARD_CHECK(t.dtype == DType::I64 || t.dtype == DType::I32, "tensor {}: expected I64 or I32, got {}", t.name,
                   dtype_name(t.dtype));
+    std::vector<int32_t> v(static_cast<size_t>(t.numel()));
+    for (int64_t i = 0; i < t.numel(); ++i)
+        v[static_cast<size_t>(i)] =
+            t.dtype == DType::I64 ? static_cast<int32_t>(tensor_element<int64_t>(t, i)) : tensor_element<int32_t>(t, i);
     return upload_bytes<int32_t>(arena, v.data(), v.size() * 4, t.name);
 }
 
