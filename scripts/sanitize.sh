@@ -57,7 +57,7 @@ echo "sanitize[$mode]: build took $(( $(date +%s) - start )) s"
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
-export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}"
+export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan_suppressions.txt}"
 # Tests that bound wall-clock time scale their bounds by this (tests/support/time_scale.h).
 if [ "$mode" = tsan ]; then scale=10; else scale=3; fi
 export ONECARD_TEST_TIME_SCALE="${ONECARD_TEST_TIME_SCALE:-$scale}"
