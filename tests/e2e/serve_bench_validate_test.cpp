@@ -3,6 +3,7 @@
 // altered arguments, a call where none is wanted), the random demo model fails the quality gates cleanly (exit status =
 // failed gates), and bench-serve's token counts agree exactly with the server's /metrics counters.
 #include "support/test_support.h"
+#include "support/time_scale.h"
 
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -128,7 +129,7 @@ TEST(ServeValidate, ScriptedFixturesPassAndFail) {
                       const auto report = dir / "report.json";
                       const std::string gates =
                           corrupt ? "tool_calls,needle" : "tool_calls,no_dsml,reasoning,capacity,replay,mixed_load";
-                      const auto r = test::run_command("timeout 120 " + test::onecard_binary().string() +
+                      const auto r = test::run_command(test::timeout_prefix(120) + test::onecard_binary().string() +
                                                        " validate --base-url " + url + " --gates " + gates + kSmall +
                                                        kScriptedLens + " --out " + report.string() + " 2>&1");
                       const Json j = Json::parse(slurp(report));

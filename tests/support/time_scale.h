@@ -17,4 +17,9 @@ inline double time_scale() {
     return v >= 1.0 ? v : 1.0;
 }
 
+// "timeout N " for a child command bounded at secs seconds on a plain build.
+inline std::string timeout_prefix(int secs) {
+    return "timeout " + std::to_string(static_cast<int>(secs * time_scale())) + " ";
+}
+
 }  // namespace onecard::test
