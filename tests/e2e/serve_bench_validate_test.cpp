@@ -36,7 +36,7 @@ void serve_and(const test::TempDir& dir, const std::string& env, const std::stri
     const auto out = dir / "serve.out";
     const auto pidf = dir / "serve.pid";
     std::filesystem::remove(out);
-    const std::string cmd = "(env " + env + " XDG_CACHE_HOME=" + dir.path().string() + " timeout 300 " +
+    const std::string cmd = "(env " + env + " XDG_CACHE_HOME=" + dir.path().string() + " " + test::timeout_prefix(300) +
                             test::onecard_binary().string() + " serve --host 127.0.0.1 --port 0 --no-access-log " +
                             args + " > " + out.string() + " 2>&1 </dev/null & echo $! > " + pidf.string() + ")";
     ASSERT_EQ(std::system(cmd.c_str()), 0);

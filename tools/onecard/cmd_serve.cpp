@@ -219,6 +219,18 @@ void block_stop_signals(sigset_t& set) {
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    // And one thread of our own that takes them whatever else runs: with OPENBLAS_NUM_THREADS=1 (or
+    // any BLAS without a pool) no thread started before main(), every thread blocked the signals, and a
+    // stop signal during the load stayed pending until serving began (found by the ASan suite, which
+    // runs with one BLAS thread). It runs on_stop_signal like any such thread, for the process's life.
+    std::thread([] {
+        sigset_t mine;
+        sigemptyset(&mine);
+        sigaddset(&mine, SIGINT);
+        sigaddset(&mine, SIGTERM);
+        pthread_sigmask(SIG_UNBLOCK, &mine, nullptr);
+        for (;;) pause();
+    }).detach();
     std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
 }
 
