@@ -135,6 +135,12 @@ void add_same_len(Grammar& g, uint32_t from, uint32_t to, const std::string& a, 
         g.add_bytes(from, static_cast<uint8_t>(a[0]), static_cast<uint8_t>(b[0]), to);
         return;
     }
+    // Every n-digit string: a plain chain. Without this the split below recurses into 0..0-9..9
+    // twice per digit, 2^n nodes (a "minimum" of 17 digits built millions; json_schema_fuzz found it).
+    if (a.find_first_not_of('0') == std::string::npos && b.find_first_not_of('9') == std::string::npos) {
+        add_digits(g, from, to, static_cast<int>(a.size()));
+        return;
+    }
     const std::string ra = a.substr(1), rb = b.substr(1);
     if (a[0] == b[0]) {
         const uint32_t m = g.add_node();
