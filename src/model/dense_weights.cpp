@@ -2,7 +2,6 @@
 
 #include "backend/cpu/linear.h"
 #include "core/error.h"
-#include "core/tensor_read.h"
 
 namespace onecard {
 namespace {
@@ -84,16 +83,7 @@ DenseBlock dense_block(const ModelConfig& cfg, const BlockWeights& b, int64_t la
     const MoEWeights& m = b.ffn;
     d.ffn.gate = dense(m.gate_weight);
     if (m.gate_bias) d.ffn.bias = cpu::to_f32(*m.gate_bias);
-    if (m.tid2eid) {
-        const TensorView& t = *m.tid2eid;
-        d.ffn.tid2eid.resize(static_cast<size_t>(t.numel()));
-        for (int64_t i = 0; i < t.numel(); ++i) {
-            const int64_t e = t.dtype == DType::I64 ? tensor_element<int64_t>(t, i) : tensor_element<int32_t>(t, i);
-            ONECARD_CHECK(e >= 0 && e < cfg.n_routed_experts, "tensor {}: expert id {} at {} out of range [0, {})",
-                          t.name, e, i, cfg.n_routed_experts);
-            d.ffn.tid2eid[i] = static_cast<int32_t>(e);
-        }
-    }
+    if (m.tid2eid) d.ffn.tid2eid = hash_routing_table(*m.tid2eid, cfg.n_routed_experts);
     ONECARD_CHECK(!d.ffn.tid2eid.empty() || !d.ffn.bias.empty() || !cfg.is_hash_layer(layer_id),
                   "layer {}: hash layer without tid2eid", layer_id);
     for (const ExpertWeights& e : m.experts) d.ffn.experts.push_back(dense(e));

@@ -301,6 +301,19 @@ public:
 
 }  // namespace
 
+std::vector<int32_t> hash_routing_table(const TensorView& t, int64_t n_routed_experts) {
+    ONECARD_CHECK(t.dtype == DType::I64 || t.dtype == DType::I32, "tensor {}: expected I64 or I32, got {}", t.name,
+                  dtype_name(t.dtype));
+    std::vector<int32_t> ids(static_cast<size_t>(t.numel()));
+    for (int64_t i = 0; i < t.numel(); ++i) {
+        const int64_t e = t.dtype == DType::I64 ? tensor_element<int64_t>(t, i) : tensor_element<int32_t>(t, i);
+        ONECARD_CHECK(e >= 0 && e < n_routed_experts, "tensor {}: expert id {} at {} out of range [0, {})", t.name, e,
+                      i, n_routed_experts);
+        ids[static_cast<size_t>(i)] = static_cast<int32_t>(e);
+    }
+    return ids;
+}
+
 ModelWeights bind_weights(const ModelConfig& cfg, const Checkpoint& ckpt) {
     BindVisitor v(ckpt);
     ModelWeights w = LayoutWalker(cfg, v).walk();

@@ -112,6 +112,10 @@ struct ModelWeights {
     std::optional<DSparkWeights> dspark;  // 0731 only
 };
 
+// A hash layer's routing table (tid2eid, I64 or I32 [vocab, top_k]) as int32 expert ids, each checked
+// to lie in [0, n_routed_experts): the CPU model and the GPU upload both read it through here.
+std::vector<int32_t> hash_routing_table(const TensorView& tid2eid, int64_t n_routed_experts);
+
 // Bind every tensor; throws onecard::Error listing ALL missing, unexpected and mis-shaped tensors
 // (the first ~20 problems, then a count).
 ModelWeights bind_weights(const ModelConfig& cfg, const Checkpoint& ckpt);

@@ -7,7 +7,6 @@
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 #include "core/fp_formats.h"
-#include "core/tensor_read.h"
 
 #include <cstring>
 #include <string>
@@ -170,13 +169,9 @@ cuda::MxExpertWeights routed_experts(cuda::DeviceArena& arena, const ModelConfig
     return x;
 }
 
-const int32_t* tid2eid(cuda::DeviceArena& arena, const TensorView& t) {
-    ONECARD_CHECK(t.dtype == DType::I64 || t.dtype == DType::I32, "tensor {}: expected I64 or I32, got {}", t.name,
-                  dtype_name(t.dtype));
-    std::vector<int32_t> v(static_cast<size_t>(t.numel()));
-    for (int64_t i = 0; i < t.numel(); ++i)
-        v[static_cast<size_t>(i)] =
-            t.dtype == DType::I64 ? static_cast<int32_t>(tensor_element<int64_t>(t, i)) : tensor_element<int32_t>(t, i);
+// The host table is range-checked (an out-of-range id would index past the expert arrays on the GPU).
+const int32_t* tid2eid(cuda::DeviceArena& arena, const ModelConfig& cfg, const TensorView& t) {
+    const std::vector<int32_t> v = hash_routing_table(t, cfg.n_routed_experts);
     return upload_bytes<int32_t>(arena, v.data(), v.size() * 4, t.name);
 }
 
@@ -209,7 +204,7 @@ GpuBlock block(cuda::DeviceArena& arena, const ModelConfig& cfg, const BlockWeig
     const MoEWeights& m = b.ffn;
     g.ffn.gate = bf16_linear(arena, m.gate_weight);
     if (m.gate_bias) g.ffn.bias = upload_f32(arena, *m.gate_bias);
-    if (m.tid2eid) g.ffn.tid2eid = tid2eid(arena, *m.tid2eid);
+    if (m.tid2eid) g.ffn.tid2eid = tid2eid(arena, cfg, *m.tid2eid);
     std::vector<int32_t> ids;
     if (placement) {
         ids = placement->gpu_experts(il);

@@ -160,8 +160,7 @@ TEST(ServeStartup, AStopSignalWhileLoadingStopsCleanlyAtOnce) {
                           << " && break; sleep 0.05; done\n"
                           << "kill -TERM $pid; wait $pid; echo \"exit=$?\"\n";
     const auto t0 = Clock::now();
-    const auto r = test::run_command("timeout " + std::to_string(static_cast<int>(120 * test::time_scale())) +
-                                     " bash " + script.string() + " 2>&1");
+    const auto r = test::run_command(test::timeout_prefix(120) + "bash " + script.string() + " 2>&1");
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     const std::string log = slurp(out);
     EXPECT_NE(r.out.find("exit=0"), std::string::npos) << r.out << log;

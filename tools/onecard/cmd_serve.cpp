@@ -185,11 +185,12 @@ std::vector<std::string> parse_allowed_origins(const std::vector<std::string>& g
 // `onecard serve` exits with this when it cannot listen on --host/--port (98 = EADDRINUSE on Linux).
 constexpr int kExitCannotListen = 98;
 
-// What SIGTERM/SIGINT do when a thread that does not block them takes them: OpenBLAS starts its thread
-// pool in a library constructor, before main() can block the signals, and the kernel hands a
-// process-directed signal to such a thread whenever the main thread is not in sigwait(): while the
-// model loads. A signal handler has no context argument, hence these two process-wide values (set once
-// on the main thread before loading; lock-free atomics are async-signal-safe).
+// What SIGTERM/SIGINT do when a thread that does not block them takes them: serve's own signal thread
+// (block_stop_signals) or a thread started before main() could block them (OpenBLAS's pool, started in
+// a library constructor). The kernel hands a process-directed signal to such a thread whenever the main
+// thread is not in sigwait(): while the model loads. A signal handler has no context argument, hence
+// these two process-wide values (set once on the main thread before loading; lock-free atomics are
+// async-signal-safe).
 std::atomic<bool> g_serving{false};
 pthread_t g_main_thread;
 

@@ -133,16 +133,15 @@ std::vector<float> to_f32(const TensorView& t) {
     const int64_t n = t.numel();
     std::vector<float> out(static_cast<size_t>(n));
     switch (t.dtype) {
-        // memcpy, not as<T>(): safetensors does not align a tensor's data to its element size, so a
-        // mapped F32 tensor can start at an odd address (UBSan's misaligned load, ASan suite).
+        // Bytes copied, not read through a float pointer: a mapped tensor can start at an odd address
+        // (core/tensor.h).
         case DType::F32:
             std::memcpy(out.data(), t.data, static_cast<size_t>(n) * sizeof(float));
             break;
         case DType::BF16:
         case DType::F16:
             for (int64_t i = 0; i < n; ++i) {
-                uint16_t h;
-                std::memcpy(&h, t.data + 2 * i, sizeof h);
+                const uint16_t h = tensor_element<uint16_t>(t, i);
                 out[i] = t.dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
             }
             break;
