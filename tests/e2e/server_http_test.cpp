@@ -1,6 +1,6 @@
 // Raw HTTP against a real in-process server (engine thread, scheduler, KV manager, sampler,
 // detokenizer, parsers, httplib) on an ephemeral loopback port. The model is the TEST-ONLY
-// ScriptedRunner (src/server/scripted_runner.h), so exact outputs can be asserted; the load test in
+// ScriptedRunner (src/testing/scripted_runner.h), so exact outputs can be asserted; the load test in
 // server_load_test.cpp runs the real CPU model.
 #include "server_test_util.h"
 

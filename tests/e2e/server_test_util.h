@@ -7,8 +7,8 @@
 #include "engine/model_runner.h"
 #include "onecard/engine.h"
 #include "server/openai_server.h"
-#include "server/scripted_runner.h"
 #include "server/text_decoder.h"
+#include "testing/scripted_runner.h"
 #include "tokenizer/deepseek_v4_vocab.h"
 #include "tokenizer/tokenizer.h"
 

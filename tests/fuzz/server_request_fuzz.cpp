@@ -12,10 +12,10 @@
 #include "fuzz_util.h"
 
 #include "core/error.h"
-#include "engine/fake_runner.h"
 #include "onecard/engine.h"
 #include "server/api_error.h"
 #include "server/server_state.h"
+#include "testing/fake_runner.h"
 
 #include <cstddef>
 #include <cstdint>

@@ -4,11 +4,11 @@
 // the threaded Engine, with a random fake model whose output must follow the grammar after the gate.
 #include "engine/after_token_constraint.h"
 #include "engine/engine_core.h"
-#include "engine/fake_runner.h"
 #include "engine/grammar_constraint.h"
 #include "grammar/json_schema.h"
 #include "grammar_test_util.h"
 #include "onecard/engine.h"
+#include "testing/fake_runner.h"
 
 #include <gtest/gtest.h>
 

@@ -3,10 +3,10 @@
 // samples constrained rows on the host or hands their masks to the runner (the device path, here the
 // fake runner's sample_rows mode): both give the same tokens, with one mask per row per step.
 #include "engine/engine_core.h"
-#include "engine/fake_runner.h"
 #include "engine/grammar_constraint.h"
 #include "grammar/json_schema.h"
 #include "grammar_test_util.h"
+#include "testing/fake_runner.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // most likely shows it: without min_tokens the request stops at once, with it the token is held back.
 #include "core/error.h"
 #include "engine/engine_core.h"
-#include "engine/fake_runner.h"
+#include "testing/fake_runner.h"
 
 #include <gtest/gtest.h>
 

@@ -3,9 +3,9 @@
 // engine carry on.
 #include "core/error.h"
 #include "engine/engine_core.h"
-#include "engine/fake_runner.h"
 #include "engine/sampler.h"
 #include "onecard/engine.h"
+#include "testing/fake_runner.h"
 
 #include <gtest/gtest.h>
 

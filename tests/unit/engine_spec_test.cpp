@@ -5,8 +5,8 @@
 // paged pool). A runner that cannot speculate makes the engine refuse the option by name.
 #include "core/error.h"
 #include "engine/cpu_model_runner.h"
-#include "engine/fake_runner.h"
 #include "onecard/engine.h"
+#include "testing/fake_runner.h"
 
 #include "support/test_support.h"
 

@@ -3,8 +3,8 @@
 #include "onecard/engine.h"
 #include "core/error.h"
 #include "engine/engine_core.h"
-#include "engine/fake_runner.h"
 #include "engine/request.h"
+#include "testing/fake_runner.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // cancellation and completion return every KV block and slot.
 #include "core/error.h"
 #include "engine/engine_core.h"
-#include "engine/fake_runner.h"
+#include "testing/fake_runner.h"
 
 #include <gtest/gtest.h>
 

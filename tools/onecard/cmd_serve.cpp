@@ -23,11 +23,11 @@
 #include "server/config_file.h"
 #include "server/generation_config.h"
 #include "server/openai_server.h"
-#include "server/scripted_runner.h"
 #include "server/speculative_config.h"
 #include "server/startup_checks.h"
 #include "server/text_decoder.h"
 #include "server/vllm_compat.h"
+#include "testing/scripted_runner.h"
 #include "tokenizer/tokenizer.h"
 
 #ifdef ONECARD_HAVE_CUDA
@@ -741,7 +741,7 @@ void add_cmd_serve(CLI::App& app) {
     cmd->add_flag("--no-access-log", a->no_access_log, "no per-request JSON log lines");
     cmd->add_option("--test-script", a->test_script,
                     "TESTS ONLY (needs ONECARD_TEST_MODE=1): replace the model with a scripted runner "
-                    "(src/server/scripted_runner.h)");
+                    "(src/testing/scripted_runner.h)");
     cmd->add_option("--config", a->config,
                     "JSON or YAML file of flag values, as vLLM's --config (command line and environment win)");
     cmd->add_flag("--strict-tools-all", o.strict_tools_all,

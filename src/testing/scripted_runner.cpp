@@ -1,7 +1,7 @@
-#include "server/scripted_runner.h"
+#include "testing/scripted_runner.h"
 
 #include "core/error.h"
-#include "engine/fake_runner.h"
+#include "testing/fake_runner.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-#include "engine/fake_runner.h"
+#include "testing/fake_runner.h"
 
 #include "core/error.h"
 #include "engine/token_constraint.h"
