@@ -3,6 +3,7 @@
 #pragma once
 
 #include "model/deepseek_v4.h"
+#include "model/storage_points.h"
 
 #include <cstdint>
 
@@ -14,13 +15,9 @@ struct BlockContext {
     const std::vector<float>& rope_freqs;     // this layer's q/kv frequencies (main or compress)
     const std::vector<float>& rope_compress;  // compressor / indexer frequencies
     bool bf16_linear_inputs = false;          // DeepSeekV4::set_bf16_linear_inputs
-    bool bf16_storage = false;                // DeepSeekV4::set_bf16_storage
+    StoragePoints storage;                    // where to round to bf16 (DeepSeekV4::set_storage_points)
     ExpertUseProfile* expert_use = nullptr;   // DeepSeekV4::set_expert_use_sink: counts routing picks
 };
-
-// In place on x [n]: rounds to bf16 when `on` (DeepSeekV4::set_bf16_storage), else leaves x alone.
-// Each call site names the GpuModel buffer (and the kernel writing it) whose bf16 storage it mirrors.
-void store_bf16(bool on, float* x, int64_t n);
 
 // y[n, n_out] = l(x[n, n_in]); in Numerics::Reference a quantised linear first rounds each row of x
 // through FP8 in 1×128 blocks (what REF's act_quant + fp8/fp4 GEMM computes).

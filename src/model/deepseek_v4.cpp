@@ -33,11 +33,6 @@ std::vector<float> rope_inv_freqs_for(const ModelConfig& cfg, bool compressed) {
 
 namespace detail {
 
-void store_bf16(bool on, float* x, int64_t n) {
-    if (!on) return;
-    for (int64_t i = 0; i < n; ++i) x[i] = round_bf16(x[i]);
-}
-
 void apply_linear(const DenseLinear& l, const float* x, int64_t n, float* y, Numerics numerics, bool bf16_inputs) {
     const bool fp8 = numerics == Numerics::Reference && l.quantized;
     if (fp8 || (bf16_inputs && l.quantized)) {
@@ -64,11 +59,11 @@ cpu::HCParams hc_params(const ModelConfig& cfg) {
     return p;
 }
 
-// Runs one sub-block on X [n, hc, D] in place: HC pre (collapse) -> norm -> f -> HC post. f leaves its
-// output [n, D] rounded as the GPU stores it (bf16_storage).
+// Runs one sub-block on X [n, hc, D] in place: HC pre (collapse) -> norm -> f -> HC post. f marks its
+// own output's storage point.
 template <typename SubBlock>
-void hc_sub_block(const ModelConfig& cfg, bool bf16_storage, const DenseHC& hc, const std::vector<float>& norm,
-                  float* X, int64_t n, SubBlock&& f) {
+void hc_sub_block(const ModelConfig& cfg, const StoragePoints& storage, const DenseHC& hc,
+                  const std::vector<float>& norm, float* X, int64_t n, SubBlock&& f) {
     const cpu::HCParams p = hc_params(cfg);
     const int64_t D = p.dim, n_mix = (2 + p.hc) * p.hc;
     std::vector<float> mixes(static_cast<size_t>(n * n_mix));  // [n, n_mix]
@@ -81,26 +76,24 @@ void hc_sub_block(const ModelConfig& cfg, bool bf16_storage, const DenseHC& hc, 
                                post.data() + t * p.hc, comb.data() + t * p.hc * p.hc);
         cpu::hc_collapse(X + t * p.hc * D, pre.data(), p, x.data() + t * D);
     }
-    // hc_pre_finish_kernel rounds the collapse to bf16 before its fused RMSNorm (hyper_connection.cu).
-    store_bf16(bf16_storage, x.data(), n * D);
+    storage.at(StoragePoint::HcCollapse, x.data(), n * D);
     cpu::rmsnorm(x.data(), norm.data(), x.data(), n, D, static_cast<float>(cfg.rms_norm_eps));
-    // b.x: hc_pre_bf16's normed output (attn_norm / ffn_norm), what the sub-block reads.
-    store_bf16(bf16_storage, x.data(), n * D);
+    storage.at(StoragePoint::SubBlockInput, x.data(), n * D);
     std::vector<float> a(static_cast<size_t>(n * D));  // [n, D] sub-block output
     f(x.data(), a.data());
     for (int64_t t = 0; t < n; ++t)
         cpu::hc_post(a.data() + t * D, post.data() + t * p.hc, comb.data() + t * p.hc * p.hc, p, X + t * p.hc * D);
-    store_bf16(bf16_storage, X, n * p.hc * D);  // b.X: hc_post_bf16 writes the residual streams in bf16
+    storage.at(StoragePoint::ResidualStreams, X, n * p.hc * D);
 }
 
 }  // namespace
 
 void block_forward(const BlockContext& ctx, const DenseBlock& b, LayerState& state, SequenceKv& store,
                    const int32_t* tokens, float* X, int64_t n) {
-    hc_sub_block(ctx.cfg, ctx.bf16_storage, b.hc_attn, b.attn_norm, X, n,
+    hc_sub_block(ctx.cfg, ctx.storage, b.hc_attn, b.attn_norm, X, n,
                  [&](const float* xn, float* out) { attention_forward(ctx, b.attn, state, store, xn, n, out); });
     const bool hash = ctx.cfg.is_hash_layer(b.layer_id) && b.layer_id < ctx.cfg.num_hidden_layers;
-    hc_sub_block(ctx.cfg, ctx.bf16_storage, b.hc_ffn, b.ffn_norm, X, n,
+    hc_sub_block(ctx.cfg, ctx.storage, b.hc_ffn, b.ffn_norm, X, n,
                  [&](const float* xn, float* out) { moe_forward(ctx, b.ffn, hash, b.layer_id, tokens, xn, n, out); });
 }
 
@@ -170,14 +163,13 @@ ForwardOutput DeepSeekV4::forward_with_streams(SequenceState& state, SequenceKv&
         for (int64_t j = 0; j < hc; ++j)
             std::copy(dense_.embed.begin() + int64_t(tokens[i]) * D,
                       dense_.embed.begin() + (int64_t(tokens[i]) + 1) * D, X.begin() + (i * hc + j) * D);
-    // b.X: embed_streams copies the bf16 embedding table (the identity for a bf16 checkpoint's table).
-    detail::store_bf16(bf16_storage_, X.data(), n * hc * D);
+    storage_.at(StoragePoint::Embedding, X.data(), n * hc * D);
 
     for (int64_t il = 0; il < cfg_.num_hidden_layers; ++il) {
         const bool compressed = cfg_.compress_ratio(il) != 0;
         detail::BlockContext ctx{cfg_, numerics_, compressed ? rope_compress_ : rope_main_, rope_compress_,
                                  bf16_linear_inputs_};
-        ctx.bf16_storage = bf16_storage_;
+        ctx.storage = storage_;
         ctx.expert_use = expert_use_;  // main layers only: forward_mtp leaves it unset
         detail::block_forward(ctx, dense_.layers[il], state.layers()[il], kv, tokens.data(), X.data(), n);
     }
@@ -195,9 +187,9 @@ std::vector<float> DeepSeekV4::logits_from_streams(const float* streams, int64_t
     const cpu::HCParams p = detail::hc_params(cfg_);
     std::vector<float> y(static_cast<size_t>(n_tok * D));  // [n, D]
     cpu::hc_head(streams, hc_head.fn.data(), hc_head.base.data(), hc_head.scale.data(), n_tok, p, y.data());
-    detail::store_bf16(bf16_storage_, y.data(), n_tok * D);  // b.head_y: hc_head_bf16's collapse
+    storage_.at(StoragePoint::HeadCollapse, y.data(), n_tok * D);
     cpu::rmsnorm(y.data(), norm.data(), y.data(), n_tok, D, static_cast<float>(cfg_.rms_norm_eps));
-    detail::store_bf16(bf16_storage_, y.data(), n_tok * D);  // b.head_y: rmsnorm_bf16 (the head's fp32 logits)
+    storage_.at(StoragePoint::HeadNorm, y.data(), n_tok * D);
     std::vector<float> logits(static_cast<size_t>(n_tok * cfg_.vocab_size));  // [n, vocab]
     cpu::matmul_nt(y.data(), dense_.head.data(), logits.data(), n_tok, D, cfg_.vocab_size);
     return logits;

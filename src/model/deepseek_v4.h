@@ -7,6 +7,7 @@
 #include "model/dense_weights.h"
 #include "model/expert_profile.h"
 #include "model/sequence_state.h"
+#include "model/storage_points.h"
 #include "model/weights.h"
 
 #include <cstdint>
@@ -89,17 +90,18 @@ public:
     // (tests/ops/gpu_model_test.cpp), and in exact numerics the same perturbation without the FP8
     // steps that amplify it (tests/model/forward_test.cpp).
     void set_bf16_linear_inputs(bool on) { bf16_linear_inputs_ = on; }
-    // REF's bf16 activation storage simulated, at the GPU's storage points: every activation that
-    // GpuModel (src/model_cuda/gpu_model.cpp) keeps in a bf16 buffer between kernels, or that one of
-    // its fused kernels rounds to bf16 internally, is rounded to bf16 here at the same point, and
-    // nothing else is (router logits, compressor projections, indexer weights, HC mixes and logits
-    // stay fp32 as on the GPU). With it on, this oracle computes what the bf16 GPU computes up to fp32
-    // summation order and the rounding a CPU cannot mirror (layer_attention.cpp: the sparse attention
-    // kernel's bf16 probabilities, relative to its running max), so the GPU parity tests compare
-    // against what the GPU computes (their bars: tests/ops/gpu_model_test.cpp). Meant for Numerics::Reference
-    // (the GPU's numerics); in exact numerics the same points are rounded. A diagnostic mode, not a
-    // serving mode. Independent of set_bf16_linear_inputs.
-    void set_bf16_storage(bool on) { bf16_storage_ = on; }
+    // REF's bf16 activation storage simulated at the GPU's storage points (model/storage_points.h):
+    // every activation GpuModel keeps in a bf16 buffer, or rounds to bf16 inside a fused kernel, is
+    // rounded here at the same point, and nothing else is. With it on, this oracle computes what the
+    // bf16 GPU computes up to fp32 summation order and the rounding a CPU cannot mirror (the sparse
+    // attention kernel's bf16 probabilities), so the GPU parity tests compare against what the GPU
+    // computes (their bars: tests/ops/gpu_model_test.cpp). Meant for Numerics::Reference (the GPU's
+    // numerics); in exact numerics the same points are rounded. A diagnostic mode, not a serving
+    // mode. Independent of set_bf16_linear_inputs.
+    void set_bf16_storage(bool on) { storage_ = on ? StoragePoints::all() : StoragePoints::none(); }
+    // Any subset of the points (a diagnostic: which point's rounding moves the output).
+    void set_storage_points(StoragePoints points) { storage_ = points; }
+    const StoragePoints& storage_points() const { return storage_; }
     // Counts every routing pick of the main layers into `sink` (shape num_hidden_layers x
     // n_routed_experts; nullptr: stop counting). Results are unchanged. The model does not own the
     // sink; a counting model must not run forwards concurrently (one sink, no locking).
@@ -110,7 +112,7 @@ private:
     ModelConfig cfg_;
     Numerics numerics_;
     bool bf16_linear_inputs_ = false;
-    bool bf16_storage_ = false;
+    StoragePoints storage_;                   // none: the plain fp32 oracle
     ExpertUseProfile* expert_use_ = nullptr;  // set_expert_use_sink
     DenseModel dense_;
     std::vector<float> rope_main_;      // [qk_rope_head_dim/2] inverse frequencies, SWA layers and MTP

@@ -11,6 +11,7 @@
 //    step is the identity unless a key's smallest 32-block scale is below 2^-15 of its largest (or
 //    the key's amax is below ~1e-4); only such keys lose precision in their small blocks.
 // Numerics::Exact stores plain fp32 (what transformers computes).
+// ctx.storage marks where the GPU stores an activation in bf16 (model/storage_points.h).
 #include "backend/cpu/attention.h"
 #include "backend/cpu/indexer.h"
 #include "backend/cpu/linear.h"
@@ -35,7 +36,6 @@ void compressor_rows(const BlockContext& ctx, const DenseCompressor& c, const fl
     kv.resize(static_cast<size_t>(n * width));
     score.resize(static_cast<size_t>(n * width));
     // REF computes the compressor projections in fp32 on fp32-upcast BF16 weights: never quantised.
-    // Not rounded in bf16_storage either: GpuModel keeps them fp32 (b.ckv, b.ikv).
     apply_linear(c.wkv, xn, n, kv.data(), ctx.numerics, ctx.bf16_linear_inputs);
     apply_linear(c.wgate, xn, n, score.data(), ctx.numerics, ctx.bf16_linear_inputs);
     for (int64_t i = 0; i < n; ++i) {
@@ -68,34 +68,34 @@ void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerSt
     const int64_t n_nope = hd - n_rope;
     const float eps = static_cast<float>(cfg.rms_norm_eps);
     const int64_t pos0 = state.n_tokens;
-    const bool bf = ctx.bf16_storage;  // each store_bf16 below names the GpuModel buffer it mirrors
+    const StoragePoints& store_at = ctx.storage;  // marks: model/storage_points.h
 
     // ---- q path: wq_a -> q_norm -> wq_b -> per-head unweighted RMSNorm -> RoPE on trailing dims
     const int64_t ql = cfg.q_lora_rank;
     std::vector<float> qr(static_cast<size_t>(n * ql));  // [n, q_lora_rank]
     apply_linear(w.wq_a, xn, n, qr.data(), ctx.numerics, ctx.bf16_linear_inputs);
-    store_bf16(bf, qr.data(), n * ql);  // b.qkv (or b.qr): the FP8 wq_a|wkv linear writes bf16
+    store_at.at(StoragePoint::QLoraLinear, qr.data(), n * ql);
     cpu::rmsnorm(qr.data(), w.q_norm.data(), qr.data(), n, ql, eps);
-    store_bf16(bf, qr.data(), n * ql);  // b.qr: rmsnorm_bf16_pair (q_norm)
+    store_at.at(StoragePoint::QLoraNorm, qr.data(), n * ql);
 
     std::vector<float> q(static_cast<size_t>(n * H * hd));  // [n, H, hd]
     apply_linear(w.wq_b, qr.data(), n, q.data(), ctx.numerics, ctx.bf16_linear_inputs);
-    store_bf16(bf, q.data(), n * H * hd);  // b.q: the FP8 wq_b linear writes bf16
+    store_at.at(StoragePoint::QLinear, q.data(), n * H * hd);
     cpu::rmsnorm(q.data(), nullptr, q.data(), n * H, hd, eps);
-    store_bf16(bf, q.data(), n * H * hd);  // b.q: rmsnorm_bf16 per head, in place
+    store_at.at(StoragePoint::QHeadNorm, q.data(), n * H * hd);
     for (int64_t i = 0; i < n; ++i)
         cpu::apply_rope_rows(q.data() + i * H * hd, H, hd, ctx.rope_freqs.data(), n_rope, pos0 + i);
-    store_bf16(bf, q.data(), n * H * hd);  // b.q: rope_bf16_pair rounds the rotated pairs
+    store_at.at(StoragePoint::QRope, q.data(), n * H * hd);
 
     // ---- shared KV head: wkv -> kv_norm -> RoPE; reference: rounded to the cache format
     std::vector<float> kv(static_cast<size_t>(n * hd));  // [n, hd]
     apply_linear(w.wkv, xn, n, kv.data(), ctx.numerics, ctx.bf16_linear_inputs);
-    store_bf16(bf, kv.data(), n * hd);  // b.qkv (or b.kv): the FP8 wq_a|wkv linear writes bf16
+    store_at.at(StoragePoint::KvLinear, kv.data(), n * hd);
     cpu::rmsnorm(kv.data(), w.kv_norm.data(), kv.data(), n, hd, eps);
-    store_bf16(bf, kv.data(), n * hd);  // b.kv: rmsnorm_bf16_pair (kv_norm)
+    store_at.at(StoragePoint::KvNorm, kv.data(), n * hd);
     for (int64_t i = 0; i < n; ++i) {
         cpu::apply_rope(kv.data() + i * hd + n_nope, ctx.rope_freqs.data(), n_rope, pos0 + i);
-        store_bf16(bf, kv.data() + i * hd, hd);  // b.kv: rope_bf16_pair, then kv_write_entries reads it
+        store_at.at(StoragePoint::KvRope, kv.data() + i * hd, hd);
         if (reference) round_to_kv_format(kv.data() + i * hd, hd, n_rope);
     }
 
@@ -109,13 +109,11 @@ void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerSt
         compressor_rows(ctx, idx->compressor, xn, n, pos0, ikv, iscore);
         iq.resize(static_cast<size_t>(n * nI * dI));  // [n, nI, dI]
         apply_linear(idx->wq_b, qr.data(), n, iq.data(), ctx.numerics, ctx.bf16_linear_inputs);
-        store_bf16(bf, iq.data(), n * nI * dI);  // b.iq: the FP8 indexer wq_b linear writes bf16
+        store_at.at(StoragePoint::IndexQLinear, iq.data(), n * nI * dI);
         for (int64_t i = 0; i < n; ++i) {
             float* qi = iq.data() + i * nI * dI;
             cpu::apply_rope_rows(qi, nI, dI, ctx.rope_compress.data(), n_rope, pos0 + i);
-            // rope_hadamard_fp4_sim rounds the rotated pairs to bf16 before its Hadamard (kv_write.cu);
-            // the FP4 result it stores in b.iq is exact in bf16.
-            store_bf16(bf, qi, nI * dI);
+            store_at.at(StoragePoint::IndexQRope, qi, nI * dI);
             if (reference) {
                 // Hadamard is orthonormal and applied to q and keys alike: it only shapes FP4 error.
                 for (int64_t h = 0; h < nI; ++h) {
@@ -124,7 +122,7 @@ void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerSt
                 }
             }
         }
-        iw.resize(static_cast<size_t>(n * nI));  // [n, nI], fp32 as b.iw (not rounded in bf16_storage)
+        iw.resize(static_cast<size_t>(n * nI));  // [n, nI]
         apply_linear(idx->weights_proj, xn, n, iw.data(), ctx.numerics, ctx.bf16_linear_inputs);
         const float w_scale = 1.0f / std::sqrt(static_cast<float>(nI));
         for (float& v : iw) v *= w_scale;
@@ -155,8 +153,7 @@ void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerSt
         if (comp && state.compressor->push(ckv.data() + i * ckv.size() / n, cscore.data() + i * cscore.size() / n,
                                            entry.data())) {
             finish_entry(ctx, *comp, pos / comp->ratio, entry.data());
-            // b.centries: compressor_pool pools, norms and rotates in fp32 and rounds the entry once.
-            store_bf16(bf, entry.data(), hd);
+            store_at.at(StoragePoint::CompressedEntry, entry.data(), hd);
             if (reference) round_to_kv_format(entry.data(), hd, n_rope);
             store.write_entry(layer, pos / comp->ratio, entry.data());
         }
@@ -164,8 +161,7 @@ void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerSt
                                                 ientry.data())) {
             const int64_t e = pos / idx->compressor.ratio;
             finish_entry(ctx, idx->compressor, e, ientry.data());
-            // b.ientries: compressor_pool's bf16 entry; hadamard_fp4_sim's FP4 result is exact in bf16.
-            store_bf16(bf, ientry.data(), dI);
+            store_at.at(StoragePoint::IndexKeyEntry, ientry.data(), dI);
             if (reference) {
                 cpu::hadamard_transform(ientry.data(), dI);
                 cpu::fp4_quant_dequant(ientry.data(), dI, 32);
@@ -202,13 +198,10 @@ void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerSt
         float* oi = o.data() + i * H * hd;
         cpu::attention_with_sink(q.data() + i * H * hd, keys.data(), static_cast<int64_t>(keys.size()) / hd,
                                  w.sink.data(), H, hd, softmax_scale, oi);
-        // b.o: sparse_attention writes bf16. Not mirrored: its tensor-core kernel also rounds the
-        // probabilities to bf16 for p·v, relative to a running max that depends on its key tiles and
-        // splits (flash-decoding), so no CPU order reproduces those bits; the softmax here stays fp32.
-        store_bf16(bf, oi, H * hd);
+        store_at.at(StoragePoint::AttentionOutput, oi, H * hd);
         // K = V carries RoPE: de-rotate the output at the query position.
         cpu::apply_rope_rows(oi, H, hd, ctx.rope_freqs.data(), n_rope, pos, /*inverse=*/true);
-        store_bf16(bf, oi, H * hd);  // b.o: rope_bf16 (inverse), in place
+        store_at.at(StoragePoint::AttentionOutputRope, oi, H * hd);
     }
 
     // ---- grouped low-rank output: group g = heads [g·H/G, (g+1)·H/G) -> wo_a[g] -> concat -> wo_b
@@ -218,9 +211,9 @@ void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerSt
         cpu::matmul_nt(o.data() + g * group_in, w.wo_a.w.data() + g * r * group_in, z.data() + g * r, n, group_in, r,
                        H * hd, G * r);
     }
-    store_bf16(bf, z.data(), n * G * r);  // b.z: the bf16 grouped wo_a linear writes bf16
+    store_at.at(StoragePoint::GroupedOutput, z.data(), n * G * r);
     apply_linear(w.wo_b, z.data(), n, out, ctx.numerics, ctx.bf16_linear_inputs);
-    store_bf16(bf, out, n * cfg.hidden_size);  // b.a: the FP8 wo_b linear writes bf16 (what hc_post reads)
+    store_at.at(StoragePoint::AttentionResult, out, n * cfg.hidden_size);
 }
 
 }  // namespace onecard::detail

@@ -1,11 +1,6 @@
 // MoE sub-block (dsv4-model.md §5): fp32 sqrtsoftplus router (bias only selects; hash layers route by
 // token id), routed experts and the shared expert, both with the SwiGLU clamp.
-//
-// bf16_storage (DeepSeekV4::set_bf16_storage) mirrors GpuModel::moe: the decode path's MXFP4 GEMV
-// experts (mxfp4_grouped_gemv -> swiglu_clamp_quant -> mxfp4_grouped_gemv -> moe_combine) and the
-// many-token path (MoeExperts::run in moe_experts.cu) round at the same points: gate/up, the
-// weighted SwiGLU output before its FP8 rounding, each expert output row, and once after the
-// shared expert is added.
+// ctx.storage marks where the GPU stores an activation in bf16 (model/storage_points.h).
 #include "backend/cpu/linear.h"
 #include "backend/cpu/moe.h"
 #include "core/error.h"
@@ -24,17 +19,14 @@ void expert_hidden(const BlockContext& ctx, const DenseExpert& e, const float* x
     std::vector<float> gate(static_cast<size_t>(n * inter)), up(static_cast<size_t>(n * inter));
     apply_linear(e.w1, x, n, gate.data(), ctx.numerics, ctx.bf16_linear_inputs);
     apply_linear(e.w3, x, n, up.data(), ctx.numerics, ctx.bf16_linear_inputs);
-    // b.s13 (shared) / b.y1, b.y3 (routed): the FP8 and MXFP4 GEMVs write gate and up in bf16.
-    store_bf16(ctx.bf16_storage, gate.data(), n * inter);
-    store_bf16(ctx.bf16_storage, up.data(), n * inter);
+    ctx.storage.at(StoragePoint::ExpertGateUp, gate.data(), n * inter);
+    ctx.storage.at(StoragePoint::ExpertGateUp, up.data(), n * inter);
     h.resize(static_cast<size_t>(n * inter));
     cpu::swiglu_clamped(gate.data(), up.data(), n * inter, static_cast<float>(ctx.cfg.swiglu_limit), h.data());
     if (row_w)
         for (int64_t r = 0; r < n; ++r)
             for (int64_t j = 0; j < inter; ++j) h[r * inter + j] *= row_w[r];
-    // swiglu_clamp(_quant) (moe.cu) rounds the scaled SwiGLU output to bf16 before w2's FP8
-    // quantisation (b.sh, or in registers where it is fused with the quantisation).
-    store_bf16(ctx.bf16_storage, h.data(), n * inter);
+    ctx.storage.at(StoragePoint::ExpertHidden, h.data(), n * inter);
 }
 
 }  // namespace
@@ -88,14 +80,14 @@ void moe_forward(const BlockContext& ctx, const DenseMoE& w, bool hash_layer, in
             // REF scales the hidden activation before w2, so the FP8 quantisation sees the scaled values.
             expert_hidden(ctx, ex, xs.data(), m, row_w.data(), h);
             apply_linear(ex.w2, h.data(), m, y.data(), ctx.numerics, ctx.bf16_linear_inputs);
-            store_bf16(ctx.bf16_storage, y.data(), m * D);  // b.y2: one bf16 row per (token, pick)
+            ctx.storage.at(StoragePoint::ExpertOutput, y.data(), m * D);
             for (int64_t r = 0; r < m; ++r)
                 for (int64_t d = 0; d < D; ++d) routed[rows[r] * D + d] += y[r * D + d];
         } else {
             // HF scales the expert output.
             expert_hidden(ctx, ex, xs.data(), m, nullptr, h);
             apply_linear(ex.w2, h.data(), m, y.data(), ctx.numerics, ctx.bf16_linear_inputs);
-            store_bf16(ctx.bf16_storage, y.data(), m * D);  // b.y2's point, before the weight in this mode
+            ctx.storage.at(StoragePoint::ExpertOutput, y.data(), m * D);
             for (int64_t r = 0; r < m; ++r)
                 for (int64_t d = 0; d < D; ++d) routed[rows[r] * D + d] += y[r * D + d] * row_w[r];
         }
@@ -104,11 +96,9 @@ void moe_forward(const BlockContext& ctx, const DenseMoE& w, bool hash_layer, in
     // Shared expert (clamped like the routed ones; current REF revision, HF, vLLM).
     expert_hidden(ctx, w.shared, xn, n, nullptr, h);
     apply_linear(w.shared.w2, h.data(), n, out, ctx.numerics, ctx.bf16_linear_inputs);
-    store_bf16(ctx.bf16_storage, out, n * D);  // b.shared: the FP8 shared w2 linear writes bf16
+    ctx.storage.at(StoragePoint::SharedExpertOutput, out, n * D);
     for (int64_t i = 0; i < n * D; ++i) out[i] = routed[i] + out[i];
-    // b.a: moe_combine sums a token's K expert rows in fp32 (in pick order; here in ascending expert id,
-    // an fp32 summation-order difference only), adds the shared output and rounds once.
-    store_bf16(ctx.bf16_storage, out, n * D);
+    ctx.storage.at(StoragePoint::MoeResult, out, n * D);
 }
 
 }  // namespace onecard::detail

@@ -50,11 +50,11 @@ ForwardOutput DeepSeekV4::forward_mtp_with_streams(SequenceState& state, Sequenc
             for (int64_t d = 0; d < D; ++d) X[(i * hc + j) * D + d] += pe[i * D + d];
 
     const bool compressed = cfg_.compress_ratio(m.block.layer_id) != 0;
-    // bf16_storage: the block rounds at a main block's GPU storage points; e, pe and the entry streams
-    // X are not rounded (GpuModel has no MTP block yet, so there is no storage point to mirror).
+    // The block marks a main block's storage points; e, pe and the entry streams X are not marked
+    // (GpuModel has no MTP block yet, so there is no storage point to mirror).
     detail::BlockContext ctx{cfg_, numerics_, compressed ? rope_compress_ : rope_main_, rope_compress_,
                              bf16_linear_inputs_};
-    ctx.bf16_storage = bf16_storage_;
+    ctx.storage = storage_;
     detail::block_forward(ctx, m.block, state.mtp_layers()[0], kv, next_tokens.data(), X.data(), n);
     state.advance_mtp(n);
     ForwardOutput out;

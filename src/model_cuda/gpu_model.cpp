@@ -27,7 +27,10 @@ namespace onecard {
 
 using bf16 = __nv_bfloat16;
 
-// Device buffers of one step at full capacity (T = max_num_batched_tokens rows), taken once.
+// Device buffers of one step at full capacity (T = max_num_batched_tokens rows), taken once. Every
+// bf16 write into them (and every bf16 rounding inside a fused kernel) is a point of
+// model/storage_points.h, where the CPU oracle rounds too: a change of what is stored in bf16 here
+// goes there as well, or the GPU parity tests measure the difference as error.
 struct GpuModel::Buffers {
     int64_t T = 0, logits_rows = 0, max_keys = 0, gemv_rows = 0, index_scratch_floats = 0;
     bf16 *X = nullptr, *x = nullptr, *a = nullptr;           // [T, 4, D], [T, D], [T, D]

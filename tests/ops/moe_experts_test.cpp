@@ -191,10 +191,11 @@ TEST(MoeExpertOracle, RestatedLoopEqualsMoeForwardReference) {
         max_abs_out = std::max(max_abs_out, std::fabs(static_cast<double>(model_out[i])));
     }
     // The same with the GPU's bf16 storage points (the oracle of the GPU tests below): moe_forward
-    // rounds the sum once at the end (b.a), the restatement leaves that to the comparison.
+    // rounds the sum once at the end (StoragePoint::MoeResult), the restatement leaves that to the
+    // comparison.
     {
         detail::BlockContext sctx{cfg, Numerics::Reference, no_rope, no_rope};
-        sctx.bf16_storage = true;
+        sctx.storage = StoragePoints::all();
         std::vector<float> storage_out(static_cast<size_t>(n * D));
         detail::moe_forward(sctx, moe, false, 0, nullptr, xn.data(), n, storage_out.data());
         const auto sloop = cpu_expert_loop(mx, xn, r, n, K, 10.0f, true);
