@@ -41,11 +41,7 @@ ScheduledRequest Scheduler::make_entry(Request& r, int64_t n) {
     e.id = r.id;
     e.start_pos = r.num_computed_tokens;
     e.token_ids.reserve(static_cast<size_t>(n));
-    e.positions.reserve(static_cast<size_t>(n));
-    for (int64_t p = e.start_pos; p < e.start_pos + n; ++p) {
-        e.token_ids.push_back(r.token_at(p));
-        e.positions.push_back(p);
-    }
+    for (int64_t p = e.start_pos; p < e.start_pos + n; ++p) e.token_ids.push_back(r.token_at(p));
     e.sample = e.start_pos + n == r.num_tokens();
     e.kv = r.kv;
     if (kv_.prefix_caching()) {

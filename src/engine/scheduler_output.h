@@ -41,7 +41,6 @@ struct ScheduledRequest {
     RequestId id = 0;
     int64_t start_pos = 0;           // position of token_ids[0]; 0 -> the runner starts fresh state
     std::vector<int32_t> token_ids;  // [n_tokens] tokens to compute this step
-    std::vector<int64_t> positions;  // [n_tokens] start_pos, start_pos + 1, ...
     bool sample = false;             // this chunk ends at the last known token: return its logits
     // Speculative decoding, decode rows only: the runner may draft up to this many tokens after
     // token_ids[0] and verify them in this step (block_table covers them; the step budget counted

@@ -17,6 +17,18 @@ size_t kv_fixed_index(const KvCacheSpec& spec, int64_t layer, KvFixedKind kind) 
     fail("kv arena: layer {} has no fixed region of kind {}", layer, static_cast<int>(kind));
 }
 
+KvStreamGeometry kv_stream_geometry(const KvCacheSpec& spec, size_t stream) {
+    ONECARD_CHECK(stream < spec.streams.size(), "kv arena: stream {} out of range", stream);
+    const KvPagedStream& s = spec.streams[stream];
+    KvStreamGeometry g;
+    g.block_bytes = spec.block_bytes;
+    g.block_size = spec.block_size;
+    g.ratio = s.ratio;
+    g.stream_offset = s.offset;
+    g.entry_bytes = s.entry_bytes;
+    return g;
+}
+
 KvHostArena::KvHostArena(const KvCacheSpec& spec, KvPoolSize size)
     : spec_(spec), n_blocks_(size.n_blocks), n_slots_(size.n_slots) {
     blocks_.assign(static_cast<size_t>(size.n_blocks * spec.block_bytes), 0);
@@ -24,15 +36,14 @@ KvHostArena::KvHostArena(const KvCacheSpec& spec, KvPoolSize size)
 }
 
 int64_t KvHostArena::paged_offset(std::span<const int32_t> block_table, size_t stream, int64_t i) const {
-    ONECARD_CHECK(stream < spec_.streams.size(), "kv arena: stream {} out of range", stream);
-    const KvPagedStream& s = spec_.streams[stream];
-    const int64_t b = i / s.entries_per_block;
+    const KvStreamGeometry g = kv_stream_geometry(spec_, stream);
+    const int64_t b = kv_entry_block(g, i);
     ONECARD_CHECK(i >= 0 && b < static_cast<int64_t>(block_table.size()),
-                  "kv arena: entry {} of layer {} needs block {} but the table has {}", i, s.layer, b,
-                  block_table.size());
+                  "kv arena: entry {} of layer {} needs block {} but the table has {}", i, spec_.streams[stream].layer,
+                  b, block_table.size());
     const int32_t block = block_table[static_cast<size_t>(b)];
     ONECARD_CHECK(block >= 0 && block < n_blocks_, "kv arena: block id {} outside [0, {})", block, n_blocks_);
-    return block * spec_.block_bytes + s.offset + (i % s.entries_per_block) * s.entry_bytes;
+    return kv_entry_offset(g, block, i);
 }
 
 uint8_t* KvHostArena::paged_entry(std::span<const int32_t> block_table, size_t stream, int64_t i) {

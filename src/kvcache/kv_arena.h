@@ -3,11 +3,12 @@
 // CPU backend reads and writes encoded entries (kv_format.h) through it; the CUDA backend allocates
 // the same two arenas in device memory and addresses them with the same arithmetic.
 //
-// Addressing: entry i of paged stream s lives in block block_table[i / entries_per_block] at
-//   block * block_bytes + stream.offset + (i % entries_per_block) * entry_bytes;
-// window row for token position p of a layer lives at row p % sliding_window of its Window region.
+// Addressing: entry i of paged stream s at core/kv_address.h's kv_entry_offset (the formula the
+// kernels evaluate too) of its stream's geometry, kv_stream_geometry(spec, s); the window row for
+// token position p of a layer lives at row p % sliding_window of its Window region.
 #pragma once
 
+#include "core/kv_address.h"
 #include "kvcache/kv_manager.h"
 #include "kvcache/kv_spec.h"
 
@@ -20,6 +21,8 @@ namespace onecard {
 // Index of the paged stream / fixed region of `layer` with this kind; throws if the layer has none.
 size_t kv_stream_index(const KvCacheSpec& spec, int64_t layer, KvStreamKind kind);
 size_t kv_fixed_index(const KvCacheSpec& spec, int64_t layer, KvFixedKind kind);
+// Paged stream `stream`'s geometry inside the spec's blocks (what kv_entry_offset reads).
+KvStreamGeometry kv_stream_geometry(const KvCacheSpec& spec, size_t stream);
 
 class KvHostArena {
 public:

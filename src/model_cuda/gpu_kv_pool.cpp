@@ -1,6 +1,7 @@
 #include "model_cuda/gpu_kv_pool.h"
 
 #include "core/error.h"
+#include "kvcache/kv_arena.h"
 
 namespace onecard {
 
@@ -59,16 +60,13 @@ void GpuKvPool::check_integrity() const {
 cuda::PagedStreamAddr GpuKvPool::entry_addr(int64_t il, bool keys, const int32_t* block_tables,
                                             int64_t max_blocks) const {
     const LayerAddr& l = layer(il);
+    ONECARD_CHECK(l.ratio > 0 && (keys ? l.key_stream : l.entry_stream) >= 0, "gpu kv pool: layer {} has no {} stream",
+                  il, keys ? "indexer-key" : "compressed-entry");
     cuda::PagedStreamAddr a;
+    static_cast<KvStreamGeometry&>(a) = kv_stream_geometry(
+        spec_, kv_stream_index(spec_, il, keys ? KvStreamKind::IndexerKey : KvStreamKind::CompressedEntry));
     a.block_tables = block_tables;
     a.max_blocks = max_blocks;
-    a.block_bytes = spec_.block_bytes;
-    a.block_size = spec_.block_size;
-    a.ratio = l.ratio;
-    a.stream_offset = keys ? l.key_stream : l.entry_stream;
-    a.entry_bytes = keys ? spec_.index_key.entry_bytes() : spec_.entry.entry_bytes();
-    ONECARD_CHECK(a.ratio > 0 && a.stream_offset >= 0, "gpu kv pool: layer {} has no {} stream", il,
-                  keys ? "indexer-key" : "compressed-entry");
     return a;
 }
 

@@ -1,15 +1,21 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops/pdl.cuh"
+#include "core/kv_address.h"
 #include "model_cuda/gpu_step_kernels.cuh"
 
 namespace onecard {
 namespace {
 
+// Entry e of the stream at stream_off (entries of eb bytes) of sequence `seq`: core/kv_address.h.
 __device__ __forceinline__ int64_t paged_offset(const StepAddr& a, int64_t seq, int64_t e, int64_t stream_off,
                                                 int64_t eb) {
-    const int64_t tok = e * a.ratio;
-    return int64_t(a.block_tables[seq * a.max_blocks + tok / a.block_size]) * a.block_bytes + stream_off +
-           ((tok % a.block_size) / a.ratio) * eb;
+    KvStreamGeometry g;
+    g.block_bytes = a.block_bytes;
+    g.block_size = a.block_size;
+    g.ratio = a.ratio;
+    g.stream_offset = stream_off;
+    g.entry_bytes = eb;
+    return kv_entry_offset(g, a.block_tables[seq * a.max_blocks + kv_entry_block(g, e)], e);
 }
 
 __global__ void write_offsets_kernel(StepAddr a, const int32_t* __restrict__ last, int64_t key_bytes,

@@ -1,7 +1,7 @@
 // FakeModelRunner: a deterministic stand-in for the model, for scheduler/engine tests and scheduler
 // benchmarks. Its "logits" are a pseudo-random function of the request's whole token history, so
 // they do not depend on batching, chunking or preemption, exactly like a correct model. It also checks
-// the SchedulerOutput contract as a real runner relies on it: positions contiguous per request,
+// the SchedulerOutput contract as a real runner relies on it: each chunk starts where the last ended,
 // resumption only from position 0 after preemption, KV blocks covering every scheduled position.
 #pragma once
 

@@ -91,6 +91,30 @@ TEST(KvArena, PagedEntriesOfLiveSequencesNeverAlias) {
     EXPECT_THROW(kv_stream_index(spec, 0, KvStreamKind::CompressedEntry), Error);  // SWA layer
 }
 
+// core/kv_address.h is the one offset formula (host arena, step kernels, indexer). Checked here against
+// kv_spec.h's statement of the layout, restated independently: a block is the concat over streams of
+// [entries_per_block][entry_bytes], entry i in table block i / entries_per_block at row i % entries_per_block.
+TEST(KvArena, SharedEntryOffsetMatchesTheBlockLayout) {
+    const auto spec = make_kv_cache_spec(shape(), 16);
+    const std::vector<int32_t> table = {5, 0, 3, 7, 1};
+    KvHostArena arena(spec, KvPoolSize{1, 8});
+    for (size_t si = 0; si < spec.streams.size(); ++si) {
+        const KvPagedStream& s = spec.streams[si];
+        const KvStreamGeometry g = kv_stream_geometry(spec, si);
+        EXPECT_EQ(g.stream_offset, s.offset);
+        EXPECT_EQ(g.entry_bytes, s.entry_bytes);
+        EXPECT_EQ(g.block_size / g.ratio, s.entries_per_block);
+        for (int64_t i = 0; i < static_cast<int64_t>(table.size()) * s.entries_per_block; ++i) {
+            const int64_t b = i / s.entries_per_block;
+            ASSERT_EQ(kv_entry_block(g, i), b) << "stream " << si << " entry " << i;
+            const int64_t want =
+                table[static_cast<size_t>(b)] * spec.block_bytes + s.offset + (i % s.entries_per_block) * s.entry_bytes;
+            ASSERT_EQ(kv_entry_offset(g, table[static_cast<size_t>(b)], i), want) << "stream " << si << " entry " << i;
+            ASSERT_EQ(arena.paged_entry(table, si, i) - arena.block(0), want);  // the arena's own address
+        }
+    }
+}
+
 TEST(KvArena, WindowIsARingPerSlot) {
     const auto spec = make_kv_cache_spec(shape(), 16);
     KvHostArena arena(spec, KvPoolSize{2, 4});
