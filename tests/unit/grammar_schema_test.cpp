@@ -131,6 +131,27 @@ TEST(GrammarSchema, EnumConstAnyOfRefAndFormats) {
     expect_cases(R"({"type":["boolean","null"]})", {{"true", 4, true}, {"null", 4, true}, {"1", 0, false}});
 }
 
+// An enum or const number is the schema's own literal, emitted as written (the grammar's digit limits
+// bound only the numbers it generates itself); the test validator holds it to that text
+// (json_schema_fuzz: an enum of a 106-digit integer, emitted as 3.133333333333323e+105).
+TEST(GrammarSchema, EnumNumbersOutsideTheDigitLimitsAreEmittedAsWritten) {
+    const std::string schema =
+        R"({"type":"object","properties":{"k":{"enum":[1e+100,31333333333333333333333333,"a"]},"c":{"const":-2.5e-300}},)"
+        R"("required":["k","c"]})";
+    const std::string big = nlohmann::json::parse("31333333333333333333333333").dump();
+    for (const std::string& k : {std::string("1e+100"), big}) {
+        const std::string doc = R"({"k":)" + k + R"(,"c":-2.5e-300})";
+        auto m = matcher_for(schema);
+        EXPECT_EQ(first_bad(m, doc), doc.size()) << doc;
+        EXPECT_TRUE(m.can_terminate()) << doc;
+        EXPECT_TRUE(test::PolicyValidator(nlohmann::ordered_json::parse(schema)).validate_text(doc)) << doc;
+    }
+    // A generated number is still held to the limits: a three-digit exponent is refused.
+    auto m = matcher_for(R"({"type":"number"})");
+    EXPECT_EQ(first_bad(m, "1e+100"), 5u);
+    EXPECT_FALSE(test::PolicyValidator(nlohmann::ordered_json::parse(R"({"type":"number"})")).validate_text("1e+100"));
+}
+
 TEST(GrammarSchema, ArraysBoundsAndPrefixItems) {
     expect_cases(
         R"({"type":"array","items":{"type":"integer"},"minItems":2,"maxItems":3})",

@@ -347,11 +347,13 @@ public:
                 return false;
             }
         }
-        const RawVal v = RawParser(text).parse();
-        return numbers_in_policy(v) && valid(v, root_);
+        return valid(RawParser(text).parse(), root_);
     }
 
-    // Every number anywhere (typed or inside an any-value) within the digit limits of json_fragments.h.
+    // Every number in v within the digit limits of json_fragments.h: what the grammar generates where
+    // it writes numbers itself (typed numbers, any-values). An enum or const value is the schema's own
+    // literal, written as the schema's text has it (1e+100 or a 30-digit integer included), so it is
+    // held to its text, not to these limits (json_schema_fuzz found the difference).
     static bool numbers_in_policy(const RawVal& v) {
         static const std::regex number("-?(0|[1-9][0-9]{0,19})(\\.[0-9]+)?([eE][+-]?[0-9]{1,2})?");
         if (v.kind == RawVal::Number && !std::regex_match(v.raw, number)) return false;
@@ -363,7 +365,7 @@ public:
     }
 
     bool valid(const RawVal& v, const ojson& s) const {
-        if (s.is_boolean()) return s.get<bool>();
+        if (s.is_boolean()) return s.get<bool>() && numbers_in_policy(v);
         if (s.contains("$ref")) return valid(v, root_.at(ojson::json_pointer(s["$ref"].get<std::string>().substr(1))));
         if (s.value("nullable", false) && v.kind == RawVal::Null) return true;
         if (s.contains("const")) return v.raw == s["const"].dump();
@@ -402,7 +404,7 @@ private:
     }
 
     bool typed(const RawVal& v, const ojson& s, const std::string& t) const {
-        if (t == "any") return true;
+        if (t == "any") return numbers_in_policy(v);
         if (t == "null") return v.kind == RawVal::Null;
         if (t == "boolean") return v.kind == RawVal::Bool;
         if (t == "string") {
@@ -434,7 +436,8 @@ private:
             if (s.contains("exclusiveMaximum") && x >= s["exclusiveMaximum"].get<long double>()) return false;
             return true;
         }
-        if (t == "number") return v.kind == RawVal::Number && !(s.contains("minimum") && v.raw[0] == '-');
+        if (t == "number")
+            return v.kind == RawVal::Number && numbers_in_policy(v) && !(s.contains("minimum") && v.raw[0] == '-');
         if (t == "object") {
             if (v.kind != RawVal::Object) return false;
             const ojson props = s.value("properties", ojson::object());
@@ -475,6 +478,8 @@ private:
                     if (!valid(v.items[i], s["prefixItems"][i])) return false;
                 } else if (s.contains("items")) {
                     if (!valid(v.items[i], s["items"])) return false;
+                } else if (!numbers_in_policy(v.items[i])) {  // no "items": an any-value
+                    return false;
                 }
             }
             return true;
