@@ -354,7 +354,7 @@ void GpuModel::drop_graphs() {
     graphs_.clear();
 }
 
-void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t s) {
+void GpuModel::attention(const StepPlan& p, const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t s) {
     Buffers& b = *buf_;
     const ModelConfig& c = cfg_;
     const int64_t n = meta_->n, il = blk.layer_id, H = c.num_attention_heads, hd = c.head_dim;
@@ -368,7 +368,7 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
     // wq_a and wkv read the same xn: one quantisation and one launch for both when they are fused.
     const int64_t ql = c.q_lora_rank;
     if (w.wq_a_wkv.w) {
-        if (x_quantized_)  // hc_pre wrote xn's FP8 copy (b.xq, b.xs)
+        if (attention_input(p, blk) == SubBlockInput::Fp8FromHcPre)
             lin_->fp8_quantized(w.wq_a_wkv, b.xq, b.xs, n, b.qkv, s);
         else
             lin_->fp8(w.wq_a_wkv, xn, n, b.qkv, s);
@@ -459,13 +459,13 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
         id.softmax_scale = 1.0f / std::sqrt(static_cast<float>(dI));
         const cuda::PagedStreamAddr ka = pool_.entry_addr(il, true, meta_->block_tables, meta_->max_blocks);
         cuda::indexer_topk(b.iq, b.iw, meta_->positions, meta_->seq_of_token, pool_.base(), ka, b.topk, n,
-                           pos_bound_ / ratio, id, b.index_scratch, b.index_scratch_floats, s);
+                           p.pos_bound / ratio, id, b.index_scratch, b.index_scratch_floats, s);
         picks = b.topk;
         tick("attn: indexer scores + top-k", s);
     }
     // Key lists, then attention over the FP8 entries, inverse RoPE, grouped output projection.
     int64_t max_keys = W;
-    if (ratio) max_keys += picks ? c.index_topk : pos_bound_ / ratio;
+    if (ratio) max_keys += picks ? c.index_topk : p.pos_bound / ratio;
     max_keys = std::max<int64_t>(max_keys, W);
     ONECARD_CHECK(max_keys <= b.max_keys, "gpu model: position {} needs {} keys (max_model_len too small?)",
                   meta_->max_pos, max_keys);
@@ -492,7 +492,7 @@ void GpuModel::attention(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStr
     if (ring_rows > 0) cuda::kv_write_entries(b.kv, 0, b.ring_dst, pool_.base(), ring_rows, ed, s);
 }
 
-void GpuModel::moe(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t s) {
+void GpuModel::moe(const StepPlan& p, const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t s) {
     Buffers& b = *buf_;
     const ModelConfig& c = cfg_;
     const int64_t n = meta_->n, D = c.hidden_size, I = c.moe_intermediate_size, K = c.num_experts_per_tok;
@@ -515,23 +515,21 @@ void GpuModel::moe(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t 
     // Shared expert: w1 and w3 as one linear when fused; on the GEMV path xn is quantised once for
     // the shared and the routed experts.
     const cuda::MxExpertWeights& e = m.experts;
-    const bool routed_gemv = n <= b.gemv_rows && moe_gemv_;
+    // On the GEMV path hc_pre wrote xn's FP8 copy (b.xq, b.xs) for the shared and the routed experts.
+    const bool routed_gemv = p.moe_gemv;
     const bool x_once = routed_gemv && m.shared_w13.w && lin_->gemv_ok(m.shared_w13, n);
     // Hybrid layer, GEMV path: hand the host its pairs first, so the host experts run while the GPU
     // computes the shared expert and its own routed experts.
     const bool host_pairs = routed_gemv && m.hybrid();
     // On a streaming step this layer's staged host experts run on the GPU too (HostExpertStreamer).
-    const bool staged = host_pairs && stream_step_ && m.n_stream > 0;
+    const bool staged = host_pairs && p.stream_experts && m.n_stream > 0;
     if (host_pairs) {
-        if (!x_quantized_) cuda::quantize_fp8_1x128(xn, b.xq, b.xs, n, D, cuda::ActScaleLayout::RowMajor, s);
-        x_quantized_ = true;
         cuda::host_moe_publish(b.xq, b.xs, b.experts, b.weights, m.expert_slot, staged ? m.expert_stream_slot : nullptr,
                                b.local_ids, staged ? b.stream_ids : nullptr, n, K, D,
                                static_cast<int32_t>(blk.layer_id), host_->view(), s);
         tick("moe: host experts publish", s);
     }
     if (x_once) {
-        if (!x_quantized_) cuda::quantize_fp8_1x128(xn, b.xq, b.xs, n, D, cuda::ActScaleLayout::RowMajor, s);
         lin_->fp8_quantized(m.shared_w13, b.xq, b.xs, n, b.s13, s);
         // SwiGLU and w2's input quantisation in one kernel (hq is free until the routed experts).
         cuda::swiglu_clamp_quant(b.s13, b.s13 + I, 2 * I, nullptr, b.hq, b.hs, n, I, limit, s);
@@ -553,7 +551,6 @@ void GpuModel::moe(const GpuBlock& blk, const bf16* xn, bf16* out, cudaStream_t 
     // Routed experts; REF scales the hidden activation by the routing weight before w2.
     if (routed_gemv) {
         const int64_t P = n * K;
-        if (!x_once && !x_quantized_) cuda::quantize_fp8_1x128(xn, b.xq, b.xs, n, D, cuda::ActScaleLayout::RowMajor, s);
         // On a hybrid layer the GPU groups its own slots (host and staged pairs are negative: left out).
         const int32_t* ids = host_pairs ? b.local_ids : b.experts;
         const int64_t scratch = cuda::mxfp4_group_scratch_ints(b.gemv_rows * K);
@@ -610,25 +607,23 @@ const float* GpuModel::step(std::span<const GpuStepSeq> seqs, bool all_rows, cud
         ONECARD_CHECK(q.start_pos + static_cast<int64_t>(q.tokens.size()) <= opt_.max_model_len,
                       "gpu model: a sequence reaches position {} beyond max_model_len {}",
                       q.start_pos + static_cast<int64_t>(q.tokens.size()), opt_.max_model_len);
-    // Key lists and indexer scores are sized for positions below a bound rounded up to 512, so a
-    // captured decode graph serves the next 512 positions.
-    pos_bound_ = std::min<int64_t>((meta_->max_pos + 1 + 511) / 512 * 512, opt_.max_model_len);
+    const StepPlan plan = plan_step(meta_->n, meta_->max_pos);
     const bool graph = opt_.cuda_graphs && meta_->n <= kGraphMaxTokens && moe_gemv_ && !profile_;
     if (!graph) {
         profiling_ = profile_;
         profile_ = false;
-        forward(s);
+        forward(plan, s);
         profiling_ = false;
         return b.logits;
     }
-    const GraphKey key{meta_->n, meta_->n_out, pos_bound_};
+    const GraphKey key{meta_->n, meta_->n_out, plan.pos_bound};
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
         if (graphs_.size() >= 96) drop_graphs();  // positions moved on: older bounds are not reused
         cudaGraph_t g = nullptr;
         CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
         try {
-            forward(s);
+            forward(plan, s);
         } catch (...) {
             cudaStreamEndCapture(s, &g);
             if (g) cudaGraphDestroy(g);
@@ -648,7 +643,29 @@ const float* GpuModel::step(std::span<const GpuStepSeq> seqs, bool all_rows, cud
     return b.logits;
 }
 
-void GpuModel::forward(cudaStream_t s) {
+GpuModel::StepPlan GpuModel::plan_step(int64_t n, int64_t max_pos) const {
+    StepPlan p;
+    p.n = n;
+    // Key lists and indexer scores are sized for positions below a bound rounded up to 512, so a
+    // captured decode graph serves the next 512 positions.
+    p.pos_bound = std::min<int64_t>((max_pos + 1 + 511) / 512 * 512, opt_.max_model_len);
+    p.moe_gemv = n <= buf_->gemv_rows && moe_gemv_;
+    p.stream_experts = streamer_ && p.moe_gemv && streamer_->active(n);
+    return p;
+}
+
+// The attention's fused wq_a|wkv on the GEMV path reads the FP8 copy hc_pre writes.
+GpuModel::SubBlockInput GpuModel::attention_input(const StepPlan& p, const GpuBlock& b) const {
+    return b.attn.wq_a_wkv.w && lin_->gemv_ok(b.attn.wq_a_wkv, p.n) ? SubBlockInput::Fp8FromHcPre : SubBlockInput::Bf16;
+}
+
+// Every first linear of the MoE on its GEMV path (shared w1|w3, the routed experts, the host pairs)
+// reads the FP8 copy hc_pre writes.
+GpuModel::SubBlockInput GpuModel::moe_input(const StepPlan& p) {
+    return p.moe_gemv ? SubBlockInput::Fp8FromHcPre : SubBlockInput::Bf16;
+}
+
+void GpuModel::forward(const StepPlan& p, cudaStream_t s) {
     Buffers& b = *buf_;
     const ModelConfig& c = cfg_;
     const int64_t D = c.hidden_size;
@@ -657,28 +674,27 @@ void GpuModel::forward(cudaStream_t s) {
     const float eps = static_cast<float>(c.rms_norm_eps);
     tick("start", s);
     cuda::embed_streams(meta_->tokens, w_.embed, b.X, n, D, 4, s);
-    stream_step_ = streamer_ && n <= b.gemv_rows && moe_gemv_ && streamer_->active(n);
-    if (stream_step_) streamer_->begin_step(s);
+    if (p.stream_experts) streamer_->begin_step(s);
     for (const GpuBlock& blk : w_.layers) {
         // x = attn_norm(collapse of the streams); the norm is fused into hc_pre's finishing kernel, and
         // so is x's FP8 quantisation where the first linears that read x take it (the GEMV paths).
-        x_quantized_ = blk.attn.wq_a_wkv.w && lin_->gemv_ok(blk.attn.wq_a_wkv, n);
+        const bool attn_fp8 = attention_input(p, blk) == SubBlockInput::Fp8FromHcPre;
         cuda::hc_pre_bf16(b.X, blk.hc_attn.fn, blk.hc_attn.scale, blk.hc_attn.base, b.x, b.pre, b.post, b.comb,
-                          b.hc_scratch, b.hc_scratch_floats, n, hd, s, blk.attn_norm, eps,
-                          x_quantized_ ? b.xq : nullptr, b.xs);
-        tick("hyper-connections + norms", s);
-        attention(blk, b.x, b.a, s);
-        cuda::hc_post_bf16(b.a, b.X, b.post, b.comb, b.X, n, hd, s);
-        x_quantized_ = n <= b.gemv_rows && moe_gemv_;
-        cuda::hc_pre_bf16(b.X, blk.hc_ffn.fn, blk.hc_ffn.scale, blk.hc_ffn.base, b.x, b.pre, b.post, b.comb,
-                          b.hc_scratch, b.hc_scratch_floats, n, hd, s, blk.ffn_norm, eps, x_quantized_ ? b.xq : nullptr,
+                          b.hc_scratch, b.hc_scratch_floats, n, hd, s, blk.attn_norm, eps, attn_fp8 ? b.xq : nullptr,
                           b.xs);
         tick("hyper-connections + norms", s);
-        moe(blk, b.x, b.a, s);
+        attention(p, blk, b.x, b.a, s);
+        cuda::hc_post_bf16(b.a, b.X, b.post, b.comb, b.X, n, hd, s);
+        const bool moe_fp8 = moe_input(p) == SubBlockInput::Fp8FromHcPre;
+        cuda::hc_pre_bf16(b.X, blk.hc_ffn.fn, blk.hc_ffn.scale, blk.hc_ffn.base, b.x, b.pre, b.post, b.comb,
+                          b.hc_scratch, b.hc_scratch_floats, n, hd, s, blk.ffn_norm, eps, moe_fp8 ? b.xq : nullptr,
+                          b.xs);
+        tick("hyper-connections + norms", s);
+        moe(p, blk, b.x, b.a, s);
         cuda::hc_post_bf16(b.a, b.X, b.post, b.comb, b.X, n, hd, s);
         tick("hyper-connections + norms", s);
     }
-    if (stream_step_) streamer_->end_step(s);
+    if (p.stream_experts) streamer_->end_step(s);
     // Head on the wanted rows only.
     const int64_t r = meta_->n_out;
     if (r == 0) return;

@@ -119,11 +119,26 @@ private:
             return std::tie(n, n_out, pos_bound) < std::tie(o.n, o.n_out, o.pos_bound);
         }
     };
-    void forward(cudaStream_t s);                  // every layer and the head, for the metadata in meta_
-    void tick(const char* label, cudaStream_t s);  // profiling: time since the last tick goes to label
+    // The path choices of one step, made once in step() from the token count, the positions and the
+    // options, and read by the layer code. Everything here is fixed by a GraphKey and the options
+    // (whose change drops the graphs), so a replayed graph always matches its plan.
+    struct StepPlan {
+        int64_t n = 0;                // tokens in the step
+        int64_t pos_bound = 0;        // positions of this step are < pos_bound (rounded up: graph reuse)
+        bool moe_gemv = false;        // routed experts on the GEMV path (else MoeExperts' grouped GEMMs)
+        bool stream_experts = false;  // host experts staged over PCIe this step (HostExpertStreamer)
+    };
+    // Where a sub-block's first linears read its input: the bf16 x, or the FP8 copy of x that hc_pre's
+    // finishing kernel writes (Buffers::xq/xs) when they are on the GEMV path.
+    enum class SubBlockInput { Bf16, Fp8FromHcPre };
+    StepPlan plan_step(int64_t n, int64_t max_pos) const;
+    SubBlockInput attention_input(const StepPlan& p, const GpuBlock& b) const;
+    static SubBlockInput moe_input(const StepPlan& p);
+    void forward(const StepPlan& p, cudaStream_t s);  // every layer and the head, for the metadata in meta_
+    void tick(const char* label, cudaStream_t s);     // profiling: time since the last tick goes to label
     void drop_graphs();
-    void attention(const GpuBlock& b, const __nv_bfloat16* xn, __nv_bfloat16* out, cudaStream_t s);
-    void moe(const GpuBlock& b, const __nv_bfloat16* xn, __nv_bfloat16* out, cudaStream_t s);
+    void attention(const StepPlan& p, const GpuBlock& b, const __nv_bfloat16* xn, __nv_bfloat16* out, cudaStream_t s);
+    void moe(const StepPlan& p, const GpuBlock& b, const __nv_bfloat16* xn, __nv_bfloat16* out, cudaStream_t s);
 
     ModelConfig cfg_;
     const GpuModelWeights& w_;
@@ -135,13 +150,10 @@ private:
     std::unique_ptr<cuda::MoeExperts> experts_;
     std::unique_ptr<HostMoeBridge> host_;           // hybrid layers only
     std::unique_ptr<HostExpertStreamer> streamer_;  // weights that stage host experts over PCIe only
-    bool stream_step_ = false;                      // the current step stages host experts (streamer_->active)
     uint8_t* host_staging_ = nullptr;               // the many-token path's staging buffer for host experts
     std::unique_ptr<Buffers> buf_;
     int64_t workspace_bytes_ = 0;
-    int64_t pos_bound_ = 0;     // positions of this step are < pos_bound_ (rounded up: graph reuse)
-    bool moe_gemv_ = false;     // decode MoE takes the GEMV path (no host sync: capturable)
-    bool x_quantized_ = false;  // the current sub-block's input has its FP8 copy in Buffers::xq/xs
+    bool moe_gemv_ = false;  // decode MoE may take the GEMV path (no host sync: capturable)
     std::map<GraphKey, cudaGraphExec_t> graphs_;
     int64_t last_graph_nodes_ = 0;
     bool profile_ = false, profiling_ = false;
