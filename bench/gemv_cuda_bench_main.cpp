@@ -194,7 +194,7 @@ int run(int argc, char** argv) {
                     [&](int r) {
                         const auto g = cuda::mxfp4_group_pairs(ids + (r % n_lists) * n_pairs, n_pairs, n_exp, batch,
                                                                scratch, ints, s);
-                        cuda::mxfp4_grouped_gemv(x, xs, rows, g, w, ws, y, nullptr, nullptr, nullptr, sh.n, sh.k, s);
+                        cuda::mxfp4_grouped_gemv({x, xs, rows, {w, ws, y}, {}, sh.n, sh.k}, g, s);
                     },
                     s, warmup, repeats);
                 results.push_back({fmt::format("mxfp4_grouped_b{}", batch),

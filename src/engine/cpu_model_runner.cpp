@@ -26,7 +26,7 @@ void CpuModelRunner::bind_kv_pool(const KvCacheSpec& spec, const KvPoolSize& siz
                       spec.shape.rope_dim == want.rope_dim && spec.shape.sliding_window == want.sliding_window,
                   "cpu runner: the KV pool's spec does not describe this model's layers");
     spec_ = std::make_unique<KvCacheSpec>(spec);
-    layout_ = std::make_unique<PagedKvLayout>(*spec_);
+    layout_ = std::make_unique<KvLayerTable>(*spec_);
     arena_ = std::make_unique<KvHostArena>(*spec_, size);
     for (size_t r = 0; r < spec_->fixed.size(); ++r)
         if (spec_->fixed[r].kind == KvFixedKind::Window) window_regions_.push_back(r);

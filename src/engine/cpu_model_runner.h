@@ -91,7 +91,7 @@ private:
     std::unordered_map<RequestId, Live> states_;
     // Paged KV (reference numerics after bind_kv_pool); the arena and layout refer to *spec_.
     std::unique_ptr<KvCacheSpec> spec_;
-    std::unique_ptr<PagedKvLayout> layout_;
+    std::unique_ptr<KvLayerTable> layout_;
     std::unique_ptr<KvHostArena> arena_;
     KvHostMemory host_;                   // prefix caching: snapshots and host-tier blocks
     std::vector<size_t> window_regions_;  // the spec's Window regions (fixed indices)

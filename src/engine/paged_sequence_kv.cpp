@@ -7,34 +7,14 @@
 
 namespace onecard {
 
-PagedKvLayout::PagedKvLayout(const KvCacheSpec& spec) : spec_(spec) {
-    const auto n_layers = static_cast<int64_t>(spec.shape.kinds.size());
-    for (int64_t il = 0; il < n_layers; ++il) {
-        Layer l;
-        l.window = kv_fixed_index(spec, il, KvFixedKind::Window);
-        const KvLayerKind kind = spec.shape.kinds[static_cast<size_t>(il)];
-        if (kind != KvLayerKind::SWA)
-            l.entries = static_cast<int64_t>(kv_stream_index(spec, il, KvStreamKind::CompressedEntry));
-        if (kind == KvLayerKind::CSA)
-            l.index_keys = static_cast<int64_t>(kv_stream_index(spec, il, KvStreamKind::IndexerKey));
-        layers_.push_back(l);
-    }
-}
-
-const PagedKvLayout::Layer& PagedKvLayout::layer(int64_t layer) const {
-    ONECARD_CHECK(layer >= 0 && layer < static_cast<int64_t>(layers_.size()), "paged kv: layer {} outside [0, {})",
-                  layer, layers_.size());
-    return layers_[static_cast<size_t>(layer)];
-}
-
-PagedSequenceKv::PagedSequenceKv(KvHostArena& arena, const PagedKvLayout& layout, int32_t slot,
+PagedSequenceKv::PagedSequenceKv(KvHostArena& arena, const KvLayerTable& layout, int32_t slot,
                                  std::span<const int32_t> block_table)
     : arena_(arena), layout_(layout), slot_(slot), block_table_(block_table) {
     ONECARD_CHECK(slot >= 0 && slot < arena.n_slots(), "paged kv: slot {} outside [0, {})", slot, arena.n_slots());
 }
 
 int64_t PagedSequenceKv::stream_of(int64_t layer, bool index_keys) const {
-    const PagedKvLayout::Layer& l = layout_.layer(layer);
+    const KvLayerAddr& l = layout_.layer(layer);
     const int64_t s = index_keys ? l.index_keys : l.entries;
     ONECARD_CHECK(s >= 0, "paged kv: layer {} stores no {}", layer, index_keys ? "indexer keys" : "compressed entries");
     return s;

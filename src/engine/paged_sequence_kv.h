@@ -9,6 +9,7 @@
 #pragma once
 
 #include "kvcache/kv_arena.h"
+#include "kvcache/kv_layer_table.h"
 #include "kvcache/kv_spec.h"
 #include "model/sequence_kv.h"
 
@@ -18,29 +19,11 @@
 
 namespace onecard {
 
-// Per-layer stream / region indices of a KvCacheSpec, looked up once (the view runs per row).
-class PagedKvLayout {
-public:
-    explicit PagedKvLayout(const KvCacheSpec& spec);
-
-    struct Layer {
-        size_t window = 0;        // fixed Window region
-        int64_t entries = -1;     // paged CompressedEntry stream (-1: SWA layer)
-        int64_t index_keys = -1;  // paged IndexerKey stream (-1: not CSA)
-    };
-    const KvCacheSpec& spec() const { return spec_; }
-    const Layer& layer(int64_t layer) const;
-
-private:
-    const KvCacheSpec& spec_;
-    std::vector<Layer> layers_;  // [n layers incl. MTP]
-};
-
 class PagedSequenceKv final : public SequenceKv {
 public:
-    // `arena` and `layout` must describe the same spec and outlive the view.
-    PagedSequenceKv(KvHostArena& arena, const PagedKvLayout& layout, int32_t slot,
-                    std::span<const int32_t> block_table);
+    // `arena` and `layout` (the one layer-address table, kvcache/kv_layer_table.h) must describe the same
+    // spec and outlive the view.
+    PagedSequenceKv(KvHostArena& arena, const KvLayerTable& layout, int32_t slot, std::span<const int32_t> block_table);
 
     void write_window(int64_t layer, int64_t pos, const float* row) override;
     void read_window(int64_t layer, int64_t pos, float* row) const override;
@@ -57,7 +40,7 @@ private:
     int64_t stream_of(int64_t layer, bool index_keys) const;
 
     KvHostArena& arena_;
-    const PagedKvLayout& layout_;
+    const KvLayerTable& layout_;
     int32_t slot_;
     std::span<const int32_t> block_table_;
 };

@@ -225,8 +225,6 @@ void CudaModelRunner::queue_snapshot_saves(const SchedulerOutput& batch) {
 
 RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
     ONECARD_CHECK(model_ != nullptr, "cuda runner: bind_kv_pool() was not called");
-    for (RequestId id : batch.finished_ids) n_tokens_.erase(id);
-    for (RequestId id : batch.preempted_ids) n_tokens_.erase(id);
     RunnerOutput out;
     out.vocab_size = cfg_.vocab_size;
     if (batch.requests.empty()) return out;
@@ -234,14 +232,6 @@ RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
     std::vector<GpuStepSeq> seqs;
     seqs.reserve(batch.requests.size());
     for (const auto& r : batch.requests) {
-        if (r.start_pos == 0) n_tokens_[r.id] = 0;
-        if (r.restore_snapshot >= 0) n_tokens_[r.id] = r.start_pos;  // its slot was restored above
-        auto it = n_tokens_.find(r.id);
-        ONECARD_CHECK(it != n_tokens_.end(), "cuda runner: request {} continues at position {} without state", r.id,
-                      r.start_pos);
-        ONECARD_CHECK(it->second == r.start_pos, "cuda runner: request {} scheduled at position {} but holds {} tokens",
-                      r.id, r.start_pos, it->second);
-        it->second += r.n_tokens();
         GpuStepSeq q;
         q.slot = r.kv.slot;
         q.block_table = r.block_table;
@@ -251,7 +241,7 @@ RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
         seqs.push_back(q);
         if (r.sample) out.row_ids.push_back(r.id);
     }
-    const float* logits = model_->step(seqs, false, stream_.get());
+    const float* logits = model_->step(seqs, LogitRows::Last, stream_.get());
     queue_snapshot_saves(batch);
     // Rows the engine lets us sample are drawn on the GPU (only their ids come back); the others'
     // logits are copied for the host sampler.
@@ -366,9 +356,6 @@ void CudaModelRunner::check_integrity() const {
     if (model_) model_->check_integrity();
     if (host_embed_) host_embed_->check_integrity();
     if (host_store_) host_store_->check_integrity();
-    for (const auto& [id, n] : n_tokens_)
-        ONECARD_CHECK(n >= 0 && n <= opt_.max_model_len, "cuda runner: request {} holds {} tokens (max {})", id, n,
-                      opt_.max_model_len);
 }
 
 }  // namespace onecard

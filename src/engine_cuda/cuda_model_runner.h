@@ -22,7 +22,6 @@
 #include <chrono>
 #include <memory>
 #include <optional>
-#include <unordered_map>
 
 namespace onecard {
 
@@ -102,7 +101,9 @@ public:
                                    bool hybrid);
     // Picks per (layer, expert) counted on the GPU since start (CudaRunnerOptions::count_expert_picks).
     std::vector<uint64_t> expert_pick_counts();
-    // Throws unless every live request's token count is within max_model_len and the arena is sound.
+    // Throws unless the arena, the KV pool and the model's state (its block-table rows among it) are sound.
+    // A request's token count lives in the scheduler alone (Request::num_computed_tokens; the step's
+    // start_pos): the runner keeps no second counter.
     void check_integrity() const;
 
 private:
@@ -120,8 +121,7 @@ private:
     GpuModelWeights weights_;
     std::unique_ptr<GpuKvPool> pool_;
     std::unique_ptr<GpuModel> model_;
-    std::unordered_map<RequestId, int64_t> n_tokens_;  // live requests: tokens computed so far
-    KvHostMemory host_tier_;                           // prefix caching (bind_host_tier)
+    KvHostMemory host_tier_;  // prefix caching (bind_host_tier)
     // Host memory registered as pinned in ~1 GiB chunks (whole entries each) on first use: pinning tens
     // of GiB of host tier at start would cost seconds and RAM the tier may never fill.
     struct LazyPinned {

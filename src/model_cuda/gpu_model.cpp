@@ -247,8 +247,8 @@ GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKv
     Carved c;
     const int64_t max_blocks = pool.spec().blocks_for_tokens(opt.max_model_len) + 1;
     carve(cfg, opt, max_blocks, hybrid, arena, b, c);
-    meta_ =
-        std::make_unique<GpuStepMeta>(opt.max_num_batched_tokens, opt.max_num_seqs, max_blocks, c.meta_i32, c.meta_i64);
+    meta_ = std::make_unique<GpuStepMeta>(opt.max_num_batched_tokens, opt.max_num_seqs, max_blocks, pool, c.meta_i32,
+                                          c.meta_i64);
     const int64_t E = cfg.n_routed_experts, K = cfg.num_experts_per_tok, D = cfg.hidden_size,
                   I = cfg.moe_intermediate_size, P = b.gemv_rows * K;
     cuda::copy_to_device(b.rope_main, rope_inv_freqs_for(cfg, false));
@@ -282,10 +282,10 @@ GpuModel::~GpuModel() {
     drop_graphs();
 }
 
-void GpuModel::set_gemv_paths(bool moe, bool linears) {
+void GpuModel::set_decode_paths(ExpertPath experts, LinearPath linears) {
     const int64_t D = cfg_.hidden_size, I = cfg_.moe_intermediate_size;
-    moe_gemv_ = moe && D % 1024 == 0 && I % 1024 == 0;
-    lin_->set_gemv(linears);
+    moe_gemv_ = experts == ExpertPath::Gemv && D % 1024 == 0 && I % 1024 == 0;
+    lin_->set_gemv(linears == LinearPath::Gemv);
     drop_graphs();
 }
 
@@ -343,9 +343,7 @@ void GpuModel::check_integrity() const {
     for (const auto& [key, exec] : graphs_)
         ONECARD_CHECK(exec != nullptr && key.n >= 1 && key.n <= kGraphMaxTokens && key.pos_bound <= opt_.max_model_len,
                       "gpu model: a captured graph for {} tokens / bound {} is out of range", key.n, key.pos_bound);
-    ONECARD_CHECK(meta_->n <= opt_.max_num_batched_tokens && meta_->n_out <= meta_->n,
-                  "gpu model: the last step's metadata ({} tokens, {} rows) exceeds the capacity", meta_->n,
-                  meta_->n_out);
+    meta_->check_integrity();
     if (streamer_) streamer_->check_integrity();
 }
 
@@ -372,8 +370,9 @@ void GpuModel::attention(const StepPlan& p, const GpuBlock& blk, const bf16* xn,
             lin_->fp8_quantized(w.wq_a_wkv, b.xq, b.xs, n, b.qkv, s);
         else
             lin_->fp8(w.wq_a_wkv, xn, n, b.qkv, s);
-        cuda::rmsnorm_bf16_pair(b.qkv, w.q_norm, b.qr, ql, ql + hd, ql, b.qkv + ql, w.kv_norm, b.kv, hd, ql + hd, hd, n,
-                                eps, s);
+        // q = q_norm(qkv[:, :ql]), kv = kv_norm(qkv[:, ql:]) over the [n, ql + hd] rows of the fused output.
+        cuda::rmsnorm_bf16_pair({b.qkv, w.q_norm, b.qr, ql, ql + hd, ql},
+                                {b.qkv + ql, w.kv_norm, b.kv, hd, ql + hd, hd}, n, eps, s);
     } else {
         lin_->fp8(w.wq_a, xn, n, b.qr, s);
         cuda::rmsnorm_bf16(b.qr, w.q_norm, b.qr, n, ql, eps, s);
@@ -389,9 +388,10 @@ void GpuModel::attention(const StepPlan& p, const GpuBlock& blk, const bf16* xn,
         lin_->fp8(w.wq_b, b.qr, n, b.q, s);
     }
     cuda::rmsnorm_bf16(b.q, nullptr, b.q, n * H, hd, eps, s);
-    cuda::rope_bf16_pair(b.q, H, b.kv, 1, n, hd, rope, n_rope, meta_->positions, false, s);
+    cuda::rope_bf16_pair(b.q, H, b.kv, 1, n, hd, rope, n_rope, meta_->positions, cuda::RopeDirection::Forward, s);
     // Planted fault: one more rotation by one position (rotations add) puts the queries at p + 1.
-    if (opt_.faults.rope_off_by_one) cuda::rope_bf16(b.q, n, H, hd, rope, n_rope, fault_ones_, false, s);
+    if (opt_.faults.rope_off_by_one)
+        cuda::rope_bf16(b.q, n, H, hd, rope, n_rope, fault_ones_, cuda::RopeDirection::Forward, s);
     tick("attn: q/kv path (wq_a|wkv, wq_b, norms, rope)", s);
     build_write_offsets(*meta_, pool_, il, W, b.step_dst, b.ring_dst, b.entry_dst, b.key_dst, s);
     const KvCacheSpec& spec = pool_.spec();
@@ -433,7 +433,7 @@ void GpuModel::attention(const StepPlan& p, const GpuBlock& blk, const bf16* xn,
     };
     const int32_t* picks = nullptr;
     if (w.compressor) {
-        compress(*w.compressor, addr.compressor_region, b.ckv, b.centries);
+        compress(*w.compressor, addr.compressor_offset, b.ckv, b.centries);
         const int64_t entry_rows = opt_.faults.skip_compressed_entry ? n - 1 : n;
         if (entry_rows > 0) cuda::kv_write_entries(b.centries, 0, b.entry_dst, pool_.base(), entry_rows, ed, s);
         tick("attn: compressor", s);
@@ -441,7 +441,7 @@ void GpuModel::attention(const StepPlan& p, const GpuBlock& blk, const bf16* xn,
     if (w.indexer) {
         const GpuIndexer& ix = *w.indexer;
         const int64_t nI = c.index_n_heads, dI = c.index_head_dim;
-        compress(ix.compressor, addr.index_comp_region, b.ikv, b.ientries);
+        compress(ix.compressor, addr.index_compressor_offset, b.ikv, b.ientries);
         cuda::hadamard_fp4_sim(b.ientries, n, dI, s);
         if (!opt_.faults.stale_indexer_keys) cuda::indexer_key_write(b.ientries, b.key_dst, pool_.base(), n, dI, s);
         tick("attn: indexer compressor", s);
@@ -457,8 +457,9 @@ void GpuModel::attention(const StepPlan& p, const GpuBlock& blk, const bf16* xn,
         id.head_dim = dI;
         id.topk = c.index_topk;
         id.softmax_scale = 1.0f / std::sqrt(static_cast<float>(dI));
-        const cuda::PagedStreamAddr ka = pool_.entry_addr(il, true, meta_->block_tables, meta_->max_blocks);
-        cuda::indexer_topk(b.iq, b.iw, meta_->positions, meta_->seq_of_token, pool_.base(), ka, b.topk, n,
+        const cuda::PagedStreamAddr ka =
+            pool_.entry_addr(il, KvStreamKind::IndexerKey, meta_->block_tables, meta_->max_blocks);
+        cuda::indexer_topk(b.iq, b.iw, meta_->positions, meta_->row_of_token, pool_.base(), ka, b.topk, n,
                            p.pos_bound / ratio, id, b.index_scratch, b.index_scratch_floats, s);
         picks = b.topk;
         tick("attn: indexer scores + top-k", s);
@@ -481,7 +482,7 @@ void GpuModel::attention(const StepPlan& p, const GpuBlock& blk, const bf16* xn,
     tick("attn: key lists", s);
     cuda::sparse_attention(b.q, pool_.base(), b.kv_off, max_keys, w.sink, b.o, n, ad, s, b.attn_scratch,
                            cuda::sparse_attention_scratch_floats(H, hd));
-    cuda::rope_bf16(b.o, n, H, hd, rope, n_rope, meta_->positions, true, s);
+    cuda::rope_bf16(b.o, n, H, hd, rope, n_rope, meta_->positions, cuda::RopeDirection::Inverse, s);
     tick("attn: sparse attention", s);
     lin_->grouped(w.wo_a, c.o_groups, b.o, n, b.z, s);
     tick("attn: wo_a (grouped)", s);
@@ -558,20 +559,23 @@ void GpuModel::moe(const StepPlan& p, const GpuBlock& blk, const bf16* xn, bf16*
         cuda::MoePairGroups groups, sgroups;
         if (gpu) groups = cuda::mxfp4_group_pairs(ids, P, e.n_experts, n, b.pair_groups, scratch, s);
         if (staged) sgroups = cuda::mxfp4_group_pairs(b.stream_ids, P, m.n_stream, n, b.stream_groups, scratch, s);
-        if (gpu)
-            cuda::mxfp4_grouped_gemv(b.xq, b.xs, b.pair_token, groups, e.w1, e.s1, b.y1, e.w3, e.s3, b.y3, I, D, s);
+        // gate/up: y1 = w1·x, y3 = w3·x for every (token, expert) pair, x the token's FP8 row from hc_pre;
+        // down: y2 = w2·h over the pairs' FP8 SwiGLU rows h.
+        auto gate_up = [&](const cuda::MxExpertWeights& x) {
+            return cuda::Mxfp4GroupedGemvArgs{b.xq, b.xs, b.pair_token, {x.w1, x.s1, b.y1}, {x.w3, x.s3, b.y3}, I, D};
+        };
+        auto down = [&](const cuda::MxExpertWeights& x) {
+            return cuda::Mxfp4GroupedGemvArgs{b.hq, b.hs, nullptr, {x.w2, x.s2, b.y2}, {}, D, I};
+        };
+        if (gpu) cuda::mxfp4_grouped_gemv(gate_up(e), groups, s);
         // The staged experts' gate/up rows go into y1/y3 next to the GPU experts' (other pairs), so one
         // SwiGLU pass covers both; the wait for their copy comes after the GPU experts are queued.
         const cuda::MxExpertWeights* t = staged ? &streamer_->acquire(blk.layer_id, s) : nullptr;
-        if (t)
-            cuda::mxfp4_grouped_gemv(b.xq, b.xs, b.pair_token, sgroups, t->w1, t->s1, b.y1, t->w3, t->s3, b.y3, I, D,
-                                     s);
+        if (t) cuda::mxfp4_grouped_gemv(gate_up(*t), sgroups, s);
         if (gpu || t) cuda::swiglu_clamp_quant(b.y1, b.y3, I, b.weights, b.hq, b.hs, P, I, limit, s);
-        if (gpu)
-            cuda::mxfp4_grouped_gemv(b.hq, b.hs, nullptr, groups, e.w2, e.s2, b.y2, nullptr, nullptr, nullptr, D, I, s);
+        if (gpu) cuda::mxfp4_grouped_gemv(down(e), groups, s);
         if (t) {
-            cuda::mxfp4_grouped_gemv(b.hq, b.hs, nullptr, sgroups, t->w2, t->s2, b.y2, nullptr, nullptr, nullptr, D, I,
-                                     s);
+            cuda::mxfp4_grouped_gemv(down(*t), sgroups, s);
             streamer_->release(blk.layer_id, s);
         }
         tick("moe: routed experts (gemv)", s);
@@ -591,16 +595,16 @@ void GpuModel::moe(const StepPlan& p, const GpuBlock& blk, const bf16* xn, bf16*
             hyb.host = m.host_experts.data();
             hyb.staging = host_staging_;
         }
-        experts_->run(b.xr, b.experts, b.weights, n, K, e, /*weight_before_w2=*/true, limit, b.shared, out, s,
+        experts_->run(b.xr, b.experts, b.weights, n, K, e, cuda::ExpertWeighting::BeforeW2, limit, b.shared, out, s,
                       m.hybrid() ? &hyb : nullptr);
         tick("moe: routed experts (grouped)", s);
     }
 }
 
-const float* GpuModel::step(std::span<const GpuStepSeq> seqs, bool all_rows, cudaStream_t s) {
+const float* GpuModel::step(std::span<const GpuStepSeq> seqs, LogitRows rows, cudaStream_t s) {
     Buffers& b = *buf_;
     if (host_) host_->begin_step();
-    meta_->build(seqs, pool_, all_rows, s);
+    meta_->build(seqs, rows, s);
     ONECARD_CHECK(meta_->n_out <= b.logits_rows, "gpu model: {} logits rows asked, room for {}", meta_->n_out,
                   b.logits_rows);
     for (const auto& q : seqs)
@@ -665,30 +669,46 @@ GpuModel::SubBlockInput GpuModel::moe_input(const StepPlan& p) {
     return p.moe_gemv ? SubBlockInput::Fp8FromHcPre : SubBlockInput::Bf16;
 }
 
+cuda::HcPreArgs GpuModel::hc_pre_args(const GpuHC& hc, const bf16* norm, SubBlockInput input) const {
+    Buffers& b = *buf_;
+    cuda::HcPreArgs a;
+    a.X = b.X;
+    a.fn = hc.fn;
+    a.scale = hc.scale;
+    a.base = hc.base;
+    a.n_tok = meta_->n;
+    a.x = b.x;
+    a.pre = b.pre;
+    a.post = b.post;
+    a.comb = b.comb;
+    a.scratch = b.hc_scratch;
+    a.scratch_floats = b.hc_scratch_floats;
+    a.rms_weight = norm;
+    a.rms_eps = static_cast<float>(cfg_.rms_norm_eps);
+    if (input == SubBlockInput::Fp8FromHcPre) {
+        a.xq = b.xq;
+        a.xs = b.xs;
+    }
+    return a;
+}
+
 void GpuModel::forward(const StepPlan& p, cudaStream_t s) {
     Buffers& b = *buf_;
     const ModelConfig& c = cfg_;
     const int64_t D = c.hidden_size;
     const int64_t n = meta_->n;
     const cuda::HcDims hd = hc_dims(c);
-    const float eps = static_cast<float>(c.rms_norm_eps);
     tick("start", s);
     cuda::embed_streams(meta_->tokens, w_.embed, b.X, n, D, 4, s);
     if (p.stream_experts) streamer_->begin_step(s);
     for (const GpuBlock& blk : w_.layers) {
         // x = attn_norm(collapse of the streams); the norm is fused into hc_pre's finishing kernel, and
         // so is x's FP8 quantisation where the first linears that read x take it (the GEMV paths).
-        const bool attn_fp8 = attention_input(p, blk) == SubBlockInput::Fp8FromHcPre;
-        cuda::hc_pre_bf16(b.X, blk.hc_attn.fn, blk.hc_attn.scale, blk.hc_attn.base, b.x, b.pre, b.post, b.comb,
-                          b.hc_scratch, b.hc_scratch_floats, n, hd, s, blk.attn_norm, eps, attn_fp8 ? b.xq : nullptr,
-                          b.xs);
+        cuda::hc_pre_bf16(hc_pre_args(blk.hc_attn, blk.attn_norm, attention_input(p, blk)), hd, s);
         tick("hyper-connections + norms", s);
         attention(p, blk, b.x, b.a, s);
         cuda::hc_post_bf16(b.a, b.X, b.post, b.comb, b.X, n, hd, s);
-        const bool moe_fp8 = moe_input(p) == SubBlockInput::Fp8FromHcPre;
-        cuda::hc_pre_bf16(b.X, blk.hc_ffn.fn, blk.hc_ffn.scale, blk.hc_ffn.base, b.x, b.pre, b.post, b.comb,
-                          b.hc_scratch, b.hc_scratch_floats, n, hd, s, blk.ffn_norm, eps, moe_fp8 ? b.xq : nullptr,
-                          b.xs);
+        cuda::hc_pre_bf16(hc_pre_args(blk.hc_ffn, blk.ffn_norm, moe_input(p)), hd, s);
         tick("hyper-connections + norms", s);
         moe(p, blk, b.x, b.a, s);
         cuda::hc_post_bf16(b.a, b.X, b.post, b.comb, b.X, n, hd, s);
@@ -698,6 +718,7 @@ void GpuModel::forward(const StepPlan& p, cudaStream_t s) {
     // Head on the wanted rows only.
     const int64_t r = meta_->n_out;
     if (r == 0) return;
+    const float eps = static_cast<float>(c.rms_norm_eps);
     gather_rows_bf16(b.X, meta_->out_rows, b.head_rows, r, 4 * D, s);
     cuda::hc_head_bf16(b.head_rows, w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, b.head_y, r, D,
                        static_cast<float>(c.hc_eps), eps, s);

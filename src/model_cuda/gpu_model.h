@@ -10,6 +10,7 @@
 #pragma once
 
 #include "backend/cuda/arena.h"
+#include "backend/cuda/ops/hyper_connection.cuh"
 #include "backend/cuda/ops/moe_experts.cuh"
 #include "backend/cuda/ops/token_pick.cuh"
 #include "model/config.h"
@@ -52,9 +53,9 @@ public:
     ~GpuModel();
 
     // Runs one step on `stream`. Returns the device logits [n_out, vocab] fp32 (valid until the next
-    // step): one row per sequence with want_logits (its last token), or every token's row when
-    // all_rows. Sequences starting at position 0 start fresh state in their slot.
-    const float* step(std::span<const GpuStepSeq> seqs, bool all_rows, cudaStream_t stream);
+    // step): one row per sequence with want_logits (its last token; LogitRows::Last), or every token's
+    // row (LogitRows::All). Sequences starting at position 0 start fresh state in their slot.
+    const float* step(std::span<const GpuStepSeq> seqs, LogitRows rows, cudaStream_t stream);
     int64_t n_out_rows() const { return meta_->n_out; }
     // Greedy tokens [n_out] of the last step's logits, on the device.
     const int32_t* argmax_last(cudaStream_t stream);
@@ -76,8 +77,10 @@ public:
     void profile_next_step() { profile_ = true; }
     std::vector<std::pair<std::string, double>> profile_result();
     // Tests: route decode-sized steps through the many-token paths (grouped MoE, GEMM linears) instead
-    // of the GEMV kernels, to check each path against the others.
-    void set_gemv_paths(bool moe, bool linears);
+    // of the GEMV kernels, to check each path against the others (default: Gemv, Gemv).
+    enum class ExpertPath { Gemv, Grouped };  // routed experts: mxfp4_grouped_gemv, or MoeExperts' GEMMs
+    enum class LinearPath { Gemv, Gemm };     // FP8 linears: the GEMV kernels, or cuBLASLt GEMMs
+    void set_decode_paths(ExpertPath experts, LinearPath linears);
     // Tests: plants the faults of `plan` in the steps that follow (drops captured graphs, which
     // recorded the old behaviour).
     void set_faults(const GpuFaultPlan& plan);
@@ -134,6 +137,8 @@ private:
     StepPlan plan_step(int64_t n, int64_t max_pos) const;
     SubBlockInput attention_input(const StepPlan& p, const GpuBlock& b) const;
     static SubBlockInput moe_input(const StepPlan& p);
+    // hc_pre of one sub-block over this step's streams: its mixes, fused norm and (input) the FP8 copy of x.
+    cuda::HcPreArgs hc_pre_args(const GpuHC& hc, const __nv_bfloat16* norm, SubBlockInput input) const;
     void forward(const StepPlan& p, cudaStream_t s);  // every layer and the head, for the metadata in meta_
     void tick(const char* label, cudaStream_t s);     // profiling: time since the last tick goes to label
     void drop_graphs();

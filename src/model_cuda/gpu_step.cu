@@ -6,21 +6,13 @@
 namespace onecard {
 namespace {
 
-// Entry e of the stream at stream_off (entries of eb bytes) of sequence `seq`: core/kv_address.h.
-__device__ __forceinline__ int64_t paged_offset(const StepAddr& a, int64_t seq, int64_t e, int64_t stream_off,
-                                                int64_t eb) {
-    KvStreamGeometry g;
-    g.block_bytes = a.block_bytes;
-    g.block_size = a.block_size;
-    g.ratio = a.ratio;
-    g.stream_offset = stream_off;
-    g.entry_bytes = eb;
-    return kv_entry_offset(g, a.block_tables[seq * a.max_blocks + kv_entry_block(g, e)], e);
+// Entry e of stream g of the sequence in block-table row `row`: core/kv_address.h.
+__device__ __forceinline__ int64_t paged_offset(const StepAddr& a, const KvStreamGeometry& g, int64_t row, int64_t e) {
+    return kv_entry_offset(g, a.block_tables[row * a.max_blocks + kv_entry_block(g, e)], e);
 }
 
-__global__ void write_offsets_kernel(StepAddr a, const int32_t* __restrict__ last, int64_t key_bytes,
-                                     int64_t key_stream, int64_t* step_dst, int64_t* ring_dst, int64_t* entry_dst,
-                                     int64_t* key_dst) {
+__global__ void write_offsets_kernel(StepAddr a, const int32_t* __restrict__ last, int64_t* step_dst, int64_t* ring_dst,
+                                     int64_t* entry_dst, int64_t* key_dst) {
     cuda::dev::pdl_wait();
     cuda::dev::pdl_trigger();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -33,9 +25,9 @@ __global__ void write_offsets_kernel(StepAddr a, const int32_t* __restrict__ las
     if (a.ratio > 0) {
         const bool closes = (p + 1) % a.ratio == 0;
         const int64_t e = (p + 1) / a.ratio - 1;
-        const int64_t seq = a.seq_of_token[i];
-        if (entry_dst) entry_dst[i] = closes ? paged_offset(a, seq, e, a.entry_stream, eb) : -1;
-        if (key_dst) key_dst[i] = closes ? paged_offset(a, seq, e, key_stream, key_bytes) : -1;
+        const int64_t row = a.row_of_token[i];
+        if (entry_dst) entry_dst[i] = closes ? paged_offset(a, a.entries, row, e) : -1;
+        if (key_dst) key_dst[i] = closes ? paged_offset(a, a.keys, row, e) : -1;
     }
 }
 
@@ -66,7 +58,7 @@ __global__ void attention_offsets_kernel(StepAddr a, const int32_t* __restrict__
             } else if (jj < (p + 1) / a.ratio) {
                 e = jj;
             }
-            if (e >= 0) o = paged_offset(a, a.seq_of_token[i], e, a.entry_stream, eb);
+            if (e >= 0) o = paged_offset(a, a.entries, a.row_of_token[i], e);
         }
         out[j] = o;
     }
@@ -83,12 +75,12 @@ __global__ void gather_rows_kernel(const uint4* __restrict__ src, const int32_t*
 
 }  // namespace
 
-void launch_write_offsets(const StepAddr& a, const int32_t* seq_last, int64_t key_bytes, int64_t key_stream,
-                          int64_t* step_dst, int64_t* ring_dst, int64_t* entry_dst, int64_t* key_dst, cudaStream_t s) {
+void launch_write_offsets(const StepAddr& a, const int32_t* seq_last, int64_t* step_dst, int64_t* ring_dst,
+                          int64_t* entry_dst, int64_t* key_dst, cudaStream_t s) {
     if (a.n == 0) return;
     const int threads = 128;
     cuda::launch_pdl(write_offsets_kernel, static_cast<unsigned>((a.n + threads - 1) / threads), threads, 0, s, a,
-                     seq_last, key_bytes, key_stream, step_dst, ring_dst, entry_dst, key_dst);
+                     seq_last, step_dst, ring_dst, entry_dst, key_dst);
     CUDA_CHECK_LAUNCH("write_offsets_kernel");
 }
 

@@ -3,6 +3,9 @@
 // uploaded with one copy per array, plus the kernels that turn it into per-layer byte offsets
 // (KV writes and attention key lists). Keeping all of it in device arrays of fixed capacity is
 // what lets a decode step be captured once as a CUDA graph and replayed with new metadata.
+// Block tables stay on the device, one row per KV slot: a step uploads only the entries of a row
+// that changed since the row was last sent (a new block every block_size tokens in decode), and
+// validates only those.
 #pragma once
 
 #include "model_cuda/gpu_kv_pool.h"
@@ -16,49 +19,62 @@ namespace onecard {
 
 // One sequence of a step: `tokens` at positions start_pos, start_pos + 1, ...
 struct GpuStepSeq {
-    int32_t slot = -1;
+    int32_t slot = -1;                     // its KV slot, which is also its block-table row
     std::span<const int32_t> block_table;  // covers [0, start_pos + tokens.size())
     int64_t start_pos = 0;
     std::span<const int32_t> tokens;
     bool want_logits = false;  // return the logits of its last token
 };
 
+// Which logits rows a step returns: each sequence's last token where it wants logits, or every token's
+// (tests compare whole prompts).
+enum class LogitRows { Last, All };
+
 class GpuStepMeta {
 public:
     // Over the device arrays carve() took from the arena (GpuModel carves its whole workspace in one pass).
-    GpuStepMeta(int64_t max_num_batched_tokens, int64_t max_num_seqs, int64_t max_blocks_per_seq, int32_t* d_i32,
-                int64_t* d_i64);
+    // table_rows: block-table rows, one per KV slot of `pool` (throws if the pool has more slots).
+    GpuStepMeta(int64_t max_num_batched_tokens, int64_t table_rows, int64_t max_blocks_per_seq, const GpuKvPool& pool,
+                int32_t* d_i32, int64_t* d_i64);
     // The device arrays the constructor takes from `arena` (what GpuModel::workspace_bytes_for counts):
-    // int32 [6·max_num_batched_tokens + max_num_seqs·max_blocks_per_seq], int64 [max_num_batched_tokens],
+    // int32 [6·max_num_batched_tokens + table_rows·max_blocks_per_seq], int64 [max_num_batched_tokens],
     // in that order.
-    static void carve(int64_t max_num_batched_tokens, int64_t max_num_seqs, int64_t max_blocks_per_seq,
+    static void carve(int64_t max_num_batched_tokens, int64_t table_rows, int64_t max_blocks_per_seq,
                       cuda::DeviceArena& arena, int32_t** d_i32, int64_t** d_i64);
     ~GpuStepMeta();
     GpuStepMeta(const GpuStepMeta&) = delete;
     GpuStepMeta& operator=(const GpuStepMeta&) = delete;
 
     // Packs and uploads (async on `s`; the pinned staging buffer is reused, so the previous step must
-    // have finished). Throws onecard::Error on a batch over capacity or a block table too short.
-    void build(std::span<const GpuStepSeq> seqs, const GpuKvPool& pool, bool all_rows, cudaStream_t s);
+    // have finished). Throws onecard::Error on a batch over capacity, a slot twice or outside the pool,
+    // a block table too short or longer than a row, or a new block id outside the pool.
+    void build(std::span<const GpuStepSeq> seqs, LogitRows rows, cudaStream_t s);
+    // Throws onecard::Error if the last step's counts exceed the capacity, or a row's host mirror holds
+    // a block id outside the pool.
+    void check_integrity() const;
+    // Block-table entries uploaded since construction (what the step-to-step delta costs).
+    int64_t table_entries_sent() const { return table_entries_sent_; }
 
     // Device arrays [n] unless noted.
     const int32_t* tokens = nullptr;
     const int32_t* positions = nullptr;
-    const int32_t* seq_of_token = nullptr;  // row of block_tables
+    const int32_t* row_of_token = nullptr;  // row of block_tables: the token's KV slot
     const int32_t* seq_first = nullptr;     // step index of the first token of the token's sequence
     const int32_t* seq_last = nullptr;      // ... of its last token
     const int64_t* slot_off = nullptr;      // byte offset of the sequence's slot from the pool base
-    const int32_t* block_tables = nullptr;  // [n_seqs, max_blocks]
+    const int32_t* block_tables = nullptr;  // [table_rows, max_blocks], persistent across steps
     const int32_t* out_rows = nullptr;      // [n_out] step indices whose logits are returned
     int64_t n = 0, n_seqs = 0, max_blocks = 0, n_out = 0;
     int64_t max_pos = 0;  // largest position in the step (sizes key lists)
 
 private:
     struct Staging;
+    const GpuKvPool& pool_;
     Staging* host_ = nullptr;
-    int64_t cap_tokens_, cap_seqs_, cap_blocks_;
+    int64_t cap_tokens_, cap_rows_, cap_blocks_;
     int32_t* d_i32_ = nullptr;  // device mirror of the int32 arrays
     int64_t* d_i64_ = nullptr;
+    int64_t table_entries_sent_ = 0;
 };
 
 // Byte offsets a layer writes this step (device arrays [n]; −1 = no write):

@@ -238,7 +238,7 @@ std::vector<float> run_chunks(int32_t slot, const std::vector<int64_t>& chunks) 
         q.start_pos = pos;
         q.tokens = std::span<const int32_t>(f.tokens).subspan(static_cast<size_t>(pos), static_cast<size_t>(c));
         q.want_logits = true;
-        const float* d = f.model->step(std::span<const GpuStepSeq>(&q, 1), true, s.get());
+        const float* d = f.model->step(std::span<const GpuStepSeq>(&q, 1), LogitRows::All, s.get());
         std::vector<float> rows(static_cast<size_t>(c * V));
         s.sync();  // the step runs on a non-blocking stream: finish it before the (default-stream) copy
         cuda::copy_to_host(rows.data(), d, rows.size() * 4);
@@ -289,7 +289,8 @@ TEST(GpuModel, DecodeThroughEveryKernelPathMatchesCpuReference) {
     const int64_t V = f.cfg.vocab_size;
     for (int mask = 0; mask < 4; ++mask) {
         const bool moe_gemv = mask & 1, lin_gemv = mask & 2;
-        f.model->set_gemv_paths(moe_gemv, lin_gemv);
+        f.model->set_decode_paths(moe_gemv ? GpuModel::ExpertPath::Gemv : GpuModel::ExpertPath::Grouped,
+                                  lin_gemv ? GpuModel::LinearPath::Gemv : GpuModel::LinearPath::Gemm);
         std::vector<int64_t> steps(1, 176);
         steps.resize(1 + 16, 1);
         const auto d = run_chunks(2, steps);
@@ -297,7 +298,7 @@ TEST(GpuModel, DecodeThroughEveryKernelPathMatchesCpuReference) {
                                  (lin_gemv ? "gemv" : "gemm");
         expect_matches_cpu(std::vector<float>(d.begin() + 176 * V, d.end()), 176, 16, path.c_str());
     }
-    f.model->set_gemv_paths(true, true);
+    f.model->set_decode_paths(GpuModel::ExpertPath::Gemv, GpuModel::LinearPath::Gemv);
     f.model->check_integrity();
     f.pool->check_integrity();
 }
@@ -317,7 +318,7 @@ TEST(GpuModel, TwoSequencesInOneStepMatchCpuReference) {
     q[1].slot = 1;
     q[1].block_table = bt1;
     q[1].tokens = std::span<const int32_t>(f.tokens).first(90);
-    const float* d = f.model->step(q, true, s.get());
+    const float* d = f.model->step(q, LogitRows::All, s.get());
     std::vector<float> rows(static_cast<size_t>(240 * V));
     s.sync();
     cuda::copy_to_host(rows.data(), d, rows.size() * 4);
@@ -332,7 +333,7 @@ TEST(GpuModel, TwoSequencesInOneStepMatchCpuReference) {
         q[1].start_pos = 90 + t;
         q[1].tokens = std::span<const int32_t>(f.tokens).subspan(static_cast<size_t>(90 + t), 1);
         q[1].want_logits = true;
-        const float* dd = f.model->step(q, false, s.get());
+        const float* dd = f.model->step(q, LogitRows::Last, s.get());
         std::vector<float> r(static_cast<size_t>(2 * V));
         s.sync();
         cuda::copy_to_host(r.data(), dd, r.size() * 4);

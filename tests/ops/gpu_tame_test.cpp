@@ -172,7 +172,7 @@ Gpu* make_gpu(const Oracle& o, const ExpertPlacement* placement) {
     size.n_blocks = kSlots * kBlocksPerSeq;
     GpuModelOptions mo;
     mo.max_num_batched_tokens = 512;
-    mo.max_num_seqs = 4;
+    mo.max_num_seqs = kSlots;  // one block-table row per slot
     mo.max_model_len = 1024;
     mo.host_experts.n_threads = 4;
     x->pool = std::make_unique<GpuKvPool>(spec, size, mo.max_num_batched_tokens, *x->arena);
@@ -230,7 +230,7 @@ std::vector<float> run_chunks(Gpu& g, const std::vector<int64_t>& chunks) {
         q.start_pos = pos;
         q.tokens = std::span<const int32_t>(o.tokens).subspan(static_cast<size_t>(pos), static_cast<size_t>(c));
         q.want_logits = true;
-        const float* d = g.model->step(std::span<const GpuStepSeq>(&q, 1), true, s.get());
+        const float* d = g.model->step(std::span<const GpuStepSeq>(&q, 1), LogitRows::All, s.get());
         std::vector<float> rows(static_cast<size_t>(c * V));
         s.sync();
         g.model->check_host_experts();
@@ -358,14 +358,15 @@ TEST(GpuTame, DecodeThroughEveryKernelPath) {
     Gpu& g = gpu();
     for (int mask = 0; mask < 4; ++mask) {
         const bool moe_gemv = mask & 1, lin_gemv = mask & 2;
-        g.model->set_gemv_paths(moe_gemv, lin_gemv);
+        g.model->set_decode_paths(moe_gemv ? GpuModel::ExpertPath::Gemv : GpuModel::ExpertPath::Grouped,
+                                  lin_gemv ? GpuModel::LinearPath::Gemv : GpuModel::LinearPath::Gemm);
         std::vector<int64_t> steps(1, 176);
         steps.resize(1 + 16, 1);
         const std::string path = std::string("decode, experts ") + (moe_gemv ? "gemv" : "grouped") + ", linears " +
                                  (lin_gemv ? "gemv" : "gemm");
         expect_parity(rows_from(run_chunks(steps), 176), 176, 16, path.c_str());
     }
-    g.model->set_gemv_paths(true, true);
+    g.model->set_decode_paths(GpuModel::ExpertPath::Gemv, GpuModel::LinearPath::Gemv);
     g.model->check_integrity();
     g.pool->check_integrity();
 }
@@ -397,7 +398,7 @@ TEST(GpuTame, TwoSequencesInOneStep) {
     q[1].slot = b.slot;
     q[1].block_table = b.blocks;
     q[1].tokens = std::span<const int32_t>(o.tokens).first(90);
-    const float* d = g.model->step(q, true, s.get());
+    const float* d = g.model->step(q, LogitRows::All, s.get());
     std::vector<float> rows(static_cast<size_t>(240 * V));
     s.sync();
     cuda::copy_to_host(rows.data(), d, rows.size() * 4);
@@ -411,7 +412,7 @@ TEST(GpuTame, TwoSequencesInOneStep) {
         q[1].start_pos = 90 + t;
         q[1].tokens = std::span<const int32_t>(o.tokens).subspan(static_cast<size_t>(90 + t), 1);
         q[1].want_logits = true;
-        const float* dd = g.model->step(q, false, s.get());
+        const float* dd = g.model->step(q, LogitRows::Last, s.get());
         std::vector<float> r(static_cast<size_t>(2 * V));
         s.sync();
         cuda::copy_to_host(r.data(), dd, r.size() * 4);
@@ -437,7 +438,7 @@ TEST(GpuTame, GreedyContinuationMatchesOracle) {
     q.want_logits = true;
     q.tokens = seq;
     for (int64_t i = 0; i < kGreedy; ++i) {
-        g.model->step(std::span<const GpuStepSeq>(&q, 1), false, s.get());
+        g.model->step(std::span<const GpuStepSeq>(&q, 1), LogitRows::Last, s.get());
         const int32_t* id = g.model->argmax_last(s.get());
         int32_t next = 0;
         s.sync();

@@ -137,7 +137,7 @@ std::vector<float> step(Side& side, int32_t slot, int64_t pos, int64_t n, cuda::
     q.start_pos = pos;
     q.tokens = std::span<const int32_t>(f.tokens).subspan(static_cast<size_t>(pos), static_cast<size_t>(n));
     q.want_logits = true;
-    const float* d = side.model->step(std::span<const GpuStepSeq>(&q, 1), true, s.get());
+    const float* d = side.model->step(std::span<const GpuStepSeq>(&q, 1), LogitRows::All, s.get());
     std::vector<float> rows(static_cast<size_t>(n * f.cfg.vocab_size));
     s.sync();
     side.model->check_host_experts();
@@ -262,7 +262,7 @@ TEST(HybridExperts, BatchedDecodeMatchesAllGpu) {
                 q[i].tokens = std::span<const int32_t>(f.tokens).subspan(static_cast<size_t>(pos[i]), 1);
                 q[i].want_logits = true;
             }
-            const float* d = side->model->step(std::span<const GpuStepSeq>(q, 2), false, s.get());
+            const float* d = side->model->step(std::span<const GpuStepSeq>(q, 2), LogitRows::Last, s.get());
             std::vector<float> r(static_cast<size_t>(2 * V));
             s.sync();
             side->model->check_host_experts();
@@ -304,7 +304,7 @@ std::vector<std::vector<float>> decode_two(Side& side, int64_t n_steps, cuda::St
             q[i].tokens = std::span<const int32_t>(f.tokens).subspan(static_cast<size_t>(pos[i]), 1);
             q[i].want_logits = true;
         }
-        const float* d = side.model->step(std::span<const GpuStepSeq>(q, 2), false, s.get());
+        const float* d = side.model->step(std::span<const GpuStepSeq>(q, 2), LogitRows::Last, s.get());
         std::vector<float> r(static_cast<size_t>(2 * V));
         s.sync();
         side.model->check_host_experts();

@@ -80,13 +80,22 @@ void check_hc(int64_t n_tok, int64_t dim, uint32_t seed, PrePath path = PrePath:
     auto* dscratch = arena.alloc_n<float>(scratch_floats, "scratch");
     cuda::fill_bytes(dscratch, 0xFF, scratch_floats * 4);  // every partial read must have been written
     cuda::Stream s;
-    if (path == PrePath::kSplit)
-        cuda::hc_pre_bf16(reinterpret_cast<const __nv_bfloat16*>(dX), dfn, dscale, dbase,
-                          reinterpret_cast<__nv_bfloat16*>(dx), dpre, dpost, dcomb, dscratch, scratch_floats, n_tok, hd,
-                          s.get());
-    else
-        cuda::hc_pre_bf16(reinterpret_cast<const __nv_bfloat16*>(dX), dfn, dscale, dbase,
-                          reinterpret_cast<__nv_bfloat16*>(dx), dpre, dpost, dcomb, n_tok, hd, s.get());
+    // The call under test; the split path gets the scratch, the reference path none.
+    cuda::HcPreArgs args;
+    args.X = reinterpret_cast<const __nv_bfloat16*>(dX);
+    args.fn = dfn;
+    args.scale = dscale;
+    args.base = dbase;
+    args.n_tok = n_tok;
+    args.x = reinterpret_cast<__nv_bfloat16*>(dx);
+    args.pre = dpre;
+    args.post = dpost;
+    args.comb = dcomb;
+    if (path == PrePath::kSplit) {
+        args.scratch = dscratch;
+        args.scratch_floats = scratch_floats;
+    }
+    cuda::hc_pre_bf16(args, hd, s.get());
     s.sync();
     const auto g_pre = cuda::copy_to_host(dpre, pre.size());
     const auto g_post = cuda::copy_to_host(dpost, post.size());
@@ -107,14 +116,9 @@ void check_hc(int64_t n_tok, int64_t dim, uint32_t seed, PrePath path = PrePath:
         for (auto& v : xb) v = test::from_bf16_bits(test::to_bf16_bits(std::vector<float>{v}))[0];
         cpu::rmsnorm(xb.data(), w.data(), nref.data(), n_tok, dim, 1e-6f);
         cuda::fill_bytes(dx, 0xFF, x_ref.size() * 2);
-        if (path == PrePath::kSplit)
-            cuda::hc_pre_bf16(reinterpret_cast<const __nv_bfloat16*>(dX), dfn, dscale, dbase,
-                              reinterpret_cast<__nv_bfloat16*>(dx), dpre, dpost, dcomb, dscratch, scratch_floats, n_tok,
-                              hd, s.get(), reinterpret_cast<const __nv_bfloat16*>(dw), 1e-6f);
-        else
-            cuda::hc_pre_bf16(reinterpret_cast<const __nv_bfloat16*>(dX), dfn, dscale, dbase,
-                              reinterpret_cast<__nv_bfloat16*>(dx), dpre, dpost, dcomb, nullptr, 0, n_tok, hd, s.get(),
-                              reinterpret_cast<const __nv_bfloat16*>(dw), 1e-6f);
+        args.rms_weight = reinterpret_cast<const __nv_bfloat16*>(dw);
+        args.rms_eps = 1e-6f;
+        cuda::hc_pre_bf16(args, hd, s.get());
         s.sync();
         // A one-ulp difference in the bf16 collapse (fp32 sums in another order) moves the normalised
         // value by up to two ulps after its own rounding: 2^-6 relative.
@@ -133,14 +137,10 @@ void check_hc(int64_t n_tok, int64_t dim, uint32_t seed, PrePath path = PrePath:
             auto* dqs2 = arena.alloc_n<float>(ns, "xs ref");
             cuda::fill_bytes(dq, 0xFF, nq);
             cuda::fill_bytes(dqs, 0xFF, ns * 4);
-            if (path == PrePath::kSplit)
-                cuda::hc_pre_bf16(reinterpret_cast<const __nv_bfloat16*>(dX), dfn, dscale, dbase,
-                                  reinterpret_cast<__nv_bfloat16*>(dx), dpre, dpost, dcomb, dscratch, scratch_floats,
-                                  n_tok, hd, s.get(), reinterpret_cast<const __nv_bfloat16*>(dw), 1e-6f, dq, dqs);
-            else
-                cuda::hc_pre_bf16(reinterpret_cast<const __nv_bfloat16*>(dX), dfn, dscale, dbase,
-                                  reinterpret_cast<__nv_bfloat16*>(dx), dpre, dpost, dcomb, nullptr, 0, n_tok, hd,
-                                  s.get(), reinterpret_cast<const __nv_bfloat16*>(dw), 1e-6f, dq, dqs);
+            cuda::HcPreArgs with_fp8 = args;
+            with_fp8.xq = dq;
+            with_fp8.xs = dqs;
+            cuda::hc_pre_bf16(with_fp8, hd, s.get());
             cuda::quantize_fp8_1x128(reinterpret_cast<const __nv_bfloat16*>(dx), dq2, dqs2, n_tok, dim,
                                      cuda::ActScaleLayout::RowMajor, s.get());
             s.sync();
@@ -225,9 +225,19 @@ TEST(CudaHyperConnection, SplitPathReplaysInCudaGraph) {
     auto* dcomb = arena.alloc_n<float>(static_cast<size_t>(n * 16), "comb");
     auto* dscratch = arena.alloc_n<float>(scratch_floats, "scratch");
     cuda::Stream s;
-    auto run = [&] {
-        cuda::hc_pre_bf16(dX, dfn, dscale, dbase, dx, dpre, dpost, dcomb, dscratch, scratch_floats, n, hd, s.get());
-    };
+    cuda::HcPreArgs args;
+    args.X = dX;
+    args.fn = dfn;
+    args.scale = dscale;
+    args.base = dbase;
+    args.n_tok = n;
+    args.x = dx;
+    args.pre = dpre;
+    args.post = dpost;
+    args.comb = dcomb;
+    args.scratch = dscratch;
+    args.scratch_floats = scratch_floats;
+    auto run = [&] { cuda::hc_pre_bf16(args, hd, s.get()); };
     run();
     s.sync();
     const auto x_direct = cuda::copy_to_host(reinterpret_cast<const uint16_t*>(dx), static_cast<size_t>(n * dim));

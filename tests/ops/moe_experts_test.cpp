@@ -324,7 +324,8 @@ void check_moe_experts(const ExpertsCase& c) {
         cuda::fp8_round_1x128(xb, n, D, s.get());  // the contract: x arrives FP8-rounded
         for (bool before : {true, false}) {
             cuda::fill_bytes(dout, 0xFF, static_cast<size_t>(n * D) * 2);
-            experts.run(xb, de, dw, n, K, w, before, limit, nullptr, reinterpret_cast<__nv_bfloat16*>(dout), s.get());
+            experts.run(xb, de, dw, n, K, w, before ? cuda::ExpertWeighting::BeforeW2 : cuda::ExpertWeighting::AfterW2,
+                        limit, nullptr, reinterpret_cast<__nv_bfloat16*>(dout), s.get());
             s.sync();
             const auto y = test::from_bf16_bits(cuda::copy_to_host(dout, static_cast<size_t>(n * D)));
             const auto& expect = before ? ref.weight_before_w2 : ref.weight_after_w2;
@@ -363,11 +364,14 @@ TEST(CudaMoeExperts, RefusesTooLittleScratchOrTooManyRows) {
     void* scratch = arena.alloc(need, "scratch");
     {
         cuda::MoeExperts short_scratch(scratch, need - 1024, n * K);
-        EXPECT_THROW(short_scratch.run(dx, de, dw, n, K, w, true, 10.0f, nullptr, dout, s.get()), Error);
+        EXPECT_THROW(
+            short_scratch.run(dx, de, dw, n, K, w, cuda::ExpertWeighting::BeforeW2, 10.0f, nullptr, dout, s.get()),
+            Error);
     }
     {
         cuda::MoeExperts few_rows(scratch, need, n * K - 1);
-        EXPECT_THROW(few_rows.run(dx, de, dw, n, K, w, true, 10.0f, nullptr, dout, s.get()), Error);
+        EXPECT_THROW(few_rows.run(dx, de, dw, n, K, w, cuda::ExpertWeighting::BeforeW2, 10.0f, nullptr, dout, s.get()),
+                     Error);
     }
 }
 

@@ -231,9 +231,15 @@ void check_grouped(int64_t n_experts, int64_t n, int64_t k, const std::vector<in
     cuda::quantize_fp8_1x128(reinterpret_cast<const __nv_bfloat16*>(dx), dxq, dxs, n_act_rows, k,
                              cuda::ActScaleLayout::RowMajor, s.get());
     const auto g = cuda::mxfp4_group_pairs(de, n_pairs, n_experts, max_pairs_per_expert, scratch, ints, s.get());
-    cuda::mxfp4_grouped_gemv(dxq, dxs, rows_per_pair > 0 ? dr : nullptr, g, a.w, a.ws,
-                             reinterpret_cast<__nv_bfloat16*>(dya), dual ? b.w : nullptr, dual ? b.ws : nullptr,
-                             dual ? reinterpret_cast<__nv_bfloat16*>(dyb) : nullptr, n, k, s.get());
+    cuda::Mxfp4GroupedGemvArgs args;
+    args.xq = dxq;
+    args.xs = dxs;
+    args.act_rows = rows_per_pair > 0 ? dr : nullptr;
+    args.a = {a.w, a.ws, reinterpret_cast<__nv_bfloat16*>(dya)};
+    if (dual) args.b = {b.w, b.ws, reinterpret_cast<__nv_bfloat16*>(dyb)};
+    args.n = n;
+    args.k = k;
+    cuda::mxfp4_grouped_gemv(args, g, s.get());
     s.sync();
     const auto ya = test::from_bf16_bits(cuda::copy_to_host(dya, ref_a.size()));
     EXPECT_LE(test::rel_l2(ya, ref_a), 4e-3) << "n " << n << " k " << k << " pairs " << n_pairs;
@@ -301,12 +307,14 @@ TEST(CudaMxfp4GroupedGemv, WideScalesAndEveryCode) {
 TEST(CudaMxfp4GroupedGemv, RefusesUntileableShapes) {
     ONECARD_REQUIRE_GPU();
     cuda::MoePairGroups g;  // empty: the shape check comes first
-    EXPECT_THROW(cuda::mxfp4_grouped_gemv(nullptr, nullptr, nullptr, g, nullptr, nullptr, nullptr, nullptr, nullptr,
-                                          nullptr, 1036, 2048, nullptr),
-                 Error);
-    EXPECT_THROW(cuda::mxfp4_grouped_gemv(nullptr, nullptr, nullptr, g, nullptr, nullptr, nullptr, nullptr, nullptr,
-                                          nullptr, 2048, 16384, nullptr),
-                 Error);
+    cuda::Mxfp4GroupedGemvArgs rows_not_16;
+    rows_not_16.n = 1036;
+    rows_not_16.k = 2048;
+    EXPECT_THROW(cuda::mxfp4_grouped_gemv(rows_not_16, g, nullptr), Error);
+    cuda::Mxfp4GroupedGemvArgs k_too_wide;
+    k_too_wide.n = 2048;
+    k_too_wide.k = 16384;
+    EXPECT_THROW(cuda::mxfp4_grouped_gemv(k_too_wide, g, nullptr), Error);
 }
 
 TEST(CudaMxfp4GroupedGemv, PrefillSizedPairList) {

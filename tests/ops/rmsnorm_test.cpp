@@ -82,9 +82,21 @@ TEST(CudaRmsNorm, PairOfRowSetsMatchesCpu) {
     cuda::fill_bytes(dy2, 0xFF, r2.size() * 2);
     cuda::Stream s;
     const auto* bx = reinterpret_cast<const __nv_bfloat16*>(dx);
-    cuda::rmsnorm_bf16_pair(bx, reinterpret_cast<const __nv_bfloat16*>(dw1), reinterpret_cast<__nv_bfloat16*>(dy1), ql,
-                            ld, ql, bx + ql, reinterpret_cast<const __nv_bfloat16*>(dw2),
-                            reinterpret_cast<__nv_bfloat16*>(dy2), hd, ld, hd, n, 1e-6f, s.get());
+    cuda::RmsNormRows q;
+    q.x = bx;
+    q.w = reinterpret_cast<const __nv_bfloat16*>(dw1);
+    q.y = reinterpret_cast<__nv_bfloat16*>(dy1);
+    q.dim = ql;
+    q.ld_x = ld;
+    q.ld_y = ql;
+    cuda::RmsNormRows kv;
+    kv.x = bx + ql;
+    kv.w = reinterpret_cast<const __nv_bfloat16*>(dw2);
+    kv.y = reinterpret_cast<__nv_bfloat16*>(dy2);
+    kv.dim = hd;
+    kv.ld_x = ld;
+    kv.ld_y = hd;
+    cuda::rmsnorm_bf16_pair(q, kv, n, 1e-6f, s.get());
     s.sync();
     for (const auto& [dev_y, ref] : {std::pair{dy1, &r1}, std::pair{dy2, &r2}}) {
         const auto y = test::from_bf16_bits(cuda::copy_to_host(dev_y, ref->size()));

@@ -161,13 +161,13 @@ TEST(GpuLayout, KvPoolPlacesEveryLayerWhereTheSpecSays) {
     EXPECT_EQ(pool.step_entries_offset(), size.n_blocks * spec.block_bytes + size.n_slots * spec.slot_bytes);
     for (const auto& f : spec.fixed) {
         const auto& l = pool.layer(f.layer);
-        const int64_t got = f.kind == KvFixedKind::Window       ? l.window_region
-                            : f.kind == KvFixedKind::Compressor ? l.compressor_region
-                                                                : l.index_comp_region;
+        const int64_t got = f.kind == KvFixedKind::Window       ? l.window_offset
+                            : f.kind == KvFixedKind::Compressor ? l.compressor_offset
+                                                                : l.index_compressor_offset;
         EXPECT_EQ(got, f.offset) << "layer " << f.layer;
     }
     for (const auto& s : spec.streams) {
-        const cuda::PagedStreamAddr a = pool.entry_addr(s.layer, s.kind == KvStreamKind::IndexerKey, nullptr, 7);
+        const cuda::PagedStreamAddr a = pool.entry_addr(s.layer, s.kind, nullptr, 7);
         EXPECT_EQ(a.stream_offset, s.offset);
         EXPECT_EQ(a.entry_bytes, s.entry_bytes);
         EXPECT_EQ(a.ratio, s.ratio);
@@ -175,8 +175,8 @@ TEST(GpuLayout, KvPoolPlacesEveryLayerWhereTheSpecSays) {
         EXPECT_EQ(a.max_blocks, 7);
     }
     // Layers 0 and 1 are sliding-window only: they have no paged stream.
-    EXPECT_THROW(pool.entry_addr(0, false, nullptr, 1), Error);
-    EXPECT_THROW(pool.entry_addr(3, true, nullptr, 1), Error);  // HCA: entries but no indexer keys
+    EXPECT_THROW(pool.entry_addr(0, KvStreamKind::CompressedEntry, nullptr, 1), Error);
+    EXPECT_THROW(pool.entry_addr(3, KvStreamKind::IndexerKey, nullptr, 1), Error);  // HCA: entries but no indexer keys
 }
 
 }  // namespace

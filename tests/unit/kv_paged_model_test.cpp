@@ -67,7 +67,7 @@ struct Pool {
     KvPoolSize size;
     KvCacheManager kv;
     KvHostArena arena;
-    PagedKvLayout layout;
+    KvLayerTable layout;
     explicit Pool(KvPoolSize s) : size(s), kv(spec, s), arena(spec, s), layout(spec) {}
     PagedSequenceKv view(KvHandle h) { return PagedSequenceKv(arena, layout, h.slot, kv.block_table(h)); }
 };

@@ -205,7 +205,7 @@ TEST(SpecRollback, PagedStoreEqualsNeverDraftedBitwise) {
     const KvPoolSize size{2, 4};  // {slots, blocks}
     KvCacheManager mgr(spec_kv, size);
     KvHostArena arena(spec_kv, size);
-    PagedKvLayout layout(spec_kv);
+    KvLayerTable layout(spec_kv);
     KvHandle h;
     std::optional<PagedSequenceKv> view;
     auto store_of = [&](int64_t end) -> SequenceKv& {

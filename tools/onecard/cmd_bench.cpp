@@ -478,7 +478,7 @@ void run_bench(const BenchArgs& a) {
             q.tokens = std::span<const int32_t>(prompt).subspan(
                 static_cast<size_t>(p), static_cast<size_t>(std::min<int64_t>(a.chunk, prompt.size() - p)));
             q.want_logits = p + a.chunk >= static_cast<int64_t>(prompt.size());
-            model.step(std::span<const GpuStepSeq>(&q, 1), false, s);
+            model.step(std::span<const GpuStepSeq>(&q, 1), LogitRows::Last, s);
         }
         model.argmax_last(s);
         stream.sync();
@@ -499,7 +499,7 @@ void run_bench(const BenchArgs& a) {
                 q.start_pos = p0;
                 q.tokens = std::span<const int32_t>(prompt).subspan(static_cast<size_t>(p0), 64);
                 q.want_logits = true;
-                model.step(std::span<const GpuStepSeq>(&q, 1), false, s);
+                model.step(std::span<const GpuStepSeq>(&q, 1), LogitRows::Last, s);
             }
             stream.sync();
             model.check_host_experts();
@@ -531,7 +531,7 @@ void run_bench(const BenchArgs& a) {
                     std::span<const int32_t>(prompts[static_cast<size_t>(q0)])
                         .subspan(static_cast<size_t>(p0), static_cast<size_t>(std::min(a.chunk, a.context - p0)));
                 q.want_logits = false;
-                model.step(std::span<const GpuStepSeq>(&q, 1), false, s);
+                model.step(std::span<const GpuStepSeq>(&q, 1), LogitRows::Last, s);
             }
         for (int64_t q0 = a.context > a.chunk ? B : 0; q0 < B;) {
             std::vector<GpuStepSeq> step;
@@ -544,7 +544,7 @@ void run_bench(const BenchArgs& a) {
                 step.push_back(q);
             }
             ONECARD_CHECK(!step.empty(), "bench: --context {} exceeds --chunk {}", a.context, a.chunk);
-            model.step(step, false, s);
+            model.step(step, LogitRows::Last, s);
         }
         stream.sync();
         std::vector<int32_t> next = random_tokens(B), ids(static_cast<size_t>(B));
@@ -572,7 +572,7 @@ void run_bench(const BenchArgs& a) {
                     step[static_cast<size_t>(q)].want_logits = true;
                 }
                 const auto t0 = std::chrono::steady_clock::now();
-                model.step(step, false, s);
+                model.step(step, LogitRows::Last, s);
                 const int32_t* d_ids = model.argmax_last(s);
                 CUDA_CHECK(cudaMemcpyAsync(ids.data(), d_ids, static_cast<size_t>(B) * 4, cudaMemcpyDeviceToHost, s));
                 stream.sync();
@@ -593,7 +593,7 @@ void run_bench(const BenchArgs& a) {
                 step[static_cast<size_t>(q)].want_logits = true;
             }
             model.profile_next_step();
-            model.step(step, false, s);
+            model.step(step, LogitRows::Last, s);
             ++pos;
             prof = print_profile("decode batch " + std::to_string(B), model.profile_result());
         }
@@ -648,7 +648,7 @@ void run_bench(const BenchArgs& a) {
         q.tokens = prompt;
         q.want_logits = true;
         model.profile_next_step();
-        model.step(std::span<const GpuStepSeq>(&q, 1), false, s);
+        model.step(std::span<const GpuStepSeq>(&q, 1), LogitRows::Last, s);
         prefill_prof = print_profile("prefill chunk of " + std::to_string(a.chunk), model.profile_result());
     }
     const double fp8_gemm_rate = 1.107e15;  // block-scaled FP8 GEMM 8192³ on the H200 (h200-ceilings.md)

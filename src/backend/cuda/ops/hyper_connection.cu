@@ -539,30 +539,42 @@ size_t hc_pre_scratch_floats(int64_t max_tok, const HcDims& p) {
     return static_cast<size_t>(rows * kMix);
 }
 
-void hc_pre_bf16(const __nv_bfloat16* X, const float* fn, const float* scale, const float* base, __nv_bfloat16* x,
-                 float* pre, float* post, float* comb, float* scratch, size_t scratch_floats, int64_t n_tok,
-                 const HcDims& p, cudaStream_t stream, const __nv_bfloat16* rms_weight, float rms_eps, uint8_t* xq,
-                 float* xs) {
+namespace {
+
+// The reference kernel: one block per token does everything.
+void hc_pre_reference(const HcPreArgs& a, const HcDims& p, cudaStream_t stream) {
+    launch_pdl(hc_pre_kernel, static_cast<unsigned>(a.n_tok), kPreThreads, 0, stream, a.X, a.fn, a.scale, a.base, a.x,
+               a.pre, a.post, a.comb, p.dim, static_cast<int>(p.sinkhorn_iters), p.hc_eps, p.norm_eps);
+    CUDA_CHECK_LAUNCH("hc_pre_kernel");
+}
+
+}  // namespace
+
+void hc_pre_bf16(const HcPreArgs& a, const HcDims& p, cudaStream_t stream) {
     ONECARD_CHECK(p.dim > 0 && p.sinkhorn_iters >= 1, "hc_pre_bf16: dim {} iters {}", p.dim, p.sinkhorn_iters);
-    ONECARD_CHECK(xq == nullptr || (rms_weight != nullptr && xs != nullptr && p.dim % 128 == 0 &&
-                                    reinterpret_cast<uintptr_t>(xq) % 8 == 0),
+    ONECARD_CHECK(a.xq == nullptr || (a.rms_weight != nullptr && a.xs != nullptr && p.dim % 128 == 0 &&
+                                      reinterpret_cast<uintptr_t>(a.xq) % 8 == 0),
                   "hc_pre_bf16: the FP8 copy of x needs the fused norm, scales, dim % 128 == 0 ({}) and 8-byte "
                   "aligned bytes",
                   p.dim);
+    const int64_t n_tok = a.n_tok;
     if (n_tok == 0) return;
-    const bool fuse_norm = rms_weight != nullptr && p.dim <= kFinCached * kFinXThreads * 8 &&
-                           reinterpret_cast<uintptr_t>(rms_weight) % 16 == 0;
-    if (scratch == nullptr || !split_path_ok(X, fn, x, p.dim) || (rms_weight != nullptr && !fuse_norm)) {
-        hc_pre_bf16(X, fn, scale, base, x, pre, post, comb, n_tok, p, stream);
-        if (rms_weight != nullptr) rmsnorm_bf16(x, rms_weight, x, n_tok, p.dim, rms_eps, stream);
-        if (xq != nullptr) quantize_fp8_1x128(x, xq, xs, n_tok, p.dim, ActScaleLayout::RowMajor, stream);
+    const bool fuse_norm = a.rms_weight != nullptr && p.dim <= kFinCached * kFinXThreads * 8 &&
+                           reinterpret_cast<uintptr_t>(a.rms_weight) % 16 == 0;
+    if (a.scratch == nullptr || !split_path_ok(a.X, a.fn, a.x, p.dim) || (a.rms_weight != nullptr && !fuse_norm)) {
+        hc_pre_reference(a, p, stream);
+        if (a.rms_weight != nullptr) rmsnorm_bf16(a.x, a.rms_weight, a.x, n_tok, p.dim, a.rms_eps, stream);
+        if (a.xq != nullptr) quantize_fp8_1x128(a.x, a.xq, a.xs, n_tok, p.dim, ActScaleLayout::RowMajor, stream);
         return;
     }
     const PrePlan pl = pre_plan(n_tok, p.dim);
     const size_t need = static_cast<size_t>(n_tok * pl.slices * kMix);
-    ONECARD_CHECK(scratch_floats >= need, "hc_pre_bf16: scratch of {} floats, {} tokens need {}", scratch_floats, n_tok,
-                  need);
+    ONECARD_CHECK(a.scratch_floats >= need, "hc_pre_bf16: scratch of {} floats, {} tokens need {}", a.scratch_floats,
+                  n_tok, need);
     const int64_t flat = kHc * p.dim;
+    const __nv_bfloat16* X = a.X;
+    const float* fn = a.fn;
+    float* scratch = a.scratch;
     switch (pl.tile) {
         case 1:
             launch_mix_partial<1>(pl, X, fn, scratch, n_tok, flat, stream);
@@ -584,19 +596,10 @@ void hc_pre_bf16(const __nv_bfloat16* X, const float* fn, const float* scale, co
             break;
     }
     CUDA_CHECK_LAUNCH("hc_mix_partial_kernel");
-    launch_pdl(hc_pre_finish_kernel, static_cast<unsigned>(n_tok), kFinThreads, 0, stream, X, scratch, scale, base, x,
-               pre, post, comb, p.dim, pl.slices, static_cast<int>(p.sinkhorn_iters), p.hc_eps, p.norm_eps,
-               fuse_norm ? rms_weight : nullptr, rms_eps, xq, xs);
+    launch_pdl(hc_pre_finish_kernel, static_cast<unsigned>(n_tok), kFinThreads, 0, stream, X, scratch, a.scale, a.base,
+               a.x, a.pre, a.post, a.comb, p.dim, pl.slices, static_cast<int>(p.sinkhorn_iters), p.hc_eps, p.norm_eps,
+               fuse_norm ? a.rms_weight : nullptr, a.rms_eps, a.xq, a.xs);
     CUDA_CHECK_LAUNCH("hc_pre_finish_kernel");
-}
-
-void hc_pre_bf16(const __nv_bfloat16* X, const float* fn, const float* scale, const float* base, __nv_bfloat16* x,
-                 float* pre, float* post, float* comb, int64_t n_tok, const HcDims& p, cudaStream_t stream) {
-    ONECARD_CHECK(p.dim > 0 && p.sinkhorn_iters >= 1, "hc_pre_bf16: dim {} iters {}", p.dim, p.sinkhorn_iters);
-    if (n_tok == 0) return;
-    launch_pdl(hc_pre_kernel, static_cast<unsigned>(n_tok), kPreThreads, 0, stream, X, fn, scale, base, x, pre, post,
-               comb, p.dim, static_cast<int>(p.sinkhorn_iters), p.hc_eps, p.norm_eps);
-    CUDA_CHECK_LAUNCH("hc_pre_kernel");
 }
 
 void hc_post_bf16(const __nv_bfloat16* a, const __nv_bfloat16* X, const float* post, const float* comb,

@@ -30,22 +30,32 @@ inline constexpr int64_t kHcMixes = (2 + kHcStreams) * kHcStreams;  // 24
 // the slice count depends on n_tok). Allocate once for the largest step.
 size_t hc_pre_scratch_floats(int64_t max_tok, const HcDims& p);
 
-// X [n_tok, 4, D] bf16, fn [24, 4·D] fp32, scale [3], base [24] (device) ->
-// x [n_tok, D] bf16, pre [n_tok, 4], post [n_tok, 4], comb [n_tok, 4, 4] fp32 (row j = source stream).
-// scratch: scratch_floats >= hc_pre_scratch_floats(n_tok, p) floats of device memory (overwritten).
-// rms_weight [D] bf16 (optional): x comes out RMS-normalised, x = rmsnorm_bf16(collapse, rms_weight,
-// rms_eps) (the sub-block's attn_norm / ffn_norm), fused into the finishing kernel when D <= 4096.
-// xq [n_tok, D] E4M3 + xs [n_tok, D/128] (optional, needs rms_weight): x's FP8 1x128 quantisation as
-// quantize_fp8_1x128 (RowMajor) gives it, byte for byte, written by the same kernel (the GEMV paths
-// of the linears that read x then skip their own quantisation launch).
-void hc_pre_bf16(const __nv_bfloat16* X, const float* fn, const float* scale, const float* base, __nv_bfloat16* x,
-                 float* pre, float* post, float* comb, float* scratch, size_t scratch_floats, int64_t n_tok,
-                 const HcDims& p, cudaStream_t stream, const __nv_bfloat16* rms_weight = nullptr, float rms_eps = 0.0f,
-                 uint8_t* xq = nullptr, float* xs = nullptr);
-
-// The same without a scratch: one block per token (slow for small n_tok: each block streams all of fn).
-void hc_pre_bf16(const __nv_bfloat16* X, const float* fn, const float* scale, const float* base, __nv_bfloat16* x,
-                 float* pre, float* post, float* comb, int64_t n_tok, const HcDims& p, cudaStream_t stream);
+// One hc_pre call: its inputs, outputs, scratch and optional fusions, by name.
+struct HcPreArgs {
+    const __nv_bfloat16* X = nullptr;  // [n_tok, 4, D] bf16 residual streams
+    const float* fn = nullptr;         // [24, 4·D] fp32
+    const float* scale = nullptr;      // [3]
+    const float* base = nullptr;       // [24]
+    int64_t n_tok = 0;
+    __nv_bfloat16* x = nullptr;  // out [n_tok, D] bf16: the collapse (normalised when rms_weight is set)
+    float* pre = nullptr;        // out [n_tok, 4]
+    float* post = nullptr;       // out [n_tok, 4]
+    float* comb = nullptr;       // out [n_tok, 4, 4] (row j = source stream)
+    // Split-K scratch, scratch_floats >= hc_pre_scratch_floats(n_tok, p) floats (overwritten); nullptr:
+    // the reference kernel, one block per token (slow for small n_tok: each block streams all of fn).
+    float* scratch = nullptr;
+    size_t scratch_floats = 0;
+    // Optional: x comes out RMS-normalised, x = rmsnorm_bf16(collapse, rms_weight, rms_eps) (the
+    // sub-block's attn_norm / ffn_norm), fused into the finishing kernel when D <= 4096.
+    const __nv_bfloat16* rms_weight = nullptr;  // [D] bf16
+    float rms_eps = 0.0f;
+    // Optional, needs rms_weight: x's FP8 1x128 quantisation as quantize_fp8_1x128 (RowMajor) gives it,
+    // byte for byte, written by the same kernel (the GEMV paths of the linears that read x then skip
+    // their own quantisation launch).
+    uint8_t* xq = nullptr;  // [n_tok, D] E4M3
+    float* xs = nullptr;    // [n_tok, D/128]
+};
+void hc_pre_bf16(const HcPreArgs& a, const HcDims& p, cudaStream_t stream);
 
 // X_out [n_tok, 4, D] = post·a + combᵀ·X; X_out may alias X. a [n_tok, D] bf16.
 void hc_post_bf16(const __nv_bfloat16* a, const __nv_bfloat16* X, const float* post, const float* comb,

@@ -59,7 +59,7 @@ __device__ __forceinline__ void key_dots(const float4* q, const uint32_t* key4, 
 template <int kHeads>
 __global__ void __launch_bounds__(kScoreThreads)
     indexer_scores_kernel(const __nv_bfloat16* __restrict__ q, const float* __restrict__ w,
-                          const int32_t* __restrict__ positions, const int32_t* __restrict__ seq_of_token,
+                          const int32_t* __restrict__ positions, const int32_t* __restrict__ row_of_token,
                           const uint8_t* __restrict__ pool, PagedStreamAddr addr, int64_t head_dim, float softmax_scale,
                           int64_t max_visible, int64_t topk, int64_t t0, float* __restrict__ scores, int64_t ld) {
     dev::pdl_wait();
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(kScoreThreads)
     if (threadIdx.x < kHeads) w_s[threadIdx.x] = w[t * kHeads + threadIdx.x];
     __syncthreads();
 
-    const int64_t seq = seq_of_token[t];
+    const int64_t seq = row_of_token[t];
     const int64_t n_d4 = head_dim / 4;
     float* out = scores + tc * ld;
     for (int64_t tile = blockIdx.x; tile * kScoreThreads < n_vis; tile += gridDim.x) {
@@ -111,7 +111,7 @@ constexpr int kSplitKeys = kScoreThreads / kSplitParts;  // 32
 template <int kHeads>
 __global__ void __launch_bounds__(kScoreThreads)
     indexer_scores_split_kernel(const __nv_bfloat16* __restrict__ q, const float* __restrict__ w,
-                                const int32_t* __restrict__ positions, const int32_t* __restrict__ seq_of_token,
+                                const int32_t* __restrict__ positions, const int32_t* __restrict__ row_of_token,
                                 const uint8_t* __restrict__ pool, PagedStreamAddr addr, int64_t head_dim,
                                 float softmax_scale, int64_t max_visible, int64_t topk, int64_t t0,
                                 float* __restrict__ scores, int64_t ld) {
@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(kScoreThreads)
     const int kl = threadIdx.x / kSplitParts, part = threadIdx.x % kSplitParts;
     const int64_t s = s0 + kl, n_d4 = head_dim / 4;
     if (s < n_vis) {
-        const uint8_t* key = pool + paged_entry_offset(addr, seq_of_token[t], s);
+        const uint8_t* key = pool + paged_entry_offset(addr, row_of_token[t], s);
         const uint32_t* key4 = reinterpret_cast<const uint32_t*>(key);
         const float kscale = __ldg(reinterpret_cast<const float*>(key + head_dim));
         float acc[kPartHeads];
@@ -304,7 +304,7 @@ __global__ void __launch_bounds__(kSelThreads)
 constexpr int64_t kSplitBelowBlocks = 132;
 
 template <int kHeads>
-void launch_scores(const __nv_bfloat16* q, const float* w, const int32_t* positions, const int32_t* seq_of_token,
+void launch_scores(const __nv_bfloat16* q, const float* w, const int32_t* positions, const int32_t* row_of_token,
                    const uint8_t* pool, const PagedStreamAddr& addr, const IndexerDims& d, int64_t max_visible,
                    int64_t t0, int64_t n_chunk, float* scratch, cudaStream_t stream) {
     const int64_t n_tiles = (max_visible + kScoreThreads - 1) / kScoreThreads;
@@ -316,21 +316,21 @@ void launch_scores(const __nv_bfloat16* q, const float* w, const int32_t* positi
             const dim3 grid(static_cast<unsigned>((max_visible + kSplitKeys - 1) / kSplitKeys),
                             static_cast<unsigned>(n_chunk));
             launch_pdl(indexer_scores_split_kernel<kHeads>, grid, kScoreThreads, split_smem, stream, q, w, positions,
-                       seq_of_token, pool, addr, d.head_dim, d.softmax_scale, max_visible, d.topk, t0, scratch,
+                       row_of_token, pool, addr, d.head_dim, d.softmax_scale, max_visible, d.topk, t0, scratch,
                        max_visible);
             CUDA_CHECK_LAUNCH("indexer_scores_split_kernel");
             return;
         }
     }
     const dim3 grid(static_cast<unsigned>(groups), static_cast<unsigned>(n_chunk));
-    launch_pdl(indexer_scores_kernel<kHeads>, grid, kScoreThreads, smem, stream, q, w, positions, seq_of_token, pool,
+    launch_pdl(indexer_scores_kernel<kHeads>, grid, kScoreThreads, smem, stream, q, w, positions, row_of_token, pool,
                addr, d.head_dim, d.softmax_scale, max_visible, d.topk, t0, scratch, max_visible);
     CUDA_CHECK_LAUNCH("indexer_scores_kernel");
 }
 
 }  // namespace
 
-void indexer_topk(const __nv_bfloat16* q, const float* w, const int32_t* positions, const int32_t* seq_of_token,
+void indexer_topk(const __nv_bfloat16* q, const float* w, const int32_t* positions, const int32_t* row_of_token,
                   const uint8_t* pool, const PagedStreamAddr& addr, int32_t* out, int64_t n, int64_t max_visible,
                   const IndexerDims& d, float* scratch, int64_t scratch_floats, cudaStream_t stream) {
     const int64_t H = d.n_heads;
@@ -371,7 +371,7 @@ void indexer_topk(const __nv_bfloat16* q, const float* w, const int32_t* positio
     for (int64_t t0 = 0; t0 < n; t0 += chunk) {
         const int64_t n_chunk = std::min(chunk, n - t0);
         if (max_visible > 0)
-            launch(q, w, positions, seq_of_token, pool, addr, d, max_visible, t0, n_chunk, scratch, stream);
+            launch(q, w, positions, row_of_token, pool, addr, d, max_visible, t0, n_chunk, scratch, stream);
         launch_pdl(indexer_select_kernel, static_cast<unsigned>(n_chunk), kSelThreads, 0, stream, scratch, max_visible,
                    positions, addr.ratio, max_visible, t0, d.topk, out);
         CUDA_CHECK_LAUNCH("indexer_select_kernel");

@@ -35,7 +35,7 @@ void indexer_key_write(const __nv_bfloat16* keys, const int64_t* dst, uint8_t* p
 // fp32; the result (exactly representable in bf16) is stored back.
 void hadamard_fp4_sim(__nv_bfloat16* x, int64_t n_vec, int64_t dim, cudaStream_t stream);
 
-// rope_bf16(x, n_tok, vec_per_token, dim, inv_freq, n_rope, positions, forward) followed by
+// rope_bf16(x, n_tok, vec_per_token, dim, inv_freq, n_rope, positions, RopeDirection::Forward) followed by
 // hadamard_fp4_sim(x, n_tok·vec_per_token, dim) in one launch, with the same bits (the indexer's
 // queries: RoPE on the trailing dims, then the Hadamard + FP4 simulation).
 void rope_hadamard_fp4_sim(__nv_bfloat16* x, int64_t n_tok, int64_t vec_per_token, int64_t dim, const float* inv_freq,

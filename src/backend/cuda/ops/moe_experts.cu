@@ -323,8 +323,9 @@ size_t MoeExperts::scratch_bytes_for(int64_t dim, int64_t inter, int64_t max_row
 }
 
 void MoeExperts::run(const __nv_bfloat16* x, const int32_t* experts, const float* weights, int64_t n, int64_t top_k,
-                     const MxExpertWeights& w, bool weight_before_w2, float swiglu_limit, const __nv_bfloat16* shared,
-                     __nv_bfloat16* out, cudaStream_t stream, const MxHybridExperts* hybrid) {
+                     const MxExpertWeights& w, ExpertWeighting weighting, float swiglu_limit,
+                     const __nv_bfloat16* shared, __nv_bfloat16* out, cudaStream_t stream,
+                     const MxHybridExperts* hybrid) {
     Impl& im = *impl_;
     const int64_t D = w.dim, F = w.inter, R = n * top_k;
     const int64_t E = hybrid ? hybrid->n_global : w.n_experts;  // the id space of `experts`
@@ -440,7 +441,8 @@ void MoeExperts::run(const __nv_bfloat16* x, const int32_t* experts, const float
                                   CUDA_R_16BF, static_cast<int>(D), &zero, gu + off * 2 * F, CUDA_R_32F,
                                   static_cast<int>(2 * F), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         launch_pdl(swiglu_fp8_kernel, grid_for(m * (F / 128) * 32, threads), threads, 0, stream, gu + off * 2 * F,
-                   weight_before_w2 ? weights : nullptr, d_pair_slot + off, h + off * F, m, F, swiglu_limit);
+                   weighting == ExpertWeighting::BeforeW2 ? weights : nullptr, d_pair_slot + off, h + off * F, m, F,
+                   swiglu_limit);
         CUDA_CHECK_LAUNCH("swiglu_fp8_kernel");
         // y[off.., D] = h[off.., F] · w2ᵀ
         CUBLAS_CHECK(cublasGemmEx(im.handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(D), static_cast<int>(m),
@@ -449,7 +451,7 @@ void MoeExperts::run(const __nv_bfloat16* x, const int32_t* experts, const float
                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
     launch_pdl(combine_pairs_kernel, grid_for(n * D, threads), threads, 0, stream, y, d_token_pairs, d_pair_slot,
-               weight_before_w2 ? nullptr : weights, shared, out, n, top_k, D);
+               weighting == ExpertWeighting::BeforeW2 ? nullptr : weights, shared, out, n, top_k, D);
     CUDA_CHECK_LAUNCH("combine_pairs_kernel");
 }
 

@@ -56,6 +56,10 @@ struct MxHybridExperts {
 // UE8M0 scale and back (cpu::fp8_quant_dequant(x, k, 128) on the bf16 values). k % 128 == 0.
 void fp8_round_1x128(__nv_bfloat16* x, int64_t rows, int64_t k, cudaStream_t stream, int64_t ld = 0);
 
+// Where a routing weight w_k enters an expert's output: BeforeW2 scales the hidden activation before
+// its FP8 rounding and w2 (DeepSeek's reference code); AfterW2 scales the expert's output (transformers).
+enum class ExpertWeighting { BeforeW2, AfterW2 };
+
 class MoeExperts {
 public:
     // scratch: device memory for the dequantised weights and the gathered rows; scratch_bytes of it.
@@ -70,17 +74,15 @@ public:
     MoeExperts& operator=(const MoeExperts&) = delete;
 
     // x [n, D] bf16 (already FP8-rounded), experts/weights [n, K] (device, from moe_route), shared
-    // [n, D] bf16 or nullptr; out [n, D] bf16 = shared + Σ_k w_k · expert_k(x) (weight_before_w2 = true:
-    // the weight scales the hidden activation before its FP8 rounding and w2, as REF; false: it scales
-    // the expert output, as HF). expert(x) = w2 · fp8_round(bf16(swiglu_clamp(bf16(w1·x), bf16(w3·x)))),
-    // each expert output rounded to bf16 and the sum taken in pick order: the rounding points of the
-    // decode GEMV path (mxfp4_grouped_gemv, swiglu_clamp_quant, moe_combine), so a token's MoE output
-    // does not depend on which path its step took beyond fp32 summation order. Synchronises the stream
-    // once to learn how many rows each expert got (not for use inside CUDA graph capture).
-    // hybrid != nullptr: the ids in `experts` are global (hybrid->n_global of them) and host experts
-    // are staged from host RAM (MxHybridExperts); the arithmetic is the same.
+    // [n, D] bf16 or nullptr; out [n, D] bf16 = shared + Σ_k w_k · expert_k(x) (ExpertWeighting). expert(x) = w2 ·
+    // fp8_round(bf16(swiglu_clamp(bf16(w1·x), bf16(w3·x)))), each expert output rounded to bf16 and the sum taken in
+    // pick order: the rounding points of the decode GEMV path (mxfp4_grouped_gemv, swiglu_clamp_quant, moe_combine), so
+    // a token's MoE output does not depend on which path its step took beyond fp32 summation order. Synchronises the
+    // stream once to learn how many rows each expert got (not for use inside CUDA graph capture). hybrid != nullptr:
+    // the ids in `experts` are global (hybrid->n_global of them) and host experts are staged from host RAM
+    // (MxHybridExperts); the arithmetic is the same.
     void run(const __nv_bfloat16* x, const int32_t* experts, const float* weights, int64_t n, int64_t top_k,
-             const MxExpertWeights& w, bool weight_before_w2, float swiglu_limit, const __nv_bfloat16* shared,
+             const MxExpertWeights& w, ExpertWeighting weighting, float swiglu_limit, const __nv_bfloat16* shared,
              __nv_bfloat16* out, cudaStream_t stream, const MxHybridExperts* hybrid = nullptr);
 
 private:

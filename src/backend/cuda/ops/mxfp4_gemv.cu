@@ -104,12 +104,6 @@ constexpr int kMmaWarps = 4;  // row tiles of 16 rows per block
 constexpr int kMmaThreads = kMmaWarps * 32;
 constexpr int kStagePad = 32;  // bytes after each staged activation row (bank spread)
 
-struct GemvMat {
-    const uint8_t* w;
-    const uint8_t* ws;
-    __nv_bfloat16* y;
-};
-
 // The 8 E2M1 codes of one word (element 2j = low nibble of byte j) as E4M3 bytes worth e2m1·2^-6,
 // exactly: code s|e1 e0|m becomes s|0 0 e1 e0|m 0 0, i.e. 2^(e-7)(1 + m/2) for e > 0 and the E4M3
 // subnormal m·2^-7 for e = 0 (the code 0.5). `even` gets elements 0, 2, 4, 6 (byte j = element 2j),
@@ -135,7 +129,7 @@ template <int S>
 __global__ void __launch_bounds__(kMmaThreads)
     mxfp4_mma_gemv_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ xs,
                           const int32_t* __restrict__ act_rows, const int32_t* __restrict__ scratch, int max_items,
-                          GemvMat ma, GemvMat mb, int n, int k) {
+                          Mxfp4Matrix ma, Mxfp4Matrix mb, int n, int k) {
     dev::pdl_wait();
     dev::pdl_trigger();
     extern __shared__ uint4 stage4[];
@@ -293,23 +287,22 @@ MoePairGroups mxfp4_group_pairs(const int32_t* expert_ids, int64_t n_pairs, int6
     return g;
 }
 
-void mxfp4_grouped_gemv(const uint8_t* xq, const float* xs, const int32_t* act_rows, const MoePairGroups& groups,
-                        const uint8_t* w, const uint8_t* ws, __nv_bfloat16* y, const uint8_t* w_b, const uint8_t* ws_b,
-                        __nv_bfloat16* y_b, int64_t n, int64_t k, cudaStream_t stream) {
+void mxfp4_grouped_gemv(const Mxfp4GroupedGemvArgs& args, const MoePairGroups& groups, cudaStream_t stream) {
+    const int64_t n = args.n, k = args.k;
     ONECARD_CHECK(mxfp4_tileable(n, k) && k <= kMaxGemvK,
                   "mxfp4_grouped_gemv: [{}, {}] needs rows % 16 == 0 and k % 256 == 0, k <= {}", n, k, kMaxGemvK);
     ONECARD_CHECK(n <= (int64_t{1} << 24), "mxfp4_grouped_gemv: bad n {}", n);
-    ONECARD_CHECK(w_b == nullptr || (ws_b != nullptr && y_b != nullptr),
+    ONECARD_CHECK(args.b.w == nullptr || (args.b.ws != nullptr && args.b.y != nullptr),
                   "mxfp4_grouped_gemv: second matrix incomplete");
     if (groups.n_pairs == 0 || groups.max_items == 0) return;
     ONECARD_CHECK(groups.scratch != nullptr && groups.max_item_pairs >= 1 && groups.max_item_pairs <= kItemCap,
                   "mxfp4_grouped_gemv: groups not built");
-    const int64_t tiles = (w_b != nullptr ? 2 : 1) * (n / 16);
+    const int64_t tiles = (args.b.w != nullptr ? 2 : 1) * (n / 16);
     // Item slots: the bound when it is small (batch <= 8: nearly tight); else 3/4 of it (batch 64:
     // bound ~260, ~180 items for uniform routing), blocks past the count taking a second item.
     const int64_t slots = groups.max_items <= 64 ? groups.max_items : (groups.max_items * 3 + 3) / 4;
     const size_t smem = mma_smem_bytes(k);
-    const GemvMat a{w, ws, y}, b{w_b, ws_b, y_b};
+    const Mxfp4Matrix a = args.a, b = args.b;
     auto go = [&](auto kernel, int64_t tiles_per_block) {
         if (smem > 48 * 1024) {
             CUDA_CHECK(
@@ -317,7 +310,7 @@ void mxfp4_grouped_gemv(const uint8_t* xq, const float* xs, const int32_t* act_r
         }
         const dim3 grid(static_cast<unsigned>((tiles + tiles_per_block - 1) / tiles_per_block),
                         static_cast<unsigned>(slots));
-        launch_pdl(kernel, grid, kMmaThreads, smem, stream, xq, xs, act_rows, groups.scratch,
+        launch_pdl(kernel, grid, kMmaThreads, smem, stream, args.xq, args.xs, args.act_rows, groups.scratch,
                    static_cast<int>(groups.max_items), a, b, static_cast<int>(n), static_cast<int>(k));
     };
     // Few (item, tile) pairs (batch 1: 6 items x 256 tiles) leave each warp a long chain of round

@@ -45,16 +45,29 @@ MoePairGroups mxfp4_group_pairs(const int32_t* expert_ids, int64_t n_pairs, int6
                                 int64_t max_pairs_per_expert, int32_t* scratch, int64_t scratch_ints,
                                 cudaStream_t stream);
 
-// y[p, r] for every pair of `groups`: xq [n_act_rows, k] E4M3, xs [n_act_rows, k/128] fp32
-// (ActScaleLayout::RowMajor); w [n_experts] tiled codes of [n, k], ws the tiled UE8M0 scales
-// (mxfp4_layout.cuh); y [n_pairs, n] bf16. act_rows [n_pairs] maps a pair to its activation row
-// (nullptr: row = pair id). When w_b is not null a second matrix of the same shape (w_b, ws_b -> y_b,
-// e.g. w3 next to w1) is computed in the same launch over the same staged activations. One warp
+// One MXFP4 matrix of mxfp4_grouped_gemv: w [n_experts] tiled codes of [n, k], ws the tiled UE8M0
+// scales (mxfp4_layout.cuh), y [n_pairs, n] bf16 out.
+struct Mxfp4Matrix {
+    const uint8_t* w = nullptr;
+    const uint8_t* ws = nullptr;
+    __nv_bfloat16* y = nullptr;
+};
+
+// One grouped GEMV: FP8 activations, up to two matrices of one shape, the pairs' activation rows.
+struct Mxfp4GroupedGemvArgs {
+    const uint8_t* xq = nullptr;        // [n_act_rows, k] E4M3
+    const float* xs = nullptr;          // [n_act_rows, k/128] fp32 (ActScaleLayout::RowMajor)
+    const int32_t* act_rows = nullptr;  // [n_pairs] a pair's activation row (nullptr: row = pair id)
+    Mxfp4Matrix a;                      // the matrix
+    Mxfp4Matrix b;                      // optional second one (b.w == nullptr: none), e.g. w3 next to w1
+    int64_t n = 0, k = 0;               // rows and columns of each matrix
+};
+
+// y[p, r] for every pair of `groups` and each matrix: y = W[expert of p] · x[act row of p]. The second
+// matrix, when given, is computed in the same launch over the same staged activations. One warp
 // streams 16 rows of one expert once for all the pairs of an item (<= 8). n % 16 == 0, k % 256 == 0,
 // k <= 8192; offsets are 64-bit (all 256 experts of a layer span ~3.4 GB). Graph capturable (grid
 // from the host-side bounds of `groups`).
-void mxfp4_grouped_gemv(const uint8_t* xq, const float* xs, const int32_t* act_rows, const MoePairGroups& groups,
-                        const uint8_t* w, const uint8_t* ws, __nv_bfloat16* y, const uint8_t* w_b, const uint8_t* ws_b,
-                        __nv_bfloat16* y_b, int64_t n, int64_t k, cudaStream_t stream);
+void mxfp4_grouped_gemv(const Mxfp4GroupedGemvArgs& args, const MoePairGroups& groups, cudaStream_t stream);
 
 }  // namespace onecard::cuda

@@ -35,14 +35,8 @@ __global__ void rmsnorm_kernel(const __nv_bfloat16* __restrict__ x, const __nv_b
 }
 
 // Two row sets in one launch (blockIdx.y picks the set), each row as rmsnorm_kernel's.
-struct NormRows {
-    const __nv_bfloat16* x;
-    const __nv_bfloat16* w;
-    __nv_bfloat16* y;
-    int64_t dim, ld_x, ld_y;
-};
-
-__global__ void rmsnorm_pair_kernel(NormRows a, NormRows b, float eps) {
+// Each set's strides arrive resolved (0 replaced by dim).
+__global__ void rmsnorm_pair_kernel(RmsNormRows a, RmsNormRows b, float eps) {
     dev::pdl_wait();
     dev::pdl_trigger();
     __shared__ float scratch[32];
@@ -65,18 +59,21 @@ void rmsnorm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* weight, __nv_bflo
     CUDA_CHECK_LAUNCH("rmsnorm_kernel");
 }
 
-void rmsnorm_bf16_pair(const __nv_bfloat16* x1, const __nv_bfloat16* w1, __nv_bfloat16* y1, int64_t dim1, int64_t ld_x1,
-                       int64_t ld_y1, const __nv_bfloat16* x2, const __nv_bfloat16* w2, __nv_bfloat16* y2, int64_t dim2,
-                       int64_t ld_x2, int64_t ld_y2, int64_t n_rows, float eps, cudaStream_t stream) {
-    ONECARD_CHECK(n_rows >= 0 && n_rows < (int64_t{1} << 31) && dim1 > 0 && dim2 > 0,
-                  "rmsnorm_bf16_pair: bad shape {} rows, dims {} and {}", n_rows, dim1, dim2);
+void rmsnorm_bf16_pair(const RmsNormRows& first, const RmsNormRows& second, int64_t n_rows, float eps,
+                       cudaStream_t stream) {
+    ONECARD_CHECK(n_rows >= 0 && n_rows < (int64_t{1} << 31) && first.dim > 0 && second.dim > 0,
+                  "rmsnorm_bf16_pair: bad shape {} rows, dims {} and {}", n_rows, first.dim, second.dim);
     if (n_rows == 0) return;
     // The thread count rmsnorm_bf16 picks for the wider set; the other gets the same (the block
     // size does not change a row's result beyond the fp32 summation order, which tests bound).
-    const int threads = std::max(dim1, dim2) >= 2048 ? 256 : 128;
-    const NormRows a{x1, w1, y1, dim1, ld_x1 ? ld_x1 : dim1, ld_y1 ? ld_y1 : dim1};
-    const NormRows b{x2, w2, y2, dim2, ld_x2 ? ld_x2 : dim2, ld_y2 ? ld_y2 : dim2};
-    launch_pdl(rmsnorm_pair_kernel, dim3(static_cast<unsigned>(n_rows), 2), threads, 0, stream, a, b, eps);
+    const int threads = std::max(first.dim, second.dim) >= 2048 ? 256 : 128;
+    auto rows = [](RmsNormRows r) {
+        r.ld_x = r.ld_x ? r.ld_x : r.dim;
+        r.ld_y = r.ld_y ? r.ld_y : r.dim;
+        return r;
+    };
+    launch_pdl(rmsnorm_pair_kernel, dim3(static_cast<unsigned>(n_rows), 2), threads, 0, stream, rows(first),
+               rows(second), eps);
     CUDA_CHECK_LAUNCH("rmsnorm_pair_kernel");
 }
 

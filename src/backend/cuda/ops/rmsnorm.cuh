@@ -15,10 +15,18 @@ namespace onecard::cuda {
 void rmsnorm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* weight, __nv_bfloat16* y, int64_t n_rows, int64_t dim,
                   float eps, cudaStream_t stream, int64_t ld_x = 0, int64_t ld_y = 0);
 
+// One set of rows of rmsnorm_bf16_pair: x [n_rows, dim] (row stride ld_x, 0 = dim) -> y (ld_y) with w.
+struct RmsNormRows {
+    const __nv_bfloat16* x = nullptr;
+    const __nv_bfloat16* w = nullptr;  // [dim]
+    __nv_bfloat16* y = nullptr;
+    int64_t dim = 0;
+    int64_t ld_x = 0, ld_y = 0;
+};
+
 // Two rmsnorm_bf16 calls over the same n_rows in one launch (the attention's q_norm and kv_norm of
-// one wq_a|wkv output): set i is x_i [n_rows, dim_i] (ld_x_i) -> y_i (ld_y_i) with w_i.
-void rmsnorm_bf16_pair(const __nv_bfloat16* x1, const __nv_bfloat16* w1, __nv_bfloat16* y1, int64_t dim1, int64_t ld_x1,
-                       int64_t ld_y1, const __nv_bfloat16* x2, const __nv_bfloat16* w2, __nv_bfloat16* y2, int64_t dim2,
-                       int64_t ld_x2, int64_t ld_y2, int64_t n_rows, float eps, cudaStream_t stream);
+// one wq_a|wkv output).
+void rmsnorm_bf16_pair(const RmsNormRows& first, const RmsNormRows& second, int64_t n_rows, float eps,
+                       cudaStream_t stream);
 
 }  // namespace onecard::cuda

@@ -52,8 +52,8 @@ __global__ void rope_pair_kernel(__nv_bfloat16* xa, int64_t n_a, int64_t n_vec_a
 }  // namespace
 
 void rope_bf16_pair(__nv_bfloat16* x_a, int64_t n_vec_a, __nv_bfloat16* x_b, int64_t n_vec_b, int64_t n_tok,
-                    int64_t dim, const float* inv_freq, int64_t n_rope, const int32_t* positions, bool inverse,
-                    cudaStream_t stream) {
+                    int64_t dim, const float* inv_freq, int64_t n_rope, const int32_t* positions,
+                    RopeDirection direction, cudaStream_t stream) {
     ONECARD_CHECK(n_rope > 0 && n_rope % 2 == 0 && n_rope <= dim,
                   "rope_bf16_pair: n_rope {} must be even and <= dim {}", n_rope, dim);
     const int64_t n_a = n_tok * n_vec_a * (n_rope / 2), n_total = n_a + n_tok * n_vec_b * (n_rope / 2);
@@ -61,12 +61,12 @@ void rope_bf16_pair(__nv_bfloat16* x_a, int64_t n_vec_a, __nv_bfloat16* x_b, int
     const int threads = 256;
     launch_pdl(rope_pair_kernel, static_cast<unsigned>((n_total + threads - 1) / threads), threads, 0, stream, x_a, n_a,
                n_vec_a, x_b, n_total, n_vec_b, dim, inv_freq, static_cast<int>(n_rope / 2), positions,
-               inverse ? -1.0f : 1.0f);
+               direction == RopeDirection::Inverse ? -1.0f : 1.0f);
     CUDA_CHECK_LAUNCH("rope_pair_kernel");
 }
 
 void rope_bf16(__nv_bfloat16* x, int64_t n_tok, int64_t n_vec, int64_t dim, const float* inv_freq, int64_t n_rope,
-               const int32_t* positions, bool inverse, cudaStream_t stream) {
+               const int32_t* positions, RopeDirection direction, cudaStream_t stream) {
     ONECARD_CHECK(n_rope > 0 && n_rope % 2 == 0 && n_rope <= dim, "rope_bf16: n_rope {} must be even and <= dim {}",
                   n_rope, dim);
     const int64_t n_total = n_tok * n_vec * (n_rope / 2);
@@ -74,7 +74,7 @@ void rope_bf16(__nv_bfloat16* x, int64_t n_tok, int64_t n_vec, int64_t dim, cons
     const int threads = 256;
     const int64_t blocks = (n_total + threads - 1) / threads;
     launch_pdl(rope_kernel, static_cast<unsigned>(blocks), threads, 0, stream, x, n_total, n_vec, dim, inv_freq,
-               static_cast<int>(n_rope / 2), positions, inverse ? -1.0f : 1.0f);
+               static_cast<int>(n_rope / 2), positions, direction == RopeDirection::Inverse ? -1.0f : 1.0f);
     CUDA_CHECK_LAUNCH("rope_kernel");
 }
 
