@@ -36,7 +36,13 @@ void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerSt
 void moe_forward(const BlockContext& ctx, const DenseMoE& w, bool hash_layer, int64_t layer_id, const int32_t* tokens,
                  const float* xn, int64_t n, float* out);
 
-// A whole block on the residual streams X [n, hc, D] (updated in place).
+// One sub-block through its hyper-connections on the residual streams X [n, hc, D] (updated in place):
+// attention (advances `state`, reads and writes `store`) and MoE (token ids [n] for hash routing).
+void attention_sub_block(const BlockContext& ctx, const DenseBlock& b, LayerState& state, SequenceKv& store, float* X,
+                         int64_t n);
+void moe_sub_block(const BlockContext& ctx, const DenseBlock& b, const int32_t* tokens, float* X, int64_t n);
+
+// A whole block on the residual streams X [n, hc, D] (updated in place): the two sub-blocks in turn.
 void block_forward(const BlockContext& ctx, const DenseBlock& b, LayerState& state, SequenceKv& store,
                    const int32_t* tokens, float* X, int64_t n);
 

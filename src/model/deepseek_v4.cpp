@@ -88,13 +88,22 @@ void hc_sub_block(const ModelConfig& cfg, const StoragePoints& storage, const De
 
 }  // namespace
 
-void block_forward(const BlockContext& ctx, const DenseBlock& b, LayerState& state, SequenceKv& store,
-                   const int32_t* tokens, float* X, int64_t n) {
+void attention_sub_block(const BlockContext& ctx, const DenseBlock& b, LayerState& state, SequenceKv& store, float* X,
+                         int64_t n) {
     hc_sub_block(ctx.cfg, ctx.storage, b.hc_attn, b.attn_norm, X, n,
                  [&](const float* xn, float* out) { attention_forward(ctx, b.attn, state, store, xn, n, out); });
+}
+
+void moe_sub_block(const BlockContext& ctx, const DenseBlock& b, const int32_t* tokens, float* X, int64_t n) {
     const bool hash = ctx.cfg.is_hash_layer(b.layer_id) && b.layer_id < ctx.cfg.num_hidden_layers;
     hc_sub_block(ctx.cfg, ctx.storage, b.hc_ffn, b.ffn_norm, X, n,
                  [&](const float* xn, float* out) { moe_forward(ctx, b.ffn, hash, b.layer_id, tokens, xn, n, out); });
+}
+
+void block_forward(const BlockContext& ctx, const DenseBlock& b, LayerState& state, SequenceKv& store,
+                   const int32_t* tokens, float* X, int64_t n) {
+    attention_sub_block(ctx, b, state, store, X, n);
+    moe_sub_block(ctx, b, tokens, X, n);
 }
 
 }  // namespace detail
@@ -179,6 +188,22 @@ ForwardOutput DeepSeekV4::forward_with_streams(SequenceState& state, SequenceKv&
     out.logits = logits_from_streams(X.data(), n, dense_.hc_head, dense_.norm);
     out.streams = std::move(X);
     return out;
+}
+
+void DeepSeekV4::forward_sub_block(SequenceState& state, int64_t il, SubBlock which, std::span<const int32_t> tokens,
+                                   float* X) const {
+    const auto n = static_cast<int64_t>(tokens.size());
+    ONECARD_CHECK(n >= 1 && il >= 0 && il < cfg_.num_hidden_layers, "forward_sub_block: layer {} of {}, {} tokens", il,
+                  cfg_.num_hidden_layers, n);
+    const DenseBlock& b = dense_.layers[static_cast<size_t>(il)];
+    detail::BlockContext ctx{cfg_, numerics_, cfg_.compress_ratio(il) != 0 ? rope_compress_ : rope_main_,
+                             rope_compress_, bf16_linear_inputs_};
+    ctx.storage = storage_;
+    if (which == SubBlock::Attention) {
+        detail::attention_sub_block(ctx, b, state.layers()[static_cast<size_t>(il)], state.own_kv(), X, n);
+    } else {
+        detail::moe_sub_block(ctx, b, tokens.data(), X, n);
+    }
 }
 
 std::vector<float> DeepSeekV4::logits_from_streams(const float* streams, int64_t n_tok, const DenseHC& hc_head,

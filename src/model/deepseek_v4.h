@@ -81,6 +81,15 @@ public:
     ForwardOutput forward_mtp_with_streams(SequenceState& state, SequenceKv& kv, std::span<const float> streams,
                                            std::span<const int32_t> next_tokens) const;
 
+    // Teacher forcing (tests): one sub-block of main layer il alone. X [n, hc, D] (the streams at the
+    // sub-block's input, positions continuing from that layer's state) is replaced by the streams at its
+    // output; the layer's state and KV advance as in a forward (state's token count does not: the
+    // caller drives each layer on a state of its own). A GPU test feeds each sub-block the GPU's own
+    // input, so a difference is that sub-block's alone, not the sum of everything before it.
+    enum class SubBlock { Attention, Moe };
+    void forward_sub_block(SequenceState& state, int64_t il, SubBlock which, std::span<const int32_t> tokens,
+                           float* X) const;
+
     const ModelConfig& config() const { return cfg_; }
     Numerics numerics() const { return numerics_; }
     // Round the input of every linear that the checkpoint quantises to bf16 first, as REF's bf16

@@ -310,6 +310,20 @@ void GpuModel::set_faults(const GpuFaultPlan& plan) {
     drop_graphs();
 }
 
+void GpuModel::set_stream_recording(bool on) {
+    recording_ = on;
+    if (!on) recorded_.clear();
+}
+
+void GpuModel::record_streams(int64_t point, cudaStream_t s) {
+    if (!recording_) return;
+    const auto count = static_cast<size_t>(meta_->n * 4 * cfg_.hidden_size);
+    if (point == 0) recorded_.assign(static_cast<size_t>(2 * w_.layers.size() + 1) * count, 0);
+    CUDA_CHECK(cudaMemcpyAsync(recorded_.data() + static_cast<size_t>(point) * count, buf_->X, count * 2,
+                               cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
 void GpuModel::tick(const char* label, cudaStream_t s) {
     if (!profiling_) return;
     cudaEvent_t e = nullptr;
@@ -612,7 +626,7 @@ const float* GpuModel::step(std::span<const GpuStepSeq> seqs, LogitRows rows, cu
                       "gpu model: a sequence reaches position {} beyond max_model_len {}",
                       q.start_pos + static_cast<int64_t>(q.tokens.size()), opt_.max_model_len);
     const StepPlan plan = plan_step(meta_->n, meta_->max_pos);
-    const bool graph = opt_.cuda_graphs && meta_->n <= kGraphMaxTokens && moe_gemv_ && !profile_;
+    const bool graph = opt_.cuda_graphs && meta_->n <= kGraphMaxTokens && moe_gemv_ && !profile_ && !recording_;
     if (!graph) {
         profiling_ = profile_;
         profile_ = false;
@@ -700,6 +714,8 @@ void GpuModel::forward(const StepPlan& p, cudaStream_t s) {
     const cuda::HcDims hd = hc_dims(c);
     tick("start", s);
     cuda::embed_streams(meta_->tokens, w_.embed, b.X, n, D, 4, s);
+    int64_t point = 0;
+    record_streams(point++, s);
     if (p.stream_experts) streamer_->begin_step(s);
     for (const GpuBlock& blk : w_.layers) {
         // x = attn_norm(collapse of the streams); the norm is fused into hc_pre's finishing kernel, and
@@ -708,10 +724,12 @@ void GpuModel::forward(const StepPlan& p, cudaStream_t s) {
         tick("hyper-connections + norms", s);
         attention(p, blk, b.x, b.a, s);
         cuda::hc_post_bf16(b.a, b.X, b.post, b.comb, b.X, n, hd, s);
+        record_streams(point++, s);
         cuda::hc_pre_bf16(hc_pre_args(blk.hc_ffn, blk.ffn_norm, moe_input(p)), hd, s);
         tick("hyper-connections + norms", s);
         moe(p, blk, b.x, b.a, s);
         cuda::hc_post_bf16(b.a, b.X, b.post, b.comb, b.X, n, hd, s);
+        record_streams(point++, s);
         tick("hyper-connections + norms", s);
     }
     if (p.stream_experts) streamer_->end_step(s);

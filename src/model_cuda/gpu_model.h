@@ -84,6 +84,12 @@ public:
     // Tests: plants the faults of `plan` in the steps that follow (drops captured graphs, which
     // recorded the old behaviour).
     void set_faults(const GpuFaultPlan& plan);
+    // Tests (teacher forcing, gpu_tame_test.cpp): while on, each step copies the residual streams X
+    // [n, 4, D] bf16 to the host at every sub-block boundary: the embedding, then after each layer's
+    // attention and MoE sub-blocks (2·layers + 1 points); recorded_streams() holds the last step's
+    // [2·layers + 1][n, 4, D]. Steps run without CUDA graphs while on (the copies wait on the host).
+    void set_stream_recording(bool on);
+    const std::vector<uint16_t>& recorded_streams() const { return recorded_; }
     int64_t n_graphs() const { return static_cast<int64_t>(graphs_.size()); }
     // Nodes (kernel launches, copies, memsets) of the graph captured last: a decode step's launch count.
     int64_t last_graph_nodes() const { return last_graph_nodes_; }
@@ -139,8 +145,9 @@ private:
     static SubBlockInput moe_input(const StepPlan& p);
     // hc_pre of one sub-block over this step's streams: its mixes, fused norm and (input) the FP8 copy of x.
     cuda::HcPreArgs hc_pre_args(const GpuHC& hc, const __nv_bfloat16* norm, SubBlockInput input) const;
-    void forward(const StepPlan& p, cudaStream_t s);  // every layer and the head, for the metadata in meta_
-    void tick(const char* label, cudaStream_t s);     // profiling: time since the last tick goes to label
+    void forward(const StepPlan& p, cudaStream_t s);     // every layer and the head, for the metadata in meta_
+    void tick(const char* label, cudaStream_t s);        // profiling: time since the last tick goes to label
+    void record_streams(int64_t point, cudaStream_t s);  // set_stream_recording: X into recorded_[point]
     void drop_graphs();
     void attention(const StepPlan& p, const GpuBlock& b, const __nv_bfloat16* xn, __nv_bfloat16* out, cudaStream_t s);
     void moe(const StepPlan& p, const GpuBlock& b, const __nv_bfloat16* xn, __nv_bfloat16* out, cudaStream_t s);
@@ -162,6 +169,8 @@ private:
     std::map<GraphKey, cudaGraphExec_t> graphs_;
     int64_t last_graph_nodes_ = 0;
     bool profile_ = false, profiling_ = false;
+    bool recording_ = false;
+    std::vector<uint16_t> recorded_;  // set_stream_recording: [2·layers + 1][n, 4, D] bf16 bits
     std::vector<std::pair<const char*, cudaEvent_t>> ticks_;
     // Planted faults' device data (tests only; allocated by the first set_faults that needs it):
     // ones [max_num_batched_tokens] int32 (the RoPE fault's extra rotation), swap [max_num_batched_tokens] fp32.

@@ -36,6 +36,7 @@
 #ifdef ONECARD_HAVE_CUDA
 
 #include "backend/cuda/stream.h"
+#include "core/fp_formats.h"
 #include "engine/memory_plan.h"
 #include "kvcache/kv_spec.h"
 #include "loader/checkpoint.h"
@@ -49,7 +50,9 @@
 #include "support/test_support.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <string>
 
 namespace onecard {
 namespace {
@@ -527,6 +530,148 @@ TEST(GpuTame, PlantedFaultsAreCaught) {
     EXPECT_FALSE(probe(g).caught());
     g.model->check_integrity();
     r.model->check_integrity();
+}
+
+// Teacher forcing: the same probes compared sub-block by sub-block. The GPU records its residual
+// streams at every sub-block boundary (GpuModel::set_stream_recording; steps run without graphs,
+// the kernels are the same); the bf16-storage oracle runs each sub-block alone on the GPU's own input
+// streams (DeepSeekV4::forward_sub_block), so a sub-block's distance is its own error, not the chaos
+// of every layer before it. Distance at a position: |X_gpu − X_oracle| / |X_oracle − X_in| at the
+// sub-block's output (the error relative to what the sub-block changed). A fault is caught when some
+// sub-block's median over the prefill or the decode rows exceeds kTfMedianRatio x the clean probe's,
+// or its worst row kTfWorstRatio x the clean worst: bars relative to the floor of the same path
+// (GPU runs are deterministic, so the clean figures are exact).
+constexpr double kTfMedianRatio = 1.5;
+constexpr double kTfWorstRatio = 2.0;
+
+struct TfStats {
+    double median = 0, worst = 0;
+};
+struct TfProbe {
+    std::vector<TfStats> prefill, decode;  // [2·layers]: attention, MoE of layer 0, then layer 1, ...
+};
+
+TfStats tf_stats(std::vector<double> d) {
+    TfStats t;
+    std::sort(d.begin(), d.end());
+    t.median = d[d.size() / 2];
+    t.worst = d.back();
+    return t;
+}
+
+TfProbe teacher_forced_probe(Gpu& g, const DeepSeekV4& cpu) {
+    const Oracle& o = *g.o;
+    const int64_t row = 4 * o.cfg.hidden_size, L = o.cfg.num_hidden_layers, P = 2 * L + 1, T = kPrompt;
+    std::vector<std::vector<float>> X(static_cast<size_t>(P), std::vector<float>(static_cast<size_t>(T * row)));
+    std::vector<int64_t> steps = {64, 61, 35};
+    steps.resize(3 + 32, 1);
+    const FreshSeq fs = fresh_seq(g);
+    cuda::Stream s;
+    g.model->set_stream_recording(true);
+    int64_t pos = 0;
+    for (int64_t c : steps) {
+        GpuStepSeq q;
+        q.slot = fs.slot;
+        q.block_table = fs.blocks;
+        q.start_pos = pos;
+        q.tokens = std::span<const int32_t>(o.tokens).subspan(static_cast<size_t>(pos), static_cast<size_t>(c));
+        q.want_logits = true;
+        g.model->step(std::span<const GpuStepSeq>(&q, 1), LogitRows::Last, s.get());
+        s.sync();
+        g.model->check_host_experts();
+        const std::vector<uint16_t>& rec = g.model->recorded_streams();
+        EXPECT_EQ(static_cast<int64_t>(rec.size()), P * c * row);
+        for (int64_t pt = 0; pt < P; ++pt)
+            for (int64_t i = 0; i < c * row; ++i)
+                X[static_cast<size_t>(pt)][static_cast<size_t>(pos * row + i)] =
+                    bf16_to_f32(rec[static_cast<size_t>(pt * c * row + i)]);
+        pos += c;
+    }
+    g.model->set_stream_recording(false);
+    TfProbe out;
+    SequenceState st = cpu.new_sequence();
+    for (int64_t k = 0; k + 1 < P; ++k) {
+        std::vector<float> y = X[static_cast<size_t>(k)];
+        cpu.forward_sub_block(st, k / 2, k % 2 == 0 ? DeepSeekV4::SubBlock::Attention : DeepSeekV4::SubBlock::Moe,
+                              o.tokens, y.data());
+        const std::vector<float>& in = X[static_cast<size_t>(k)];
+        const std::vector<float>& got = X[static_cast<size_t>(k + 1)];
+        std::vector<double> d(static_cast<size_t>(T));
+        for (int64_t t = 0; t < T; ++t) {
+            double err = 0, moved = 0;
+            for (int64_t i = t * row; i < (t + 1) * row; ++i) {
+                const double e = double(got[static_cast<size_t>(i)]) - y[static_cast<size_t>(i)];
+                const double m = double(y[static_cast<size_t>(i)]) - in[static_cast<size_t>(i)];
+                err += e * e;
+                moved += m * m;
+            }
+            d[static_cast<size_t>(t)] = std::sqrt(err / std::max(moved, 1e-30));
+        }
+        out.prefill.push_back(tf_stats({d.begin(), d.begin() + 160}));
+        out.decode.push_back(tf_stats({d.begin() + 160, d.end()}));
+    }
+    return out;
+}
+
+const char* tf_name(int64_t k) {
+    static const char* names[] = {"attn", "moe"};
+    return names[k % 2];
+}
+
+// The worst ratio of a probe to the clean one over every sub-block and both row sets; where.
+struct TfVerdict {
+    double median_ratio = 0, worst_ratio = 0;
+    std::string where;
+    bool caught() const { return median_ratio > kTfMedianRatio || worst_ratio > kTfWorstRatio; }
+};
+TfVerdict tf_verdict(const TfProbe& p, const TfProbe& clean) {
+    TfVerdict v;
+    for (size_t k = 0; k < p.prefill.size(); ++k)
+        for (int part = 0; part < 2; ++part) {
+            const TfStats& a = part ? p.decode[k] : p.prefill[k];
+            const TfStats& c = part ? clean.decode[k] : clean.prefill[k];
+            const double mr = a.median / c.median, wr = a.worst / c.worst;
+            if (std::max(mr / kTfMedianRatio, wr / kTfWorstRatio) >
+                std::max(v.median_ratio / kTfMedianRatio, v.worst_ratio / kTfWorstRatio)) {
+                v.median_ratio = mr;
+                v.worst_ratio = wr;
+                v.where = std::string("layer ") + std::to_string(k / 2) + " " + tf_name(static_cast<int64_t>(k)) +
+                          (part ? ", decode rows" : ", prefill rows");
+            }
+        }
+    return v;
+}
+
+TEST(GpuTame, TeacherForcedSubBlocksCatchPlantedFaults) {
+    ONECARD_REQUIRE_GPU();
+    Gpu& g = gpu();
+    const Oracle& o = oracle();
+    DeepSeekV4 cpu(o.cfg, o.w, Numerics::Reference);
+    cpu.set_bf16_storage(true);
+    const TfProbe clean = teacher_forced_probe(g, cpu);
+    std::printf("[gpu tame] teacher forcing, clean GPU per sub-block (median / worst, prefill | decode):\n");
+    for (size_t k = 0; k < clean.prefill.size(); ++k)
+        std::printf("[gpu tame]   layer %zu %-4s  %.2e / %.2e | %.2e / %.2e\n", k / 2, tf_name(static_cast<int64_t>(k)),
+                    clean.prefill[k].median, clean.prefill[k].worst, clean.decode[k].median, clean.decode[k].worst);
+    // The clean probe against itself is the identity; a second clean run must reproduce it exactly.
+    const TfVerdict again = tf_verdict(teacher_forced_probe(g, cpu), clean);
+    EXPECT_FALSE(again.caught()) << "a clean rerun differs from the clean run: " << again.where;
+    std::printf(
+        "[gpu tame] teacher-forced fault table (largest ratio to the clean sub-block; bars %.1fx median, %.1fx "
+        "worst)\n",
+        kTfMedianRatio, kTfWorstRatio);
+    for (const Fault& f : kFaults) {
+        GpuFaultPlan plan;
+        plan.*(f.flag) = true;
+        g.model->set_faults(plan);
+        const TfVerdict v = tf_verdict(teacher_forced_probe(g, cpu), clean);
+        g.model->set_faults(GpuFaultPlan{});
+        std::printf("[gpu tame] | %-38s | median x%.2f, worst x%.2f at %-28s | %s |\n", f.name, v.median_ratio,
+                    v.worst_ratio, v.where.c_str(), v.caught() ? "caught" : "MISSED");
+        EXPECT_TRUE(v.caught()) << f.name << ": the largest sub-block ratio is x" << v.median_ratio << " median, x"
+                                << v.worst_ratio << " worst (" << v.where << ")";
+    }
+    g.model->check_integrity();
 }
 
 }  // namespace
