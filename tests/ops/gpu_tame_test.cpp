@@ -21,16 +21,17 @@
 // cold run through the same step shapes (gpu_prefix_cache_test.cpp), so they meet these bars exactly
 // when the cold paths here do. Speculation has no GPU path yet (issue 17).
 //
-// Planted faults (GpuFaultPlan, src/model_cuda/gpu_fault_plan.h): each runs a probe — chunked prefill
-// 64 + 61 + 35 then 32 one-token decode steps through CUDA graphs, on a slot and KV blocks no other
-// run used (so a stale ring slot or indexer key cannot hold the right value by accident) — and the
-// same check must fail on the prefill rows or on the decode rows. The same probes run on the default
-// (random, chaotic) drawing at the same seed against gpu_model_test.cpp's floor-derived bars, and
-// the table printed says which faults that test would have missed. On the H200 (2026-12-02) the tame
-// model catches 2 of the 9 (the dropped ring row, the missing clamp) and the random model 2 (the
-// dropped ring row, the swapped weights): the others move the logits by 1.3-1.9x the clean GPU's
-// distance, below the fixed 2e-2 bar. This test fails there until a comparison can see them
-// (docs/results.md, issue 23): it is the issue's specification, not a regression.
+// Planted faults (GpuFaultPlan, src/model_cuda/gpu_fault_plan.h), each in a probe — chunked prefill
+// 64 + 61 + 35 then 32 one-token decode steps, on a slot and KV blocks no other run used (so a stale
+// ring slot or indexer key cannot hold the right value by accident) — compared two ways:
+//  * TeacherForcedSubBlocksCatchPlantedFaults, the gate: every sub-block of every layer against the
+//    oracle fed the GPU's own input streams, judged against the clean probe's figures per sub-block.
+//    On the H200 (2026-12-03) it catches all 9, the weakest (RoPE off by one) at 2.8x its clean median.
+//  * WholeModelLogitsFaultTable: the final logits against issue 23's fixed bars, on the tame and on the
+//    default (random) drawing (gpu_model_test.cpp's floor-derived bars). There the chaos of 4 layers
+//    hides most faults: the tame model sees 2 of the 9 (the dropped ring row, the missing clamp), the
+//    random model 2 (the dropped ring row, the swapped weights). The test prints the table and holds
+//    the two the tame logits see (a regression guard), not the other seven.
 #include "gpu_test_util.h"
 
 #ifdef ONECARD_HAVE_CUDA
@@ -477,17 +478,18 @@ Probe probe(Gpu& g) {
 struct Fault {
     const char* name;
     bool GpuFaultPlan::*flag;
+    bool tame_logits_see_it;  // the whole-model logit comparison on the tame model catches it (H200, 2026-12-02/03)
 };
 constexpr Fault kFaults[] = {
-    {"drop one KV entry per step (ring)", &GpuFaultPlan::drop_ring_row},
-    {"sliding window off by one", &GpuFaultPlan::window_off_by_one},
-    {"skip one compressed entry per step", &GpuFaultPlan::skip_compressed_entry},
-    {"stale indexer keys", &GpuFaultPlan::stale_indexer_keys},
-    {"FP8 block scale x2 (FNUZ trap)", &GpuFaultPlan::fp8_block_scale_x2},
-    {"missing SwiGLU clamp", &GpuFaultPlan::no_swiglu_clamp},
-    {"routing without the selection bias", &GpuFaultPlan::route_without_bias},
-    {"two experts' routing weights swapped", &GpuFaultPlan::swap_expert_weights},
-    {"RoPE position off by one (queries)", &GpuFaultPlan::rope_off_by_one},
+    {"drop one KV entry per step (ring)", &GpuFaultPlan::drop_ring_row, true},
+    {"sliding window off by one", &GpuFaultPlan::window_off_by_one, false},
+    {"skip one compressed entry per step", &GpuFaultPlan::skip_compressed_entry, false},
+    {"stale indexer keys", &GpuFaultPlan::stale_indexer_keys, false},
+    {"FP8 block scale x2 (FNUZ trap)", &GpuFaultPlan::fp8_block_scale_x2, false},
+    {"missing SwiGLU clamp", &GpuFaultPlan::no_swiglu_clamp, true},
+    {"routing without the selection bias", &GpuFaultPlan::route_without_bias, false},
+    {"two experts' routing weights swapped", &GpuFaultPlan::swap_expert_weights, false},
+    {"RoPE position off by one (queries)", &GpuFaultPlan::rope_off_by_one, false},
 };
 
 Probe probe_with(Gpu& g, const Fault& f) {
@@ -499,9 +501,10 @@ Probe probe_with(Gpu& g, const Fault& f) {
     return p;
 }
 
-// Each planted fault on the tame model must fail issue 23's bars; the same fault on the random model
-// is judged by gpu_model_test.cpp's floor-derived bars, to show which ones that test would miss.
-TEST(GpuTame, PlantedFaultsAreCaught) {
+// Each planted fault against the final logits: on the tame model by issue 23's bars, on the random
+// model by gpu_model_test.cpp's floor-derived bars, to show which ones a logit comparison misses (the
+// gate is TeacherForcedSubBlocksCatchPlantedFaults below).
+TEST(GpuTame, WholeModelLogitsFaultTable) {
     ONECARD_REQUIRE_GPU();
     Gpu& g = gpu();
     Gpu& r = random_gpu();
@@ -523,8 +526,10 @@ TEST(GpuTame, PlantedFaultsAreCaught) {
         std::printf("[gpu tame] | %-38s | tame %.2e / %.2e: %-6s | random %.2e / %.2e: %s |\n", f.name,
                     p.prefill.a.median, p.decode.a.median, p.caught() ? "caught" : "MISSED", q.prefill.a.median,
                     q.decode.a.median, q.caught() ? "caught" : "missed");
-        EXPECT_TRUE(p.caught()) << f.name << " passes the bars: prefill median " << p.prefill.a.median
-                                << ", decode median " << p.decode.a.median << " (bar " << kMedianBar << ")";
+        if (f.tame_logits_see_it) {
+            EXPECT_TRUE(p.caught()) << f.name << " passes the bars: prefill median " << p.prefill.a.median
+                                    << ", decode median " << p.decode.a.median << " (bar " << kMedianBar << ")";
+        }
     }
     // Faults off again: the models are back to the clean numbers (the FNUZ fault's scale restored).
     EXPECT_FALSE(probe(g).caught());
