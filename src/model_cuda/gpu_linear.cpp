@@ -60,7 +60,8 @@ void GpuLinears::bf16(const GpuBf16Linear& l, const __nv_bfloat16* x, int64_t m,
     ONECARD_CHECK(scale == 1.0f || out == cuda::GemmOut::F32, "bf16 linear: a scaled output must be fp32");
     if (m == 0) return;
     if (gemv_ && m <= kGemvMaxRows && cuda::bf16_gemv_ok(x, ld_x ? ld_x : l.n_in, l.w, l.n_in)) {
-        cuda::bf16_gemv(x, ld_x, l.w, y, out, 0, m, l.n_out, l.n_in, s, 0, scale);  // scaled in the epilogue
+        cuda::bf16_gemv(x, l.w, y, out, {.m = m, .n = l.n_out, .k = l.n_in, .ld_x = ld_x}, s,
+                        scale);  // alpha: the epilogue scale
         return;
     }
     bf16_gemm_.run(x, ld_x, l.w, y, out, 0, m, l.n_out, l.n_in, s);
@@ -75,7 +76,8 @@ void GpuLinears::grouped(const GpuFp8Linear& l, int64_t groups, const __nv_bfloa
                   l.n_in);
     const int64_t rows = l.n_out / groups, k = l.n_in;
     if (gemv_ && m <= cuda::kBf16GemvFp8wMaxM && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
-        cuda::bf16_gemv_fp8w(x, 0, l.w, l.ws, z, cuda::GemmOut::Bf16, 0, m, l.n_out, k, s, rows);
+        cuda::bf16_gemv_fp8w(x, l.w, l.ws, z, cuda::GemmOut::Bf16,
+                             {.m = m, .n = l.n_out, .k = k, .rows_per_group = rows}, s);
         return;
     }
     const cuda::DeviceArena::Mark mark = ws_.mark();

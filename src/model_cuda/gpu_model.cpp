@@ -402,10 +402,10 @@ void GpuModel::attention(const StepPlan& p, const GpuBlock& blk, const bf16* xn,
         lin_->fp8(w.wq_b, b.qr, n, b.q, s);
     }
     cuda::rmsnorm_bf16(b.q, nullptr, b.q, n * H, hd, eps, s);
-    cuda::rope_bf16_pair(b.q, H, b.kv, 1, n, hd, rope, n_rope, meta_->positions, cuda::RopeDirection::Forward, s);
+    cuda::rope_bf16_pair(b.q, H, b.kv, 1, n, hd, {rope, n_rope, meta_->positions, cuda::RopeDirection::Forward}, s);
     // Planted fault: one more rotation by one position (rotations add) puts the queries at p + 1.
     if (opt_.faults.rope_off_by_one)
-        cuda::rope_bf16(b.q, n, H, hd, rope, n_rope, fault_ones_, cuda::RopeDirection::Forward, s);
+        cuda::rope_bf16(b.q, n, H, hd, {rope, n_rope, fault_ones_, cuda::RopeDirection::Forward}, s);
     tick("attn: q/kv path (wq_a|wkv, wq_b, norms, rope)", s);
     build_write_offsets(*meta_, pool_, il, W, b.step_dst, b.ring_dst, b.entry_dst, b.key_dst, s);
     const KvCacheSpec& spec = pool_.spec();
@@ -473,8 +473,9 @@ void GpuModel::attention(const StepPlan& p, const GpuBlock& blk, const bf16* xn,
         id.softmax_scale = 1.0f / std::sqrt(static_cast<float>(dI));
         const cuda::PagedStreamAddr ka =
             pool_.entry_addr(il, KvStreamKind::IndexerKey, meta_->block_tables, meta_->max_blocks);
-        cuda::indexer_topk(b.iq, b.iw, meta_->positions, meta_->row_of_token, pool_.base(), ka, b.topk, n,
-                           p.pos_bound / ratio, id, b.index_scratch, b.index_scratch_floats, s);
+        cuda::indexer_topk({b.iq, b.iw, meta_->positions, meta_->row_of_token, pool_.base(), ka, b.topk, n,
+                            p.pos_bound / ratio, b.index_scratch, b.index_scratch_floats},
+                           id, s);
         picks = b.topk;
         tick("attn: indexer scores + top-k", s);
     }
@@ -496,7 +497,7 @@ void GpuModel::attention(const StepPlan& p, const GpuBlock& blk, const bf16* xn,
     tick("attn: key lists", s);
     cuda::sparse_attention(b.q, pool_.base(), b.kv_off, max_keys, w.sink, b.o, n, ad, s, b.attn_scratch,
                            cuda::sparse_attention_scratch_floats(H, hd));
-    cuda::rope_bf16(b.o, n, H, hd, rope, n_rope, meta_->positions, cuda::RopeDirection::Inverse, s);
+    cuda::rope_bf16(b.o, n, H, hd, {rope, n_rope, meta_->positions, cuda::RopeDirection::Inverse}, s);
     tick("attn: sparse attention", s);
     lin_->grouped(w.wo_a, c.o_groups, b.o, n, b.z, s);
     tick("attn: wo_a (grouped)", s);
@@ -515,9 +516,9 @@ void GpuModel::moe(const StepPlan& p, const GpuBlock& blk, const bf16* xn, bf16*
     const GpuMoE& m = blk.ffn;
     const bool hash = c.is_hash_layer(blk.layer_id);
     lin_->bf16(m.gate, xn, n, b.router, cuda::GemmOut::F32, s);
+    const cuda::MoeRouteDims route{c.n_routed_experts, K, static_cast<float>(c.routed_scaling_factor)};
     cuda::moe_route(b.router, hash || opt_.faults.route_without_bias ? nullptr : m.bias, hash ? m.tid2eid : nullptr,
-                    meta_->tokens, n, c.n_routed_experts, K, static_cast<float>(c.routed_scaling_factor), b.experts,
-                    b.weights, s);
+                    meta_->tokens, n, route, b.experts, b.weights, s);
     if (opt_.faults.swap_expert_weights && K >= 2) {  // planted fault: picks 0 and 1 trade weights
         const size_t pitch = static_cast<size_t>(K) * sizeof(float), row = sizeof(float);
         const auto n_rows = static_cast<size_t>(n);
@@ -539,9 +540,19 @@ void GpuModel::moe(const StepPlan& p, const GpuBlock& blk, const bf16* xn, bf16*
     // On a streaming step this layer's staged host experts run on the GPU too (HostExpertStreamer).
     const bool staged = host_pairs && p.stream_experts && m.n_stream > 0;
     if (host_pairs) {
-        cuda::host_moe_publish(b.xq, b.xs, b.experts, b.weights, m.expert_slot, staged ? m.expert_stream_slot : nullptr,
-                               b.local_ids, staged ? b.stream_ids : nullptr, n, K, D,
-                               static_cast<int32_t>(blk.layer_id), host_->view(), s);
+        cuda::host_moe_publish({.xq = b.xq,
+                                .xs = b.xs,
+                                .experts = b.experts,
+                                .weights = b.weights,
+                                .slot_of = m.expert_slot,
+                                .stream_slot_of = staged ? m.expert_stream_slot : nullptr,
+                                .local_ids = b.local_ids,
+                                .stream_ids = staged ? b.stream_ids : nullptr,
+                                .n = n,
+                                .top_k = K,
+                                .dim = D,
+                                .layer = static_cast<int32_t>(blk.layer_id)},
+                               host_->view(), s);
         tick("moe: host experts publish", s);
     }
     if (x_once) {

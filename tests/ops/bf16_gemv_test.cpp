@@ -47,8 +47,14 @@ void check_gemv(int64_t m, int64_t n, int64_t k, cuda::GemmOut out, int64_t ld_x
     void* dy = arena.alloc(static_cast<size_t>(m * n) * esz, "y");
     cuda::fill_bytes(dy, 0xFF, static_cast<size_t>(m * n) * esz);
     cuda::Stream s;
-    cuda::bf16_gemv(reinterpret_cast<const __nv_bfloat16*>(dx), ld_x, reinterpret_cast<const __nv_bfloat16*>(dw), dy,
-                    out, 0, m, n, k, s.get(), groups > 1 ? rows : 0, alpha);
+    cuda::Bf16GemvShape shape;
+    shape.m = m;
+    shape.n = n;
+    shape.k = k;
+    shape.ld_x = ld_x;
+    shape.rows_per_group = groups > 1 ? rows : 0;
+    cuda::bf16_gemv(reinterpret_cast<const __nv_bfloat16*>(dx), reinterpret_cast<const __nv_bfloat16*>(dw), dy, out,
+                    shape, s.get(), alpha);
     s.sync();
     std::vector<float> got;
     if (out == cuda::GemmOut::F32) {
@@ -112,8 +118,12 @@ void check_gemv_fp8w(int64_t m, int64_t n, int64_t k, cuda::GemmOut out, int64_t
     void* dy = arena.alloc(static_cast<size_t>(m * n) * esz, "y");
     cuda::fill_bytes(dy, 0xFF, static_cast<size_t>(m * n) * esz);
     cuda::Stream s;
-    cuda::bf16_gemv_fp8w(reinterpret_cast<const __nv_bfloat16*>(dx), 0, dw, dws, dy, out, 0, m, n, k, s.get(),
-                         groups > 1 ? rows : 0);
+    cuda::Bf16GemvShape shape;
+    shape.m = m;
+    shape.n = n;
+    shape.k = k;
+    shape.rows_per_group = groups > 1 ? rows : 0;
+    cuda::bf16_gemv_fp8w(reinterpret_cast<const __nv_bfloat16*>(dx), dw, dws, dy, out, shape, s.get());
     cuda::fp8_weight_to_bf16(dw, dws, dwb, n, k, s.get());
     s.sync();
     const auto wb = test::from_bf16_bits(cuda::copy_to_host(reinterpret_cast<const uint16_t*>(dwb), w.size()));
@@ -168,8 +178,9 @@ TEST(CudaBf16Gemv, RefusesUnsupportedShapes) {
     cuda::DeviceArena arena(size_t{1} << 20, "gemv refusal");
     auto* p = arena.alloc_n<__nv_bfloat16>(4096, "buf");
     EXPECT_FALSE(cuda::bf16_gemv_ok(p, 100, p, 100));
-    EXPECT_THROW(cuda::bf16_gemv(p, 0, p, p, cuda::GemmOut::F32, 0, 1, 16, 100, nullptr), Error);
-    EXPECT_THROW(cuda::bf16_gemv(p, 0, p, p, cuda::GemmOut::F32, 0, 1, 40, 64, nullptr, 24), Error);
+    EXPECT_THROW(cuda::bf16_gemv(p, p, p, cuda::GemmOut::F32, {.m = 1, .n = 16, .k = 100}, nullptr), Error);
+    EXPECT_THROW(
+        cuda::bf16_gemv(p, p, p, cuda::GemmOut::F32, {.m = 1, .n = 40, .k = 64, .rows_per_group = 24}, nullptr), Error);
 }
 
 }  // namespace

@@ -190,8 +190,19 @@ std::vector<int32_t> run_gpu(const IndexerCase& c, std::mt19937& rng, int64_t sc
     d.topk = c.topk;
     d.softmax_scale = c.scale();
     cuda::Stream s;
-    cuda::indexer_topk(reinterpret_cast<const __nv_bfloat16*>(dq), dw, dpos, dseq, dpool, addr, dout, c.n(), max_vis, d,
-                       dscratch, scratch_floats, s.get());
+    cuda::IndexerTopkArgs args;
+    args.q = reinterpret_cast<const __nv_bfloat16*>(dq);
+    args.w = dw;
+    args.positions = dpos;
+    args.row_of_token = dseq;
+    args.pool = dpool;
+    args.addr = addr;
+    args.out = dout;
+    args.n = c.n();
+    args.max_visible = max_vis;
+    args.scratch = dscratch;
+    args.scratch_floats = scratch_floats;
+    cuda::indexer_topk(args, d, s.get());
     s.sync();
     return cuda::copy_to_host(dout, n_out);
 }
@@ -407,9 +418,13 @@ TEST(CudaIndexerArgs, RejectsScratchSmallerThanOneRow) {
     cuda::IndexerDims d;
     d.softmax_scale = 1.0f / std::sqrt(128.0f);
     float fake = 0.0f;
-    EXPECT_THROW(
-        cuda::indexer_topk(nullptr, nullptr, nullptr, nullptr, nullptr, addr, nullptr, 4, 1000, d, &fake, 999, nullptr),
-        Error);
+    cuda::IndexerTopkArgs args;
+    args.addr = addr;
+    args.n = 4;
+    args.max_visible = 1000;
+    args.scratch = &fake;
+    args.scratch_floats = 999;
+    EXPECT_THROW(cuda::indexer_topk(args, d, nullptr), Error);
 }
 
 TEST(CudaIndexerArgs, RejectsBadDims) {
@@ -419,7 +434,13 @@ TEST(CudaIndexerArgs, RejectsBadDims) {
     d.softmax_scale = 1.0f / std::sqrt(128.0f);
     float fake = 0.0f;
     auto call = [&](const cuda::IndexerDims& dd, const cuda::PagedStreamAddr& aa) {
-        cuda::indexer_topk(nullptr, nullptr, nullptr, nullptr, nullptr, aa, nullptr, 1, 1, dd, &fake, 1, nullptr);
+        cuda::IndexerTopkArgs args;
+        args.addr = aa;
+        args.n = 1;
+        args.max_visible = 1;
+        args.scratch = &fake;
+        args.scratch_floats = 1;
+        cuda::indexer_topk(args, dd, nullptr);
     };
     cuda::IndexerDims bad = d;
     bad.n_heads = 48;  // no kernel instantiation

@@ -275,7 +275,7 @@ TEST(CudaHadamardFp4, FusedRopeEqualsTheTwoKernels) {
     auto* dpos = test::upload(arena, pos, "positions");
     auto bf = [](uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); };
     cuda::Stream s;
-    cuda::rope_bf16(bf(a), n_tok, nI, dI, dinv, n_rope, dpos, cuda::RopeDirection::Forward, s.get());
+    cuda::rope_bf16(bf(a), n_tok, nI, dI, {dinv, n_rope, dpos, cuda::RopeDirection::Forward}, s.get());
     cuda::hadamard_fp4_sim(bf(a), n_tok * nI, dI, s.get());
     cuda::rope_hadamard_fp4_sim(bf(b), n_tok, nI, dI, dinv, n_rope, dpos, s.get());
     s.sync();

@@ -100,7 +100,7 @@ void check_route(const RouteCase& c) {
     cuda::fill_bytes(de, 0xFF, ref_ids.size() * 4);
     cuda::fill_bytes(dw, 0xFF, ref_w.size() * 4);
     cuda::Stream s;
-    cuda::moe_route(dl, db, dt, dtok, n, E, K, route_scale, de, dw, s.get());
+    cuda::moe_route(dl, db, dt, dtok, n, {E, K, route_scale}, de, dw, s.get());
     s.sync();
     const auto ids = cuda::copy_to_host(de, ref_ids.size());
     const auto w = cuda::copy_to_host(dw, ref_w.size());

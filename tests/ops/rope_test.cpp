@@ -30,8 +30,9 @@ void check_rope(bool yarn, bool inverse, uint32_t seed) {
     auto* dinv = test::upload(arena, inv, "inv_freq");
     auto* dpos = test::upload(arena, pos, "positions");
     cuda::Stream s;
-    cuda::rope_bf16(reinterpret_cast<__nv_bfloat16*>(dx), n_tok, n_vec, dim, dinv, n_rope, dpos,
-                    inverse ? cuda::RopeDirection::Inverse : cuda::RopeDirection::Forward, s.get());
+    cuda::rope_bf16(reinterpret_cast<__nv_bfloat16*>(dx), n_tok, n_vec, dim,
+                    {dinv, n_rope, dpos, inverse ? cuda::RopeDirection::Inverse : cuda::RopeDirection::Forward},
+                    s.get());
     s.sync();
     const auto y = test::from_bf16_bits(cuda::copy_to_host(dx, x.size()));
     for (size_t i = 0; i < y.size(); ++i) {
@@ -79,9 +80,10 @@ TEST(CudaRope, PairLaunchEqualsTwoCalls) {
     auto* dpos = test::upload(arena, pos, "positions");
     auto bf = [](uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); };
     cuda::Stream s;
-    cuda::rope_bf16(bf(q1), n_tok, 8, dim, dinv, n_rope, dpos, cuda::RopeDirection::Forward, s.get());
-    cuda::rope_bf16(bf(k1), n_tok, 1, dim, dinv, n_rope, dpos, cuda::RopeDirection::Forward, s.get());
-    cuda::rope_bf16_pair(bf(q2), 8, bf(k2), 1, n_tok, dim, dinv, n_rope, dpos, cuda::RopeDirection::Forward, s.get());
+    const cuda::RopeRotation rot{dinv, n_rope, dpos, cuda::RopeDirection::Forward};
+    cuda::rope_bf16(bf(q1), n_tok, 8, dim, rot, s.get());
+    cuda::rope_bf16(bf(k1), n_tok, 1, dim, rot, s.get());
+    cuda::rope_bf16_pair(bf(q2), 8, bf(k2), 1, n_tok, dim, rot, s.get());
     s.sync();
     EXPECT_EQ(cuda::copy_to_host(q2, q.size()), cuda::copy_to_host(q1, q.size()));
     EXPECT_EQ(cuda::copy_to_host(k2, kv.size()), cuda::copy_to_host(k1, kv.size()));

@@ -262,15 +262,15 @@ bool bf16_gemv_ok(const __nv_bfloat16* x, int64_t ld_x, const __nv_bfloat16* w, 
            reinterpret_cast<uintptr_t>(w) % 16 == 0;
 }
 
-void bf16_gemv(const __nv_bfloat16* x, int64_t ld_x, const __nv_bfloat16* w, void* y, GemmOut out, int64_t ld_y,
-               int64_t m, int64_t n, int64_t k, cudaStream_t stream, int64_t rows_per_group, float alpha) {
-    gemv_passes<false>(x, ld_x, w, nullptr, y, out, ld_y, m, n, k, stream, rows_per_group, alpha);
+void bf16_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, GemmOut out, const Bf16GemvShape& sh,
+               cudaStream_t stream, float alpha) {
+    gemv_passes<false>(x, sh.ld_x, w, nullptr, y, out, sh.ld_y, sh.m, sh.n, sh.k, stream, sh.rows_per_group, alpha);
 }
 
-void bf16_gemv_fp8w(const __nv_bfloat16* x, int64_t ld_x, const uint8_t* w, const float* ws, void* y, GemmOut out,
-                    int64_t ld_y, int64_t m, int64_t n, int64_t k, cudaStream_t stream, int64_t rows_per_group) {
+void bf16_gemv_fp8w(const __nv_bfloat16* x, const uint8_t* w, const float* ws, void* y, GemmOut out,
+                    const Bf16GemvShape& sh, cudaStream_t stream) {
     ONECARD_CHECK(ws != nullptr, "bf16_gemv_fp8w: no weight scales");
-    gemv_passes<true>(x, ld_x, w, ws, y, out, ld_y, m, n, k, stream, rows_per_group, 1.0f);
+    gemv_passes<true>(x, sh.ld_x, w, ws, y, out, sh.ld_y, sh.m, sh.n, sh.k, stream, sh.rows_per_group, 1.0f);
 }
 
 void fp8_weight_to_bf16(const uint8_t* w, const float* ws, __nv_bfloat16* out, int64_t n, int64_t k,

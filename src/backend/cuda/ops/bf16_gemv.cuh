@@ -28,17 +28,25 @@ inline constexpr int64_t kBf16GemvFp8wMaxM = 64;
 // Whether bf16_gemv takes this shape: k % 64 == 0, x and its row stride 16-byte aligned.
 bool bf16_gemv_ok(const __nv_bfloat16* x, int64_t ld_x, const __nv_bfloat16* w, int64_t k);
 
-// x [m, ld_x] bf16 (row stride ld_x, 0 = k·groups); W [n, k] dense bf16; y [m, n] of type `out` (row
-// stride ld_y, 0 = n). rows_per_group = 0: one group (x columns [0, k)); else n % rows_per_group == 0
-// and row r reads x columns [(r / rows_per_group)·k, +k). alpha multiplies the fp32 sum before the
-// store (the indexer's 1/sqrt(heads) on weights_proj). Any m (passes of 32 rows).
-void bf16_gemv(const __nv_bfloat16* x, int64_t ld_x, const __nv_bfloat16* w, void* y, GemmOut out, int64_t ld_y,
-               int64_t m, int64_t n, int64_t k, cudaStream_t stream, int64_t rows_per_group = 0, float alpha = 1.0f);
+// The shape of y [m, n] = x [m, k·groups] · W [n, k]ᵀ for both forms below.
+struct Bf16GemvShape {
+    int64_t m = 0, n = 0, k = 0;
+    int64_t ld_x = 0;  // x's row stride (0: k·groups)
+    int64_t ld_y = 0;  // y's row stride (0: n)
+    // 0: one group (x columns [0, k)); else n % rows_per_group == 0 and row r of W reads x columns
+    // [(r / rows_per_group)·k, +k).
+    int64_t rows_per_group = 0;
+};
+
+// x bf16; W [n, k] dense bf16; y of type `out`. alpha multiplies the fp32 sum before the store (the
+// indexer's 1/sqrt(heads) on weights_proj). Any m (passes of 32 rows).
+void bf16_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, GemmOut out, const Bf16GemvShape& shape,
+               cudaStream_t stream, float alpha = 1.0f);
 
 // The same with W [n, k] E4M3 and its fp32 block scales ws (fp8_gemm_prepare_weight_scales layout),
-// multiplied as the bf16 values E4M3 · scale. k % 128 == 0; rows_per_group as above; passes of 64 rows.
-void bf16_gemv_fp8w(const __nv_bfloat16* x, int64_t ld_x, const uint8_t* w, const float* ws, void* y, GemmOut out,
-                    int64_t ld_y, int64_t m, int64_t n, int64_t k, cudaStream_t stream, int64_t rows_per_group = 0);
+// multiplied as the bf16 values E4M3 · scale. k % 128 == 0; passes of 64 rows.
+void bf16_gemv_fp8w(const __nv_bfloat16* x, const uint8_t* w, const float* ws, void* y, GemmOut out,
+                    const Bf16GemvShape& shape, cudaStream_t stream);
 
 // out [n, k] bf16 = E4M3 W · block scale (same layout), exact: the bf16 matrix for the GEMM path.
 void fp8_weight_to_bf16(const uint8_t* w, const float* ws, __nv_bfloat16* out, int64_t n, int64_t k,

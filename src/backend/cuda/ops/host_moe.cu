@@ -131,10 +131,14 @@ __global__ void count_picks_kernel(const int32_t* __restrict__ experts, int64_t 
 
 }  // namespace
 
-void host_moe_publish(const uint8_t* xq, const float* xs, const int32_t* experts, const float* weights,
-                      const int32_t* slot_of, const int32_t* stream_slot_of, int32_t* local_ids, int32_t* stream_ids,
-                      int64_t n, int64_t top_k, int64_t dim, int32_t layer, const HostMoeDeviceView& box,
-                      cudaStream_t stream) {
+void host_moe_publish(const HostMoePublishArgs& a, const HostMoeDeviceView& box, cudaStream_t stream) {
+    const uint8_t* xq = a.xq;
+    const float* xs = a.xs;
+    const int32_t *experts = a.experts, *slot_of = a.slot_of, *stream_slot_of = a.stream_slot_of;
+    const float* weights = a.weights;
+    int32_t *local_ids = a.local_ids, *stream_ids = a.stream_ids;
+    const int64_t n = a.n, top_k = a.top_k, dim = a.dim;
+    const int32_t layer = a.layer;
     ONECARD_CHECK(!stream_slot_of || stream_ids, "host_moe_publish: staged experts need the stream_ids output");
     ONECARD_CHECK(n > 0 && top_k > 0 && dim % 128 == 0, "host_moe_publish: n {} top_k {} dim {} (dim % 128 == 0)", n,
                   top_k, dim);

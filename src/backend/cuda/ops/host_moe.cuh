@@ -52,18 +52,26 @@ struct HostMoeDeviceView {
     uint32_t* arrive = nullptr;        // device memory: blocks of the current publish that are done (reset by the last)
 };
 
-// n tokens, K picks each, hidden D (% 128 == 0). slot_of [E] (device): GPU-local slot of a global
-// expert id or -1; local_ids [n·K] (device) receives slot_of[experts[p]] for a GPU expert,
-// kStreamedPair for a host expert staged into HBM this step (stream_slot_of[e] >= 0) and kHostPair
-// for one the host computes; stream_ids [n·K] receives the staged expert's slot (else -1). The
-// mailbox's ids hold the global id of the host's pairs only (-1 elsewhere): the host computes
-// exactly those. stream_slot_of == nullptr: nothing is staged (stream_ids may be nullptr then).
+// One layer's publish: n tokens, K picks each, hidden D (% 128 == 0). local_ids receives
+// slot_of[experts[p]] for a GPU expert, kStreamedPair for a host expert staged into HBM this step
+// (stream_slot_of[e] >= 0) and kHostPair for one the host computes; stream_ids receives the staged
+// expert's slot (else -1). The mailbox's ids hold the global id of the host's pairs only (-1
+// elsewhere): the host computes exactly those.
 constexpr int32_t kHostPair = -1;
 constexpr int32_t kStreamedPair = -2;
-void host_moe_publish(const uint8_t* xq, const float* xs, const int32_t* experts, const float* weights,
-                      const int32_t* slot_of, const int32_t* stream_slot_of, int32_t* local_ids, int32_t* stream_ids,
-                      int64_t n, int64_t top_k, int64_t dim, int32_t layer, const HostMoeDeviceView& box,
-                      cudaStream_t stream);
+struct HostMoePublishArgs {
+    const uint8_t* xq = nullptr;              // [n, D] E4M3: the tokens' FP8 rows
+    const float* xs = nullptr;                // [n, D/128] their scales
+    const int32_t* experts = nullptr;         // [n, K] global expert ids (moe_route)
+    const float* weights = nullptr;           // [n, K] routing weights
+    const int32_t* slot_of = nullptr;         // [E] GPU-local slot of a global id, or -1
+    const int32_t* stream_slot_of = nullptr;  // [E] staged slot, or -1; nullptr: nothing is staged
+    int32_t* local_ids = nullptr;             // out [n·K]
+    int32_t* stream_ids = nullptr;            // out [n·K]; may be nullptr when nothing is staged
+    int64_t n = 0, top_k = 0, dim = 0;
+    int32_t layer = 0;
+};
+void host_moe_publish(const HostMoePublishArgs& a, const HostMoeDeviceView& box, cudaStream_t stream);
 
 // For every pair p with local_ids[p] == kHostPair: waits (once per block) for the host's answer to
 // the last published request, at most timeout_ns, then y2[p, :] = box.y[p, :]. y2 [n·K, D] bf16.

@@ -330,9 +330,15 @@ void launch_scores(const __nv_bfloat16* q, const float* w, const int32_t* positi
 
 }  // namespace
 
-void indexer_topk(const __nv_bfloat16* q, const float* w, const int32_t* positions, const int32_t* row_of_token,
-                  const uint8_t* pool, const PagedStreamAddr& addr, int32_t* out, int64_t n, int64_t max_visible,
-                  const IndexerDims& d, float* scratch, int64_t scratch_floats, cudaStream_t stream) {
+void indexer_topk(const IndexerTopkArgs& a, const IndexerDims& d, cudaStream_t stream) {
+    const __nv_bfloat16* q = a.q;
+    const float* w = a.w;
+    const int32_t *positions = a.positions, *row_of_token = a.row_of_token;
+    const uint8_t* pool = a.pool;
+    const PagedStreamAddr& addr = a.addr;
+    int32_t* out = a.out;
+    const int64_t n = a.n, max_visible = a.max_visible, scratch_floats = a.scratch_floats;
+    float* scratch = a.scratch;
     const int64_t H = d.n_heads;
     ONECARD_CHECK(H == 4 || H == 8 || H == 16 || H == 32 || H == 64,
                   "indexer_topk: n_heads {} is not one of 4, 8, 16, 32, 64", H);

@@ -22,15 +22,22 @@ struct IndexerDims {
     float softmax_scale = 0.0f;  // head_dim^-1/2
 };
 
-// q [n, n_heads, head_dim] bf16 (RoPE'd; Hadamard/FP4-simulated in reference numerics),
-// w [n, n_heads] fp32 (weights_proj output already × n_heads^-1/2), positions [n], row_of_token [n]
-// (row of addr.block_tables), keys at paged_entry_offset(addr, seq, s) in `pool`.
-// out [n, topk] int32: the picked entry indices ascending, then −1 padding (n_visible < topk).
-// scratch: device floats for the scores; the kernel processes as many tokens at a time as fit
-// (needs at least max n_visible floats; throws onecard::Error otherwise). max_visible: an upper
-// bound of n_visible over the batch (host-known from the positions).
-void indexer_topk(const __nv_bfloat16* q, const float* w, const int32_t* positions, const int32_t* row_of_token,
-                  const uint8_t* pool, const PagedStreamAddr& addr, int32_t* out, int64_t n, int64_t max_visible,
-                  const IndexerDims& d, float* scratch, int64_t scratch_floats, cudaStream_t stream);
+// One indexer_topk call over n query tokens.
+struct IndexerTopkArgs {
+    const __nv_bfloat16* q = nullptr;       // [n, n_heads, head_dim] bf16 (RoPE'd; Hadamard/FP4-simulated in REF)
+    const float* w = nullptr;               // [n, n_heads] fp32 (weights_proj output already × n_heads^-1/2)
+    const int32_t* positions = nullptr;     // [n]
+    const int32_t* row_of_token = nullptr;  // [n] row of addr.block_tables
+    const uint8_t* pool = nullptr;          // keys at paged_entry_offset(addr, row, s) from here
+    PagedStreamAddr addr;                   // the layer's indexer-key stream
+    int32_t* out = nullptr;  // [n, topk] int32: the picked entry indices ascending, then −1 (n_visible < topk)
+    int64_t n = 0;
+    int64_t max_visible = 0;  // an upper bound of n_visible over the batch (host-known from the positions)
+    // Device floats for the scores: the kernel processes as many tokens at a time as fit (needs at least
+    // max n_visible floats; throws onecard::Error otherwise).
+    float* scratch = nullptr;
+    int64_t scratch_floats = 0;
+};
+void indexer_topk(const IndexerTopkArgs& a, const IndexerDims& d, cudaStream_t stream);
 
 }  // namespace onecard::cuda

@@ -172,8 +172,9 @@ __global__ void moe_combine_kernel(const __nv_bfloat16* __restrict__ routed, con
 }  // namespace
 
 void moe_route(const float* logits, const float* bias, const int32_t* tid2eid, const int32_t* tokens, int64_t n,
-               int64_t n_experts, int64_t top_k, float route_scale, int32_t* experts, float* weights,
-               cudaStream_t stream) {
+               const MoeRouteDims& d, int32_t* experts, float* weights, cudaStream_t stream) {
+    const int64_t n_experts = d.n_experts, top_k = d.top_k;
+    const float route_scale = d.route_scale;
     ONECARD_CHECK(n_experts > 0 && n_experts <= kMaxExperts, "moe_route: {} experts (1..{} supported)", n_experts,
                   kMaxExperts);
     ONECARD_CHECK(top_k > 0 && top_k <= n_experts && top_k <= kMaxTopK, "moe_route: top_k {} with {} experts", top_k,

@@ -16,9 +16,13 @@ namespace onecard::cuda {
 //    expert id, ids in descending biased-score order (cpu::route_topk);
 //  * hash routing (tid2eid [vocab, K] int32 on the device): experts = tid2eid[tokens[i]] (cpu::route_hash);
 // both: weights = scores[picked] / (Σ scores[picked] + 1e-20) · route_scale. E <= 1024.
+struct MoeRouteDims {
+    int64_t n_experts = 0;  // E
+    int64_t top_k = 0;      // K
+    float route_scale = 1.0f;
+};
 void moe_route(const float* logits, const float* bias, const int32_t* tid2eid, const int32_t* tokens, int64_t n,
-               int64_t n_experts, int64_t top_k, float route_scale, int32_t* experts, float* weights,
-               cudaStream_t stream);
+               const MoeRouteDims& d, int32_t* experts, float* weights, cudaStream_t stream);
 
 // h [rows, inter] bf16 = silu(min(gate, limit)) · clamp(up, −limit, limit) · (row_scale ? row_scale[r] : 1)
 // (limit <= 0: no clamp; cpu::swiglu_clamped), fp32 math. gate/up [rows, inter] bf16 with row

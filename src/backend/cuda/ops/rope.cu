@@ -52,8 +52,11 @@ __global__ void rope_pair_kernel(__nv_bfloat16* xa, int64_t n_a, int64_t n_vec_a
 }  // namespace
 
 void rope_bf16_pair(__nv_bfloat16* x_a, int64_t n_vec_a, __nv_bfloat16* x_b, int64_t n_vec_b, int64_t n_tok,
-                    int64_t dim, const float* inv_freq, int64_t n_rope, const int32_t* positions,
-                    RopeDirection direction, cudaStream_t stream) {
+                    int64_t dim, const RopeRotation& r, cudaStream_t stream) {
+    const float* inv_freq = r.inv_freq;
+    const int64_t n_rope = r.n_rope;
+    const int32_t* positions = r.positions;
+    const RopeDirection direction = r.direction;
     ONECARD_CHECK(n_rope > 0 && n_rope % 2 == 0 && n_rope <= dim,
                   "rope_bf16_pair: n_rope {} must be even and <= dim {}", n_rope, dim);
     const int64_t n_a = n_tok * n_vec_a * (n_rope / 2), n_total = n_a + n_tok * n_vec_b * (n_rope / 2);
@@ -65,8 +68,12 @@ void rope_bf16_pair(__nv_bfloat16* x_a, int64_t n_vec_a, __nv_bfloat16* x_b, int
     CUDA_CHECK_LAUNCH("rope_pair_kernel");
 }
 
-void rope_bf16(__nv_bfloat16* x, int64_t n_tok, int64_t n_vec, int64_t dim, const float* inv_freq, int64_t n_rope,
-               const int32_t* positions, RopeDirection direction, cudaStream_t stream) {
+void rope_bf16(__nv_bfloat16* x, int64_t n_tok, int64_t n_vec, int64_t dim, const RopeRotation& r,
+               cudaStream_t stream) {
+    const float* inv_freq = r.inv_freq;
+    const int64_t n_rope = r.n_rope;
+    const int32_t* positions = r.positions;
+    const RopeDirection direction = r.direction;
     ONECARD_CHECK(n_rope > 0 && n_rope % 2 == 0 && n_rope <= dim, "rope_bf16: n_rope {} must be even and <= dim {}",
                   n_rope, dim);
     const int64_t n_total = n_tok * n_vec * (n_rope / 2);

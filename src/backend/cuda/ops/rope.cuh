@@ -16,15 +16,20 @@ namespace onecard::cuda {
 // de-rotation, dsv4-model.md §4).
 enum class RopeDirection { Forward, Inverse };
 
-// x [n_tok, n_vec, dim] bf16, rotated in place; token t uses positions[t] (device, [n_tok]);
-// inv_freq [n_rope/2] fp32 on the device.
-void rope_bf16(__nv_bfloat16* x, int64_t n_tok, int64_t n_vec, int64_t dim, const float* inv_freq, int64_t n_rope,
-               const int32_t* positions, RopeDirection direction, cudaStream_t stream);
+// A step's rotation: token t turns the trailing n_rope dims of each vector by positions[t]·inv_freq.
+struct RopeRotation {
+    const float* inv_freq = nullptr;     // [n_rope/2] fp32 on the device
+    int64_t n_rope = 0;                  // even, <= the vector's dim
+    const int32_t* positions = nullptr;  // [n_tok] on the device
+    RopeDirection direction = RopeDirection::Forward;
+};
+
+// x [n_tok, n_vec, dim] bf16, rotated in place.
+void rope_bf16(__nv_bfloat16* x, int64_t n_tok, int64_t n_vec, int64_t dim, const RopeRotation& r, cudaStream_t stream);
 
 // rope_bf16 on two tensors of the same head size, positions and frequencies in one launch (the
 // attention's q [n_tok, n_vec_a, dim] and its shared KV head [n_tok, n_vec_b, dim]); same results.
 void rope_bf16_pair(__nv_bfloat16* x_a, int64_t n_vec_a, __nv_bfloat16* x_b, int64_t n_vec_b, int64_t n_tok,
-                    int64_t dim, const float* inv_freq, int64_t n_rope, const int32_t* positions,
-                    RopeDirection direction, cudaStream_t stream);
+                    int64_t dim, const RopeRotation& r, cudaStream_t stream);
 
 }  // namespace onecard::cuda
