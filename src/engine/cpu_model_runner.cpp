@@ -148,7 +148,7 @@ RunnerOutput CpuModelRunner::execute(const SchedulerOutput& batch) {
         if (paged_kv()) {
             ONECARD_CHECK(e.kv.slot == live.slot, "cpu runner: request {} moved from KV slot {} to {} while live", e.id,
                           live.slot, e.kv.slot);
-            live.block_table = e.block_table;
+            apply_block_ids(e, live.block_table);
             PagedSequenceKv(*arena_, *layout_, live.slot, live.block_table)
                 .check_covers(e.start_pos + e.n_tokens() + e.n_draft_tokens);
             if (spec_k_ > 0) {

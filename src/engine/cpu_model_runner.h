@@ -73,7 +73,7 @@ private:
     struct Live {
         SequenceState state;
         int32_t slot = -1;                 // paged KV: the request's slot
-        std::vector<int32_t> block_table;  // paged KV: the table of its last step
+        std::vector<int32_t> block_table;  // paged KV: the request's table, kept up by apply_block_ids
         SpecTrail trail;                   // speculative decoding on: tokens fed, streams for the MTP block
     };
     void save_snapshot(const Live& live, int64_t id);

@@ -4,8 +4,8 @@
 // in kvcache's byte format (kv_format.h: 584-byte entries and 132-byte indexer keys at Flash shape).
 // It lives in engine/ because only the engine links both the model and kvcache.
 //
-// A view is cheap (a few references) and made per request per step from the slot and block table of
-// its ScheduledRequest; the block table must cover every token the step computes.
+// A view is cheap (a few references) and made per request per step from its slot and the block table
+// the runner keeps for it (apply_block_ids); the table must cover every token the step computes.
 #pragma once
 
 #include "kvcache/kv_arena.h"

@@ -33,8 +33,9 @@ struct Request {
 
     RequestStatus status = RequestStatus::Waiting;
     int64_t num_computed_tokens = 0;
-    KvHandle kv;          // valid only while Running
-    bool paused = false;  // the engine's event queue for it is full: skip it this step
+    KvHandle kv;                  // valid only while Running
+    int64_t num_sent_blocks = 0;  // blocks of kv's table the runner has been sent (0: send it whole)
+    bool paused = false;          // the engine's event queue for it is full: skip it this step
     int64_t n_preemptions = 0;
     // Prefix caching: chain hashes of the full blocks of prompt + output known so far, and the prompt
     // tokens its first admission found cached (-1 until admitted; usage.cached_tokens).

@@ -153,6 +153,7 @@ SchedulerOutput Scheduler::schedule() {
         if (!kv_.can_allocate(match, start + n)) break;
         waiting_.pop_front();
         r->kv = kv_.allocate(match, start + n);
+        r->num_sent_blocks = 0;
         r->num_computed_tokens = start;
         r->status = RequestStatus::Running;
         if (r->num_cached_tokens < 0) {  // first admission: what usage and the hit rate report
@@ -170,7 +171,17 @@ SchedulerOutput Scheduler::schedule() {
         budget -= n;
     }
 
-    for (auto& e : out.requests) e.block_table = kv_.block_table(e.kv);
+    // Each request's new blocks only; a fresh table (first admission, or after a preemption) whole.
+    for (auto& e : out.requests) {
+        Request& r = *find(e.id);
+        const std::vector<int32_t>& table = kv_.block_table(e.kv);
+        ONECARD_CHECK(r.num_sent_blocks <= static_cast<int64_t>(table.size()),
+                      "scheduler: request {}'s KV table shrank from {} to {} blocks", r.id, r.num_sent_blocks,
+                      table.size());
+        e.new_block_table = r.num_sent_blocks == 0;
+        e.block_ids.assign(table.begin() + r.num_sent_blocks, table.end());
+        r.num_sent_blocks = static_cast<int64_t>(table.size());
+    }
     KvCacheManager::BlockCopies copies = kv_.take_block_copies();
     out.block_spills = std::move(copies.spills);
     out.block_loads = std::move(copies.loads);

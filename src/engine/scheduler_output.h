@@ -1,7 +1,8 @@
 // The contract between scheduler and runner: SchedulerOutput is the only thing a ModelRunner reads.
-// It is a self-contained value (copies of token ids and block tables), so a runner never reaches into
-// scheduler or cache internals; the one exception is RowSampling::fill_mask, a callback a runner
-// makes during execute() to get a constrained row's token mask just in time.
+// It is a self-contained value (copies of token ids, and of the block ids each request gained since
+// its last step), so a runner never reaches into scheduler or cache internals; the one exception is
+// RowSampling::fill_mask, a callback a runner makes during execute() to get a constrained row's token
+// mask just in time.
 #pragma once
 
 #include "kvcache/kv_manager.h"
@@ -43,19 +44,25 @@ struct ScheduledRequest {
     std::vector<int32_t> token_ids;  // [n_tokens] tokens to compute this step
     bool sample = false;             // this chunk ends at the last known token: return its logits
     // Speculative decoding, decode rows only: the runner may draft up to this many tokens after
-    // token_ids[0] and verify them in this step (block_table covers them; the step budget counted
+    // token_ids[0] and verify them in this step (the block table covers them; the step budget counted
     // them). The engine clears it for rows the runner must not sample (RowSampling unset or masked).
     int64_t n_draft_tokens = 0;
     // Set by the engine on sampled rows whose parameters need no host work (no penalties, no
     // logprobs): a runner may return the token instead of the logits (RunnerOutput::tokens).
     std::optional<RowSampling> sampling;
-    KvHandle kv;                       // the request's KV (slot = kv.slot)
-    std::vector<int32_t> block_table;  // paged blocks covering [0, start_pos + n_tokens)
+    KvHandle kv;  // the request's KV (slot = kv.slot)
+    // Its paged blocks, sent as what changed (vLLM's new_block_ids): the blocks its table gained since
+    // the request's last step, appended to the runner's copy (apply_block_ids); new_block_table: the
+    // whole table, which starts over (the request's first step, and its first after a preemption). A
+    // KV table only grows while the request holds it, so the runner's copy then covers
+    // [0, start_pos + n_tokens (+ n_draft_tokens)).
+    bool new_block_table = false;
+    std::vector<int32_t> block_ids;
 
     // Prefix caching (kvcache/kv_manager.h; only for a runner that supports_prefix_caching()).
     // >= 0: a prefix hit. The request starts at start_pos > 0 from the snapshot in this host entry
-    // (KvHostMemory::snapshot, taken at start_pos); block_table's first start_pos / block_size blocks
-    // hold the prefix (those of block_loads are copied in before the step computes).
+    // (KvHostMemory::snapshot, taken at start_pos); its block table's first start_pos / block_size
+    // blocks hold the prefix (those of block_loads are copied in before the step computes).
     int64_t restore_snapshot = -1;
     // Snapshots to take while computing this chunk: the state after position pos - 1 (pos a block
     // boundary in (start_pos, start_pos + n_tokens], ascending), written to host entry id.
@@ -67,6 +74,12 @@ struct ScheduledRequest {
 
     int64_t n_tokens() const { return static_cast<int64_t>(token_ids.size()); }
 };
+
+// Brings a runner's copy of a request's block table up to this step.
+inline void apply_block_ids(const ScheduledRequest& e, std::vector<int32_t>& table) {
+    if (e.new_block_table) table.clear();
+    table.insert(table.end(), e.block_ids.begin(), e.block_ids.end());
+}
 
 struct SchedulerOutput {
     int64_t step = 0;

@@ -225,6 +225,8 @@ void CudaModelRunner::queue_snapshot_saves(const SchedulerOutput& batch) {
 
 RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
     ONECARD_CHECK(model_ != nullptr, "cuda runner: bind_kv_pool() was not called");
+    for (RequestId id : batch.finished_ids) tables_.erase(id);
+    for (RequestId id : batch.preempted_ids) tables_.erase(id);
     RunnerOutput out;
     out.vocab_size = cfg_.vocab_size;
     if (batch.requests.empty()) return out;
@@ -234,7 +236,9 @@ RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
     for (const auto& r : batch.requests) {
         GpuStepSeq q;
         q.slot = r.kv.slot;
-        q.block_table = r.block_table;
+        std::vector<int32_t>& table = tables_[r.id];
+        apply_block_ids(r, table);
+        q.block_table = table;  // GpuStepMeta sends the device row only what changed
         q.start_pos = r.start_pos;
         q.tokens = r.token_ids;
         q.want_logits = r.sample;
@@ -356,6 +360,10 @@ void CudaModelRunner::check_integrity() const {
     if (model_) model_->check_integrity();
     if (host_embed_) host_embed_->check_integrity();
     if (host_store_) host_store_->check_integrity();
+    for (const auto& [id, table] : tables_)
+        for (int32_t b : table)
+            ONECARD_CHECK(pool_ && b >= 0 && b < pool_->size().n_blocks,
+                          "cuda runner: request {} holds block {} outside the pool", id, b);
 }
 
 }  // namespace onecard

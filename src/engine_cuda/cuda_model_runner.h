@@ -22,6 +22,8 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <unordered_map>
+#include <vector>
 
 namespace onecard {
 
@@ -101,7 +103,8 @@ public:
                                    bool hybrid);
     // Picks per (layer, expert) counted on the GPU since start (CudaRunnerOptions::count_expert_picks).
     std::vector<uint64_t> expert_pick_counts();
-    // Throws unless the arena, the KV pool and the model's state (its block-table rows among it) are sound.
+    // Throws unless the arena, the KV pool and the model's state (its block-table rows among it) are sound
+    // and every live request's block table names blocks of the pool.
     // A request's token count lives in the scheduler alone (Request::num_computed_tokens; the step's
     // start_pos): the runner keeps no second counter.
     void check_integrity() const;
@@ -121,6 +124,8 @@ private:
     GpuModelWeights weights_;
     std::unique_ptr<GpuKvPool> pool_;
     std::unique_ptr<GpuModel> model_;
+    // Live requests' block tables, kept up from each step's new block ids (apply_block_ids).
+    std::unordered_map<RequestId, std::vector<int32_t>> tables_;
     KvHostMemory host_tier_;  // prefix caching (bind_host_tier)
     // Host memory registered as pinned in ~1 GiB chunks (whole entries each) on first use: pinning tens
     // of GiB of host tier at start would cost seconds and RAM the tier may never fill.

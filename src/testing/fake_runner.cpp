@@ -63,16 +63,21 @@ RunnerOutput FakeModelRunner::execute(const SchedulerOutput& batch) {
     out.vocab_size = config_.vocab_size;
     for (const auto& e : batch.requests) {
         ONECARD_CHECK(e.n_tokens() > 0, "fake runner: request {} scheduled with no tokens", e.id);
-        if (e.start_pos == 0) states_[e.id] = SeqState{0, kHashSeed};
+        if (e.start_pos == 0) states_[e.id] = SeqState{0, kHashSeed, {}};
         auto it = states_.find(e.id);
         ONECARD_CHECK(it != states_.end(), "fake runner: request {} continues at {} without state", e.id, e.start_pos);
         SeqState& s = it->second;
         ONECARD_CHECK(s.next_pos == e.start_pos, "fake runner: request {} resumes at {} but computed {}", e.id,
                       e.start_pos, s.next_pos);
         const int64_t end = e.start_pos + e.n_tokens();
-        ONECARD_CHECK(static_cast<int64_t>(e.block_table.size()) * batch.kv_block_size >= end,
-                      "fake runner: request {} has {} KV blocks of {} for positions up to {}", e.id,
-                      e.block_table.size(), batch.kv_block_size, end);
+        // A whole table exactly when the request starts over, its new blocks otherwise.
+        ONECARD_CHECK(e.new_block_table == (e.start_pos == 0 || e.restore_snapshot >= 0),
+                      "fake runner: request {} at {} {} a fresh block table", e.id, e.start_pos,
+                      e.new_block_table ? "gets" : "lacks");
+        apply_block_ids(e, s.blocks);
+        ONECARD_CHECK(static_cast<int64_t>(s.blocks.size()) * batch.kv_block_size >= end + e.n_draft_tokens,
+                      "fake runner: request {} has {} KV blocks of {} for positions up to {}", e.id, s.blocks.size(),
+                      batch.kv_block_size, end + e.n_draft_tokens);
         for (int64_t i = 0; i < e.n_tokens(); ++i)
             s.hash = mix(s.hash, e.start_pos + i, e.token_ids[static_cast<size_t>(i)]);
         s.next_pos = end;

@@ -57,6 +57,7 @@ private:
     struct SeqState {
         int64_t next_pos = 0;
         uint64_t hash = 0;
+        std::vector<int32_t> blocks;  // the request's block table (apply_block_ids)
     };
     static uint64_t mix(uint64_t h, int64_t pos, int32_t token);
     void fill_logits(uint64_t hash, float* row) const;

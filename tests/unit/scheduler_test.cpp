@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <random>
 
@@ -212,6 +213,45 @@ TEST(Scheduler, PreemptionAndResumeGiveSameTokens) {
         EXPECT_GT(preemptions[1], 0) << "the tight pool never preempted; the test proves nothing";
         EXPECT_EQ(by_pool[0], by_pool[1]) << (sampled ? "sampled" : "greedy");
     }
+}
+
+// The block ids each step carries are what the request's table gained since its last step (the whole
+// table on a fresh start, a preemption included): applied in order they rebuild the KV manager's table
+// exactly, and they are far fewer than sending every table every step.
+TEST(Scheduler, SendsEachRequestsNewBlockIdsOnly) {
+    EngineConfig cfg = small_config();
+    FakeModelRunner probe;
+    const auto spec = make_kv_cache_spec(probe.kv_model_shape(), cfg.kv_block_size);
+    cfg.kv_cache_bytes = cfg.max_num_seqs * spec.slot_bytes + 40 * spec.block_bytes;  // tight: preemptions
+    Harness h(cfg);
+    std::mt19937 rng(33);
+    for (RequestId id = 1; id <= 12; ++id)
+        h.add(id, random_prompt(rng, 20 + static_cast<int64_t>(rng() % 180), 64),
+              greedy(20 + static_cast<int64_t>(rng() % 100)));
+    std::map<RequestId, std::vector<int32_t>> tables;
+    int64_t sent = 0, whole = 0, fresh = 0, compared = 0;
+    while (h.core->has_unfinished()) {
+        h.step();
+        ASSERT_FALSE(HasFatalFailure());
+        const SchedulerOutput& out = h.core->last_output();
+        for (RequestId id : out.preempted_ids) tables.erase(id);
+        for (const auto& e : out.requests) {
+            fresh += e.new_block_table;
+            apply_block_ids(e, tables[e.id]);
+            sent += static_cast<int64_t>(e.block_ids.size());
+            whole += static_cast<int64_t>(tables[e.id].size());
+            if (h.finals.count(e.id)) continue;  // finished this step: its KV is gone
+            EXPECT_EQ(tables[e.id], h.core->kv().block_table(e.kv)) << "request " << e.id << " step " << out.step;
+            ++compared;
+        }
+    }
+    std::printf("[scheduler] %lld block ids sent where whole tables held %lld; %lld fresh tables, %lld compared\n",
+                static_cast<long long>(sent), static_cast<long long>(whole), static_cast<long long>(fresh),
+                static_cast<long long>(compared));
+    EXPECT_GT(h.core->scheduler().n_preemptions(), 0) << "no preemption: the fresh-table path went untested";
+    EXPECT_GT(fresh, 12) << "a preempted request must get its whole table again";
+    EXPECT_GT(compared, 100);
+    EXPECT_LT(sent * 5, whole) << "sent " << sent << " block ids where whole tables hold " << whole;
 }
 
 TEST(Scheduler, CancelFreesEverything) {
