@@ -219,25 +219,31 @@ FreshSeq fresh_seq(Gpu& g) {
     return f;
 }
 
+// One step of the oracle's prompt tokens [pos, pos + c) on sequence fs, finished on the host (synced,
+// host experts checked). Returns the step's device logits.
+const float* prompt_step(Gpu& g, const FreshSeq& fs, int64_t pos, int64_t c, LogitRows rows, cuda::Stream& s) {
+    GpuStepSeq q;
+    q.slot = fs.slot;
+    q.block_table = fs.blocks;
+    q.start_pos = pos;
+    q.tokens = std::span<const int32_t>(g.o->tokens).subspan(static_cast<size_t>(pos), static_cast<size_t>(c));
+    q.want_logits = true;
+    const float* d = g.model->step(std::span<const GpuStepSeq>(&q, 1), rows, s.get());
+    s.sync();
+    g.model->check_host_experts();
+    return d;
+}
+
 // One sequence on a fresh slot, the prompt in steps of `chunks` tokens; every row's logits.
 std::vector<float> run_chunks(Gpu& g, const std::vector<int64_t>& chunks) {
-    const Oracle& o = *g.o;
-    const int64_t V = o.cfg.vocab_size;
+    const int64_t V = g.o->cfg.vocab_size;
     const FreshSeq fs = fresh_seq(g);
     cuda::Stream s;
     std::vector<float> out;
     int64_t pos = 0;
     for (int64_t c : chunks) {
-        GpuStepSeq q;
-        q.slot = fs.slot;
-        q.block_table = fs.blocks;
-        q.start_pos = pos;
-        q.tokens = std::span<const int32_t>(o.tokens).subspan(static_cast<size_t>(pos), static_cast<size_t>(c));
-        q.want_logits = true;
-        const float* d = g.model->step(std::span<const GpuStepSeq>(&q, 1), LogitRows::All, s.get());
+        const float* d = prompt_step(g, fs, pos, c, LogitRows::All, s);
         std::vector<float> rows(static_cast<size_t>(c * V));
-        s.sync();
-        g.model->check_host_experts();
         cuda::copy_to_host(rows.data(), d, rows.size() * 4);
         out.insert(out.end(), rows.begin(), rows.end());
         pos += c;
@@ -575,15 +581,7 @@ TfProbe teacher_forced_probe(Gpu& g, const DeepSeekV4& cpu) {
     g.model->set_stream_recording(true);
     int64_t pos = 0;
     for (int64_t c : steps) {
-        GpuStepSeq q;
-        q.slot = fs.slot;
-        q.block_table = fs.blocks;
-        q.start_pos = pos;
-        q.tokens = std::span<const int32_t>(o.tokens).subspan(static_cast<size_t>(pos), static_cast<size_t>(c));
-        q.want_logits = true;
-        g.model->step(std::span<const GpuStepSeq>(&q, 1), LogitRows::Last, s.get());
-        s.sync();
-        g.model->check_host_experts();
+        prompt_step(g, fs, pos, c, LogitRows::Last, s);
         const std::vector<uint16_t>& rec = g.model->recorded_streams();
         EXPECT_EQ(static_cast<int64_t>(rec.size()), P * c * row);
         for (int64_t pt = 0; pt < P; ++pt)

@@ -411,20 +411,26 @@ TEST(CudaIndexer, SmallScratchChunksTokens) {
     EXPECT_EQ(out, run_gpu(c, rng));
 }
 
-// Host-side argument checks run before anything touches the device, so these run without a GPU.
+// Host-side argument checks run before anything touches the device, so these run without a GPU: the
+// arguments carry no device pointers, only shapes and a host float standing in for the scratch.
+cuda::IndexerTopkArgs checks_only_args(const cuda::PagedStreamAddr& addr, int64_t n, int64_t max_visible,
+                                       float* scratch, int64_t scratch_floats) {
+    cuda::IndexerTopkArgs args;
+    args.addr = addr;
+    args.n = n;
+    args.max_visible = max_visible;
+    args.scratch = scratch;
+    args.scratch_floats = scratch_floats;
+    return args;
+}
+
 TEST(CudaIndexerArgs, RejectsScratchSmallerThanOneRow) {
     cuda::PagedStreamAddr addr;
     addr.block_size = 256, addr.ratio = 4, addr.entry_bytes = 132, addr.block_bytes = 4096;
     cuda::IndexerDims d;
     d.softmax_scale = 1.0f / std::sqrt(128.0f);
     float fake = 0.0f;
-    cuda::IndexerTopkArgs args;
-    args.addr = addr;
-    args.n = 4;
-    args.max_visible = 1000;
-    args.scratch = &fake;
-    args.scratch_floats = 999;
-    EXPECT_THROW(cuda::indexer_topk(args, d, nullptr), Error);
+    EXPECT_THROW(cuda::indexer_topk(checks_only_args(addr, 4, 1000, &fake, 999), d, nullptr), Error);
 }
 
 TEST(CudaIndexerArgs, RejectsBadDims) {
@@ -434,13 +440,7 @@ TEST(CudaIndexerArgs, RejectsBadDims) {
     d.softmax_scale = 1.0f / std::sqrt(128.0f);
     float fake = 0.0f;
     auto call = [&](const cuda::IndexerDims& dd, const cuda::PagedStreamAddr& aa) {
-        cuda::IndexerTopkArgs args;
-        args.addr = aa;
-        args.n = 1;
-        args.max_visible = 1;
-        args.scratch = &fake;
-        args.scratch_floats = 1;
-        cuda::indexer_topk(args, dd, nullptr);
+        cuda::indexer_topk(checks_only_args(aa, 1, 1, &fake, 1), dd, nullptr);
     };
     cuda::IndexerDims bad = d;
     bad.n_heads = 48;  // no kernel instantiation
