@@ -120,8 +120,9 @@ run() {
         local rc=$?
         cat "$one" | tee -a "$log"
         local n_pass n_skip
-        n_pass=$(grep -c '^\[       OK \]' "$one")
-        n_skip=$(grep -c '^\[  SKIPPED \]' "$one")
+        # Per-test result lines end in "(N ms)"; gtest repeats a skipped test's name in its closing list.
+        n_pass=$(grep -cE '^\[       OK \] .* \([0-9]+ ms\)$' "$one")
+        n_skip=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$one")
         if [ $rc -eq 0 ]; then
             echo "PASS $name ($n_pass passed, $n_skip skipped)" >> "$summary"
         else
