@@ -129,8 +129,11 @@ void GpuModel::carve(const ModelConfig& cfg, const GpuModelOptions& opt, int64_t
     b.T = T;
     b.max_keys = W + std::max(cfg.index_topk, max_unselected_entries(cfg, opt.max_model_len));
     b.gemv_rows = std::min(T, kGemvMoeMaxTokens);
-    // All-rows logits (tests) only where they stay small; serving needs one row per sequence.
-    b.logits_rows = T * cfg.vocab_size * 4 <= (int64_t{256} << 20) ? T : std::min(T, opt.max_num_seqs);
+    // All-rows logits (tests) only where they stay small; serving needs one row per sequence, or
+    // 1 + k per sequence when its verify steps return the k drafts' rows too.
+    ONECARD_CHECK(opt.logits_rows_per_seq >= 1, "gpu model: logits_rows_per_seq {} < 1", opt.logits_rows_per_seq);
+    b.logits_rows =
+        T * cfg.vocab_size * 4 <= (int64_t{256} << 20) ? T : std::min(T, opt.max_num_seqs * opt.logits_rows_per_seq);
     b.index_scratch_floats = std::min<int64_t>(T * std::max<int64_t>(1, opt.max_model_len / 4), int64_t{64} << 20);
     auto A = [&](auto*& p, int64_t count, const char* tag) {
         using Ptr = std::remove_reference_t<decltype(p)>;

@@ -36,6 +36,7 @@ namespace onecard {
 struct GpuModelOptions {
     int64_t max_num_batched_tokens = 2048;  // tokens per step (the scheduler's budget)
     int64_t max_num_seqs = 64;              // sequences per step
+    int64_t logits_rows_per_seq = 1;        // logits rows one sequence may ask for in a step: 1 + draft tokens
     int64_t max_model_len = 65536;          // longest sequence (sizes key lists and indexer scratch)
     size_t moe_scratch_bytes =
         0;  // many-token expert path (dequantised experts + rows); 0 = what max_num_batched_tokens needs

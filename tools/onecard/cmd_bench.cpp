@@ -5,6 +5,8 @@
 //    one token per sequence (model step + greedy pick on the GPU + ids back to the host): tok/s = B /
 //    step time; bytes of weights and KV read per step and their fraction of the copy bandwidth
 //    measured in the same run;
+//  * verify (--verify-k): for each listed k, steps of k + 1 tokens per sequence returning every row's
+//    logits, the cost side of speculative decoding, as a ratio to the decode step;
 //  * prefill: one --prefill-token prompt in --chunk-token steps: tok/s and the fraction of the
 //    active-parameter FLOPs of the block-scaled FP8 GEMM rate;
 //  * HBM: bytes the arena hands out (weights, KV pool, workspace) and the device's used memory.
@@ -20,6 +22,7 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/stream.h"
 #include "backend/host/host_experts.h"
+#include "bench_routing.h"
 #include "engine/memory_plan.h"
 #include "engine_cuda/gpu_plan.h"
 #include "kvcache/kv_spec.h"
@@ -67,6 +70,7 @@ struct BenchArgs {
     bool embed_on_gpu = false;  // keep the embedding table in HBM even when experts go to host RAM
     int64_t stream_min_tokens = 32;
     std::string decode_batches = "1,8,64";
+    std::string verify_k;  // speculative verify steps of k + 1 tokens per sequence, comma-separated k (none: off)
     int64_t context = 1024;
     int64_t prefill = 8192;
     int64_t chunk = 8192;
@@ -84,6 +88,15 @@ struct BenchArgs {
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+std::vector<int64_t> parse_int_list(const std::string& list) {
+    std::vector<int64_t> out;
+    std::stringstream ss(list);
+    std::string item;
+    while (std::getline(ss, item, ','))
+        if (!item.empty()) out.push_back(std::stoll(item));
+    return out;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -176,80 +189,6 @@ std::pair<double, double> measure_host_read_during_copies(int n_threads) {
     return {cpu, static_cast<double>(copied.load()) / std::max(copy_seconds, 1e-9)};
 }
 
-// Share of the counted picks ([layers · E], the GPU's pick counters) that went to host experts.
-double host_share(const std::vector<uint64_t>& counts, const ExpertPlacement& p) {
-    return 1.0 - ExpertUseProfile::from_counts(p.n_layers(), p.n_experts, counts).coverage(p);
-}
-
-// Share of routing picks that the most-used `gpu_pairs` (layer, expert) pairs take under the
-// published V4.1-Flash coverage curve (model/expert_profile.h's synthetic_skewed_profile is its one
-// model here): the coverage of the best placement of that many pairs under that profile.
-double published_coverage(int64_t n_layers, int64_t n_experts, int64_t gpu_pairs) {
-    const ExpertUseProfile skewed = synthetic_skewed_profile(n_layers, n_experts, 1);
-    return skewed.coverage(place_experts(n_layers, n_experts, gpu_pairs, &skewed));
-}
-
-// Skewed routing for the hybrid benchmark, aimed at `coverage` of all picks on GPU-resident experts:
-// each hash layer's tid2eid keeps a host pick with probability (1 − coverage)/(host share of
-// uniform picks) and otherwise swaps it for a random GPU expert not already in the row; each learned
-// layer's router bias gains +delta on its GPU experts (the bias only selects, so the routing
-// weights keep their form), delta found by bisection on the picks measured by `measure` (a few
-// steps). Returns delta.
-template <typename Measure>
-double apply_skewed_routing(const ModelConfig& cfg, GpuModelWeights& w, const ExpertPlacement& p, double coverage,
-                            uint64_t seed, Measure measure) {
-    const int64_t E = cfg.n_routed_experts, K = cfg.num_experts_per_tok, V = cfg.vocab_size;
-    std::mt19937_64 rng(seed ^ 0x5EEDull);
-    std::vector<std::vector<float>> bias0(w.layers.size());
-    for (GpuBlock& b : w.layers) {
-        const int64_t l = b.layer_id;
-        const std::vector<int32_t> gpu = p.gpu_experts(l);
-        if (b.ffn.tid2eid) {
-            std::vector<int32_t> t(static_cast<size_t>(V * K));
-            CUDA_CHECK(cudaMemcpy(t.data(), b.ffn.tid2eid, t.size() * 4, cudaMemcpyDeviceToHost));
-            const double uniform_host = static_cast<double>(p.n_host(l)) / static_cast<double>(E);
-            const double keep = uniform_host > 0 ? std::min(1.0, (1.0 - coverage) / uniform_host) : 1.0;
-            std::uniform_real_distribution<double> u01(0.0, 1.0);
-            for (int64_t v = 0; v < V; ++v) {
-                int32_t* row = t.data() + v * K;
-                for (int64_t k = 0; k < K; ++k) {
-                    if (p.is_on_gpu(l, row[k]) || u01(rng) < keep || gpu.empty()) continue;
-                    for (;;) {  // a GPU expert the row does not have yet
-                        const int32_t c = gpu[rng() % gpu.size()];
-                        if (std::find(row, row + K, c) == row + K) {
-                            row[k] = c;
-                            break;
-                        }
-                    }
-                }
-            }
-            CUDA_CHECK(cudaMemcpy(const_cast<int32_t*>(b.ffn.tid2eid), t.data(), t.size() * 4, cudaMemcpyHostToDevice));
-        } else if (b.ffn.bias) {
-            bias0[static_cast<size_t>(l)].resize(static_cast<size_t>(E));
-            CUDA_CHECK(cudaMemcpy(bias0[static_cast<size_t>(l)].data(), b.ffn.bias, E * 4, cudaMemcpyDeviceToHost));
-        }
-    }
-    auto set_delta = [&](double delta) {
-        for (GpuBlock& b : w.layers) {
-            const auto& b0 = bias0[static_cast<size_t>(b.layer_id)];
-            if (b0.empty()) continue;
-            std::vector<float> nb = b0;
-            for (int64_t e = 0; e < E; ++e)
-                if (p.is_on_gpu(b.layer_id, e)) nb[static_cast<size_t>(e)] += static_cast<float>(delta);
-            CUDA_CHECK(cudaMemcpy(const_cast<float*>(b.ffn.bias), nb.data(), E * 4, cudaMemcpyHostToDevice));
-        }
-    };
-    double lo = 0.0, hi = 4.0;
-    for (int it = 0; it < 8; ++it) {
-        const double mid = 0.5 * (lo + hi);
-        set_delta(mid);
-        const double cov = 1.0 - measure();
-        (cov < coverage ? lo : hi) = mid;
-    }
-    set_delta(hi);  // the smallest tried delta that reached the coverage
-    return hi;
-}
-
 // Weight bytes one decode step reads with B tokens: everything but the routed experts once, plus
 // the distinct experts the batch touches per layer (expected value under uniform routing).
 double decode_weight_bytes(const ModelConfig& c, const GpuWeightBytes& wb, int64_t B) {
@@ -298,15 +237,17 @@ void run_bench(const BenchArgs& a) {
     const auto devices = cuda::list_devices();
     ONECARD_CHECK(!devices.empty(), "bench: needs a CUDA GPU ({})", cuda::no_device_reason());
     const cuda::DeviceInfo dev = devices.front();
-    std::vector<int64_t> batches;
-    {
-        std::stringstream ss(a.decode_batches);
-        std::string item;
-        while (std::getline(ss, item, ','))
-            if (!item.empty()) batches.push_back(std::stoll(item));
-    }
+    const std::vector<int64_t> batches = parse_int_list(a.decode_batches);
     ONECARD_CHECK(!batches.empty(), "bench: --decode-batch lists no batch size");
     const int64_t max_b = *std::max_element(batches.begin(), batches.end());
+    const std::vector<int64_t> verify_ks = parse_int_list(a.verify_k);
+    int64_t verify_tokens = 0;  // positions every sequence gains over the verify measurements (all accepted)
+    for (int64_t k : verify_ks) {
+        ONECARD_CHECK(k >= 1 && max_b * (k + 1) <= a.chunk,
+                      "bench: --verify-k {} must be >= 1 with --decode-batch's largest batch x (k + 1) <= --chunk {}",
+                      k, a.chunk);
+        verify_tokens += (a.warmup + a.repeats) * a.steps * (k + 1);
+    }
 
     ModelConfig cfg;
     std::unique_ptr<Checkpoint> ckpt;
@@ -337,12 +278,13 @@ void run_bench(const BenchArgs& a) {
     // and plan use) decides how many (layer, expert) pairs the GPU holds beside the bench's KV pool
     // and the model's exact workspace, and the rest live in host RAM. --gpu-experts overrides the count.
     const KvCacheSpec spec = make_kv_cache_spec(kv_model_shape_from_config(cfg), 256);
-    const int64_t decode_len = a.context + (a.warmup + a.repeats) * a.steps + 8;
+    const int64_t decode_len = a.context + (a.warmup + a.repeats) * a.steps + verify_tokens + 8;
     const int64_t max_len = std::max(decode_len, a.prefill) + 256;
     const int64_t seq_blocks = spec.blocks_for_tokens(max_len);
     GpuModelOptions mo;
     mo.max_num_batched_tokens = a.chunk;
     mo.max_num_seqs = max_b + 1;
+    for (int64_t k : verify_ks) mo.logits_rows_per_seq = std::max(mo.logits_rows_per_seq, k + 1);
     mo.max_model_len = max_len;
     mo.count_expert_picks = true;
     mo.host_experts.n_threads = a.host_threads;
@@ -581,6 +523,41 @@ void run_bench(const BenchArgs& a) {
                 next = ids;  // greedy feedback, as serving does
             }
         }
+        // Verify-shaped steps (speculative decoding's cost side): each sequence feeds its next token and k
+        // drafts and gets all k + 1 logits rows, as a verify step does. Every position is kept (the cost of
+        // a step does not depend on how many drafts are accepted), so the context grows by k + 1 a step.
+        nlohmann::json verify_json = nlohmann::json::object();
+        const double t_decode = median(times);
+        for (int64_t k : verify_ks) {
+            std::vector<double> vt;
+            for (int64_t r = 0; r < a.warmup + a.repeats; ++r)
+                for (int64_t t = 0; t < a.steps; ++t, pos += k + 1) {
+                    const std::vector<int32_t> fed = random_tokens(B * (k + 1));  // [B, k + 1]
+                    std::vector<GpuStepSeq> step(static_cast<size_t>(B));
+                    for (int64_t q = 0; q < B; ++q) {
+                        GpuStepSeq& sq = step[static_cast<size_t>(q)];
+                        sq.slot = static_cast<int32_t>(q);
+                        sq.block_table = tables[static_cast<size_t>(q)];
+                        sq.start_pos = pos;
+                        sq.tokens = std::span<const int32_t>(fed).subspan(static_cast<size_t>(q * (k + 1)),
+                                                                          static_cast<size_t>(k + 1));
+                        sq.want_logits = true;
+                    }
+                    const auto t0 = std::chrono::steady_clock::now();
+                    model.step(step, LogitRows::All, s);
+                    stream.sync();
+                    if (r >= a.warmup) vt.push_back(seconds_since(t0));
+                    model.check_host_experts();
+                }
+            const double tv = median(vt);
+            std::printf("         verify k=%-2lld %10.3f ms  %5.2fx the decode step  (%lld tokens, graph: %s)\n",
+                        static_cast<long long>(k), tv * 1e3, tv / t_decode, static_cast<long long>(B * (k + 1)),
+                        B * (k + 1) <= GpuModel::kGraphMaxTokens ? "yes" : "no");
+            verify_json[std::to_string(k)] = {{"step_ms_median", tv * 1e3},
+                                              {"ratio_to_decode_step", tv / t_decode},
+                                              {"tokens_per_step", B * (k + 1)},
+                                              {"timed_steps", vt.size()}};
+        }
         nlohmann::json prof = nlohmann::json::object();
         if (a.profile) {
             // One more step, launch by launch with events between op groups (no graph: slower in total).
@@ -625,11 +602,17 @@ void run_bench(const BenchArgs& a) {
                     bytes / 1e9, frac, static_cast<long long>(a.context));
         std::printf("         (graph of %lld nodes: %.1f per layer)\n", static_cast<long long>(graph_nodes),
                     static_cast<double>(graph_nodes) / static_cast<double>(cfg.num_hidden_layers));
-        decode_json[std::to_string(B)] = {
-            {"graph_nodes", graph_nodes},   {"step_ms_median", t * 1e3},         {"tok_s", B / t},
-            {"bytes_read_per_step", bytes}, {"bytes_read_per_token", bytes / B}, {"fraction_of_copy_bandwidth", frac},
-            {"context", a.context},         {"timed_steps", times.size()},       {"profile_ms", prof},
-            {"host_experts", hybrid_json}};
+        decode_json[std::to_string(B)] = {{"graph_nodes", graph_nodes},
+                                          {"step_ms_median", t * 1e3},
+                                          {"tok_s", B / t},
+                                          {"bytes_read_per_step", bytes},
+                                          {"bytes_read_per_token", bytes / B},
+                                          {"fraction_of_copy_bandwidth", frac},
+                                          {"context", a.context},
+                                          {"timed_steps", times.size()},
+                                          {"profile_ms", prof},
+                                          {"host_experts", hybrid_json},
+                                          {"verify", verify_json}};
     }
 
     // Prefill: one warm-up prompt, then repeats on fresh prompts (a new sequence each time).
@@ -711,7 +694,9 @@ void run_bench(const BenchArgs& a) {
           {"profile_ms", prefill_prof}}},
         {"method",
          "decode: per batch, sequences prefilled to --context, then warmup x steps untimed and repeats x steps "
-         "timed; each step = model step + GPU argmax + ids to host, wall clock; median. prefill: 1 warm-up "
+         "timed; each step = model step + GPU argmax + ids to host, wall clock; median. verify k (--verify-k): after "
+         "the decode steps, steps of k + 1 tokens per sequence with every row's logits (model step + sync), "
+         "positions kept, median; ratio to the decode step's median. prefill: 1 warm-up "
          "prompt then up to 3 timed prompts, median. bytes: weights read per step (distinct experts expected "
          "under uniform routing) + KV entries read."}};
     if (!a.out.empty()) {
@@ -754,6 +739,9 @@ void add_cmd_bench(CLI::App& app) {
     cmd->add_option("--stream-min-tokens", a->stream_min_tokens,
                     "smallest decode step that stages host experts (default 32)");
     cmd->add_option("--decode-batch", a->decode_batches, "decode batch sizes, comma-separated (default 1,8,64)");
+    cmd->add_option("--verify-k", a->verify_k,
+                    "also time speculative verify steps of k + 1 tokens per sequence for each k listed, e.g. "
+                    "1,2,3,5,7 (default: none)");
     cmd->add_option("--context", a->context, "tokens each decode sequence holds before timing (default 1024)");
     cmd->add_option("--prefill", a->prefill, "prompt tokens of the prefill measurement (default 8192)");
     cmd->add_option("--chunk", a->chunk, "tokens per step: prefill chunk and the model's step capacity (default 8192)");
