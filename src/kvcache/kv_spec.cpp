@@ -76,9 +76,10 @@ KvCacheSpec make_kv_cache_spec(const KvModelShape& shape, int64_t block_size) {
         f.offset = spec.slot_bytes;
         spec.slot_bytes += f.bytes();
     }
-    // A model without compressed layers has no paged state; keep a 1-byte block so pool arithmetic
-    // stays well-defined (a sequence still "owns" its token range).
-    if (spec.block_bytes == 0) spec.block_bytes = 1;
+    // A model without compressed layers has no paged state; keep an 8-byte block so pool arithmetic
+    // stays well-defined (a sequence still "owns" its token range) and the GPU pool's regions keep their
+    // 8-byte alignment (a 1-byte block refused `bench --layers 1` there).
+    if (spec.block_bytes == 0) spec.block_bytes = 8;
     return spec;
 }
 

@@ -179,6 +179,26 @@ TEST(GpuLayout, KvPoolPlacesEveryLayerWhereTheSpecSays) {
     EXPECT_THROW(pool.entry_addr(3, KvStreamKind::IndexerKey, nullptr, 1), Error);  // HCA: entries but no indexer keys
 }
 
+// A model whose layers are all sliding-window (`bench --layers 1`, layer 0 of the Flash shape) has no
+// paged state; its placeholder block must still satisfy the pool's 8-byte alignment (a 1-byte block was
+// refused on the H200).
+TEST(GpuLayout, KvPoolAcceptsAModelWithoutCompressedLayers) {
+    const ModelConfig cfg = flash(1, 8);
+    const KvCacheSpec spec = make_kv_cache_spec(kv_model_shape_from_config(cfg), 256);
+    ASSERT_TRUE(spec.streams.empty());
+    EXPECT_EQ(spec.block_bytes % 8, 0);
+    KvPoolSize size;
+    size.n_slots = 2;
+    size.n_blocks = 4;
+    const int64_t step_tokens = 16;
+    std::vector<std::byte> host(
+        static_cast<size_t>(size.total_bytes(spec) + step_tokens * spec.entry.entry_bytes() + 256));
+    cuda::DeviceArena arena(host.data(), host.size(), "host stand-in");
+    GpuKvPool pool(spec, size, step_tokens, arena);
+    pool.check_integrity();
+    EXPECT_EQ(pool.slot_offset(1) - pool.slot_offset(0), spec.slot_bytes);
+}
+
 }  // namespace
 }  // namespace onecard
 
