@@ -57,9 +57,10 @@ public:
     int64_t prefix_snapshot_bytes(const KvCacheSpec& spec) const override;
     void bind_host_tier(const KvHostMemory& mem) override;
     RunnerOutput execute(const SchedulerOutput& batch) override;
-    // Speculative decoding with the checkpoint's mtp.0 block (cpu_spec_runner.cpp): every row then
-    // keeps the streams its MTP block has not read (SpecTrail), and a decode row with drafts is
-    // drafted, verified and rolled back in one call (engine/spec_decoder.h).
+    // Speculative decoding with the checkpoint's mtp.0 block ("mtp") or its 0731 DSpark drafter
+    // ("dspark", at most dspark_block_size drafts) (cpu_spec_runner.cpp): every row then keeps what
+    // its drafter reads (SpecTrail; DSpark's window rings in the SequenceState), and a decode row with
+    // drafts is drafted, verified and rolled back in one call (engine/spec_decoder.h).
     bool supports_speculation(const std::string& method) const override;
     void enable_speculation(const std::string& method, int64_t num_speculative_tokens) override;
 
@@ -96,6 +97,7 @@ private:
     KvHostMemory host_;                   // prefix caching: snapshots and host-tier blocks
     std::vector<size_t> window_regions_;  // the spec's Window regions (fixed indices)
     int64_t spec_k_ = 0;                  // num_speculative_tokens (0: off)
+    bool spec_dspark_ = false;            // the drafter: DSpark (0731) or else the mtp.0 block
 };
 
 }  // namespace onecard

@@ -1,6 +1,6 @@
-// CpuModelRunner's speculative decoding (issue 17): the mtp.0 drafter and the one-step verify of
-// engine/spec_decoder.h on the runner's sequences, whose KV is in the engine's pool (reference
-// numerics) or in their own fp32 store (exact numerics).
+// CpuModelRunner's speculative decoding (issue 17): the mtp.0 drafter (V4-Flash) or the DSpark
+// drafter (0731) and the one-step verify of engine/spec_decoder.h on the runner's sequences, whose KV
+// is in the engine's pool (reference numerics) or in their own fp32 store (exact numerics).
 #include "core/error.h"
 #include "engine/cpu_model_runner.h"
 
@@ -9,15 +9,27 @@
 namespace onecard {
 
 bool CpuModelRunner::supports_speculation(const std::string& method) const {
-    return method == "mtp" && model_.has_mtp();
+    return (method == "mtp" && model_.has_mtp()) || (method == "dspark" && model_.has_dspark());
 }
 
 void CpuModelRunner::enable_speculation(const std::string& method, int64_t num_speculative_tokens) {
-    ONECARD_CHECK(supports_speculation(method), "cpu runner: speculative method '{}' is not supported{}", method,
-                  model_.has_mtp() ? "" : " (the checkpoint has no mtp.0 block)");
+    ONECARD_CHECK(supports_speculation(method), "cpu runner: speculative method '{}' is not supported ({})", method,
+                  model_.has_dspark() ? "this 0731 checkpoint has the DSpark drafter: use 'dspark'"
+                  : model_.has_mtp()  ? "this checkpoint has an mtp.0 block: use 'mtp'"
+                                      : "the checkpoint has neither an mtp.0 block nor a DSpark drafter");
     ONECARD_CHECK(num_speculative_tokens >= 1, "cpu runner: {} speculative tokens", num_speculative_tokens);
+    if (method == "dspark") {
+        // The block is always dspark_block_size wide (its attention is bidirectional, so another width
+        // changes every slot): at most that many drafts exist per step.
+        const int64_t B = model_.config().dspark->block_size;
+        ONECARD_CHECK(num_speculative_tokens <= B,
+                      "cpu runner: num_speculative_tokens = {} exceeds the DSpark drafter's block of {} "
+                      "(dspark_block_size): DSpark drafts at most {} tokens per step; use num_speculative_tokens <= {}",
+                      num_speculative_tokens, B, B, B);
+    }
     ONECARD_CHECK(states_.empty(), "cpu runner: speculation is enabled before the first step");
     spec_k_ = num_speculative_tokens;
+    spec_dspark_ = method == "dspark";
 }
 
 void CpuModelRunner::execute_spec_row(Live& live, const ScheduledRequest& e, RunnerOutput& out) {
@@ -47,7 +59,9 @@ void CpuModelRunner::execute_spec_row(Live& live, const ScheduledRequest& e, Run
     params.min_p = rs.min_p;
     const int32_t next = e.token_ids[0];
     const Draft d =
-        draft_with_mtp(model_, live.state, kv, live.trail, next, params, rs.seed, rs.counter, e.n_draft_tokens);
+        spec_dspark_
+            ? draft_with_dspark(model_, live.state, next, params, rs.seed, rs.counter, e.n_draft_tokens)
+            : draft_with_mtp(model_, live.state, kv, live.trail, next, params, rs.seed, rs.counter, e.n_draft_tokens);
     const SpecVerdict v = verify_draft(model_, live.state, kv, live.trail, next, d, params, rs.seed, rs.counter);
     RunnerOutput::SpecRow row;
     row.n_drafts = static_cast<int64_t>(d.tokens.size());

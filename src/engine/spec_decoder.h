@@ -1,5 +1,6 @@
 // Speculative decoding of one sequence on the CPU model (issue 17; the reference for the GPU): a
-// draft of k tokens (from the mtp.0 block, draft_with_mtp(), or from any other source) is verified
+// draft of k tokens (from the mtp.0 block, draft_with_mtp(); from the 0731 DSpark drafter,
+// draft_with_dspark(); or from any other source) is verified
 // in ONE multi-token forward of the main model (verify_draft()), decided by the lossless rule of
 // engine/spec_verify.h, and everything the rejected positions wrote is rolled back without
 // replaying the kept ones (model/spec_step.h). Greedy output is the non-speculative output token
@@ -12,6 +13,10 @@
 // kept positions wait in SpecTrail::pending until the next draft, whose first MTP call consumes
 // them (those MTP rows are kept: they used the real streams); the further k - 1 draft positions
 // feed the block its own output streams, and those rows are rolled back.
+//
+// DSpark (docs/dspark.md) needs no trail: every forward here pushes the taps of the positions the
+// main model keeps into the drafter's window rings at once (DeepSeekV4::dspark_push_context), and a
+// draft is one pass of the block plus the Markov head, which stores nothing.
 //
 // Distributions: p and q are the sampler's target distribution under the row's temperature /
 // top-k / top-p / min-p (RowSampling's pipeline). Rows that need penalties, logit_bias, logprobs or
@@ -32,13 +37,16 @@ namespace onecard {
 struct Draft {
     std::vector<int32_t> tokens;    // [k]
     std::vector<double> q;          // [k, vocab] the distribution each draft was drawn from
-    std::vector<float> mtp_logits;  // [k, vocab] the MTP block's raw logits (draft_with_mtp only)
+    std::vector<float> mtp_logits;  // [k, vocab] the drafter's raw logits (MTP block; DSpark: base + Markov bias)
+    std::vector<float> confidence;  // [k] DSpark's confidence logits (draft_with_dspark only)
 };
 
 // What a speculating sequence carries besides its SequenceState.
 struct SpecTrail {
-    std::vector<int32_t> fed;    // [n_tokens] every token fed to the main model
-    std::vector<float> pending;  // [n_tokens - n_mtp_tokens, hc, D] main streams the MTP block has not read
+    std::vector<int32_t> fed;  // [n_tokens] every token fed to the main model
+    // [n_tokens - n_mtp_tokens, hc, D] main streams the MTP block has not read (always empty for
+    // DSpark, whose drafter reads every kept position at once)
+    std::vector<float> pending;
     // Throws unless the trail matches the state's token counts.
     void check_integrity(const SequenceState& state, const ModelConfig& cfg) const;
 };
@@ -53,6 +61,14 @@ std::vector<float> forward_tracked(const DeepSeekV4& model, SequenceState& state
 // positions (the main model's count).
 Draft draft_with_mtp(const DeepSeekV4& model, SequenceState& state, SequenceKv& kv, SpecTrail& trail, int32_t next,
                      const SamplingParams& params, uint64_t seed, uint64_t counter, int64_t k);
+
+// k drafts (1 <= k <= dspark_block_size) from the 0731 DSpark drafter after `next`: one pass of the
+// block, then slot by slot the Markov bias of the previous token and a draw from the row's
+// distribution under `params` (greedy: argmax) with spec_uniform(seed, Draft, counter + j).
+// confidence_threshold > 0 stops the draft before the first slot whose sigmoid(confidence) is below
+// it (keeping at least one draft); 0 keeps k. Changes nothing in the state.
+Draft draft_with_dspark(const DeepSeekV4& model, const SequenceState& state, int32_t next, const SamplingParams& params,
+                        uint64_t seed, uint64_t counter, int64_t k, double confidence_threshold = 0.0);
 
 // One verify step over [next, draft...]; keeps next and the accepted drafts (state, KV, trail).
 // counter: output index of the token d_1 would be. *step_bytes (optional): the rollback's cost.
@@ -76,6 +92,7 @@ public:
     // (Sampler::sample with (seed, 0)); returns it.
     int32_t start(std::span<const int32_t> prompt);
     Draft mtp_draft(int64_t k);
+    Draft dspark_draft(int64_t k, double confidence_threshold = 0.0);
     SpecStepResult verify(const Draft& draft);
     // A plain decode step: feeds next and samples as the non-speculative path does.
     int32_t plain_step();

@@ -47,8 +47,6 @@ void apply_linear(const DenseLinear& l, const float* x, int64_t n, float* y, Num
     cpu::matmul_nt(x, l.w.data(), y, n, l.n_in, l.n_out);
 }
 
-namespace {
-
 cpu::HCParams hc_params(const ModelConfig& cfg) {
     cpu::HCParams p;
     p.hc = cfg.hc_mult;
@@ -59,11 +57,11 @@ cpu::HCParams hc_params(const ModelConfig& cfg) {
     return p;
 }
 
-// Runs one sub-block on X [n, hc, D] in place: HC pre (collapse) -> norm -> f -> HC post. f marks its
-// own output's storage point.
-template <typename SubBlock>
-void hc_sub_block(const ModelConfig& cfg, const StoragePoints& storage, const DenseHC& hc,
-                  const std::vector<float>& norm, float* X, int64_t n, SubBlock&& f) {
+// f marks its own output's storage point.
+void hc_sub_block(const BlockContext& ctx, const DenseHC& hc, const std::vector<float>& norm, float* X, int64_t n,
+                  const std::function<void(const float* xn, float* out)>& f) {
+    const ModelConfig& cfg = ctx.cfg;
+    const StoragePoints& storage = ctx.storage;
     const cpu::HCParams p = hc_params(cfg);
     const int64_t D = p.dim, n_mix = (2 + p.hc) * p.hc;
     std::vector<float> mixes(static_cast<size_t>(n * n_mix));  // [n, n_mix]
@@ -86,17 +84,15 @@ void hc_sub_block(const ModelConfig& cfg, const StoragePoints& storage, const De
     storage.at(StoragePoint::ResidualStreams, X, n * p.hc * D);
 }
 
-}  // namespace
-
 void attention_sub_block(const BlockContext& ctx, const DenseBlock& b, LayerState& state, SequenceKv& store, float* X,
                          int64_t n) {
-    hc_sub_block(ctx.cfg, ctx.storage, b.hc_attn, b.attn_norm, X, n,
+    hc_sub_block(ctx, b.hc_attn, b.attn_norm, X, n,
                  [&](const float* xn, float* out) { attention_forward(ctx, b.attn, state, store, xn, n, out); });
 }
 
 void moe_sub_block(const BlockContext& ctx, const DenseBlock& b, const int32_t* tokens, float* X, int64_t n) {
     const bool hash = ctx.cfg.is_hash_layer(b.layer_id) && b.layer_id < ctx.cfg.num_hidden_layers;
-    hc_sub_block(ctx.cfg, ctx.storage, b.hc_ffn, b.ffn_norm, X, n,
+    hc_sub_block(ctx, b.hc_ffn, b.ffn_norm, X, n,
                  [&](const float* xn, float* out) { moe_forward(ctx, b.ffn, hash, b.layer_id, tokens, xn, n, out); });
 }
 
@@ -174,6 +170,12 @@ ForwardOutput DeepSeekV4::forward_with_streams(SequenceState& state, SequenceKv&
                       dense_.embed.begin() + (int64_t(tokens[i]) + 1) * D, X.begin() + (i * hc + j) * D);
     storage_.at(StoragePoint::Embedding, X.data(), n * hc * D);
 
+    ForwardOutput out;
+    // DSpark taps (docs/dspark.md §1): the plain mean of the hc streams a target layer outputs.
+    const std::vector<int64_t> no_taps;
+    const std::vector<int64_t>& taps = cfg_.dspark ? cfg_.dspark->target_layer_ids : no_taps;
+    const auto n_taps = static_cast<int64_t>(taps.size());
+    out.taps.assign(static_cast<size_t>(n * n_taps * D), 0.0f);  // [n, n_taps, D]
     for (int64_t il = 0; il < cfg_.num_hidden_layers; ++il) {
         const bool compressed = cfg_.compress_ratio(il) != 0;
         detail::BlockContext ctx{cfg_, numerics_, compressed ? rope_compress_ : rope_main_, rope_compress_,
@@ -181,10 +183,18 @@ ForwardOutput DeepSeekV4::forward_with_streams(SequenceState& state, SequenceKv&
         ctx.storage = storage_;
         ctx.expert_use = expert_use_;  // main layers only: forward_mtp leaves it unset
         detail::block_forward(ctx, dense_.layers[il], state.layers()[il], kv, tokens.data(), X.data(), n);
+        for (int64_t t = 0; t < n_taps; ++t) {
+            if (taps[static_cast<size_t>(t)] != il) continue;
+            for (int64_t i = 0; i < n; ++i) {
+                float* tap = out.taps.data() + (i * n_taps + t) * D;
+                for (int64_t j = 0; j < hc; ++j)
+                    for (int64_t d = 0; d < D; ++d) tap[d] += X[(i * hc + j) * D + d];
+                for (int64_t d = 0; d < D; ++d) tap[d] /= static_cast<float>(hc);
+            }
+        }
     }
     state.advance(n);
 
-    ForwardOutput out;
     out.logits = logits_from_streams(X.data(), n, dense_.hc_head, dense_.norm);
     out.streams = std::move(X);
     return out;

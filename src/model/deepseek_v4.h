@@ -44,6 +44,13 @@ std::vector<float> rope_inv_freqs_for(const ModelConfig& cfg, bool compressed);
 struct ForwardOutput {
     std::vector<float> logits;   // [n_tokens, vocab]
     std::vector<float> streams;  // [n_tokens, hc, D]: final residual streams before hc_head (MTP input)
+    std::vector<float> taps;     // [n_tokens, n_taps, D]: 0731 DSpark taps (docs/dspark.md §1); empty otherwise
+};
+
+// One pass of the DSpark drafter's block (docs/dspark.md §3).
+struct DSparkBlockOutput {
+    std::vector<float> base_logits;  // [B, vocab]: slot j's logits for the token at n + j + 1, no Markov bias
+    std::vector<float> hidden;       // [B, D]: the last stage's hc_head output before its norm
 };
 
 class DeepSeekV4 {
@@ -80,6 +87,20 @@ public:
     // use of the one MTP block).
     ForwardOutput forward_mtp_with_streams(SequenceState& state, SequenceKv& kv, std::span<const float> streams,
                                            std::span<const int32_t> next_tokens) const;
+
+    // The 0731 DSpark drafter (docs/dspark.md; its heads: model/dspark_heads.h).
+    // Context: the main model's taps [m, n_taps, D] (ForwardOutput::taps) at the positions the
+    // drafter has not read yet, n_mtp_tokens()..+m-1, which must end at the main model's count: each
+    // stage's window ring gets their rows ctx_s = RoPE(kv_norm_s(wkv_s(main_norm(main_proj(taps))))).
+    // Only kept positions are pushed, so the ring never needs a rollback.
+    void dspark_push_context(SequenceState& state, std::span<const float> taps) const;
+    // The block after `next` (the sampled token at position n = state.n_tokens(), not yet fed): slots
+    // [next, noise x (B-1)] at positions n..n+B-1 through every stage, attending to the ring and,
+    // bidirectionally, to the whole block. Reads the state, changes nothing.
+    DSparkBlockOutput dspark_block(const SequenceState& state, int32_t next) const;
+    bool has_dspark() const { return dense_.dspark.has_value(); }
+    // The drafter's weights (throws without them): the Markov and confidence heads read them.
+    const DenseDSpark& dspark_weights() const;
 
     // Teacher forcing (tests): one sub-block of main layer il alone. X [n, hc, D] (the streams at the
     // sub-block's input, positions continuing from that layer's state) is replaced by the streams at its

@@ -112,6 +112,21 @@ DenseModel densify(const ModelConfig& cfg, const ModelWeights& w) {
         t.hc_head = dense(m.hc_head);
         d.mtp.push_back(std::move(t));
     }
+    if (w.dspark) {
+        const DSparkWeights& s = *w.dspark;
+        DenseDSpark t;
+        for (size_t i = 0; i < s.stages.size(); ++i)
+            t.stages.push_back(dense_block(cfg, s.stages[i], cfg.num_hidden_layers + int64_t(i)));
+        t.main_proj = dense(s.main_proj);
+        t.main_norm = cpu::to_f32(s.main_norm);
+        t.norm = cpu::to_f32(s.norm);
+        t.hc_head = dense(s.hc_head);
+        t.markov_w1 = cpu::to_f32(s.markov_w1);
+        t.markov_w2 = cpu::to_f32(s.markov_w2);
+        t.confidence = cpu::to_f32(s.confidence_proj);
+        t.rank = s.markov_w1.shape.at(1);
+        d.dspark = std::move(t);
+    }
     return d;
 }
 

@@ -85,6 +85,19 @@ struct DenseMTP {
     DenseHC hc_head;
 };
 
+// The 0731 DSpark drafter (docs/dspark.md): stages mtp.0..S-1 plus the glue of the first and last.
+struct DenseDSpark {
+    std::vector<DenseBlock> stages;  // sliding-window blocks, layer ids num_hidden_layers + s
+    DenseLinear main_proj;           // [D, S*D] (FP8 in the checkpoint)
+    std::vector<float> main_norm;    // [D]
+    std::vector<float> norm;         // [D] last stage's final norm
+    DenseHC hc_head;                 // last stage's: fn [hc, hc*D], base [hc], scale [1]
+    std::vector<float> markov_w1;    // [vocab, r] embedding of the previous token
+    std::vector<float> markov_w2;    // [vocab, r] projection r -> vocab
+    std::vector<float> confidence;   // [D + r] confidence_head.proj (one output, no bias)
+    int64_t rank = 0;                // r = dspark_markov_rank
+};
+
 struct DenseModel {
     std::vector<float> embed;  // [vocab, D]
     std::vector<float> head;   // [vocab, D]
@@ -92,6 +105,7 @@ struct DenseModel {
     DenseHC hc_head;
     std::vector<DenseBlock> layers;
     std::vector<DenseMTP> mtp;
+    std::optional<DenseDSpark> dspark;  // 0731 only
 };
 
 // Expands every bound tensor to fp32 (throws onecard::Error naming a tensor whose dtype or shape

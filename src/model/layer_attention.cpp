@@ -60,25 +60,21 @@ void round_to_kv_format(float* row, int64_t hd, int64_t n_rope) {
 
 }  // namespace
 
-void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerState& state, SequenceKv& store,
-                       const float* xn, int64_t n, float* out) {
+void attention_q(const BlockContext& ctx, const DenseAttention& w, const float* xn, int64_t n, int64_t pos0,
+                 std::vector<float>& qr, std::vector<float>& q) {
     const ModelConfig& cfg = ctx.cfg;
-    const bool reference = ctx.numerics == Numerics::Reference;
     const int64_t H = cfg.num_attention_heads, hd = cfg.head_dim, n_rope = cfg.qk_rope_head_dim;
-    const int64_t n_nope = hd - n_rope;
     const float eps = static_cast<float>(cfg.rms_norm_eps);
-    const int64_t pos0 = state.n_tokens;
-    const StoragePoints& store_at = ctx.storage;  // marks: model/storage_points.h
-
-    // ---- q path: wq_a -> q_norm -> wq_b -> per-head unweighted RMSNorm -> RoPE on trailing dims
+    const StoragePoints& store_at = ctx.storage;
+    // wq_a -> q_norm -> wq_b -> per-head unweighted RMSNorm -> RoPE on trailing dims
     const int64_t ql = cfg.q_lora_rank;
-    std::vector<float> qr(static_cast<size_t>(n * ql));  // [n, q_lora_rank]
+    qr.assign(static_cast<size_t>(n * ql), 0.0f);  // [n, q_lora_rank]
     apply_linear(w.wq_a, xn, n, qr.data(), ctx.numerics, ctx.bf16_linear_inputs);
     store_at.at(StoragePoint::QLoraLinear, qr.data(), n * ql);
     cpu::rmsnorm(qr.data(), w.q_norm.data(), qr.data(), n, ql, eps);
     store_at.at(StoragePoint::QLoraNorm, qr.data(), n * ql);
 
-    std::vector<float> q(static_cast<size_t>(n * H * hd));  // [n, H, hd]
+    q.assign(static_cast<size_t>(n * H * hd), 0.0f);  // [n, H, hd]
     apply_linear(w.wq_b, qr.data(), n, q.data(), ctx.numerics, ctx.bf16_linear_inputs);
     store_at.at(StoragePoint::QLinear, q.data(), n * H * hd);
     cpu::rmsnorm(q.data(), nullptr, q.data(), n * H, hd, eps);
@@ -86,9 +82,16 @@ void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerSt
     for (int64_t i = 0; i < n; ++i)
         cpu::apply_rope_rows(q.data() + i * H * hd, H, hd, ctx.rope_freqs.data(), n_rope, pos0 + i);
     store_at.at(StoragePoint::QRope, q.data(), n * H * hd);
+}
 
-    // ---- shared KV head: wkv -> kv_norm -> RoPE; reference: rounded to the cache format
-    std::vector<float> kv(static_cast<size_t>(n * hd));  // [n, hd]
+void attention_kv(const BlockContext& ctx, const DenseAttention& w, const float* xn, int64_t n, int64_t pos0,
+                  std::vector<float>& kv) {
+    const ModelConfig& cfg = ctx.cfg;
+    const int64_t hd = cfg.head_dim, n_rope = cfg.qk_rope_head_dim, n_nope = hd - n_rope;
+    const float eps = static_cast<float>(cfg.rms_norm_eps);
+    const StoragePoints& store_at = ctx.storage;
+    // wkv -> kv_norm -> RoPE; reference: rounded to the cache format
+    kv.assign(static_cast<size_t>(n * hd), 0.0f);  // [n, hd]
     apply_linear(w.wkv, xn, n, kv.data(), ctx.numerics, ctx.bf16_linear_inputs);
     store_at.at(StoragePoint::KvLinear, kv.data(), n * hd);
     cpu::rmsnorm(kv.data(), w.kv_norm.data(), kv.data(), n, hd, eps);
@@ -96,8 +99,37 @@ void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerSt
     for (int64_t i = 0; i < n; ++i) {
         cpu::apply_rope(kv.data() + i * hd + n_nope, ctx.rope_freqs.data(), n_rope, pos0 + i);
         store_at.at(StoragePoint::KvRope, kv.data() + i * hd, hd);
-        if (reference) round_to_kv_format(kv.data() + i * hd, hd, n_rope);
+        if (ctx.numerics == Numerics::Reference) round_to_kv_format(kv.data() + i * hd, hd, n_rope);
     }
+}
+
+void attention_output(const BlockContext& ctx, const DenseAttention& w, const float* o, int64_t n, float* out) {
+    const ModelConfig& cfg = ctx.cfg;
+    const int64_t H = cfg.num_attention_heads, hd = cfg.head_dim;
+    const StoragePoints& store_at = ctx.storage;
+    // ---- grouped low-rank output: group g = heads [g·H/G, (g+1)·H/G) -> wo_a[g] -> concat -> wo_b
+    const int64_t G = cfg.o_groups, r = cfg.o_lora_rank, group_in = H * hd / G;
+    std::vector<float> z(static_cast<size_t>(n * G * r));  // [n, G·r]
+    for (int64_t g = 0; g < G; ++g) {
+        cpu::matmul_nt(o + g * group_in, w.wo_a.w.data() + g * r * group_in, z.data() + g * r, n, group_in, r, H * hd,
+                       G * r);
+    }
+    store_at.at(StoragePoint::GroupedOutput, z.data(), n * G * r);
+    apply_linear(w.wo_b, z.data(), n, out, ctx.numerics, ctx.bf16_linear_inputs);
+    store_at.at(StoragePoint::AttentionResult, out, n * cfg.hidden_size);
+}
+
+void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerState& state, SequenceKv& store,
+                       const float* xn, int64_t n, float* out) {
+    const ModelConfig& cfg = ctx.cfg;
+    const bool reference = ctx.numerics == Numerics::Reference;
+    const int64_t H = cfg.num_attention_heads, hd = cfg.head_dim, n_rope = cfg.qk_rope_head_dim;
+    const int64_t pos0 = state.n_tokens;
+    const StoragePoints& store_at = ctx.storage;  // marks: model/storage_points.h
+
+    std::vector<float> qr, q, kv;  // [n, q_lora_rank], [n, H, hd], [n, hd]
+    attention_q(ctx, w, xn, n, pos0, qr, q);
+    attention_kv(ctx, w, xn, n, pos0, kv);
 
     // ---- compressor / indexer projections for the whole chunk (pooled token by token below)
     std::vector<float> ckv, cscore, ikv, iscore, iq, iw;
@@ -204,16 +236,7 @@ void attention_forward(const BlockContext& ctx, const DenseAttention& w, LayerSt
         store_at.at(StoragePoint::AttentionOutputRope, oi, H * hd);
     }
 
-    // ---- grouped low-rank output: group g = heads [g·H/G, (g+1)·H/G) -> wo_a[g] -> concat -> wo_b
-    const int64_t G = cfg.o_groups, r = cfg.o_lora_rank, group_in = H * hd / G;
-    std::vector<float> z(static_cast<size_t>(n * G * r));  // [n, G·r]
-    for (int64_t g = 0; g < G; ++g) {
-        cpu::matmul_nt(o.data() + g * group_in, w.wo_a.w.data() + g * r * group_in, z.data() + g * r, n, group_in, r,
-                       H * hd, G * r);
-    }
-    store_at.at(StoragePoint::GroupedOutput, z.data(), n * G * r);
-    apply_linear(w.wo_b, z.data(), n, out, ctx.numerics, ctx.bf16_linear_inputs);
-    store_at.at(StoragePoint::AttentionResult, out, n * cfg.hidden_size);
+    attention_output(ctx, w, o.data(), n, out);
 }
 
 }  // namespace onecard::detail

@@ -47,6 +47,15 @@ SequenceState::SequenceState(const ModelConfig& cfg, bool own_kv) {
     for (int64_t i = 0; i < cfg.num_nextn_predict_layers && !cfg.dspark; ++i)
         mtp_layers_.push_back(make_layer(cfg, cfg.num_hidden_layers + i));
     if (own_kv) own_kv_.emplace(cfg);
+    if (cfg.dspark)
+        dspark_ring_floats_ =
+            static_cast<int64_t>(cfg.dspark->target_layer_ids.size()) * cfg.sliding_window * cfg.head_dim;
+}
+
+std::vector<float>& SequenceState::dspark_ring() {
+    ONECARD_CHECK(dspark_ring_floats_ > 0, "sequence state: not a DSpark (0731) model");
+    if (dspark_ring_.empty()) dspark_ring_.assign(static_cast<size_t>(dspark_ring_floats_), 0.0f);
+    return dspark_ring_;
 }
 
 Fp32SequenceKv& SequenceState::own_kv() {
@@ -152,6 +161,10 @@ void SequenceState::rollback(int64_t n_tokens, int64_t n_mtp_tokens) {
                       n_mtp_tokens <= n_mtp_tokens_,
                   "sequence state: rollback to ({}, mtp {}) outside [({}, mtp {}), ({}, mtp {})]", n_tokens,
                   n_mtp_tokens, journal_n_tokens_, journal_n_mtp_tokens_, n_tokens_, n_mtp_tokens_);
+    ONECARD_CHECK(!has_dspark() || n_mtp_tokens == n_mtp_tokens_,
+                  "sequence state: the DSpark context ring holds only kept positions and is never rolled back "
+                  "(from {} to {})",
+                  n_mtp_tokens_, n_mtp_tokens);
     rollback_layers(layers_, n_tokens);
     rollback_layers(mtp_layers_, n_mtp_tokens);
     n_tokens_ = n_tokens;
@@ -193,6 +206,11 @@ void SequenceState::check_integrity() const {
         ONECARD_CHECK(l.n_tokens == n_mtp_tokens_, "sequence state: MTP block {} processed {} tokens, expected {}",
                       l.layer_id, l.n_tokens, n_mtp_tokens_);
     }
+    ONECARD_CHECK(dspark_ring_.empty() || static_cast<int64_t>(dspark_ring_.size()) == dspark_ring_floats_,
+                  "sequence state: DSpark ring of {} floats, expected {}", dspark_ring_.size(), dspark_ring_floats_);
+    ONECARD_CHECK(!has_dspark() || (n_mtp_tokens_ <= n_tokens_ && (n_mtp_tokens_ == 0 || !dspark_ring_.empty())),
+                  "sequence state: the DSpark drafter read {} positions of {} (ring {})", n_mtp_tokens_, n_tokens_,
+                  dspark_ring_.empty() ? "unused" : "in use");
 }
 
 }  // namespace onecard

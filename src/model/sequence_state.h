@@ -79,6 +79,15 @@ public:
     void restore_boundary(int64_t n_tokens, const std::vector<float>& carry);
     void advance_mtp(int64_t n) { n_mtp_tokens_ += n; }
 
+    // 0731 DSpark drafter context (docs/dspark.md §2; DeepSeekV4::dspark_push_context writes it): per
+    // stage the window ring [n_stages, sliding_window, head_dim] of the rows made from the main
+    // model's taps at positions < n_mtp_tokens(), position p in slot p mod sliding_window. Empty until
+    // the first push. It only ever holds kept positions, so rollback() never moves n_mtp_tokens back
+    // for it.
+    bool has_dspark() const { return dspark_ring_floats_ > 0; }
+    std::vector<float>& dspark_ring();
+    const std::vector<float>& dspark_ring() const { return dspark_ring_; }
+
     // Speculative steps (model/spec_checkpoint.h drives these): begin_journal() makes every
     // compressor record what later pushes overwrite; rollback(n, n_mtp) returns the main layers to n
     // tokens and the MTP blocks to n_mtp positions (neither below the counts at begin_journal(), nor
@@ -97,6 +106,8 @@ private:
     std::vector<LayerState> layers_;      // one per main layer
     std::vector<LayerState> mtp_layers_;  // one per MTP block
     std::optional<Fp32SequenceKv> own_kv_;
+    std::vector<float> dspark_ring_;     // see dspark_ring()
+    int64_t dspark_ring_floats_ = 0;     // its size once used; 0: not a DSpark model
     int64_t journal_n_tokens_ = -1;      // n_tokens_ at begin_journal(); -1: no journal
     int64_t journal_n_mtp_tokens_ = -1;  // n_mtp_tokens_ at begin_journal()
 };

@@ -320,7 +320,15 @@ ModelConfig synth_config(const SynthOptions& opt) {
     // The Flash schedule: two sliding layers, then CSA/HCA alternating; MTP blocks are sliding.
     c.compress_ratios.clear();
     for (int64_t il = 0; il < layers; ++il) c.compress_ratios.push_back(il < 2 ? 0 : (il % 2 == 0 ? 4 : 128));
-    for (int64_t i = 0; i < c.num_nextn_predict_layers; ++i) c.compress_ratios.push_back(0);
+    if (opt.dspark) {
+        DSparkConfig d;
+        d.block_size = 5;
+        d.markov_rank = opt.preset == SynthPreset::Flash ? 256 : 16;
+        d.noise_token_id = c.vocab_size > 128799 ? 128799 : c.vocab_size - 1;
+        for (int64_t il = std::max<int64_t>(0, layers - 3); il < layers; ++il) d.target_layer_ids.push_back(il);
+        c.dspark = d;
+    }
+    for (int64_t i = 0; i < c.n_mtp_blocks(); ++i) c.compress_ratios.push_back(0);
     // Round trip through the official JSON: the written config.json is exactly what we validate.
     return parse_config(to_official_json(c));
 }

@@ -49,7 +49,11 @@ struct SynthOptions {
     std::optional<int64_t> index_heads;  // index_n_heads
     std::optional<int64_t> index_head_dim;
     std::optional<int64_t> index_topk;
-    std::optional<int64_t> mtp;           // num_nextn_predict_layers
+    std::optional<int64_t> mtp;  // num_nextn_predict_layers
+    // A DeepSeek-V4-Flash-0731 checkpoint: the DSpark drafter (block 5, noise token 128799 or the last
+    // id of a smaller vocabulary, three stages tapping the last three layers, Markov rank 256 at the
+    // Flash preset and 16 below it) in mtp.0..2 instead of the MTP block.
+    bool dspark = false;
     std::optional<uint64_t> shard_bytes;  // target shard size (a tensor never spans shards)
     bool tame = false;                    // the tame drawing rule (file comment, synth_master_rows)
 };

@@ -38,9 +38,8 @@ SpeculativeConfig parse_speculative_config(const std::string& json_text) {
         }
     }
     if (c.method == "deepseek_mtp") c.method = "mtp";
-    ONECARD_CHECK(c.method == "mtp",
-                  "--speculative-config: method '{}' is not supported (onecard has 'mtp'; 'dspark' is not built yet)",
-                  c.method);
+    ONECARD_CHECK(c.method == "mtp" || c.method == "dspark",
+                  "--speculative-config: method '{}' is not supported (onecard has 'mtp' and 'dspark')", c.method);
     ONECARD_CHECK(c.num_speculative_tokens >= 1 && c.num_speculative_tokens <= 16,
                   "--speculative-config: num_speculative_tokens must be in [1, 16], got {}", c.num_speculative_tokens);
     return c;

@@ -29,10 +29,13 @@ TEST(SpeculativeConfig, ParsesVllmSpelling) {
         R"({"method":"mtp","num_speculative_tokens":2,"draft_length":"fixed","disable_by_batch_size":8})");
     EXPECT_TRUE(f.fixed_draft_length);
     EXPECT_EQ(f.disable_by_batch_size, 8);
+    const SpeculativeConfig d = server::parse_speculative_config(R"({"method":"dspark","num_speculative_tokens":5})");
+    EXPECT_EQ(d.method, "dspark");
+    EXPECT_EQ(d.num_speculative_tokens, 5);
 }
 
 TEST(SpeculativeConfig, RefusesWhatItDoesNotDo) {
-    EXPECT_NE(error_of(R"({"method":"dspark","num_speculative_tokens":5})").find("'dspark'"), std::string::npos);
+    EXPECT_NE(error_of(R"({"method":"eagle3","num_speculative_tokens":5})").find("'eagle3'"), std::string::npos);
     EXPECT_NE(error_of(R"({"method":"mtp","num_speculative_tokens":3,"draft_tensor_parallel_size":1})")
                   .find("'draft_tensor_parallel_size'"),
               std::string::npos);

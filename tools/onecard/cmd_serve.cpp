@@ -772,9 +772,11 @@ void add_cmd_serve(CLI::App& app) {
     cmd->add_option("--tensor-parallel-size", v.tensor_parallel_size, "vLLM: 1 (one GPU)");
     cmd->add_option("--pipeline-parallel-size", v.pipeline_parallel_size, "vLLM: 1 (one GPU)");
     cmd->add_option("--data-parallel-size", v.data_parallel_size, "vLLM: 1 (one onecard per GPU)");
-    cmd->add_option("--speculative-config", a->speculative_config,
-                    "vLLM: speculative decoding, e.g. '{\"method\":\"mtp\",\"num_speculative_tokens\":3}' (the CPU "
-                    "backend; the engine refuses it where the runner cannot speculate)");
+    cmd->add_option(
+        "--speculative-config", a->speculative_config,
+        "vLLM: speculative decoding, e.g. '{\"method\":\"mtp\",\"num_speculative_tokens\":3}' (V4-Flash) or "
+        "'{\"method\":\"dspark\",\"num_speculative_tokens\":5}' (0731, at most dspark_block_size) (the CPU "
+        "backend; the engine refuses it where the runner cannot speculate)");
     cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", a->enable_prefix_caching,
                   "automatic prefix caching (default on; the CPU backend in reference numerics has it, the CUDA "
                   "backend not yet)");

@@ -65,6 +65,9 @@ void add_cmd_synth(CLI::App& app) {
     add_dim(cmd, "--index-head-dim", o.index_head_dim, "indexer head dim");
     add_dim(cmd, "--index-topk", o.index_topk, "indexer top-k");
     add_dim(cmd, "--mtp", o.mtp, "MTP blocks (num_nextn_predict_layers)");
+    cmd->add_flag("--dspark", o.dspark,
+                  "a DeepSeek-V4-Flash-0731 checkpoint: the DSpark drafter (three stages tapping the last three "
+                  "layers, block 5, Markov head, confidence head) in mtp.0..2 instead of the MTP block");
     cmd->callback([args]() {
         SynthOptions opt = args->opt;
         opt.preset = *synth_preset_from_name(args->preset);
