@@ -79,8 +79,6 @@ struct GpuModel::Buffers {
 
 namespace {
 
-constexpr int64_t kGemvMoeMaxTokens = 64;  // decode batches; more tokens go through MoeExperts
-
 cuda::HcDims hc_dims(const ModelConfig& c) {
     cuda::HcDims d;
     d.dim = c.hidden_size;
@@ -128,7 +126,11 @@ void GpuModel::carve(const ModelConfig& cfg, const GpuModelOptions& opt, int64_t
     const int64_t K = cfg.num_experts_per_tok, I = cfg.moe_intermediate_size, W = cfg.sliding_window;
     b.T = T;
     b.max_keys = W + std::max(cfg.index_topk, max_unselected_entries(cfg, opt.max_model_len));
-    b.gemv_rows = std::min(T, kGemvMoeMaxTokens);
+    ONECARD_CHECK(opt.moe_gemv_max_tokens >= 1 && opt.moe_gemv_max_tokens * K <= 4096 &&
+                      (!hybrid || opt.moe_gemv_max_tokens <= 64),
+                  "gpu model: moe_gemv_max_tokens {} must be in [1, {}] ({} with host experts)",
+                  opt.moe_gemv_max_tokens, 4096 / K, std::min<int64_t>(64, 4096 / K));
+    b.gemv_rows = std::min(T, opt.moe_gemv_max_tokens);
     // All-rows logits (tests) only where they stay small; serving needs one row per sequence, or
     // 1 + k per sequence when its verify steps return the k drafts' rows too.
     ONECARD_CHECK(opt.logits_rows_per_seq >= 1, "gpu model: logits_rows_per_seq {} < 1", opt.logits_rows_per_seq);

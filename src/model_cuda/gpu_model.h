@@ -40,7 +40,12 @@ struct GpuModelOptions {
     int64_t max_model_len = 65536;          // longest sequence (sizes key lists and indexer scratch)
     size_t moe_scratch_bytes =
         0;  // many-token expert path (dequantised experts + rows); 0 = what max_num_batched_tokens needs
-    bool cuda_graphs = true;          // replay steps of <= kGraphMaxTokens tokens as CUDA graphs
+    bool cuda_graphs = true;  // replay steps of <= kGraphMaxTokens tokens as CUDA graphs
+    // Steps of at most this many tokens run the routed experts through the grouped MXFP4 GEMV (each
+    // used expert read once per 8 of its pairs); larger steps dequantise every used expert to bf16 for
+    // cuBLAS (MoeExperts), whose fixed cost per expert is ~0.5 s a step at the Flash shape. At most
+    // 4096 / top_k (the pair grouping's bound); hybrid models keep 64 (their host pairs run on the CPU).
+    int64_t moe_gemv_max_tokens = 64;
     bool count_expert_picks = false;  // count routing picks per (layer, expert) on the device (expert_pick_counts)
     HostMoeOptions host_experts;      // the host expert pool, when the weights keep experts in host RAM
     GpuFaultPlan faults;              // tests only: planted bugs (gpu_fault_plan.h); all off

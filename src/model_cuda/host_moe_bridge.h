@@ -39,7 +39,7 @@ public:
     static constexpr int64_t kDeviceCounters = 2;
     // `weights` must be hybrid (attach_host_experts) and outlive the bridge; max_tokens bounds the
     // tokens of one published request (the GEMV path's rows, min(max_num_batched_tokens,
-    // kGemvMoeMaxTokens): a bound of its own, not the step budget); device_counters: kDeviceCounters
+    // GpuModelOptions::moe_gemv_max_tokens): a bound of its own, not the step budget); device_counters: kDeviceCounters
     // uint32 of device memory (zeroed here).
     HostMoeBridge(const ModelConfig& cfg, const GpuModelWeights& weights, int64_t max_tokens, const HostMoeOptions& opt,
                   uint32_t* device_counters);

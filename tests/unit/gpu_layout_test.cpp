@@ -13,6 +13,7 @@
 #include "model/synth.h"
 #include "model/weights.h"
 #include "model_cuda/gpu_kv_pool.h"
+#include "model_cuda/gpu_model.h"
 #include "model_cuda/gpu_synth.h"
 #include "model_cuda/gpu_weights.h"
 
@@ -197,6 +198,30 @@ TEST(GpuLayout, KvPoolAcceptsAModelWithoutCompressedLayers) {
     GpuKvPool pool(spec, size, step_tokens, arena);
     pool.check_integrity();
     EXPECT_EQ(pool.slot_offset(1) - pool.slot_offset(0), spec.slot_bytes);
+}
+
+// The grouped-GEMV bound for the routed experts (GpuModelOptions::moe_gemv_max_tokens) sizes the
+// workspace the memory plan counts, and its limits are refused by name: the pair grouping's 4096 pairs,
+// and 64 tokens on a hybrid model.
+TEST(GpuLayout, MoeGemvTokenBoundSizesTheWorkspaceAndIsChecked) {
+    const ModelConfig cfg = flash(4, 64);
+    const KvCacheSpec spec = make_kv_cache_spec(kv_model_shape_from_config(cfg), 256);
+    GpuModelOptions o;
+    o.max_num_batched_tokens = 1024;
+    o.max_num_seqs = 64;
+    o.max_model_len = 4096;
+    const int64_t base = GpuModel::workspace_bytes_for(cfg, o, spec, false);
+    o.moe_gemv_max_tokens = 512;
+    const int64_t wide = GpuModel::workspace_bytes_for(cfg, o, spec, false);
+    // Per extra GEMV row, at least its K pairs' gate and up (bf16 [I]), FP8 hidden ([I]) and out (bf16 [D]).
+    const int64_t K = cfg.num_experts_per_tok, I = cfg.moe_intermediate_size, D = cfg.hidden_size;
+    EXPECT_GE(wide - base, (512 - 64) * K * (2 * I * 2 + I + D * 2));
+    o.moe_gemv_max_tokens = 4096 / K + 1;
+    EXPECT_THROW(GpuModel::workspace_bytes_for(cfg, o, spec, false), Error);
+    o.moe_gemv_max_tokens = 128;
+    EXPECT_THROW(GpuModel::workspace_bytes_for(cfg, o, spec, true), Error);
+    o.moe_gemv_max_tokens = 64;
+    EXPECT_NO_THROW(GpuModel::workspace_bytes_for(cfg, o, spec, true));
 }
 
 }  // namespace

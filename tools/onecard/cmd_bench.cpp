@@ -70,6 +70,7 @@ struct BenchArgs {
     bool embed_on_gpu = false;  // keep the embedding table in HBM even when experts go to host RAM
     int64_t stream_min_tokens = 32;
     std::string decode_batches = "1,8,64";
+    int64_t moe_gemv_max_tokens = 64;  // GpuModelOptions::moe_gemv_max_tokens
     std::string verify_k;  // speculative verify steps of k + 1 tokens per sequence, comma-separated k (none: off)
     int64_t context = 1024;
     int64_t prefill = 8192;
@@ -284,6 +285,7 @@ void run_bench(const BenchArgs& a) {
     GpuModelOptions mo;
     mo.max_num_batched_tokens = a.chunk;
     mo.max_num_seqs = max_b + 1;
+    mo.moe_gemv_max_tokens = a.moe_gemv_max_tokens;
     for (int64_t k : verify_ks) mo.logits_rows_per_seq = std::max(mo.logits_rows_per_seq, k + 1);
     mo.max_model_len = max_len;
     mo.count_expert_picks = true;
@@ -739,6 +741,9 @@ void add_cmd_bench(CLI::App& app) {
     cmd->add_option("--stream-min-tokens", a->stream_min_tokens,
                     "smallest decode step that stages host experts (default 32)");
     cmd->add_option("--decode-batch", a->decode_batches, "decode batch sizes, comma-separated (default 1,8,64)");
+    cmd->add_option("--moe-gemv-max-tokens", a->moe_gemv_max_tokens,
+                    "steps of at most this many tokens run the routed experts on the grouped MXFP4 GEMV, larger "
+                    "ones dequantise the experts for cuBLAS (default 64; at most 4096 / top_k; 64 with host experts)");
     cmd->add_option("--verify-k", a->verify_k,
                     "also time speculative verify steps of k + 1 tokens per sequence for each k listed, e.g. "
                     "1,2,3,5,7 (default: none)");
