@@ -126,10 +126,10 @@ void GpuModel::carve(const ModelConfig& cfg, const GpuModelOptions& opt, int64_t
     const int64_t K = cfg.num_experts_per_tok, I = cfg.moe_intermediate_size, W = cfg.sliding_window;
     b.T = T;
     b.max_keys = W + std::max(cfg.index_topk, max_unselected_entries(cfg, opt.max_model_len));
-    ONECARD_CHECK(opt.moe_gemv_max_tokens >= 1 && opt.moe_gemv_max_tokens * K <= 4096 &&
-                      (!hybrid || opt.moe_gemv_max_tokens <= 64),
+    const int64_t gemv_max = cuda::kMxfp4MaxGroupPairs / K, gemv_max_hybrid = std::min<int64_t>(64, gemv_max);
+    ONECARD_CHECK(opt.moe_gemv_max_tokens >= 1 && opt.moe_gemv_max_tokens <= (hybrid ? gemv_max_hybrid : gemv_max),
                   "gpu model: moe_gemv_max_tokens {} must be in [1, {}] ({} with host experts)",
-                  opt.moe_gemv_max_tokens, 4096 / K, std::min<int64_t>(64, 4096 / K));
+                  opt.moe_gemv_max_tokens, gemv_max, gemv_max_hybrid);
     b.gemv_rows = std::min(T, opt.moe_gemv_max_tokens);
     // All-rows logits (tests) only where they stay small; serving needs one row per sequence, or
     // 1 + k per sequence when its verify steps return the k drafts' rows too.

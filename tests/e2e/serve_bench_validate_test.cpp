@@ -2,6 +2,7 @@
 // scripted runner answers every tool-call fixture turn exactly (pass path) or wrongly (fail path:
 // altered arguments, a call where none is wanted), the random demo model fails the quality gates cleanly (exit status =
 // failed gates), and bench-serve's token counts agree exactly with the server's /metrics counters.
+#include "support/serve_process.h"
 #include "support/test_support.h"
 #include "support/time_scale.h"
 
@@ -23,38 +24,19 @@ namespace {
 
 using Json = nlohmann::json;
 
-std::string slurp(const std::filesystem::path& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+using test::slurp;
 
-// Starts `onecard serve <args>` (env prefix `env`), hands its base URL to `check`, stops it.
+// Starts `onecard serve <args>` (env prefix `env`, a cache folder of its own), hands its base URL to
+// `check`, stops it.
 void serve_and(const test::TempDir& dir, const std::string& env, const std::string& args,
                const std::function<void(const std::string& url, int port)>& check) {
-    const auto out = dir / "serve.out";
-    const auto pidf = dir / "serve.pid";
-    std::filesystem::remove(out);
-    const std::string cmd = "(env " + env + " XDG_CACHE_HOME=" + dir.path().string() + " " + test::timeout_prefix(300) +
-                            test::onecard_binary().string() + " serve --host 127.0.0.1 --port 0 --no-access-log " +
-                            args + " > " + out.string() + " 2>&1 </dev/null & echo $! > " + pidf.string() + ")";
-    ASSERT_EQ(std::system(cmd.c_str()), 0);
-    const int pid = std::stoi(slurp(pidf));
-    Json ready;
-    for (int i = 0; i < 1200 && ready.is_null() && ::kill(pid, 0) == 0; ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        std::istringstream lines(slurp(out));
-        for (std::string l; std::getline(lines, l);)
-            if (l.find("\"event\":\"ready\"") != std::string::npos) ready = Json::parse(l);
-    }
-    if (!ready.is_null()) {
-        const int port = ready["port"].get<int>();
-        check("http://127.0.0.1:" + std::to_string(port), port);
-    }
-    ::kill(pid, SIGTERM);
-    for (int i = 0; i < 300 && ::kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    EXPECT_FALSE(ready.is_null()) << "no ready line:\n" << slurp(out);
+    test::serve_and(
+        dir.path(), "--host 127.0.0.1 --port 0 --no-access-log " + args,
+        [&](const Json& ready) {
+            const int port = ready["port"].get<int>();
+            check("http://127.0.0.1:" + std::to_string(port), port);
+        },
+        env + " XDG_CACHE_HOME=" + dir.path().string(), 300);
 }
 
 int exit_status(const test::CommandResult& r) {

@@ -3,6 +3,7 @@
 // mtp.0..2) serves with --speculative-config '{"method":"dspark",...}', answers a greedy completion
 // exactly as without speculation, counts its drafts in vLLM's spec_decode metrics, and a
 // num_speculative_tokens above dspark_block_size is refused by name before serving.
+#include "support/serve_process.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -21,13 +22,6 @@
 namespace onecard {
 namespace {
 
-std::string slurp(const std::filesystem::path& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
 class ServeDSpark : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
@@ -45,32 +39,12 @@ protected:
     // Starts `onecard serve <model> <args>`, hands a client on its port to `check`, stops it.
     // Returns what it printed.
     static std::string serve_and(const std::string& args, const std::function<void(httplib::Client&)>& check) {
-        const auto out = dir_->path() / "serve.out";
-        const auto pidf = dir_->path() / "serve.pid";
-        std::filesystem::remove(out);
-        const std::string cmd = "(timeout 180 " + test::onecard_binary().string() + " serve " + model() +
-                                " --device cpu --host 127.0.0.1 --port 0 " + args + " > " + out.string() +
-                                " 2>&1 </dev/null & echo $! > " + pidf.string() + ")";
-        EXPECT_EQ(std::system(cmd.c_str()), 0);
-        const int pid = std::stoi(slurp(pidf));
-        nlohmann::json ready;
-        for (int i = 0; i < 1200 && ready.is_null() && ::kill(pid, 0) == 0; ++i) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(100));
-            std::istringstream lines(slurp(out));
-            for (std::string l; std::getline(lines, l);)
-                if (l.find("\"event\":\"ready\"") != std::string::npos) ready = nlohmann::json::parse(l);
-        }
-        if (!ready.is_null()) {
-            httplib::Client c("127.0.0.1", ready["port"].get<int>());
-            c.set_read_timeout(120);
-            check(c);
-        }
-        ::kill(pid, SIGTERM);
-        for (int i = 0; i < 300 && ::kill(pid, 0) == 0; ++i)
-            std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        const std::string text = slurp(out);
-        EXPECT_FALSE(ready.is_null()) << "no ready line:\n" << text;
-        return text;
+        return test::serve_and(dir_->path(), model() + " --device cpu --host 127.0.0.1 --port 0 " + args,
+                               [&](const nlohmann::json& ready) {
+                                   httplib::Client c("127.0.0.1", ready["port"].get<int>());
+                                   c.set_read_timeout(120);
+                                   check(c);
+                               });
     }
     static test::TempDir* dir_;
 };

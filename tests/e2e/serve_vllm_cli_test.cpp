@@ -1,6 +1,7 @@
 // `vllm serve` command lines start `onecard serve` unchanged, through the real binary on the CPU
 // backend: the positional model path and vLLM's common flags, a vLLM YAML --config, one startup line
 // naming the flags that change nothing here, and clear refusals for what onecard would not do.
+#include "support/serve_process.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -19,13 +20,6 @@
 namespace onecard {
 namespace {
 
-std::string slurp(const std::filesystem::path& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
 class ServeVllmCli : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
@@ -40,30 +34,9 @@ protected:
     }
     static std::string model() { return (dir_->path() / "model").string(); }
 
-    // Starts `onecard serve <args>` in the background, waits for its ready line, hands its JSON to
-    // `check`, then stops it with SIGTERM. Returns everything it printed.
+    // `onecard serve <args>` (test::serve_and) in the suite's folder.
     static std::string serve_and(const std::string& args, const std::function<void(const nlohmann::json&)>& check) {
-        const auto out = dir_->path() / "serve.out";
-        const auto pidf = dir_->path() / "serve.pid";
-        std::filesystem::remove(out);
-        const std::string cmd = "(timeout 180 " + test::onecard_binary().string() + " serve " + args + " > " +
-                                out.string() + " 2>&1 </dev/null & echo $! > " + pidf.string() + ")";
-        EXPECT_EQ(std::system(cmd.c_str()), 0);
-        const int pid = std::stoi(slurp(pidf));
-        nlohmann::json ready;
-        for (int i = 0; i < 1200 && ready.is_null() && ::kill(pid, 0) == 0; ++i) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(100));
-            std::istringstream lines(slurp(out));
-            for (std::string l; std::getline(lines, l);)
-                if (l.find("\"event\":\"ready\"") != std::string::npos) ready = nlohmann::json::parse(l);
-        }
-        if (!ready.is_null()) check(ready);
-        ::kill(pid, SIGTERM);
-        for (int i = 0; i < 300 && ::kill(pid, 0) == 0; ++i)
-            std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        const std::string text = slurp(out);
-        EXPECT_FALSE(ready.is_null()) << "no ready line:\n" << text;
-        return text;
+        return test::serve_and(dir_->path(), args, check);
     }
     static test::TempDir* dir_;
 };

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <memory>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -155,6 +156,26 @@ inline nlohmann::json flash_0731_config_json() {
     return j;
 }
 
+inline SynthOptions tiny_options(uint64_t seed) {
+    SynthOptions opt;
+    opt.preset = SynthPreset::Tiny;
+    opt.seed = seed;
+    return opt;
+}
+
+// Bit-for-bit equality of two fp32 arrays (NaNs with the same bits compare equal).
+inline bool bitwise_equal(std::span<const float> a, std::span<const float> b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// n token ids drawn uniformly from [0, vocab) by an mt19937 seeded with `seed`.
+inline std::vector<int32_t> random_tokens(int64_t n, uint32_t seed, int64_t vocab) {
+    std::mt19937 rng(seed);
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+    return t;
+}
+
 // A synthesised tiny checkpoint (every layer kind, hash layers) loaded in both numerics modes.
 struct TinyModel {
     TempDir dir;
@@ -163,11 +184,10 @@ struct TinyModel {
     ModelWeights weights;
     std::unique_ptr<DeepSeekV4> exact, reference;
 
-    TinyModel(uint64_t seed, const std::string& tag) : dir(tag) {
-        SynthOptions opt;
-        opt.preset = SynthPreset::Tiny;
-        opt.seed = seed;
-        synth_write(synth_config(opt), seed, dir.path(), synth_default_shard_bytes(SynthPreset::Tiny), false);
+    TinyModel(uint64_t seed, const std::string& tag) : TinyModel(tiny_options(seed), tag) {}
+    // Other synth options (a window, the DSpark drafter, ...) over opt.preset's shape.
+    TinyModel(const SynthOptions& opt, const std::string& tag) : dir(tag) {
+        synth_write(synth_config(opt), opt.seed, dir.path(), synth_default_shard_bytes(opt.preset), false);
         cfg = load_config(dir / "config.json");
         ckpt = std::make_unique<Checkpoint>(Checkpoint::open(dir.path()));
         weights = bind_weights(cfg, *ckpt);

@@ -23,30 +23,15 @@
 namespace onecard {
 namespace {
 
-struct DSparkModel {
-    test::TempDir dir{"onecard_dspark_spec"};
-    ModelConfig cfg;
-    std::unique_ptr<Checkpoint> ckpt;
-    ModelWeights weights;
-    std::unique_ptr<DeepSeekV4> exact, reference;
-    DSparkModel() {
-        SynthOptions opt;
-        opt.preset = SynthPreset::Tiny;
-        opt.seed = 731;
-        opt.dspark = true;
-        synth_write(synth_config(opt), opt.seed, dir.path(), synth_default_shard_bytes(SynthPreset::Tiny), false);
-        cfg = load_config(dir / "config.json");
-        ckpt = std::make_unique<Checkpoint>(Checkpoint::open(dir.path()));
-        weights = bind_weights(cfg, *ckpt);
-        exact = std::make_unique<DeepSeekV4>(cfg, weights, Numerics::Exact);
-        reference = std::make_unique<DeepSeekV4>(cfg, weights, Numerics::Reference);
-    }
-};
-DSparkModel* g_model = nullptr;
+test::TinyModel* g_model = nullptr;
 
 class Env : public ::testing::Environment {
 public:
-    void SetUp() override { g_model = new DSparkModel; }
+    void SetUp() override {
+        SynthOptions opt = test::tiny_options(731);
+        opt.dspark = true;
+        g_model = new test::TinyModel(opt, "onecard_dspark_spec");
+    }
     void TearDown() override {
         delete g_model;
         g_model = nullptr;
@@ -54,15 +39,10 @@ public:
 };
 const auto* const g_env = ::testing::AddGlobalTestEnvironment(new Env);
 
-bool bitwise_equal(std::span<const float> a, std::span<const float> b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using test::bitwise_equal;
 
 std::vector<int32_t> random_tokens(int64_t n, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::vector<int32_t> t(static_cast<size_t>(n));
-    for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(g_model->cfg.vocab_size));
-    return t;
+    return test::random_tokens(n, seed, g_model->cfg.vocab_size);
 }
 
 SamplingParams greedy() {

@@ -5,6 +5,7 @@
 
 #ifdef ONECARD_HAVE_CUDA
 
+#include "backend/cuda/ops/mxfp4_gemv.cuh"
 #include "backend/cuda/ops/mxfp4_layout.cuh"
 #include "core/error.h"
 #include "engine/memory_plan.h"
@@ -144,18 +145,25 @@ TEST(GpuLayout, PlannerTensorsUseTheGpuLayout) {
     EXPECT_EQ(plan.weight_bytes, static_cast<uint64_t>(gpu_weight_bytes(full).total));
 }
 
+// A GpuKvPool over a host buffer: its bookkeeping never touches the bytes, so host memory stands in for HBM.
+struct HostPool {
+    std::vector<std::byte> host;
+    cuda::DeviceArena arena;
+    GpuKvPool pool;
+    HostPool(const KvCacheSpec& spec, const KvPoolSize& size, int64_t step_tokens)
+        : host(static_cast<size_t>(size.total_bytes(spec) + step_tokens * spec.entry.entry_bytes() + 256)),
+          arena(host.data(), host.size(), "host stand-in"),
+          pool(spec, size, step_tokens, arena) {}
+};
+
 TEST(GpuLayout, KvPoolPlacesEveryLayerWhereTheSpecSays) {
     const ModelConfig cfg = flash(6, 8);
     const KvCacheSpec spec = make_kv_cache_spec(kv_model_shape_from_config(cfg), 256);
     KvPoolSize size;
     size.n_slots = 3;
     size.n_blocks = 5;
-    const int64_t step_tokens = 64;
-    // The bookkeeping never touches the bytes, so a borrowed host buffer stands in for HBM.
-    const size_t bytes = static_cast<size_t>(size.total_bytes(spec) + step_tokens * spec.entry.entry_bytes() + 256);
-    std::vector<std::byte> host(bytes);
-    cuda::DeviceArena arena(host.data(), host.size(), "host stand-in");
-    GpuKvPool pool(spec, size, step_tokens, arena);
+    HostPool hp(spec, size, 64);
+    const GpuKvPool& pool = hp.pool;
     pool.check_integrity();
     EXPECT_EQ(pool.slot_offset(0), size.n_blocks * spec.block_bytes);
     EXPECT_EQ(pool.slot_offset(2) - pool.slot_offset(1), spec.slot_bytes);
@@ -191,11 +199,8 @@ TEST(GpuLayout, KvPoolAcceptsAModelWithoutCompressedLayers) {
     KvPoolSize size;
     size.n_slots = 2;
     size.n_blocks = 4;
-    const int64_t step_tokens = 16;
-    std::vector<std::byte> host(
-        static_cast<size_t>(size.total_bytes(spec) + step_tokens * spec.entry.entry_bytes() + 256));
-    cuda::DeviceArena arena(host.data(), host.size(), "host stand-in");
-    GpuKvPool pool(spec, size, step_tokens, arena);
+    HostPool hp(spec, size, 16);
+    const GpuKvPool& pool = hp.pool;
     pool.check_integrity();
     EXPECT_EQ(pool.slot_offset(1) - pool.slot_offset(0), spec.slot_bytes);
 }
@@ -216,7 +221,7 @@ TEST(GpuLayout, MoeGemvTokenBoundSizesTheWorkspaceAndIsChecked) {
     // Per extra GEMV row, at least its K pairs' gate and up (bf16 [I]), FP8 hidden ([I]) and out (bf16 [D]).
     const int64_t K = cfg.num_experts_per_tok, I = cfg.moe_intermediate_size, D = cfg.hidden_size;
     EXPECT_GE(wide - base, (512 - 64) * K * (2 * I * 2 + I + D * 2));
-    o.moe_gemv_max_tokens = 4096 / K + 1;
+    o.moe_gemv_max_tokens = cuda::kMxfp4MaxGroupPairs / K + 1;
     EXPECT_THROW(GpuModel::workspace_bytes_for(cfg, o, spec, false), Error);
     o.moe_gemv_max_tokens = 128;
     EXPECT_THROW(GpuModel::workspace_bytes_for(cfg, o, spec, true), Error);

@@ -53,9 +53,7 @@ std::vector<int32_t> random_tokens(int64_t n, uint32_t seed) {
     return t;
 }
 
-bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using test::bitwise_equal;
 
 KvCacheSpec tiny_spec() {
     return make_kv_cache_spec(CpuModelRunner(*g_tiny->reference).kv_model_shape(), kBlock);

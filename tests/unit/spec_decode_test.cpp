@@ -31,10 +31,7 @@ public:
 const auto* const g_env = ::testing::AddGlobalTestEnvironment(new TinyEnv);
 
 std::vector<int32_t> random_tokens(int64_t n, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::vector<int32_t> t(static_cast<size_t>(n));
-    for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(g_tiny->cfg.vocab_size));
-    return t;
+    return test::random_tokens(n, seed, g_tiny->cfg.vocab_size);
 }
 
 SamplingParams greedy() {

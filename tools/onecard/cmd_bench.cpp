@@ -528,12 +528,13 @@ void run_bench(const BenchArgs& a) {
         // Verify-shaped steps (speculative decoding's cost side): each sequence feeds its next token and k
         // drafts and gets all k + 1 logits rows, as a verify step does. Every position is kept (the cost of
         // a step does not depend on how many drafts are accepted), so the context grows by k + 1 a step.
+        const double t = median(times);
+        const double bytes = decode_weight_bytes(cfg, wb, B) + B * decode_kv_bytes(cfg, spec, a.context + a.steps);
         nlohmann::json verify_json = nlohmann::json::object();
-        const double t_decode = median(times);
         for (int64_t k : verify_ks) {
             std::vector<double> vt;
             for (int64_t r = 0; r < a.warmup + a.repeats; ++r)
-                for (int64_t t = 0; t < a.steps; ++t, pos += k + 1) {
+                for (int64_t i = 0; i < a.steps; ++i, pos += k + 1) {
                     const std::vector<int32_t> fed = random_tokens(B * (k + 1));  // [B, k + 1]
                     std::vector<GpuStepSeq> step(static_cast<size_t>(B));
                     for (int64_t q = 0; q < B; ++q) {
@@ -552,13 +553,18 @@ void run_bench(const BenchArgs& a) {
                     model.check_host_experts();
                 }
             const double tv = median(vt);
-            std::printf("         verify k=%-2lld %10.3f ms  %5.2fx the decode step  (%lld tokens, graph: %s)\n",
-                        static_cast<long long>(k), tv * 1e3, tv / t_decode, static_cast<long long>(B * (k + 1)),
-                        B * (k + 1) <= GpuModel::kGraphMaxTokens ? "yes" : "no");
-            verify_json[std::to_string(k)] = {{"step_ms_median", tv * 1e3},
-                                              {"ratio_to_decode_step", tv / t_decode},
-                                              {"tokens_per_step", B * (k + 1)},
-                                              {"timed_steps", vt.size()}};
+            // Bytes the step must read: the distinct experts of B·(k + 1) tokens and every token's KV.
+            const double vbytes = decode_weight_bytes(cfg, wb, B * (k + 1)) +
+                                  B * (k + 1) * decode_kv_bytes(cfg, spec, a.context + a.steps);
+            std::printf(
+                "         verify k=%-2lld %10.3f ms  %5.2fx the decode step, %.2fx its bytes  (%lld tokens, graph: "
+                "%s)\n",
+                static_cast<long long>(k), tv * 1e3, tv / t, vbytes / bytes, static_cast<long long>(B * (k + 1)),
+                B * (k + 1) <= GpuModel::kGraphMaxTokens ? "yes" : "no");
+            verify_json[std::to_string(k)] = {
+                {"step_ms_median", tv * 1e3},     {"ratio_to_decode_step", tv / t},
+                {"bytes_read_per_step", vbytes},  {"bytes_ratio_to_decode_step", vbytes / bytes},
+                {"tokens_per_step", B * (k + 1)}, {"timed_steps", vt.size()}};
         }
         nlohmann::json prof = nlohmann::json::object();
         if (a.profile) {
@@ -576,7 +582,6 @@ void run_bench(const BenchArgs& a) {
             ++pos;
             prof = print_profile("decode batch " + std::to_string(B), model.profile_result());
         }
-        const double t = median(times);
         nlohmann::json hybrid_json = nullptr;
         if (model.host_experts()) {
             const double n_steps = static_cast<double>(times.size());
@@ -598,7 +603,6 @@ void run_bench(const BenchArgs& a) {
                            {"fraction_of_host_read_bandwidth", rate / std::max(host_bw, 1.0)}};
         }
         const int64_t graph_nodes = model.last_graph_nodes();  // the timed steps' graph (captured for this B)
-        const double bytes = decode_weight_bytes(cfg, wb, B) + B * decode_kv_bytes(cfg, spec, a.context + a.steps);
         const double frac = bytes / t / bw;
         std::printf("%-8lld %12.3f %12.1f %14.2f %16.3f %10lld\n", static_cast<long long>(B), t * 1e3, B / t,
                     bytes / 1e9, frac, static_cast<long long>(a.context));

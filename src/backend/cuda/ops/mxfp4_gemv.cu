@@ -14,7 +14,6 @@ namespace {
 constexpr int64_t kMaxGemvK = 8192;  // staged activations of 8 pairs: <= 66 KB of shared memory
 constexpr int kGroupThreads = 1024;  // one expert per thread in the scans (n_experts <= 1024)
 constexpr int kMaxGroupExperts = 1024;
-constexpr int kMaxGroupPairs = 4096;
 constexpr int64_t kItemCap = 8;  // pairs of one item at most: the N of the GEMV's mma
 
 // One block. Counts the pairs per expert, scans the counts into expert starts and item starts,
@@ -30,7 +29,7 @@ __global__ void __launch_bounds__(kGroupThreads)
     dev::pdl_trigger();
     __shared__ int cnt[kMaxGroupExperts];
     __shared__ int cursor[kMaxGroupExperts];
-    __shared__ int ids[kMaxGroupPairs];
+    __shared__ int ids[kMxfp4MaxGroupPairs];
     __shared__ int warp_tot[2][32];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     for (int e = tid; e < n_experts; e += blockDim.x) cnt[e] = 0;
@@ -267,8 +266,8 @@ int64_t mxfp4_group_scratch_ints(int64_t n_pairs) {
 MoePairGroups mxfp4_group_pairs(const int32_t* expert_ids, int64_t n_pairs, int64_t n_experts,
                                 int64_t max_pairs_per_expert, int32_t* scratch, int64_t scratch_ints,
                                 cudaStream_t stream) {
-    ONECARD_CHECK(n_pairs >= 0 && n_pairs <= kMaxGroupPairs, "mxfp4_group_pairs: {} pairs (at most {})", n_pairs,
-                  kMaxGroupPairs);
+    ONECARD_CHECK(n_pairs >= 0 && n_pairs <= kMxfp4MaxGroupPairs, "mxfp4_group_pairs: {} pairs (at most {})", n_pairs,
+                  kMxfp4MaxGroupPairs);
     ONECARD_CHECK(n_experts > 0 && n_experts <= kMaxGroupExperts, "mxfp4_group_pairs: {} experts (at most {})",
                   n_experts, kMaxGroupExperts);
     ONECARD_CHECK(scratch_ints >= mxfp4_group_scratch_ints(n_pairs),

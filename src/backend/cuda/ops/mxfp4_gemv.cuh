@@ -32,6 +32,9 @@ struct MoePairGroups {
     int64_t max_item_pairs = 0;  // pairs per item, at most
 };
 
+// The most pairs one mxfp4_group_pairs call groups (its ids are staged in shared memory).
+inline constexpr int kMxfp4MaxGroupPairs = 4096;
+
 // int32 elements of scratch that mxfp4_group_pairs needs for up to n_pairs pairs.
 int64_t mxfp4_group_scratch_ints(int64_t n_pairs);
 
