@@ -143,11 +143,14 @@ struct SpeculativeConfig {
 struct EngineConfig {
     int64_t max_num_batched_tokens = 2048;        // tokens computed per step, all requests together
     int64_t long_prefill_token_threshold = 1024;  // the most one request's prompt may take per step
-    int64_t max_num_seqs = 16;                    // running requests at most
-    int64_t kv_cache_bytes = 1LL << 30;           // memory budget for the KV pool
-    int64_t kv_block_size = 128;                  // tokens per paged block (multiple of every compress ratio)
-    int64_t max_model_len = 0;                    // prompt + output limit; 0 -> the runner's maximum
-    int32_t eos_token_id = -1;                    // -1 -> none
+    // Waiting requests are admitted before running prompts get their next chunk, so a short request
+    // is not held behind a long prefill (SchedulerConfig::new_requests_first).
+    bool new_requests_first = true;
+    int64_t max_num_seqs = 16;           // running requests at most
+    int64_t kv_cache_bytes = 1LL << 30;  // memory budget for the KV pool
+    int64_t kv_block_size = 128;         // tokens per paged block (multiple of every compress ratio)
+    int64_t max_model_len = 0;           // prompt + output limit; 0 -> the runner's maximum
+    int32_t eos_token_id = -1;           // -1 -> none
     // Automatic prefix caching (vLLM's --enable-prefix-caching): used only where the runner supports
     // it (the CPU runner in reference numerics, the CUDA runner), else ignored.
     bool enable_prefix_caching = true;

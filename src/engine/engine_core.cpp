@@ -79,6 +79,7 @@ EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<ModelRunner> 
     }
     SchedulerConfig sched{config_.max_num_batched_tokens, config_.long_prefill_token_threshold, config_.max_num_seqs};
     sched.snapshots_inside_chunks = runner_->prefix_snapshots_inside_chunks();
+    sched.new_requests_first = config_.new_requests_first;
     sched.num_speculative_tokens = sc.enabled() ? sc.num_speculative_tokens : 0;
     scheduler_ = std::make_unique<Scheduler>(sched, *kv_);
     if (sc.enabled()) {

@@ -88,54 +88,35 @@ void Scheduler::preempt(Request* victim, SchedulerOutput& out, int64_t& budget) 
     out.preempted_ids.push_back(victim->id);
 }
 
-SchedulerOutput Scheduler::schedule() {
-    SchedulerOutput out;
-    out.step = step_++;
-    out.kv_block_size = kv_.spec().block_size;
-    out.finished_ids = std::move(finished_since_last_step_);
-    finished_since_last_step_.clear();
-    // Snapshots planned for a step that never reached update_from_output (the runner failed).
-    kv_.abandon_pending_snapshots();
-    int64_t budget = config_.max_num_batched_tokens;
-    step_drafts_ = config_.num_speculative_tokens;
-    if (spec_policy_ != nullptr && step_drafts_ > 0) {
-        int64_t decode_rows = 0;
-        for (const Request* r : running_)
-            decode_rows +=
-                r->status == RequestStatus::Running && !r->paused && r->num_tokens() - r->num_computed_tokens == 1;
-        step_drafts_ = std::min(step_drafts_, spec_policy_->drafts_for_step(decode_rows, n_running() + n_waiting()));
-    }
-
-    // Passes 1 and 2 over running requests: decodes (one token left), then prefill chunks.
-    for (const bool decode_pass : {true, false}) {
-        // Iterate over a snapshot: preemption removes entries from running_.
-        const std::vector<Request*> snapshot = running_;
-        for (Request* r : snapshot) {
-            if (r->status != RequestStatus::Running || r->paused || budget == 0) continue;
-            const int64_t remaining = r->num_tokens() - r->num_computed_tokens;
-            if (remaining <= 0 || (remaining == 1) != decode_pass) continue;
-            const int64_t n = chunk_tokens(*r, r->num_computed_tokens,
-                                           std::min({remaining, config_.long_prefill_token_threshold, budget}));
-            const int64_t drafts = decode_pass ? draft_tokens_for(*r, budget - n) : 0;
-            const int64_t need = r->num_computed_tokens + n + drafts - kv_.n_tokens(r->kv);  // KV tokens to add
-            bool self_preempted = false;
-            while (need > 0 && !kv_.can_extend(r->kv, need)) {
-                Request* victim = running_.back();
-                preempt(victim, out, budget);
-                if (victim == r) {
-                    self_preempted = true;
-                    break;
-                }
+void Scheduler::schedule_running(const std::vector<Request*>& running, bool decode_pass, SchedulerOutput& out,
+                                 int64_t& budget) {
+    for (Request* r : running) {
+        if (r->status != RequestStatus::Running || r->paused || budget == 0) continue;
+        const int64_t remaining = r->num_tokens() - r->num_computed_tokens;
+        if (remaining <= 0 || (remaining == 1) != decode_pass) continue;
+        const int64_t n = chunk_tokens(*r, r->num_computed_tokens,
+                                       std::min({remaining, config_.long_prefill_token_threshold, budget}));
+        const int64_t drafts = decode_pass ? draft_tokens_for(*r, budget - n) : 0;
+        const int64_t need = r->num_computed_tokens + n + drafts - kv_.n_tokens(r->kv);  // KV tokens to add
+        bool self_preempted = false;
+        while (need > 0 && !kv_.can_extend(r->kv, need)) {
+            Request* victim = running_.back();
+            preempt(victim, out, budget);
+            if (victim == r) {
+                self_preempted = true;
+                break;
             }
-            if (self_preempted) continue;
-            if (need > 0) kv_.extend(r->kv, need);
-            out.requests.push_back(make_entry(*r, n));
-            out.requests.back().n_draft_tokens = drafts;
-            out.n_scheduled_tokens += n + drafts;
-            budget -= n + drafts;
         }
+        if (self_preempted) continue;
+        if (need > 0) kv_.extend(r->kv, need);
+        out.requests.push_back(make_entry(*r, n));
+        out.requests.back().n_draft_tokens = drafts;
+        out.n_scheduled_tokens += n + drafts;
+        budget -= n + drafts;
     }
+}
 
+void Scheduler::admit_waiting(SchedulerOutput& out, int64_t& budget) {
     // Pass 3: admission, FCFS. Stops at the first request that does not fit (no overtaking).
     // A request preempted in this very step stays out until the next one (its KV was just needed).
     while (!waiting_.empty() && budget > 0 && n_running() < config_.max_num_seqs) {
@@ -170,6 +151,33 @@ SchedulerOutput Scheduler::schedule() {
         out.n_scheduled_tokens += n;
         budget -= n;
     }
+}
+
+SchedulerOutput Scheduler::schedule() {
+    SchedulerOutput out;
+    out.step = step_++;
+    out.kv_block_size = kv_.spec().block_size;
+    out.finished_ids = std::move(finished_since_last_step_);
+    finished_since_last_step_.clear();
+    // Snapshots planned for a step that never reached update_from_output (the runner failed).
+    kv_.abandon_pending_snapshots();
+    int64_t budget = config_.max_num_batched_tokens;
+    step_drafts_ = config_.num_speculative_tokens;
+    if (spec_policy_ != nullptr && step_drafts_ > 0) {
+        int64_t decode_rows = 0;
+        for (const Request* r : running_)
+            decode_rows +=
+                r->status == RequestStatus::Running && !r->paused && r->num_tokens() - r->num_computed_tokens == 1;
+        step_drafts_ = std::min(step_drafts_, spec_policy_->drafts_for_step(decode_rows, n_running() + n_waiting()));
+    }
+
+    // Passes 1 and 2 over the requests running when the step began (admitted ones are scheduled by
+    // pass 3 itself), then pass 3; or 1, 3, 2 (new_requests_first).
+    const std::vector<Request*> running = running_;
+    schedule_running(running, true, out, budget);
+    if (config_.new_requests_first) admit_waiting(out, budget);
+    schedule_running(running, false, out, budget);
+    if (!config_.new_requests_first) admit_waiting(out, budget);
 
     // Each request's new blocks only; a fresh table (first admission, or after a preemption) whole.
     for (auto& e : out.requests) {

@@ -3,6 +3,8 @@
 //   1. running requests with one token left (decode) first, so a long prompt never starves them;
 //   2. running requests with more left (prefill chunks), each capped at long_prefill_token_threshold;
 //   3. waiting requests in FCFS order while there is budget, a free sequence slot and KV room.
+// With new_requests_first, pass 3 runs before pass 2: a request that arrives while a long prompt is
+// being prefilled gets its first chunk in the next step, not after the whole long prompt.
 // When a running request cannot get KV for its tokens, the newest running request is preempted
 // (recompute: KV freed, back to the front of the waiting queue), possibly the request itself.
 // Admission never preempts. Only the engine thread calls the scheduler.
@@ -34,6 +36,11 @@ struct SchedulerConfig {
     // token, so each boundary a later request can resume at is some chunk's end.
     bool snapshots_inside_chunks = true;
     int64_t num_speculative_tokens = 0;  // drafts a decode row may verify per step (0: off)
+    // Admission (pass 3) before running prefill chunks (pass 2). With a step budget small enough to
+    // keep steps fast (the mixed-load gate: a short request's TTFT <= 0.3 s behind a 52K-token cold
+    // prefill), a running long prompt would otherwise take every step's budget until it is done. Still
+    // FCFS among the waiting; a request is admitted once, then joins the running order.
+    bool new_requests_first = false;
 };
 
 class SpecPolicy;
@@ -83,6 +90,10 @@ public:
 
 private:
     void preempt(Request* victim, SchedulerOutput& out, int64_t& budget);
+    // Pass 1 (decode_pass) or 2 over `running` (a snapshot: preemption removes entries from running_).
+    void schedule_running(const std::vector<Request*>& running, bool decode_pass, SchedulerOutput& out,
+                          int64_t& budget);
+    void admit_waiting(SchedulerOutput& out, int64_t& budget);  // pass 3
     ScheduledRequest make_entry(Request& r, int64_t n);
     // n tokens of r from `start`, cut to end at a block boundary when snapshots are taken at chunk ends.
     int64_t chunk_tokens(const Request& r, int64_t start, int64_t n) const;

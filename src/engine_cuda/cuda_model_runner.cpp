@@ -96,9 +96,11 @@ void CudaModelRunner::PinnedFree::operator()(uint32_t* p) const {
     cudaFreeHost(p);
 }
 
-GpuModelOptions CudaModelRunner::model_options(const CudaRunnerOptions& opt) {
+GpuModelOptions CudaModelRunner::model_options(const ModelConfig& cfg, const CudaRunnerOptions& opt, bool hybrid) {
     GpuModelOptions mo;
     mo.max_num_batched_tokens = opt.max_num_batched_tokens;
+    mo.moe_gemv_max_tokens =
+        opt.moe_gemv_max_tokens > 0 ? opt.moe_gemv_max_tokens : GpuModel::max_moe_gemv_tokens(cfg, hybrid);
     mo.max_num_seqs = opt.max_num_seqs;
     mo.max_model_len = opt.max_model_len;
     mo.moe_scratch_bytes = opt.moe_scratch_bytes;
@@ -110,7 +112,7 @@ GpuModelOptions CudaModelRunner::model_options(const CudaRunnerOptions& opt) {
 int64_t CudaModelRunner::workspace_bytes(const ModelConfig& cfg, const CudaRunnerOptions& opt, const KvCacheSpec& spec,
                                          bool hybrid) {
     // The KV pool's per-step entry region is allocated with the pool but sized by the step: count it here.
-    return GpuModel::workspace_bytes_for(cfg, model_options(opt), spec, hybrid) +
+    return GpuModel::workspace_bytes_for(cfg, model_options(cfg, opt, hybrid), spec, hybrid) +
            opt.max_num_batched_tokens * spec.entry.entry_bytes();
 }
 
@@ -125,7 +127,8 @@ void CudaModelRunner::bind_kv_pool(const KvCacheSpec& spec, const KvPoolSize& si
     report_.kv_pool_bytes = arena_->used() - before;
     report_.kv_token_capacity = size.n_blocks * spec.block_size;
     report_.kv_slots = size.n_slots;
-    model_ = std::make_unique<GpuModel>(cfg_, weights_, *pool_, model_options(opt_), *arena_);
+    const bool hybrid = opt_.expert_placement && !opt_.expert_placement->all_gpu();
+    model_ = std::make_unique<GpuModel>(cfg_, weights_, *pool_, model_options(cfg_, opt_, hybrid), *arena_);
     // Pinned, so a constrained row's mask uploads asynchronously behind the forward (execute()).
     mask_rows_cap_ = std::max<int64_t>(1, std::min(opt_.max_num_seqs, opt_.max_num_batched_tokens));
     void* pinned = nullptr;

@@ -35,6 +35,9 @@ struct CudaRunnerOptions {
     uint64_t arena_bytes = 0;
     uint64_t headroom_bytes = 2ull << 30;
     size_t moe_scratch_bytes = 0;  // 0: what max_num_batched_tokens needs
+    // GpuModelOptions::moe_gemv_max_tokens: steps of at most this many tokens run the routed experts on
+    // the grouped MXFP4 GEMV. 0: GpuModel::max_moe_gemv_tokens (model_options).
+    int64_t moe_gemv_max_tokens = 0;
     // The memory plan's expert placement (engine/memory_plan.h); experts it keeps off the GPU are
     // pinned in host RAM and computed by the host expert pool. Unset: every expert on the GPU.
     std::optional<ExpertPlacement> expert_placement;
@@ -98,7 +101,7 @@ public:
     const CudaRunnerReport& report() const { return report_; }
     // The GpuModel options bind_kv_pool() uses, and the workspace such a model takes (exact: the
     // memory plan's workspace_bytes). hybrid: the placement keeps experts in host RAM.
-    static GpuModelOptions model_options(const CudaRunnerOptions& opt);
+    static GpuModelOptions model_options(const ModelConfig& cfg, const CudaRunnerOptions& opt, bool hybrid);
     static int64_t workspace_bytes(const ModelConfig& cfg, const CudaRunnerOptions& opt, const KvCacheSpec& spec,
                                    bool hybrid);
     // Picks per (layer, expert) counted on the GPU since start (CudaRunnerOptions::count_expert_picks).

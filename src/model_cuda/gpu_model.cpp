@@ -117,6 +117,11 @@ struct GpuModel::Carved {
     uint8_t* stream_staging = nullptr;  // HostExpertStreamer::staging_bytes
 };
 
+int64_t GpuModel::max_moe_gemv_tokens(const ModelConfig& cfg, bool hybrid) {
+    const int64_t bound = cuda::kMxfp4MaxGroupPairs / cfg.num_experts_per_tok;
+    return hybrid ? std::min<int64_t>(64, bound) : bound;  // host pairs run on the host pool, sized for 64
+}
+
 void GpuModel::carve(const ModelConfig& cfg, const GpuModelOptions& opt, int64_t max_blocks_per_seq, bool hybrid,
                      cuda::DeviceArena& arena, Buffers& b, Carved& c) {
     GpuStepMeta::carve(opt.max_num_batched_tokens, opt.max_num_seqs, max_blocks_per_seq, arena, &c.meta_i32,
@@ -126,10 +131,9 @@ void GpuModel::carve(const ModelConfig& cfg, const GpuModelOptions& opt, int64_t
     const int64_t K = cfg.num_experts_per_tok, I = cfg.moe_intermediate_size, W = cfg.sliding_window;
     b.T = T;
     b.max_keys = W + std::max(cfg.index_topk, max_unselected_entries(cfg, opt.max_model_len));
-    const int64_t gemv_max = cuda::kMxfp4MaxGroupPairs / K, gemv_max_hybrid = std::min<int64_t>(64, gemv_max);
-    ONECARD_CHECK(opt.moe_gemv_max_tokens >= 1 && opt.moe_gemv_max_tokens <= (hybrid ? gemv_max_hybrid : gemv_max),
+    ONECARD_CHECK(opt.moe_gemv_max_tokens >= 1 && opt.moe_gemv_max_tokens <= max_moe_gemv_tokens(cfg, hybrid),
                   "gpu model: moe_gemv_max_tokens {} must be in [1, {}] ({} with host experts)",
-                  opt.moe_gemv_max_tokens, gemv_max, gemv_max_hybrid);
+                  opt.moe_gemv_max_tokens, max_moe_gemv_tokens(cfg, false), max_moe_gemv_tokens(cfg, true));
     b.gemv_rows = std::min(T, opt.moe_gemv_max_tokens);
     // All-rows logits (tests) only where they stay small; serving needs one row per sequence, or
     // 1 + k per sequence when its verify steps return the k drafts' rows too.

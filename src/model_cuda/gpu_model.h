@@ -44,7 +44,8 @@ struct GpuModelOptions {
     // Steps of at most this many tokens run the routed experts through the grouped MXFP4 GEMV (each
     // used expert read once per 8 of its pairs); larger steps dequantise every used expert to bf16 for
     // cuBLAS (MoeExperts), whose fixed cost per expert is ~0.5 s a step at the Flash shape. At most
-    // 4096 / top_k (the pair grouping's bound); hybrid models keep 64 (their host pairs run on the CPU).
+    // max_moe_gemv_tokens() (the pair grouping's bound; 64 for hybrid models, whose host pairs run on
+    // the CPU). Serving and the bench take that bound (CudaModelRunner::model_options).
     int64_t moe_gemv_max_tokens = 64;
     bool count_expert_picks = false;  // count routing picks per (layer, expert) on the device (expert_pick_counts)
     HostMoeOptions host_experts;      // the host expert pool, when the weights keep experts in host RAM
@@ -108,6 +109,10 @@ public:
     // hybrid: the weights keep experts in host RAM (staging buffer, mailbox counters). No GPU needed.
     static int64_t workspace_bytes_for(const ModelConfig& cfg, const GpuModelOptions& opt, const KvCacheSpec& spec,
                                        bool hybrid);
+    // The largest moe_gemv_max_tokens allowed: 4096 / top_k (the pair grouping), 64 when hybrid.
+    // Serving and the bench use it by default: the many-token expert path dequantises every used expert
+    // for cuBLAS, a fixed ~0.56 s a step at the Flash shape (docs/results.md).
+    static int64_t max_moe_gemv_tokens(const ModelConfig& cfg, bool hybrid);
     // After the last step's stream has synchronised: throws onecard::Error if the host expert pool
     // did not answer a layer of it (its output is then invalid). No-op without host experts.
     void check_host_experts() const;

@@ -224,8 +224,10 @@ std::vector<int32_t> blocks_for(int32_t first) {
 }  // 512 tokens of blocks
 
 // Runs steps for one sequence in `slot`; chunk sizes in `chunks`; returns every row's logits.
-std::vector<float> run_chunks(int32_t slot, const std::vector<int64_t>& chunks) {
+// model: the fixture's unless given.
+std::vector<float> run_chunks(int32_t slot, const std::vector<int64_t>& chunks, GpuModel* model = nullptr) {
     Fixture& f = fixture();
+    if (model == nullptr) model = f.model.get();
     const int64_t V = f.cfg.vocab_size;
     cuda::Stream s;
     const std::vector<int32_t> bt = blocks_for(slot * 2);
@@ -238,7 +240,7 @@ std::vector<float> run_chunks(int32_t slot, const std::vector<int64_t>& chunks) 
         q.start_pos = pos;
         q.tokens = std::span<const int32_t>(f.tokens).subspan(static_cast<size_t>(pos), static_cast<size_t>(c));
         q.want_logits = true;
-        const float* d = f.model->step(std::span<const GpuStepSeq>(&q, 1), LogitRows::All, s.get());
+        const float* d = model->step(std::span<const GpuStepSeq>(&q, 1), LogitRows::All, s.get());
         std::vector<float> rows(static_cast<size_t>(c * V));
         s.sync();  // the step runs on a non-blocking stream: finish it before the (default-stream) copy
         cuda::copy_to_host(rows.data(), d, rows.size() * 4);
@@ -301,6 +303,23 @@ TEST(GpuModel, DecodeThroughEveryKernelPathMatchesCpuReference) {
     f.model->set_decode_paths(GpuModel::ExpertPath::Gemv, GpuModel::LinearPath::Gemv);
     f.model->check_integrity();
     f.pool->check_integrity();
+}
+
+// Many-token steps on the grouped MXFP4 GEMV (GpuModelOptions::moe_gemv_max_tokens raised from 64 to
+// 512, as serve's auto bound does with every expert on the GPU): a 192-token prefill and chunks of
+// 64 + 61 + 67 tokens, which the fixture's model sends through MoeExperts' GEMMs, meet the same bars.
+TEST(GpuModel, ManyTokenStepsOnTheExpertGemvMatchCpuReference) {
+    ONECARD_REQUIRE_GPU();
+    Fixture& f = fixture();
+    GpuModelOptions mo;
+    mo.max_num_batched_tokens = 512;
+    mo.max_num_seqs = 4;
+    mo.max_model_len = 1024;
+    mo.moe_gemv_max_tokens = 512;
+    GpuModel gemv(f.cfg, f.w, *f.pool, mo, *f.arena);
+    expect_matches_cpu(run_chunks(0, {kPrompt}, &gemv), 0, kPrompt, "plain prefill, experts gemv");
+    expect_matches_cpu(run_chunks(1, {64, 61, 67}, &gemv), 0, kPrompt, "chunked prefill, experts gemv");
+    gemv.check_integrity();
 }
 
 TEST(GpuModel, TwoSequencesInOneStepMatchCpuReference) {

@@ -9,6 +9,7 @@
 #include "backend/cuda/ops/mxfp4_layout.cuh"
 #include "core/error.h"
 #include "engine/memory_plan.h"
+#include "engine_cuda/cuda_model_runner.h"
 #include "engine_cuda/gpu_plan.h"
 #include "kvcache/kv_spec.h"
 #include "model/synth.h"
@@ -227,6 +228,16 @@ TEST(GpuLayout, MoeGemvTokenBoundSizesTheWorkspaceAndIsChecked) {
     EXPECT_THROW(GpuModel::workspace_bytes_for(cfg, o, spec, true), Error);
     o.moe_gemv_max_tokens = 64;
     EXPECT_NO_THROW(GpuModel::workspace_bytes_for(cfg, o, spec, true));
+    // Serving takes the largest bound allowed unless told otherwise (CudaRunnerOptions: 0 = auto).
+    EXPECT_EQ(GpuModel::max_moe_gemv_tokens(cfg, false), cuda::kMxfp4MaxGroupPairs / K);
+    EXPECT_EQ(GpuModel::max_moe_gemv_tokens(cfg, true), 64);
+    CudaRunnerOptions ro;
+    EXPECT_EQ(CudaModelRunner::model_options(cfg, ro, false).moe_gemv_max_tokens, cuda::kMxfp4MaxGroupPairs / K);
+    EXPECT_EQ(CudaModelRunner::model_options(cfg, ro, true).moe_gemv_max_tokens, 64);
+    ro.moe_gemv_max_tokens = 200;
+    EXPECT_EQ(CudaModelRunner::model_options(cfg, ro, false).moe_gemv_max_tokens, 200);
+    o.moe_gemv_max_tokens = GpuModel::max_moe_gemv_tokens(cfg, false);
+    EXPECT_NO_THROW(GpuModel::workspace_bytes_for(cfg, o, spec, false));
 }
 
 }  // namespace

@@ -176,6 +176,40 @@ TEST(Scheduler, DecodeNeverStarvedByLongPrompt) {
     h.run();
 }
 
+// A short request that arrives while a long prompt is being prefilled, with the long prompt's chunk
+// as large as the whole budget: admitted first (new_requests_first), it is prefilled in the very next
+// step beside a smaller chunk of the long prompt; admitted last (the old order), it waits until the
+// long prompt is done. Either way both requests produce the model's own tokens.
+TEST(Scheduler, NewRequestsFirstAdmitsAShortRequestBehindALongPrefill) {
+    for (const bool first : {true, false}) {
+        SCOPED_TRACE(first ? "new_requests_first" : "running prompts first");
+        EngineConfig cfg = small_config();
+        cfg.max_num_batched_tokens = 100;
+        cfg.long_prefill_token_threshold = 100;
+        cfg.new_requests_first = first;
+        Harness h(cfg);
+        std::mt19937 rng(11);
+        const auto long_prompt = random_prompt(rng, 1000, 64), short_prompt = random_prompt(rng, 12, 64);
+        h.add(1, long_prompt, greedy(3));
+        for (int i = 0; i < 3; ++i) h.step();  // 300 of the long prompt's 1000 tokens
+        h.add(2, short_prompt, greedy(3));
+        h.step();
+        const auto& s = h.runner->log().back();
+        std::map<RequestId, int64_t> n;
+        for (auto [id, k] : s.scheduled) n[id] = k;
+        if (first) {
+            EXPECT_EQ(n[2], 12) << "the short request should be prefilled in the step after it arrived";
+            EXPECT_EQ(n[1], 88) << "the long prompt takes what is left of the budget";
+        } else {
+            EXPECT_EQ(n[1], 100);
+            EXPECT_FALSE(n.contains(2)) << "the old order admits only after the running prompts' chunks";
+        }
+        h.run();
+        EXPECT_EQ(h.tokens[1], reference_greedy(*h.runner, long_prompt, 3));
+        EXPECT_EQ(h.tokens[2], reference_greedy(*h.runner, short_prompt, 3));
+    }
+}
+
 // Same requests under a pool so small that requests must be preempted and recomputed: every token
 // stream equals the one from a roomy pool, for greedy and for seeded sampling.
 TEST(Scheduler, PreemptionAndResumeGiveSameTokens) {

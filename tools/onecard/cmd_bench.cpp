@@ -70,7 +70,7 @@ struct BenchArgs {
     bool embed_on_gpu = false;  // keep the embedding table in HBM even when experts go to host RAM
     int64_t stream_min_tokens = 32;
     std::string decode_batches = "1,8,64";
-    int64_t moe_gemv_max_tokens = 64;  // GpuModelOptions::moe_gemv_max_tokens
+    int64_t moe_gemv_max_tokens = 0;  // GpuModelOptions::moe_gemv_max_tokens; 0: GpuModel::max_moe_gemv_tokens
     std::string verify_k;  // speculative verify steps of k + 1 tokens per sequence, comma-separated k (none: off)
     int64_t context = 1024;
     int64_t prefill = 8192;
@@ -285,7 +285,9 @@ void run_bench(const BenchArgs& a) {
     GpuModelOptions mo;
     mo.max_num_batched_tokens = a.chunk;
     mo.max_num_seqs = max_b + 1;
-    mo.moe_gemv_max_tokens = a.moe_gemv_max_tokens;
+    // As serve (CudaModelRunner::model_options); with --experts the plan may keep experts in host RAM.
+    mo.moe_gemv_max_tokens =
+        a.moe_gemv_max_tokens > 0 ? a.moe_gemv_max_tokens : GpuModel::max_moe_gemv_tokens(cfg, a.experts > 0);
     for (int64_t k : verify_ks) mo.logits_rows_per_seq = std::max(mo.logits_rows_per_seq, k + 1);
     mo.max_model_len = max_len;
     mo.count_expert_picks = true;
@@ -660,6 +662,7 @@ void run_bench(const BenchArgs& a) {
         {"layers", cfg.num_hidden_layers},
         {"routed_experts", cfg.n_routed_experts},
         {"experts_per_token", cfg.num_experts_per_tok},
+        {"moe_gemv_max_tokens", mo.moe_gemv_max_tokens},
         {"weights_gib", weight_bytes / double(1ull << 30)},
         {"kv_pool_gib", pool.total_bytes() / double(1ull << 30)},
         {"workspace_gib", model.workspace_bytes() / double(1ull << 30)},
@@ -747,7 +750,8 @@ void add_cmd_bench(CLI::App& app) {
     cmd->add_option("--decode-batch", a->decode_batches, "decode batch sizes, comma-separated (default 1,8,64)");
     cmd->add_option("--moe-gemv-max-tokens", a->moe_gemv_max_tokens,
                     "steps of at most this many tokens run the routed experts on the grouped MXFP4 GEMV, larger "
-                    "ones dequantise the experts for cuBLAS (default 64; at most 4096 / top_k; 64 with host experts)");
+                    "ones dequantise the experts for cuBLAS (default: the largest allowed, 4096 / top_k, or 64 with "
+                    "--experts, whose plan may keep experts in host RAM)");
     cmd->add_option("--verify-k", a->verify_k,
                     "also time speculative verify steps of k + 1 tokens per sequence for each k listed, e.g. "
                     "1,2,3,5,7 (default: none)");

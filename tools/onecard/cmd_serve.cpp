@@ -69,6 +69,8 @@ struct ServeArgs {
     int64_t max_num_seqs = 16;
     int64_t max_num_batched_tokens = 2048;
     int64_t long_prefill_token_threshold = 1024;
+    bool new_requests_first = true;   // EngineConfig::new_requests_first
+    int64_t moe_gemv_max_tokens = 0;  // CudaRunnerOptions::moe_gemv_max_tokens (0: auto)
     int64_t kv_cache_memory_bytes = 1LL << 30;
     double shutdown_timeout = 30.0;
     double gpu_headroom_gib = 2.0;
@@ -130,9 +132,9 @@ void apply_config_file(CLI::App* cmd, const std::string& path) {
         ONECARD_CHECK(opt != nullptr && name != "config", "--config '{}': unknown option '{}'", path, cv.key);
         if (opt->count() > 0) continue;  // the command line or environment wins
         // A boolean flag set to false in the file is simply not set.
-        // (--enable-prefix-caching defaults to on: false there turns it off.)
+        // (--enable-prefix-caching and --new-requests-first default to on: false there turns them off.)
         if (opt->get_expected_max() == 0 && cv.values.size() == 1 && cv.values[0] == "false" &&
-            name != "enable-prefix-caching")
+            name != "enable-prefix-caching" && name != "new-requests-first")
             continue;
         for (const auto& v : cv.values) opt->add_result(v);
         try {
@@ -395,6 +397,7 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         pin.max_model_len = max_len;
         pin.max_num_seqs = a.max_num_seqs;
         pin.max_num_batched_tokens = a.max_num_batched_tokens;
+        pin.moe_gemv_max_tokens = a.moe_gemv_max_tokens;
         pin.kv_block_size = EngineConfig{}.kv_block_size;
         pin.kv_cache_bytes = kv_bytes_given ? a.kv_cache_memory_bytes : 0;
         pin.gpu_memory_utilization = a.gpu_memory_utilization;
@@ -431,6 +434,7 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         ro.max_model_len = max_len;
         ro.max_num_seqs = a.max_num_seqs;
         ro.max_num_batched_tokens = a.max_num_batched_tokens;
+        ro.moe_gemv_max_tokens = a.moe_gemv_max_tokens;
         ro.headroom_bytes = static_cast<uint64_t>(a.gpu_headroom_gib * (1ull << 30));
         ro.expert_placement = plan.placement;
         // The arena is the plan's GPU budget less its headroom (--gpu-memory-utilization bounds what we take).
@@ -479,6 +483,7 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     ec.max_num_seqs = a.max_num_seqs;
     ec.max_num_batched_tokens = a.max_num_batched_tokens;
     ec.long_prefill_token_threshold = a.long_prefill_token_threshold;
+    ec.new_requests_first = a.new_requests_first;
     ec.kv_cache_bytes = a.kv_cache_memory_bytes;
     ec.max_model_len = max_len;
     ec.submit_queue_capacity = static_cast<size_t>(a.max_num_seqs + a.opts.max_queued_requests + 16);
@@ -671,6 +676,14 @@ void add_cmd_serve(CLI::App& app) {
     cmd->add_option("--long-prefill-token-threshold", a->long_prefill_token_threshold,
                     "most prompt tokens one request takes per step (default 1024)")
         ->check(CLI::PositiveNumber);
+    cmd->add_flag("--new-requests-first,!--no-new-requests-first", a->new_requests_first,
+                  "admit waiting requests before running prompts take their next chunk, so a short request is "
+                  "not held behind a long prefill (default on)");
+    cmd->add_option("--moe-gemv-max-tokens", a->moe_gemv_max_tokens,
+                    "GPU: steps of at most this many tokens run the routed experts on the grouped MXFP4 GEMV, larger "
+                    "ones dequantise the used experts for cuBLAS (default 0 = auto: 4096 / experts per token with "
+                    "every expert on the GPU, 64 with host experts)")
+        ->check(CLI::NonNegativeNumber);
     cmd->add_option("--kv-cache-memory-bytes", a->kv_cache_memory_bytes, "KV pool budget in bytes (default 1 GiB)")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--kv-offload-bytes", a->kv_offload_bytes,
@@ -778,8 +791,8 @@ void add_cmd_serve(CLI::App& app) {
         "'{\"method\":\"dspark\",\"num_speculative_tokens\":5}' (0731, at most dspark_block_size) (the CPU "
         "backend; the engine refuses it where the runner cannot speculate)");
     cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", a->enable_prefix_caching,
-                  "automatic prefix caching (default on; the CPU backend in reference numerics has it, the CUDA "
-                  "backend not yet)");
+                  "automatic prefix caching (default on; the CUDA backend and the CPU backend in reference "
+                  "numerics have it)");
     for (const char* f :
          {"--trust-remote-code", "--enable-auto-tool-choice", "--disable-log-requests", "--disable-log-stats",
           "--enforce-eager", "--enable-chunked-prefill", "--no-enable-chunked-prefill", "--disable-fastapi-docs"})

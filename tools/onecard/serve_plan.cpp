@@ -46,6 +46,7 @@ MemoryPlan plan_serve_on_gpu(const ModelConfig& cfg, const Checkpoint* ckpt, con
     ro.max_model_len = in.max_model_len;
     ro.max_num_seqs = in.max_num_seqs;
     ro.max_num_batched_tokens = in.max_num_batched_tokens;
+    ro.moe_gemv_max_tokens = in.moe_gemv_max_tokens;
     ro.count_expert_picks = in.count_expert_picks;
     const KvCacheSpec spec = make_kv_cache_spec(kv_model_shape_from_config(cfg), in.kv_block_size);
     const std::vector<PlannedTensor> tensors = gpu_planned_tensors(specs);

@@ -16,8 +16,9 @@ struct ServePlanInputs {
     int64_t max_model_len = 8192;
     int64_t max_num_seqs = 16;
     int64_t max_num_batched_tokens = 2048;
-    int64_t kv_block_size = 128;  // the engine's (EngineConfig::kv_block_size)
-    int64_t kv_cache_bytes = 0;   // > 0: the KV pool the user asked for; 0 = what is left
+    int64_t moe_gemv_max_tokens = 0;  // CudaRunnerOptions::moe_gemv_max_tokens (0: auto)
+    int64_t kv_block_size = 128;      // the engine's (EngineConfig::kv_block_size)
+    int64_t kv_cache_bytes = 0;       // > 0: the KV pool the user asked for; 0 = what is left
     double gpu_memory_utilization = 0;
     double headroom_gib = 2.0;
     const ExpertUseProfile* profile = nullptr;  // not owned
