@@ -31,6 +31,7 @@ LANGS = ["English", "Spanish", "French", "German", "Italian", "Japanese", "Portu
          "Hindi", "Swedish", "Polish", "Turkish"]
 CURRENCIES = ["USD", "EUR", "GBP", "JPY", "CHF", "CAD", "AUD", "BRL", "INR", "MXN", "SEK", "CNY"]
 TICKERS = ["AAPL", "MSFT", "NVDA", "TSLA", "IBM", "ORCL", "AMZN", "GOOG", "META", "INTC", "AMD", "NFLX"]
+UNITS = ["kg", "lb", "km", "mile", "litre", "gallon", "meter", "foot", "celsius", "fahrenheit"]
 PHRASES = ["good morning", "thank you", "see you soon", "where is the station", "the meeting is moved to Friday",
            "happy birthday", "how much does it cost", "I will be late", "the report is ready", "call me back"]
 
@@ -106,6 +107,12 @@ REAL = {
     "keyword": ("string", "A keyword", lambda r: r.choice(WORDS), "with keyword {v}"),
     "note": ("string", "Message body", lambda r: f"The {r.choice(WORDS)} starts at {r.randint(1, 11)} pm", "saying {v}"),
     "formula": ("string", "Arithmetic expression", _expr, "for {v}"),
+    # "from X to Y" pairs (the held-out convert_currency's from_currency / to_currency stay unseen).
+    "origin": ("string", "Where the trip starts", lambda r: r.choice(CITIES), "from {v}"),
+    "destination": ("string", "Where the trip ends", lambda r: r.choice(CITIES), "to {v}"),
+    "from_unit": ("string", "Unit to convert from", lambda r: r.choice(UNITS), "from {v}"),
+    "to_unit": ("string", "Unit to convert to", lambda r: r.choice(UNITS), "to {v}"),
+    "source_language": ("string", "Language of the text", lambda r: r.choice(LANGS), "from {v}"),
     "count": ("integer", "How many results", lambda r: r.randint(1, 20), "{v} results"),
     "limit": ("integer", "Maximum number of items", lambda r: r.randint(1, 50), "at most {v} items"),
     "days": ("integer", "Number of days", lambda r: r.randint(1, 14), "for {v} days"),
