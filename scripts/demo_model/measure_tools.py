@@ -76,13 +76,12 @@ def main():
 
     res = list(cf.ThreadPoolExecutor(a.jobs).map(one, rows))
     after = metrics(a.url)
-    held = [r for r in res if r[2]["expected"][0]["name"] in ("get_weather", "calculate", "convert_currency",
-                                                             "get_stock_price", "set_timer")]
+    held = [r for r in res if r[2].get("set") == "named"]
     drafted = after["spec_decode_num_draft_tokens_total"] - before["spec_decode_num_draft_tokens_total"]
     accepted = after["spec_decode_num_accepted_tokens_total"] - before["spec_decode_num_accepted_tokens_total"]
     out = {"n": len(res), "exact": sum(r[0] for r in res) / len(res), "name": sum(r[1] for r in res) / len(res),
            "named_held_out_tools": {"n": len(held), "exact": sum(r[0] for r in held) / max(len(held), 1)},
-           "random_unseen_tools": {"n": len(res) - len(held),
+           "generated_unseen_tools": {"n": len(res) - len(held),
                                    "exact": sum(r[0] for r in res if r not in held) / max(len(res) - len(held), 1)},
            "mtp_draft_tokens": drafted, "mtp_accepted_tokens": accepted,
            "mtp_acceptance": accepted / drafted if drafted else None,

@@ -1,9 +1,19 @@
 """Random tools and requests for the demo model's synthetic tool-calling data (written for onecard).
 
-A tool is drawn from a verb x subject grammar with typed parameters (string, integer, number,
-boolean, enum, array) whose names, descriptions and value generators come from the pools below, so
-training sees thousands of distinct schemas and the model has to read the schema and the request
-rather than memorise a few tools. HELD_OUT tools (weather, calculator, ...) never appear in training.
+Round 3 (issue 24) makes the data copy-forcing: a held-out tool can only be called right if the model
+copies its name and argument values from the prompt, so training has to ask for exactly that.
+  * Tool and parameter names are drawn from a large vocabulary (Brown corpus words plus made-up
+    pronounceable words), combined in snake_case in varied ways, besides realistic verb_subject
+    names; calls then hold thousands of distinct token ids instead of a few hundred (round 2 saw
+    622 of 8,192 ids inside training calls).
+  * String argument values are copied verbatim from the request (words, phrases, codes, numbers).
+  * Requests name the tool only sometimes; usually they paraphrase its description, as a user would.
+HELD_OUT tools (weather, calculator, ...) never appear in training, by name; held-out generated
+tools are new combinations of the same vocabulary.
+
+A tool is a dict: {"name", "desc", "params": [param], "asks": [request templates or None]}; a param
+is {"name", "type" (string/integer/number/boolean/enum/array), "desc", "enum"?, "items"?,
+"gen" (value -> callable(r)), "say" (mention template with {v}), "required"}.
 """
 
 import random
@@ -11,82 +21,115 @@ import random
 CITIES = ["Lisbon", "Denver", "Oslo", "Cairo", "Tokyo", "Lima", "Nairobi", "Berlin", "Madrid", "Seattle", "Paris",
           "Toronto", "Sydney", "Mumbai", "Chicago", "Boston", "Dublin", "Prague", "Vienna", "Athens", "Rome", "Quito",
           "Hanoi", "Seoul", "Bogota", "Accra", "Helsinki", "Zurich", "Austin", "Phoenix", "Miami", "Warsaw", "Porto",
-          "Kyoto", "Perth", "Dakar", "Tunis", "Riga", "Minsk", "Lyon", "Naples", "Geneva", "Calgary", "Houston"]
-COUNTRIES = ["France", "Japan", "Brazil", "Kenya", "Canada", "Peru", "Norway", "Egypt", "India", "Spain", "Chile", "Italy"]
-NAMES = ["Maria", "John", "Aiko", "Omar", "Lena", "Ravi", "Sofia", "Pedro", "Chen", "Fatima", "Lucas", "Nina", "Tom"]
+          "Kyoto", "Perth", "Dakar", "Tunis", "Riga", "Minsk", "Lyon", "Naples", "Geneva", "Calgary", "Houston",
+          "London", "Moscow", "Beijing", "Bangkok", "Jakarta", "Manila", "Santiago", "Havana", "Montreal", "Dallas"]
+COUNTRIES = ["France", "Japan", "Brazil", "Kenya", "Canada", "Peru", "Norway", "Egypt", "India", "Spain", "Chile", "Italy",
+             "Mexico", "Germany", "Ghana", "Vietnam", "Poland", "Greece", "Ireland", "Portugal"]
+NAMES = ["Maria", "John", "Aiko", "Omar", "Lena", "Ravi", "Sofia", "Pedro", "Chen", "Fatima", "Lucas", "Nina", "Tom",
+         "Grace", "Ahmed", "Elena", "Kofi", "Ingrid", "Mateo", "Yuki", "Priya", "Hans", "Zara", "Diego", "Anna"]
+LANGS = ["English", "Spanish", "French", "German", "Italian", "Japanese", "Portuguese", "Dutch", "Korean", "Arabic",
+         "Hindi", "Swedish", "Polish", "Turkish"]
+CURRENCIES = ["USD", "EUR", "GBP", "JPY", "CHF", "CAD", "AUD", "BRL", "INR", "MXN", "SEK", "CNY"]
+TICKERS = ["AAPL", "MSFT", "NVDA", "TSLA", "IBM", "ORCL", "AMZN", "GOOG", "META", "INTC", "AMD", "NFLX"]
+UNITS = ["kg", "lb", "km", "mile", "litre", "gallon", "meter", "foot", "celsius", "fahrenheit"]
+PHRASES = ["good morning", "thank you", "see you soon", "where is the station", "the meeting is moved to Friday",
+           "happy birthday", "how much does it cost", "I will be late", "the report is ready", "call me back"]
+
+# The vocabulary for generated names and values: set_vocab() fills WORDS from the Brown corpus; made-up
+# words come from the syllables below (so a name can hold tokens no English text has).
 WORDS = ["garden", "river", "budget", "report", "concert", "museum", "bicycle", "coffee", "piano", "holiday", "market",
          "library", "project", "invoice", "lecture", "recipe", "marathon", "meeting", "painting", "harbor", "festival"]
-LANGS = ["English", "Spanish", "French", "German", "Italian", "Japanese", "Portuguese", "Dutch"]
-CURRENCIES = ["USD", "EUR", "GBP", "JPY", "CHF", "CAD", "AUD", "BRL", "INR"]
+ONSETS = ["b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "z", "br", "cl", "dr",
+          "fl", "gr", "kr", "pl", "pr", "sk", "sl", "sn", "st", "tr", "th", "sh", "ch", "qu", "bl", "gl", "sp"]
+VOWELS = ["a", "e", "i", "o", "u", "a", "e", "o", "ai", "ou", "ea", "io", "y"]
+CODAS = ["", "", "", "n", "r", "l", "s", "x", "m", "k", "t", "nd", "rk", "st"]
+
+
+def set_vocab(words):
+    """Brown words (lower-case, alphabetic) to draw names and values from."""
+    global WORDS
+    WORDS = sorted(set(words))
+
+
+def madeup(r: random.Random):
+    """A pronounceable made-up word of 2-3 syllables, e.g. 'brelox', 'quaisten'."""
+    return "".join(r.choice(ONSETS) + r.choice(VOWELS) + r.choice(CODAS) for _ in range(r.choice([2, 2, 3])))
+
+
+def word(r: random.Random):
+    return madeup(r) if r.random() < 0.35 else r.choice(WORDS)
 
 
 def _date(r):
-    return f"2025-{r.randint(1, 12):02d}-{r.randint(1, 28):02d}"
+    return f"{r.randint(2024, 2027)}-{r.randint(1, 12):02d}-{r.randint(1, 28):02d}"
 
 
 def _phrase(r):
-    return " ".join(r.sample(WORDS, r.randint(1, 3)))
+    return " ".join(r.choice(WORDS) for _ in range(r.randint(1, 3)))
 
 
 def _email(r):
-    return f"{r.choice(NAMES).lower()}.{r.choice('abcdefghk')}@example.com"
+    return f"{r.choice(NAMES).lower()}.{r.choice(WORDS)}@example.com"
 
 
 def _code(r):
-    return f"{r.choice(['ORD', 'TKT', 'INV', 'REF', 'BK'])}-{r.randint(10000, 99999)}"
+    return f"{r.choice(['ORD', 'TKT', 'INV', 'REF', 'BK', word(r)[:3].upper()])}-{r.randint(100, 99999)}"
 
 
 def _path(r):
-    return f"{r.choice(['src', 'docs', 'notes', 'data'])}/{r.choice(WORDS)}.{r.choice(['txt', 'md', 'cpp', 'csv'])}"
+    return f"{r.choice(['src', 'docs', 'notes', 'data', word(r)])}/{word(r)}.{r.choice(['txt', 'md', 'cpp', 'csv'])}"
 
 
-# name -> (description, kind, generator, how a request mentions it)
-STRING_PARAMS = {
-    "city": ("The city name", lambda r: r.choice(CITIES), "in {v}"),
-    "location": ("City or place", lambda r: r.choice(CITIES), "for {v}"),
-    "country": ("Country name", lambda r: r.choice(COUNTRIES), "in {v}"),
-    "query": ("Search text", _phrase, "about {v}"),
-    "topic": ("The topic", _phrase, "on the topic {v}"),
-    "title": ("A short title", lambda r: _phrase(r).title(), "titled {v}"),
-    "name": ("A person's name", lambda r: r.choice(NAMES), "for {v}"),
-    "recipient": ("Email address of the recipient", _email, "to {v}"),
-    "email": ("Email address", _email, "for {v}"),
-    "date": ("Date as YYYY-MM-DD", _date, "on {v}"),
-    "start_date": ("First day, YYYY-MM-DD", _date, "starting {v}"),
-    "path": ("File path", _path, "at {v}"),
-    "order_id": ("The order id", _code, "with id {v}"),
-    "ticket_id": ("The ticket id", _code, "with id {v}"),
-    "symbol": ("Ticker symbol", lambda r: r.choice(["AAPL", "MSFT", "NVDA", "TSLA", "IBM", "ORCL", "AMZN"]), "for {v}"),
-    "language": ("Target language", lambda r: r.choice(LANGS), "into {v}"),
-    "text": ("The text to use", lambda r: r.choice(["good morning", "thank you", "see you soon", "where is the station"]),
-             "with the text {v}"),
-    "currency": ("Currency code", lambda r: r.choice(CURRENCIES), "in {v}"),
-    "keyword": ("A keyword", lambda r: r.choice(WORDS), "with keyword {v}"),
-    "message": ("Message body", lambda r: f"The {r.choice(WORDS)} starts at {r.randint(1, 11)} pm", "saying {v}"),
-    "artist": ("Artist name", lambda r: r.choice(["Miles Davis", "Nina Simone", "Bach", "Queen", "Adele"]), "by {v}"),
-    "expression": ("Arithmetic expression", lambda r: f"{r.randint(2, 99)} {r.choice('+-*/')} {r.randint(2, 99)}",
-                   "for {v}"),
+def _expr(r):
+    return f"{r.randint(2, 999)} {r.choice('+-*/')} {r.randint(2, 99)}"
+
+
+# Realistic parameters: name -> (type, description, value generator, mention template).
+REAL = {
+    "city": ("string", "The city name", lambda r: r.choice(CITIES), "in {v}"),
+    "location": ("string", "City or place", lambda r: r.choice(CITIES), "for {v}"),
+    "country": ("string", "Country name", lambda r: r.choice(COUNTRIES), "in {v}"),
+    "query": ("string", "Search text", _phrase, "about {v}"),
+    "topic": ("string", "The topic", _phrase, "on the topic {v}"),
+    "title": ("string", "A short title", lambda r: _phrase(r).title(), "titled {v}"),
+    "name": ("string", "A person's name", lambda r: r.choice(NAMES), "for {v}"),
+    "recipient": ("string", "Email address of the recipient", _email, "to {v}"),
+    "email": ("string", "Email address", _email, "for {v}"),
+    "date": ("string", "Date as YYYY-MM-DD", _date, "on {v}"),
+    "start_date": ("string", "First day, YYYY-MM-DD", _date, "starting {v}"),
+    "path": ("string", "File path", _path, "at {v}"),
+    "order_id": ("string", "The order id", _code, "with id {v}"),
+    "ticket_id": ("string", "The ticket id", _code, "with ticket {v}"),
+    "ticker": ("string", "Ticker symbol", lambda r: r.choice(TICKERS), "for {v}"),
+    "language": ("string", "Target language", lambda r: r.choice(LANGS), "into {v}"),
+    "phrase": ("string", "The text to use", lambda r: r.choice(PHRASES), "with the text {v}"),
+    "currency": ("string", "Currency code", lambda r: r.choice(CURRENCIES), "in {v}"),
+    "keyword": ("string", "A keyword", lambda r: r.choice(WORDS), "with keyword {v}"),
+    "note": ("string", "Message body", lambda r: f"The {r.choice(WORDS)} starts at {r.randint(1, 11)} pm", "saying {v}"),
+    "formula": ("string", "Arithmetic expression", _expr, "for {v}"),
+    # "from X to Y" pairs (the held-out convert_currency's from_currency / to_currency stay unseen).
+    "origin": ("string", "Where the trip starts", lambda r: r.choice(CITIES), "from {v}"),
+    "destination": ("string", "Where the trip ends", lambda r: r.choice(CITIES), "to {v}"),
+    "from_unit": ("string", "Unit to convert from", lambda r: r.choice(UNITS), "from {v}"),
+    "to_unit": ("string", "Unit to convert to", lambda r: r.choice(UNITS), "to {v}"),
+    "source_language": ("string", "Language of the text", lambda r: r.choice(LANGS), "from {v}"),
+    "count": ("integer", "How many results", lambda r: r.randint(1, 20), "{v} results"),
+    "limit": ("integer", "Maximum number of items", lambda r: r.randint(1, 50), "at most {v} items"),
+    "days": ("integer", "Number of days", lambda r: r.randint(1, 14), "for {v} days"),
+    "quantity": ("integer", "Number of units", lambda r: r.randint(1, 12), "{v} units"),
+    "year": ("integer", "The year", lambda r: r.randint(1990, 2030), "for the year {v}"),
+    "guests": ("integer", "Number of guests", lambda r: r.randint(1, 10), "for {v} guests"),
+    "duration": ("integer", "Duration in minutes", lambda r: r.randint(1, 120), "lasting {v} minutes"),
+    "page": ("integer", "Page number", lambda r: r.randint(1, 9), "page {v}"),
+    "price": ("number", "Price limit", lambda r: _num(r), "under {v}"),
+    "distance_km": ("number", "Distance in kilometres", lambda r: _num(r), "{v} km"),
+    "weight_kg": ("number", "Weight in kilograms", lambda r: _num(r), "{v} kg"),
+    "sum": ("number", "Amount of money", lambda r: _num(r), "sum {v}"),
+    "urgent": ("boolean", "Mark as urgent", lambda r: True, "urgent"),
+    "include_details": ("boolean", "Include details", lambda r: True, "with details"),
+    "notify": ("boolean", "Send a notification", lambda r: True, "and notify me"),
 }
-INT_PARAMS = {
-    "count": ("How many results", (1, 20), "{v} results"),
-    "limit": ("Maximum number of items", (1, 50), "at most {v} items"),
-    "days": ("Number of days", (1, 14), "for {v} days"),
-    "quantity": ("Number of units", (1, 12), "{v} units"),
-    "year": ("The year", (1990, 2030), "for the year {v}"),
-    "guests": ("Number of guests", (1, 10), "for {v} guests"),
-    "minutes": ("Duration in minutes", (1, 120), "for {v} minutes"),
-    "page": ("Page number", (1, 9), "page {v}"),
-    "floor": ("Floor number", (0, 30), "on floor {v}"),
-}
-NUM_PARAMS = {
-    "amount": ("Amount of money", "amount {v}"),
-    "temperature": ("Temperature in degrees", "to {v} degrees"),
-    "price": ("Price limit", "under {v}"),
-    "distance_km": ("Distance in kilometres", "{v} km"),
-    "weight_kg": ("Weight in kilograms", "{v} kg"),
-}
-ENUM_PARAMS = {
-    "units": ("Unit system", ["celsius", "fahrenheit"], "in {v}"),
+REAL_ENUMS = {
     "unit_system": ("Units", ["metric", "imperial"], "using {v} units"),
     "priority": ("Priority", ["low", "medium", "high"], "with {v} priority"),
     "format": ("Output format", ["json", "csv", "text"], "as {v}"),
@@ -95,173 +138,231 @@ ENUM_PARAMS = {
     "sort": ("Sort order", ["newest", "oldest", "popular"], "sorted by {v}"),
     "cabin": ("Cabin class", ["economy", "business", "first"], "in {v} class"),
 }
-BOOL_PARAMS = {
-    "urgent": ("Mark as urgent", "urgent"),
-    "include_details": ("Include details", "with details"),
-    "notify": ("Send a notification", "and notify me"),
-    "public": ("Make it public", "publicly"),
-}
-ARRAY_PARAMS = {
-    "values": ("List of numbers", "number", "of the numbers {v}"),
-    "tags": ("List of tags", "string", "with tags {v}"),
-}
 
-VERBS = ["get", "fetch", "lookup", "find", "search", "check", "list", "create", "update", "cancel", "send", "book",
-         "convert", "compute", "estimate", "track", "schedule", "translate", "play", "set", "add", "remove", "count",
-         "summarize", "report", "reserve", "open", "close", "start", "stop", "rate", "compare", "analyze", "show"]
+VERBS = ["get", "fetch", "lookup", "find", "search", "check", "list", "create", "update", "cancel", "book",
+         "compute", "estimate", "track", "schedule", "play", "add", "remove", "count", "summarize", "report",
+         "reserve", "open", "close", "start", "stop", "rate", "compare", "analyze", "show", "load", "save", "sync",
+         "post", "delete", "query", "measure", "predict", "render", "verify", "archive", "notify"]
 SUBJECTS = ["air_quality", "forecast_alert", "stock_quote", "exchange_rate", "order_status", "train_times", "recipe",
             "hotel", "table", "flight", "ticket", "invoice", "reminder", "alarm", "playlist", "song", "note", "file",
             "contact", "event", "meeting", "news", "traffic", "parking", "pollen_count", "tide", "sunrise", "uv_index",
             "restaurant", "movie", "book", "podcast", "package", "shipment", "expense", "budget", "workout", "steps",
-            "route", "bike", "car", "taxi", "translation", "definition", "synonym", "holiday", "museum", "concert",
-            "light", "thermostat", "door_lock", "camera", "timer", "task", "issue", "user", "account", "balance"]
+            "route", "bike", "car", "taxi", "definition", "synonym", "holiday", "museum", "concert",
+            "light", "thermostat", "door_lock", "camera", "task", "issue", "user", "account", "balance"]
+SUFFIXES = ["status", "info", "list", "details", "count", "score", "report", "data", "summary", "history"]
 
+# Unseen realistic tools for the held-out evaluation only: name -> (description, params, request templates).
+# Param: (name, type, description, value generator, mention, required); enum params carry their values.
 HELD_OUT = {
-    "get_weather": ("Get the current weather for a city", [("city", "s", True), ("units", "e", False)]),
-    "calculate": ("Evaluate an arithmetic expression and return the result", [("expression", "s", True)]),
-    "convert_currency": ("Convert an amount of money between currencies",
-                         [("amount", "n", True), ("from_currency", "s", True), ("to_currency", "s", True)]),
-    "get_stock_price": ("Get the latest price of a stock", [("symbol", "s", True)]),
-    "set_timer": ("Start a countdown timer", [("minutes", "i", True), ("label", "s", False)]),
+    "get_weather": ("Get the current weather for a city", [
+        ("city", "string", "City name", lambda r: r.choice(CITIES), "in {v}", True)],
+        ["What is the weather {m}?", "How is the weather {m}?", "Tell me the weather {m}."]),
+    "calculate": ("Evaluate an arithmetic expression", [
+        ("expression", "string", "The expression", _expr, "{v}", True)],
+        ["What is {m}?", "Calculate {m}.", "Compute {m}, please."]),
+    "convert_currency": ("Convert an amount between currencies", [
+        ("amount", "number", "Amount of money", lambda r: _num(r), "{v}", True),
+        ("from_currency", "string", "Currency code to convert from", lambda r: r.choice(CURRENCIES), "from {v}", True),
+        ("to_currency", "string", "Currency code to convert to", lambda r: r.choice(CURRENCIES), "to {v}", True)],
+        ["Convert {m}.", "Please convert {m}.", "How much is {m}?"]),
+    "get_stock_price": ("Get the latest price of a stock", [
+        ("symbol", "string", "Ticker symbol", lambda r: r.choice(TICKERS), "of {v}", True)],
+        ["What is the stock price {m}?", "Get the latest stock price {m}.", "Show me the stock price {m}."]),
+    "set_timer": ("Start a countdown timer", [
+        ("minutes", "integer", "Duration in minutes", lambda r: r.randint(1, 90), "for {v} minutes", True)],
+        ["Set a timer {m}.", "Start a countdown timer {m}.", "Please set a timer {m}."]),
+    "search_web": ("Search the web", [
+        ("query", "string", "Search query", lambda r: r.choice(WORDS) + " " + r.choice(WORDS), "for {v}", True)],
+        ["Search the web {m}.", "Please search the web {m}.", "Look on the web {m}."]),
+    "send_email": ("Send an email message", [
+        ("to", "string", "Recipient email address", _email, "to {v}", True),
+        ("subject", "string", "Subject line", lambda r: r.choice(WORDS).capitalize() + " " + r.choice(WORDS),
+         "with subject {v}", True)],
+        ["Send an email {m}.", "Please send an email {m}.", "Email {m}."]),
+    "translate_text": ("Translate text into another language", [
+        ("text", "string", "Text to translate", lambda r: r.choice(PHRASES), "{v}", True),
+        ("target_language", "string", "Language to translate into", lambda r: r.choice(LANGS), "into {v}", True)],
+        ["Translate {m}.", "Please translate {m}.", "Can you translate {m}?"]),
+    "get_time": ("Get the current local time in a city", [
+        ("city", "string", "City name", lambda r: r.choice(CITIES), "in {v}", True)],
+        ["What time is it {m}?", "Get the current local time {m}.", "Tell me the local time {m}."]),
+    "create_reminder": ("Create a reminder for a date", [
+        ("text", "string", "What to remember", lambda r: r.choice(WORDS) + " " + r.choice(WORDS), "to {v}", True),
+        ("date", "string", "Date as YYYY-MM-DD", _date, "on {v}", True)],
+        ["Create a reminder {m}.", "Remind me {m}.", "Please create a reminder {m}."]),
 }
 
 
-def _param_schema(name, kind):
-    if kind == "s":
-        desc = STRING_PARAMS.get(name, ("A value", None, None))[0]
-        return {"type": "string", "description": desc}
-    if kind == "i":
-        return {"type": "integer", "description": INT_PARAMS[name][0]}
-    if kind == "n":
-        return {"type": "number", "description": NUM_PARAMS[name][0]}
-    if kind == "e":
-        d, vals, _ = ENUM_PARAMS[name]
-        return {"type": "string", "enum": vals, "description": d}
-    if kind == "b":
-        return {"type": "boolean", "description": BOOL_PARAMS[name][0]}
-    d, item, _ = ARRAY_PARAMS[name]
-    return {"type": "array", "items": {"type": item}, "description": d}
+def _num(r):
+    return r.choice([r.randint(1, 900), round(r.uniform(1, 500), r.choice([1, 2]))])
 
 
-def random_tool(r: random.Random):
-    """A tool never in HELD_OUT: (name, description, [(param, kind, required)])."""
+def _gen_name(r, exclude):
+    """A tool name in one of several snake_case styles; never a HELD_OUT name or one in `exclude`."""
     while True:
-        verb, subj = r.choice(VERBS), r.choice(SUBJECTS)
-        name = f"{verb}_{subj}"
-        if name not in HELD_OUT:
-            break
-    n = r.choice([1, 1, 2, 2, 2, 3, 3, 4])
-    pools = [("s", list(STRING_PARAMS)), ("i", list(INT_PARAMS)), ("n", list(NUM_PARAMS)), ("e", list(ENUM_PARAMS)),
-             ("b", list(BOOL_PARAMS)), ("a", list(ARRAY_PARAMS))]
-    weights = [6, 2, 1.5, 2, 1, 0.6]
+        style = r.random()
+        if style < 0.3:
+            name = f"{r.choice(VERBS)}_{r.choice(SUBJECTS)}"
+        elif style < 0.5:
+            name = f"{r.choice(VERBS)}_{word(r)}"
+        elif style < 0.65:
+            name = f"{word(r)}_{word(r)}"
+        elif style < 0.75:
+            name = f"{r.choice(VERBS)}_{word(r)}_{r.choice(SUFFIXES)}"
+        elif style < 0.85:
+            name = f"{word(r)}_{word(r)}_{word(r)}"
+        elif style < 0.93:
+            name = madeup(r) + r.choice(["", "", "_" + r.choice(SUFFIXES)])
+        else:
+            name = f"{r.choice(VERBS)}_{word(r)}_{word(r)}"
+        if name not in HELD_OUT and name not in exclude and len(name) <= 40:
+            return name
+
+
+def _describe(name):
+    """A short description from the name's words ('get_tide_status' -> 'Get the tide status')."""
+    parts = name.split("_")
+    if parts[0] in VERBS and len(parts) > 1:
+        return f"{parts[0].capitalize()} the {' '.join(parts[1:])}"
+    return f"Handle the {' '.join(parts)} request"
+
+
+def _real_param(r, used):
+    if r.random() < 0.2:
+        p = r.choice(list(REAL_ENUMS))
+        d, vals, say = REAL_ENUMS[p]
+        return {"name": p, "type": "enum", "desc": d, "enum": vals, "gen": lambda r, vals=vals: r.choice(vals),
+                "say": say}
+    p = r.choice(list(REAL))
+    t, d, gen, say = REAL[p]
+    return {"name": p, "type": t, "desc": d, "gen": gen, "say": say}
+
+
+def _gen_param(r, realistic_values):
+    """A parameter with a generated name; its values are vocabulary words (copy-forcing) or, with
+    realistic_values, mostly real words, names, cities and numbers."""
+    pname = word(r) if r.random() < 0.5 else f"{word(r)}_{r.choice(['id', 'name', 'code', 'value', 'text', word(r)])}"
+    kind = r.choices(["string", "integer", "number", "enum", "boolean", "array"], [7, 2, 1, 1.2, 0.5, 0.6])[0]
+    spoken = pname.replace("_", " ")
+    say = r.choice(["{s} {v}", "with {s} {v}", "{s} = {v}", "and {s} {v}", "where {s} is {v}"]).replace("{s}", spoken)
+    if kind == "string":
+        pools = [lambda r: word(r), _phrase, lambda r: madeup(r), _code, lambda r: r.choice(CITIES + NAMES),
+                 lambda r: str(r.randint(1, 99999))]
+        w = [3, 2, 2, 1, 1, 0.5] if not realistic_values else [3, 2, 0.4, 1, 2, 0.5]
+        gen = r.choices(pools, w)[0]
+        return {"name": pname, "type": "string", "desc": f"The {spoken}", "gen": gen, "say": say}
+    if kind == "integer":
+        hi = r.choice([10, 100, 5000])
+        return {"name": pname, "type": "integer", "desc": f"Number of {spoken}", "gen": lambda r, hi=hi: r.randint(0, hi),
+                "say": say}
+    if kind == "number":
+        return {"name": pname, "type": "number", "desc": f"The {spoken} amount", "gen": _num, "say": say}
+    if kind == "enum":
+        vals = sorted({word(r) for _ in range(r.randint(2, 4))})
+        return {"name": pname, "type": "enum", "desc": f"The {spoken} kind", "enum": vals,
+                "gen": lambda r, vals=vals: r.choice(vals), "say": say}
+    if kind == "boolean":
+        return {"name": pname, "type": "boolean", "desc": f"Whether to {spoken}", "gen": lambda r: r.random() < 0.7,
+                "say": "with {s} set to {v}".replace("{s}", spoken)}
+    return {"name": pname, "type": "array", "desc": f"List of {spoken}", "items": "string",
+            "gen": lambda r: [word(r) for _ in range(r.randint(2, 3))], "say": say}
+
+
+def random_tool(r: random.Random, exclude=frozenset(), realistic_values=False):
+    """A tool never in HELD_OUT (nor in `exclude`), with 1-3 parameters, realistic or generated."""
+    name = _gen_name(r, exclude)
+    n = r.choice([1, 1, 2, 2, 2, 3])
     params, used = [], set()
     while len(params) < n:
-        kind, names = r.choices(pools, weights)[0]
-        p = r.choice(names)
-        if p in used:
+        p = _real_param(r, used) if r.random() < 0.4 else _gen_param(r, realistic_values)
+        if p["name"] in used:
             continue
-        used.add(p)
-        params.append((p, kind, len(params) == 0 or r.random() < 0.6))
-    desc = f"{verb.capitalize()} the {subj.replace('_', ' ')}" + r.choice(["", " for the user", " and return the result",
-                                                                              " using the online service"])
-    return name, desc, params
+        used.add(p["name"])
+        p["required"] = len(params) == 0 or r.random() < 0.7
+        params.append(p)
+    return {"name": name, "desc": _describe(name), "params": params, "asks": None}
 
 
 def held_out_tool(name):
-    desc, params = HELD_OUT[name]
-    return name, desc, params
+    desc, params, asks = HELD_OUT[name]
+    ps = [{"name": p, "type": t, "desc": d, "gen": g, "say": s, "required": req} for p, t, d, g, s, req in params]
+    return {"name": name, "desc": desc, "params": ps, "asks": asks}
 
 
 def tool_schema(tool):
-    name, desc, params = tool
-    props = {p: _param_schema(p, k) for p, k, _ in params}
-    return {"type": "function", "function": {"name": name, "description": desc, "parameters": {
-        "type": "object", "properties": props, "required": [p for p, _, req in params if req]}}}
+    props = {}
+    for p in tool["params"]:
+        if p["type"] == "enum":
+            props[p["name"]] = {"type": "string", "enum": p["enum"], "description": p["desc"]}
+        elif p["type"] == "array":
+            props[p["name"]] = {"type": "array", "items": {"type": p["items"]}, "description": p["desc"]}
+        else:
+            props[p["name"]] = {"type": p["type"], "description": p["desc"]}
+    return {"type": "function", "function": {"name": tool["name"], "description": tool["desc"], "parameters": {
+        "type": "object", "properties": props, "required": [p["name"] for p in tool["params"] if p["required"]]}}}
 
 
-def _value(r, name, kind):
-    if kind == "s":
-        if name in STRING_PARAMS:
-            return STRING_PARAMS[name][1](r)
-        if name in ("from_currency", "to_currency"):
-            return r.choice(CURRENCIES)
-        return r.choice(WORDS)
-    if kind == "i":
-        lo, hi = INT_PARAMS[name][1]
-        return r.randint(lo, hi)
-    if kind == "n":
-        return r.choice([r.randint(1, 500), round(r.uniform(1, 500), r.choice([1, 2]))])
-    if kind == "e":
-        return r.choice(ENUM_PARAMS[name][1])
-    if kind == "b":
-        return True
-    if ARRAY_PARAMS[name][1] == "number":
-        return [r.randint(1, 99) for _ in range(r.randint(2, 5))]
-    return r.sample(WORDS, r.randint(2, 3))
-
-
-def _mention(name, kind, v):
-    if kind == "s" and name in STRING_PARAMS:
-        return STRING_PARAMS[name][2].format(v=v)
-    if kind == "s":
-        return {"from_currency": f"from {v}", "to_currency": f"to {v}", "label": f"labelled {v}"}.get(name, f"{name} {v}")
-    if kind == "i":
-        return INT_PARAMS[name][2].format(v=v)
-    if kind == "n":
-        return NUM_PARAMS[name][1].format(v=v)
-    if kind == "e":
-        return ENUM_PARAMS[name][2].format(v=v)
-    if kind == "b":
-        return BOOL_PARAMS[name][1]
-    if ARRAY_PARAMS[name][1] == "number":
-        return ARRAY_PARAMS[name][2].format(v=", ".join(str(x) for x in v))
-    return ARRAY_PARAMS[name][2].format(v=", ".join(v))
+def _show(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list):
+        return ", ".join(str(x) for x in v)
+    return str(v)
 
 
 def make_call(r: random.Random, tool):
-    """(user request text, call dict {name, arguments}) for `tool` with random values; optional
-    parameters are mentioned (and passed) about half of the time."""
-    name, desc, params = tool
+    """(user request text, call dict {name, arguments}) for `tool` with random values; every value is
+    written in the request verbatim; optional parameters are mentioned (and passed) half the time."""
     args, mentions = {}, []
-    for p, kind, req in params:
-        if req or r.random() < 0.5:
-            v = _value(r, p, kind)
-            args[p] = v
-            mentions.append(_mention(p, kind, v))
+    for p in tool["params"]:
+        if p["required"] or r.random() < 0.5:
+            v = p["gen"](r)
+            args[p["name"]] = v
+            if p["type"] == "boolean" and p["say"] in ("urgent", "with details", "and notify me"):
+                mentions.append(p["say"])  # the realistic flags are always true and said as a word
+            else:
+                mentions.append(p["say"].format(v=_show(v)))
+    name, desc = tool["name"], tool["desc"]
+    if tool["asks"]:
+        return r.choice(tool["asks"]).format(m=" ".join(mentions)), {"name": name, "arguments": args}
     action = desc[0].lower() + desc[1:]
-    style = r.randrange(5)
-    if name == "get_weather" or (style == 0 and "weather" in name):
-        text = f"What is the weather {' '.join(mentions)}?"
-    elif name == "calculate":
-        text = r.choice(["What is {e}?", "Calculate {e}.", "Use the calculator on {e}."]).format(e=args["expression"])
+    m = r.choice([" ".join(mentions), ", ".join(mentions), " and ".join(mentions)])
+    style = r.randrange(8)
+    if style == 0:
+        text = f"Use {name} {m}."
     elif style == 1:
-        text = f"Please {action} {' '.join(mentions)}."
+        text = f"Call the {name} tool {m}."
     elif style == 2:
-        text = f"Can you {action} {', '.join(mentions)}?"
+        text = f"Please {action} {m}."
     elif style == 3:
-        text = f"I need to {name.split('_')[0]} the {' '.join(name.split('_')[1:])} {' and '.join(mentions)}."
+        text = f"Can you {action} {m}?"
+    elif style == 4:
+        text = f"I need to {action} {m}."
+    elif style == 5:
+        text = f"{action[0].upper()}{action[1:]} {m}, please."
+    elif style == 6:
+        text = f"What is the {' '.join(name.split('_')[1:]) or name} {m}?"
     else:
-        text = f"{action.capitalize()} {' '.join(mentions)}, please."
+        text = f"{' '.join(name.split('_')).capitalize()} {m}."
     return text, {"name": name, "arguments": args}
 
 
 def tool_result(r: random.Random, call):
     """A plausible JSON tool result and a one-sentence answer built from it."""
     name = call["name"]
-    if name == "get_weather":
-        t = r.randint(-5, 35)
-        res = {"temperature": t, "conditions": r.choice(["sunny", "cloudy", "rainy", "windy"])}
-        return res, f"It is {t} degrees and {res['conditions']} in {call['arguments'].get('city', 'the city')}."
-    if name == "calculate":
-        try:
-            v = eval(call["arguments"]["expression"], {"__builtins__": {}})  # digits and + - * / only
-        except ZeroDivisionError:
-            v = "undefined"
-        v = round(v, 4) if isinstance(v, float) else v
-        return {"result": v}, f"The result is {v}."
     status = r.choice(["ok", "done", "confirmed", "found"])
     n = r.randint(1, 9)
     return {"status": status, "items": n}, r.choice([
         f"Done: the {name.replace('_', ' ')} request is {status}, with {n} items.",
         f"The service answered {status} and returned {n} results.",
         f"All set. The status is {status} ({n} items)."])
+
+
+def thought_for(tool, calls):
+    """The thinking-mode reasoning before a call: what is asked, then the tool's name on its own line
+    (the call right after copies it from there, a few tokens back)."""
+    desc = tool["desc"][0].lower() + tool["desc"][1:]
+    lines = [f"The user wants to {desc}.", f"I will call {tool['name']}."]
+    if len(calls) > 1:
+        lines.append(f"I will call it {len(calls)} times.")
+    return "\n".join(lines)
