@@ -396,6 +396,31 @@ TEST(CudaIndexer, SplitAndPerKeyScoreKernelsPickAlike) {
     EXPECT_EQ(head, split);
 }
 
+// The select kernel copies a token's score row to shared memory when the launch has few tokens (or
+// short rows) and its longest row fits the cache (40,960 scores); otherwise it reads the rows where
+// the scores are. Both give the CPU's picks, and the same picks: a decode token with 12,000 visible
+// entries alone (cached), then among 300 short-context tokens that make the chunk too large to cache
+// its row; and a token with 45,000 entries, too many for the cache.
+TEST(CudaIndexer, CachedAndUncachedScoreRowsPickAlike) {
+    ONECARD_REQUIRE_GPU();
+    std::mt19937 rng(1206);
+    IndexerCase c;  // Flash dims
+    c.seq_keys.push_back(random_keys(rng, 12000, 128));
+    add_token(c, rng, 0, 12000);
+    const auto alone = run_gpu(c, rng);
+    check_rows(c, alone);
+    IndexerCase crowd = c;
+    for (int i = 0; i < 300; ++i) add_token(crowd, rng, 0, 1 + i % 500);
+    const auto among = run_gpu(crowd, rng);
+    check_rows(crowd, among);
+    const std::vector<int32_t> head(among.begin(), among.begin() + static_cast<int64_t>(alone.size()));
+    EXPECT_EQ(head, alone);
+    IndexerCase longer;
+    longer.seq_keys.push_back(random_keys(rng, 45000, 128));
+    add_token(longer, rng, 0, 45000);
+    check_rows(longer, run_gpu(longer, rng));
+}
+
 TEST(CudaIndexer, SmallScratchChunksTokens) {
     ONECARD_REQUIRE_GPU();
     std::mt19937 rng(1204);

@@ -24,12 +24,39 @@ constexpr int kSelWarps = kSelThreads / 32;
 constexpr int kSelItems = 8;  // consecutive scores per thread in the output pass
 constexpr int kSelChunk = kSelThreads * kSelItems;
 static_assert(kSelChunk < 65536, "per-chunk counts are packed into 16 bits");
+// The select kernel reads its token's score row five times (four radix passes and the output pass):
+// rows of up to this many scores are first copied to dynamic shared memory (160 KB: 40,960 CSA
+// entries, a 160K-token context), for chunks of few tokens (decode, verify) or small rows, where the
+// larger block does not cost occupancy that matters.
+constexpr int64_t kSelCacheFloats = 40960;
+constexpr int64_t kSelCacheMaxTokens = 256;
+constexpr int64_t kSelCacheFreeFloats = 8192;  // rows this small are cached for any chunk
 
 // Entries a token may see, clamped to the caller's bound so a wrong max_visible cannot index past
 // the scratch row (positions of padding tokens may be −1: n_visible 0).
 __device__ __forceinline__ int64_t visible_entries(int32_t pos, int64_t ratio, int64_t max_visible) {
     const int64_t n = (static_cast<int64_t>(pos) + 1) / ratio;
     return n < 0 ? 0 : (n > max_visible ? max_visible : n);
+}
+
+// The token's q row (bf16 [n], n % 8 == 0) into shared fp32: 16-byte loads when the row is aligned
+// (always at head_dim 128), so a block pays a few dependent loads per thread, not n / blockDim.
+__device__ __forceinline__ void load_q_row(const __nv_bfloat16* qt, int64_t n, float* qf) {
+    if ((reinterpret_cast<uintptr_t>(qt) & 15u) == 0) {
+        const uint4* q8 = reinterpret_cast<const uint4*>(qt);
+        for (int64_t i = threadIdx.x; i < n / 8; i += blockDim.x) {
+            const uint4 v = __ldg(q8 + i);
+            const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float2 f = __bfloat1622float2(h[j]);
+                qf[8 * i + 2 * j] = f.x;
+                qf[8 * i + 2 * j + 1] = f.y;
+            }
+        }
+    } else {
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) qf[i] = __bfloat162float(qt[i]);
+    }
 }
 
 // acc[i] = q_i · key for N heads (q: their fp32 rows, float4 [N, n_d4]), the key's E4M3 bytes read
@@ -72,9 +99,7 @@ __global__ void __launch_bounds__(kScoreThreads)
     if (n_vis <= topk) return;
     if (static_cast<int64_t>(blockIdx.x) * kScoreThreads >= n_vis) return;  // no tile of this block is visible
 
-    const __nv_bfloat16* qt = q + t * kHeads * head_dim;
-    float* qf = reinterpret_cast<float*>(q_s);
-    for (int64_t i = threadIdx.x; i < kHeads * head_dim; i += kScoreThreads) qf[i] = __bfloat162float(qt[i]);
+    load_q_row(q + t * kHeads * head_dim, kHeads * head_dim, reinterpret_cast<float*>(q_s));
     if (threadIdx.x < kHeads) w_s[threadIdx.x] = w[t * kHeads + threadIdx.x];
     __syncthreads();
 
@@ -104,10 +129,13 @@ __global__ void __launch_bounds__(kScoreThreads)
 
 // The same scores for few tokens (decode): kSplitKeys keys per block and kSplitParts threads per key,
 // each taking kHeads / kSplitParts heads, so a step of one token spreads its keys over many SMs
-// instead of one block per 1024 keys. The per-head terms meet in shared memory and are summed in
-// ascending head order: the scores equal indexer_scores_kernel's bit for bit.
-constexpr int kSplitParts = 8;
-constexpr int kSplitKeys = kScoreThreads / kSplitParts;  // 32
+// instead of one block per 1024 keys. Warp p takes head part p of the block's 32 keys, one key per
+// lane, so a warp's q reads are one broadcast address (lanes of one key and different parts in a warp
+// read q rows 4 KB apart: the same banks, an 8-way conflict on every load). The per-head terms meet in
+// shared memory (rows padded to kHeads + 1 floats: conflict-free by key) and are summed in ascending
+// head order: the scores equal indexer_scores_kernel's bit for bit.
+constexpr int kSplitParts = kScoreThreads / 32;  // 8 warps
+constexpr int kSplitKeys = 32;
 template <int kHeads>
 __global__ void __launch_bounds__(kScoreThreads)
     indexer_scores_split_kernel(const __nv_bfloat16* __restrict__ q, const float* __restrict__ w,
@@ -122,20 +150,19 @@ __global__ void __launch_bounds__(kScoreThreads)
     extern __shared__ float4 smem4[];
     float4* q_s = smem4;                                                   // [kHeads, head_dim / 4]
     float* w_s = reinterpret_cast<float*>(smem4 + kHeads * head_dim / 4);  // [kHeads]
-    float* terms = w_s + kHeads;                                           // [kSplitKeys, kHeads]
+    float* terms = w_s + kHeads;                                           // [kSplitKeys, kHeads + 1]
     const int64_t tc = blockIdx.y, t = t0 + tc;
     const int64_t n_vis = visible_entries(positions[t], addr.ratio, max_visible);
     if (n_vis <= topk) return;
     const int64_t s0 = static_cast<int64_t>(blockIdx.x) * kSplitKeys;
     if (s0 >= n_vis) return;
 
-    const __nv_bfloat16* qt = q + t * kHeads * head_dim;
-    float* qf = reinterpret_cast<float*>(q_s);
-    for (int64_t i = threadIdx.x; i < kHeads * head_dim; i += kScoreThreads) qf[i] = __bfloat162float(qt[i]);
+    load_q_row(q + t * kHeads * head_dim, kHeads * head_dim, reinterpret_cast<float*>(q_s));
     if (threadIdx.x < kHeads) w_s[threadIdx.x] = w[t * kHeads + threadIdx.x];
     __syncthreads();
 
-    const int kl = threadIdx.x / kSplitParts, part = threadIdx.x % kSplitParts;
+    constexpr int kTermLd = kHeads + 1;
+    const int kl = threadIdx.x % kSplitKeys, part = threadIdx.x / kSplitKeys;
     const int64_t s = s0 + kl, n_d4 = head_dim / 4;
     if (s < n_vis) {
         const uint8_t* key = pool + paged_entry_offset(addr, row_of_token[t], s);
@@ -147,13 +174,13 @@ __global__ void __launch_bounds__(kScoreThreads)
         for (int i = 0; i < kPartHeads; ++i) {
             const int h = part * kPartHeads + i;
             const float dot = acc[i] * kscale;
-            terms[kl * kHeads + h] = __fmul_rn(dot > 0.0f ? dot * softmax_scale : 0.0f, w_s[h]);
+            terms[kl * kTermLd + h] = __fmul_rn(dot > 0.0f ? dot * softmax_scale : 0.0f, w_s[h]);
         }
     }
     __syncthreads();
     if (threadIdx.x < kSplitKeys && s0 + threadIdx.x < n_vis) {
         float score = 0.0f;
-        for (int h = 0; h < kHeads; ++h) score = __fadd_rn(score, terms[threadIdx.x * kHeads + h]);  // h ascending
+        for (int h = 0; h < kHeads; ++h) score = __fadd_rn(score, terms[threadIdx.x * kTermLd + h]);  // h ascending
         scores[tc * ld + s0 + threadIdx.x] = score;
     }
 }
@@ -190,12 +217,15 @@ __device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t v, uint32_t* w
 }
 
 // grid (tokens of the chunk), kSelThreads threads. out row t: the min(topk, n_visible) highest
-// scores' indices ascending (ties to the lower index), then −1.
+// scores' indices ascending (ties to the lower index), then −1. cache_row: the row is first copied to
+// the dynamic shared memory (max_visible floats of it).
 __global__ void __launch_bounds__(kSelThreads)
     indexer_select_kernel(const float* __restrict__ scores, int64_t ld, const int32_t* __restrict__ positions,
-                          int64_t ratio, int64_t max_visible, int64_t t0, int64_t topk, int32_t* __restrict__ out) {
+                          int64_t ratio, int64_t max_visible, int64_t t0, int64_t topk, int32_t* __restrict__ out,
+                          bool cache_row) {
     dev::pdl_wait();
     dev::pdl_trigger();
+    extern __shared__ float row_cache[];
     __shared__ uint32_t hist[kSelWarps][256];  // per-warp histograms: scores cluster in few bins
     __shared__ uint32_t warp_tot[kSelWarps];
     __shared__ uint32_t sel_digit, sel_remaining;
@@ -208,6 +238,11 @@ __global__ void __launch_bounds__(kSelThreads)
         return;
     }
     const float* row = scores + tc * ld;
+    if (cache_row) {
+        for (int64_t s = threadIdx.x; s < n_vis; s += kSelThreads) row_cache[s] = row[s];
+        __syncthreads();
+        row = row_cache;
+    }
 
     // Radix select, 8 bits per pass from the top: after the pass for `shift`, `prefix` holds the
     // k-th largest key's bits above shift and `remaining` how many picks are still to come from the
@@ -216,9 +251,18 @@ __global__ void __launch_bounds__(kSelThreads)
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int i = threadIdx.x; i < kSelWarps * 256; i += kSelThreads) (&hist[0][0])[i] = 0;
         __syncthreads();
-        for (int64_t s = threadIdx.x; s < n_vis; s += kSelThreads) {
-            const uint32_t u = order_key(row[s]);
-            if ((u & mask) == prefix) atomicAdd(&hist[warp][(u >> shift) & 0xFFu], 1u);
+        // Scores cluster in few bins, so the lanes of a warp that share a bin add once, together
+        // (match_any; the loop bound is block-uniform, so every lane takes part in each match).
+        for (int64_t base = 0; base < n_vis; base += kSelThreads) {
+            const int64_t s = base + threadIdx.x;
+            uint32_t bin = 256u;  // none
+            if (s < n_vis) {
+                const uint32_t u = order_key(row[s]);
+                if ((u & mask) == prefix) bin = (u >> shift) & 0xFFu;
+            }
+            const uint32_t peers = __match_any_sync(0xffffffffu, bin);
+            if (bin < 256u && lane == __ffs(peers) - 1)
+                atomicAdd(&hist[warp][bin], static_cast<uint32_t>(__popc(peers)));
         }
         __syncthreads();
         if (threadIdx.x < 256) {
@@ -311,7 +355,7 @@ void launch_scores(const __nv_bfloat16* q, const float* w, const int32_t* positi
     const int64_t groups = (n_tiles + kTilesPerBlock - 1) / kTilesPerBlock;
     const size_t smem = static_cast<size_t>(kHeads * d.head_dim + kHeads) * sizeof(float);
     if constexpr (kHeads % kSplitParts == 0) {
-        const size_t split_smem = smem + static_cast<size_t>(kSplitKeys * kHeads) * sizeof(float);
+        const size_t split_smem = smem + static_cast<size_t>(kSplitKeys * (kHeads + 1)) * sizeof(float);
         if (groups * n_chunk < kSplitBelowBlocks && split_smem <= static_cast<size_t>(kMaxScoreSmemBytes)) {
             const dim3 grid(static_cast<unsigned>((max_visible + kSplitKeys - 1) / kSplitKeys),
                             static_cast<unsigned>(n_chunk));
@@ -378,8 +422,20 @@ void indexer_topk(const IndexerTopkArgs& a, const IndexerDims& d, cudaStream_t s
         const int64_t n_chunk = std::min(chunk, n - t0);
         if (max_visible > 0)
             launch(q, w, positions, row_of_token, pool, addr, d, max_visible, t0, n_chunk, scratch, stream);
-        launch_pdl(indexer_select_kernel, static_cast<unsigned>(n_chunk), kSelThreads, 0, stream, scratch, max_visible,
-                   positions, addr.ratio, max_visible, t0, d.topk, out);
+        const bool cache_row = max_visible > 0 && max_visible <= kSelCacheFloats &&
+                               (n_chunk <= kSelCacheMaxTokens || max_visible <= kSelCacheFreeFloats);
+        const size_t cache_bytes = cache_row ? static_cast<size_t>(max_visible) * sizeof(float) : 0;
+        if (cache_bytes > 0) {
+            // The kernel's dynamic shared memory bound, raised to the cache's largest size outside graph
+            // capture (an uncaptured step, a prefill, always comes first; captured launches replay it).
+            cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+            CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+            if (capture == cudaStreamCaptureStatusNone)
+                CUDA_CHECK(cudaFuncSetAttribute(indexer_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                static_cast<int>(kSelCacheFloats * sizeof(float))));
+        }
+        launch_pdl(indexer_select_kernel, static_cast<unsigned>(n_chunk), kSelThreads, cache_bytes, stream, scratch,
+                   max_visible, positions, addr.ratio, max_visible, t0, d.topk, out, cache_row);
         CUDA_CHECK_LAUNCH("indexer_select_kernel");
     }
 }
