@@ -412,8 +412,9 @@ void run_bench(const BenchArgs& a) {
         for (int64_t b = 0; b < seq_blocks; ++b)
             tables[static_cast<size_t>(q)].push_back(static_cast<int32_t>(q * seq_blocks + b));
 
-    // Prefill of one prompt in chunks; returns seconds.
-    auto prefill_once = [&](int32_t slot, const std::vector<int32_t>& prompt) {
+    // Prefill of one prompt in chunks; returns seconds. profile_last: the last chunk is launched op by op
+    // for the profile (the time returned is then not a measurement).
+    auto prefill_once = [&](int32_t slot, const std::vector<int32_t>& prompt, bool profile_last = false) {
         stream.sync();
         const auto t0 = std::chrono::steady_clock::now();
         for (int64_t p = 0; p < static_cast<int64_t>(prompt.size()); p += a.chunk) {
@@ -424,6 +425,7 @@ void run_bench(const BenchArgs& a) {
             q.tokens = std::span<const int32_t>(prompt).subspan(
                 static_cast<size_t>(p), static_cast<size_t>(std::min<int64_t>(a.chunk, prompt.size() - p)));
             q.want_logits = p + a.chunk >= static_cast<int64_t>(prompt.size());
+            if (profile_last && q.want_logits) model.profile_next_step();
             model.step(std::span<const GpuStepSeq>(&q, 1), LogitRows::Last, s);
         }
         model.argmax_last(s);
@@ -642,6 +644,16 @@ void run_bench(const BenchArgs& a) {
         model.step(std::span<const GpuStepSeq>(&q, 1), LogitRows::Last, s);
         prefill_prof = print_profile("prefill chunk of " + std::to_string(a.chunk), model.profile_result());
     }
+    // A long prompt's last chunk attends over everything before it: its profile shows what the context
+    // costs (the first chunk's above has none).
+    nlohmann::json prefill_last_prof = nullptr;
+    if (a.profile && a.prefill > a.chunk) {
+        prefill_once(static_cast<int32_t>(max_b), random_tokens(a.prefill), true);
+        const int64_t last_start = (a.prefill - 1) / a.chunk * a.chunk;
+        prefill_last_prof =
+            print_profile("the last prefill chunk, after " + std::to_string(last_start) + " tokens of context",
+                          model.profile_result());
+    }
     const double fp8_gemm_rate = 1.107e15;  // block-scaled FP8 GEMM 8192³ on the H200 (h200-ceilings.md)
     const double flops = active_flops_per_token(cfg) * a.prefill;
     std::printf("\nprefill %lld tokens in %lld-token chunks: %.3f s median, %.0f tok/s, %.1f%% of the FP8 GEMM rate\n",
@@ -700,7 +712,8 @@ void run_bench(const BenchArgs& a) {
           {"tok_s", a.prefill / tp},
           {"active_flops_per_token", active_flops_per_token(cfg)},
           {"fraction_of_fp8_block_gemm_rate", flops / tp / fp8_gemm_rate},
-          {"profile_ms", prefill_prof}}},
+          {"profile_ms", prefill_prof},
+          {"profile_last_chunk_ms", prefill_last_prof}}},
         {"method",
          "decode: per batch, sequences prefilled to --context, then warmup x steps untimed and repeats x steps "
          "timed; each step = model step + GPU argmax + ids to host, wall clock; median. verify k (--verify-k): after "

@@ -187,6 +187,13 @@ std::vector<std::string> parse_allowed_origins(const std::vector<std::string>& g
 // `onecard serve` exits with this when it cannot listen on --host/--port (98 = EADDRINUSE on Linux).
 constexpr int kExitCannotListen = 98;
 
+// --max-num-batched-tokens when not given and the plan keeps every expert on the GPU: steps this small
+// run the routed experts on the MXFP4 GEMV (GpuModel::max_moe_gemv_tokens, 682 at top-6) instead of
+// dequantising every used expert for cuBLAS (~0.56 s a step at the Flash shape). Measured through serve
+// with a 52K-token prompt among decoding streams (docs/results.md, 2026-12-03): 512-token steps
+// prefill it at 2.1K tok/s with 0.56 s decode gaps at worst, 2048-token steps at 1.4K tok/s with 1.0 s.
+constexpr int64_t kAllGpuStepTokens = 512;
+
 // What SIGTERM/SIGINT do when a thread that does not block them takes them: serve's own signal thread
 // (block_stop_signals) or a thread started before main() could block them (OpenBLAS's pool, started in
 // a library constructor). The kernel hands a process-directed signal to such a thread whenever the main
@@ -419,6 +426,20 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
             pin.max_model_len = max_len;
             plan = std::move(len_choice.plan);
         }
+        const bool step_given = cmd->get_option("--max-num-batched-tokens")->count() > 0;
+        const int64_t gemv_step = std::max(kAllGpuStepTokens, a.max_num_seqs);
+        if (!step_given && !plan.host_experts() && gemv_step < a.max_num_batched_tokens &&
+            gemv_step <= GpuModel::max_moe_gemv_tokens(*cfg, false) &&
+            (a.moe_gemv_max_tokens == 0 || gemv_step <= a.moe_gemv_max_tokens)) {
+            // A smaller step needs less workspace: the plan still fits and keeps every expert on the GPU.
+            a.max_num_batched_tokens = gemv_step;
+            pin.max_num_batched_tokens = gemv_step;
+            plan = plan_serve_on_gpu(*cfg, ckpt_ptr, pin);
+            std::fprintf(stderr,
+                         "serve: --max-num-batched-tokens %lld (every expert on the GPU: steps this small run the "
+                         "routed experts on the MXFP4 GEMV; larger ones dequantise them for cuBLAS)\n",
+                         static_cast<long long>(gemv_step));
+        }
         std::fputs(memory_plan_report(plan).c_str(), stderr);
         require_plan_fits(plan);
         plan_line = memory_plan_line(plan) + "\n";
@@ -462,10 +483,10 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         ONECARD_CHECK(a.load_format != "dummy",
                       "serve: --load-format dummy makes random weights on the GPU; the CPU backend reads a checkpoint "
                       "(make one with `onecard synth`)");
-        if (a.gpu_memory_utilization > 0 || !a.expert_profile.empty())
+        if (a.gpu_memory_utilization > 0 || !a.expert_profile.empty() || a.moe_gemv_max_tokens > 0)
             std::fprintf(stderr,
-                         "serve: --gpu-memory-utilization and --expert-profile have no effect on the CPU "
-                         "backend (the CPU reference keeps every expert in host memory)\n");
+                         "serve: --gpu-memory-utilization, --expert-profile and --moe-gemv-max-tokens have no effect "
+                         "on the CPU backend (the CPU reference keeps every expert in host memory)\n");
         Checkpoint ckpt = Checkpoint::open(model_dir);
         ModelWeights w = bind_weights(*cfg, ckpt);
         for (const auto& f : fs::directory_iterator(model_dir))
@@ -671,7 +692,9 @@ void add_cmd_serve(CLI::App& app) {
                     "KV pool holds without moving experts to host RAM; on the CPU min(model's maximum, 8192))");
     cmd->add_option("--max-num-seqs", a->max_num_seqs, "requests running at once (default 16)")
         ->check(CLI::PositiveNumber);
-    cmd->add_option("--max-num-batched-tokens", a->max_num_batched_tokens, "tokens per engine step (default 2048)")
+    cmd->add_option("--max-num-batched-tokens", a->max_num_batched_tokens,
+                    "tokens per engine step (default 2048; on a GPU holding every expert, 512 or --max-num-seqs: "
+                    "steps the routed-expert GEMV takes)")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--long-prefill-token-threshold", a->long_prefill_token_threshold,
                     "most prompt tokens one request takes per step (default 1024)")
