@@ -421,6 +421,34 @@ TEST(CudaIndexer, CachedAndUncachedScoreRowsPickAlike) {
     check_rows(longer, run_gpu(longer, rng));
 }
 
+// Launches of at least 512 tokens score on tensor cores (indexer_scores_tc_kernel: bf16 products of
+// the same values, another fp32 order). A prefill-like chunk of 600 tokens: ragged contexts around
+// every edge of the kernel's tiles (32 keys a warp, 512 a block) and the top-k, two sequences, a tie
+// group of byte-identical keys straddling the k-th place (held to the CPU's lower-index rule exactly),
+// and the short-context tokens that skip scoring. The CPU oracle judges every row; the same scored
+// tokens alone (the split kernel) give the same picks wherever the CPU's choice is clear.
+TEST(CudaIndexer, TensorCoreScoresOfLongChunksMatchCpu) {
+    ONECARD_REQUIRE_GPU();
+    std::mt19937 rng(1207);
+    IndexerCase c;  // Flash dims
+    c.seq_keys.push_back(random_keys(rng, 3000, 128));
+    c.seq_keys.push_back(random_keys(rng, 1600, 128));
+    const std::vector<int64_t> vis = {513, 514, 543, 544, 545, 1023, 1024, 1025, 1536, 2999, 3000, 1600, 777, 1111};
+    for (size_t i = 0; i < vis.size(); ++i) add_token(c, rng, vis[i] > 1600 || i % 2 == 0 ? 0 : 1, vis[i]);
+    const double gap_in_tols = make_tie_group(c, 9, 30, rng);  // token 9: sequence 0, 2999 entries
+    ASSERT_GT(gap_in_tols, 8.0) << "test setup: the tied group is not clear of other scores";
+    IndexerCase chunk = c;
+    for (int i = 0; i < 600 - static_cast<int>(vis.size()); ++i) add_token(chunk, rng, i % 2, 1 + i % 512);
+    const auto tc = run_gpu(chunk, rng);
+    int64_t n_exact = 0;
+    check_rows(chunk, tc, &n_exact);
+    EXPECT_GE(n_exact, 1) << "the tie group's row must be held to exact equality";
+    const auto alone = run_gpu(c, rng);
+    check_rows(c, alone);
+    std::printf("tensor-core chunk: rows held to exact set equality %lld of %zu scored\n",
+                static_cast<long long>(n_exact), vis.size());
+}
+
 TEST(CudaIndexer, SmallScratchChunksTokens) {
     ONECARD_REQUIRE_GPU();
     std::mt19937 rng(1204);

@@ -2,6 +2,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops/common.cuh"
+#include "backend/cuda/ops/mma.cuh"
 #include "backend/cuda/ops/pdl.cuh"
 
 #include <algorithm>
@@ -185,6 +186,124 @@ __global__ void __launch_bounds__(kScoreThreads)
     }
 }
 
+// The same scores for launches of many tokens (prefill chunks, large mixed or verify steps) on tensor
+// cores: at a long context the per-key kernel's fp32 dot products are most of a chunk's time (a 64K
+// prompt's last 8K chunk: 55%). Per token, S[key, head] = K·Qᵀ is a bf16 GEMM (the E4M3 key bytes
+// widen to bf16 exactly, q is bf16 already) with fp32 accumulation, so the products are the CPU's and
+// only the summation order differs, as between the CPU and the other kernels (the picks agree up to
+// rounding at the k-th place; tests/ops/indexer_test.cpp). A warp takes 32 keys (two m16 tiles
+// sharing every q fragment) by kHeads / 8 n-tiles of heads, over head_dim / 16 k-steps; the block's
+// q sits in shared memory, rows padded by 8 bytes so a fragment load is conflict-free. The k index is
+// permuted, identically for keys and q: lane t's slice of k-step s holds dims
+// t·head_dim/4 + 4s .. + 3, so a lane reads its key row 4 contiguous bytes at a time (entries are only
+// 4-byte aligned) and its q row 8 bytes at a time. The epilogue sums relu(dot · kscale · scale) · w_h
+// over its 2 · kHeads / 8 heads, then over the quad's 4 lanes.
+constexpr int kTcWarps = 4;
+constexpr int kTcKeysPerWarp = 32;
+constexpr int64_t kTcKeysPerBlock = 512;
+constexpr int kTcHeadDim = 128;        // the only head_dim it takes (the Flash indexer's)
+constexpr int64_t kTcMinTokens = 512;  // fewer: the per-key or split kernel (decode, small verify steps)
+
+// Two E4M3 bytes (low byte first) -> bf16x2, exactly.
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xFFFFu), __NV_E4M3);
+    const float2 f = __half22float2(__half2(h));
+    const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+    return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+// grid (key groups of kTcKeysPerBlock, tokens of the chunk), kTcWarps warps; dynamic smem: q as
+// [kHeads, kTcHeadDim / 4 + 1] uint2 (4 bf16 each; the last one is padding).
+template <int kHeads>
+__global__ void __launch_bounds__(kTcWarps * 32)
+    indexer_scores_tc_kernel(const __nv_bfloat16* __restrict__ q, const float* __restrict__ w,
+                             const int32_t* __restrict__ positions, const int32_t* __restrict__ row_of_token,
+                             const uint8_t* __restrict__ pool, PagedStreamAddr addr, float softmax_scale,
+                             int64_t max_visible, int64_t topk, int64_t t0, float* __restrict__ scores, int64_t ld) {
+    static_assert(kHeads % 8 == 0, "heads come in n-tiles of 8");
+    constexpr int kNt = kHeads / 8, kSteps = kTcHeadDim / 16, kRowU2 = kTcHeadDim / 4 + 1;
+    dev::pdl_wait();
+    dev::pdl_trigger();
+    extern __shared__ uint2 q_u2[];  // [kHeads, kRowU2]
+    const int64_t tc = blockIdx.y, t = t0 + tc;
+    const int64_t n_vis = visible_entries(positions[t], addr.ratio, max_visible);
+    if (n_vis <= topk) return;
+    const int64_t s_begin = static_cast<int64_t>(blockIdx.x) * kTcKeysPerBlock;
+    if (s_begin >= n_vis) return;
+
+    const uint2* qg = reinterpret_cast<const uint2*>(q + t * kHeads * kTcHeadDim);  // 8-byte aligned rows
+    for (int i = threadIdx.x; i < kHeads * kTcHeadDim / 4; i += blockDim.x)
+        q_u2[(i / (kTcHeadDim / 4)) * kRowU2 + i % (kTcHeadDim / 4)] = __ldg(qg + i);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
+    float wl[kNt][2];  // w of heads 8n + 2tq, 8n + 2tq + 1: the columns of this lane's results
+#pragma unroll
+    for (int n = 0; n < kNt; ++n) {
+        wl[n][0] = __ldg(w + t * kHeads + 8 * n + 2 * tq);
+        wl[n][1] = __ldg(w + t * kHeads + 8 * n + 2 * tq + 1);
+    }
+    __syncthreads();
+
+    const int64_t seq = row_of_token[t];
+    const int64_t s_end = min(n_vis, s_begin + kTcKeysPerBlock);
+    const uint2* qb = q_u2 + g * kRowU2 + tq * (kTcHeadDim / 16);  // lane's q slice of head g, k-step 0
+    float* out = scores + tc * ld;
+    for (int64_t s0 = s_begin + warp * kTcKeysPerWarp; s0 < s_end; s0 += kTcWarps * kTcKeysPerWarp) {
+        // Key rows of this lane: r = 2m + hh is key s0 + 16m + 8hh + g (m: m-tile, hh: row g or g + 8).
+        uint32_t kw[4][kSteps];
+        float ksc[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int64_t s = s0 + 8 * r + g;
+            const bool ok = s < s_end;
+            const uint8_t* key = pool + paged_entry_offset(addr, seq, ok ? s : s0);  // s0 < n_vis: readable
+            const uint32_t* k4 = reinterpret_cast<const uint32_t*>(key + tq * (kTcHeadDim / 4));
+#pragma unroll
+            for (int st = 0; st < kSteps; ++st) kw[r][st] = __ldg(k4 + st);
+            ksc[r] = ok ? __ldg(reinterpret_cast<const float*>(key + kTcHeadDim)) : 0.0f;
+        }
+        float acc[2][kNt][4];
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+            for (int n = 0; n < kNt; ++n)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[m][n][j] = 0.0f;
+#pragma unroll
+        for (int st = 0; st < kSteps; ++st) {
+            uint32_t a[2][4];
+#pragma unroll
+            for (int m = 0; m < 2; ++m) {
+                a[m][0] = e4m3x2_to_bf16x2(kw[2 * m][st]);            // row g, dims +0, +1
+                a[m][1] = e4m3x2_to_bf16x2(kw[2 * m + 1][st]);        // row g + 8
+                a[m][2] = e4m3x2_to_bf16x2(kw[2 * m][st] >> 16);      // row g, dims +2, +3
+                a[m][3] = e4m3x2_to_bf16x2(kw[2 * m + 1][st] >> 16);  // row g + 8
+            }
+#pragma unroll
+            for (int n = 0; n < kNt; ++n) {
+                const uint2 b = qb[8 * n * kRowU2 + st];
+                dev::mma_m16n8k16_bf16(acc[0][n], a[0][0], a[0][1], a[0][2], a[0][3], b.x, b.y);
+                dev::mma_m16n8k16_bf16(acc[1][n], a[1][0], a[1][1], a[1][2], a[1][3], b.x, b.y);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int m = r >> 1, hh = r & 1;
+            float part = 0.0f;
+#pragma unroll
+            for (int n = 0; n < kNt; ++n)
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    const float dot = acc[m][n][2 * hh + j] * ksc[r];
+                    part = __fadd_rn(part, __fmul_rn(dot > 0.0f ? dot * softmax_scale : 0.0f, wl[n][j]));
+                }
+            part += __shfl_xor_sync(0xffffffffu, part, 1);
+            part += __shfl_xor_sync(0xffffffffu, part, 2);
+            const int64_t s = s0 + 8 * r + g;
+            if (tq == 0 && s < s_end) out[s] = part;
+        }
+    }
+}
+
 // Order-preserving map float -> uint32 (a > b as floats <=> key(a) > key(b)). −0 is folded into +0
 // first because the CPU compares floats, where the two zeros tie.
 __device__ __forceinline__ uint32_t order_key(float f) {
@@ -351,6 +470,17 @@ template <int kHeads>
 void launch_scores(const __nv_bfloat16* q, const float* w, const int32_t* positions, const int32_t* row_of_token,
                    const uint8_t* pool, const PagedStreamAddr& addr, const IndexerDims& d, int64_t max_visible,
                    int64_t t0, int64_t n_chunk, float* scratch, cudaStream_t stream) {
+    if constexpr (kHeads % 8 == 0) {
+        if (n_chunk >= kTcMinTokens && d.head_dim == kTcHeadDim && (reinterpret_cast<uintptr_t>(q) & 7u) == 0) {
+            const size_t smem = static_cast<size_t>(kHeads) * (kTcHeadDim / 4 + 1) * sizeof(uint2);
+            const dim3 grid(static_cast<unsigned>((max_visible + kTcKeysPerBlock - 1) / kTcKeysPerBlock),
+                            static_cast<unsigned>(n_chunk));
+            launch_pdl(indexer_scores_tc_kernel<kHeads>, grid, kTcWarps * 32, smem, stream, q, w, positions,
+                       row_of_token, pool, addr, d.softmax_scale, max_visible, d.topk, t0, scratch, max_visible);
+            CUDA_CHECK_LAUNCH("indexer_scores_tc_kernel");
+            return;
+        }
+    }
     const int64_t n_tiles = (max_visible + kScoreThreads - 1) / kScoreThreads;
     const int64_t groups = (n_tiles + kTilesPerBlock - 1) / kTilesPerBlock;
     const size_t smem = static_cast<size_t>(kHeads * d.head_dim + kHeads) * sizeof(float);
