@@ -7,6 +7,9 @@
 //    measured in the same run;
 //  * verify (--verify-k): for each listed k, steps of k + 1 tokens per sequence returning every row's
 //    logits, the cost side of speculative decoding, as a ratio to the decode step;
+//  * mixed (--mixed-chunk N): for each batch size B, steps of the B decode rows plus an N-token chunk of
+//    another sequence's prompt that already holds --mixed-context tokens: the step a server runs while
+//    a long prompt prefills beside decoding streams (issue 16's mixed-load gate), with its profile;
 //  * prefill: one --prefill-token prompt in --chunk-token steps: tok/s and the fraction of the
 //    active-parameter FLOPs of the block-scaled FP8 GEMM rate;
 //  * HBM: bytes the arena hands out (weights, KV pool, workspace) and the device's used memory.
@@ -71,7 +74,9 @@ struct BenchArgs {
     int64_t stream_min_tokens = 32;
     std::string decode_batches = "1,8,64";
     int64_t moe_gemv_max_tokens = 0;  // GpuModelOptions::moe_gemv_max_tokens; 0: GpuModel::max_moe_gemv_tokens
-    std::string verify_k;  // speculative verify steps of k + 1 tokens per sequence, comma-separated k (none: off)
+    std::string verify_k;       // speculative verify steps of k + 1 tokens per sequence, comma-separated k (none: off)
+    int64_t mixed_chunk = 0;    // > 0: also time steps of the decode rows + a prompt chunk of this many tokens
+    int64_t mixed_context = 0;  // tokens the mixed steps' prompt holds before its first chunk (0: --context)
     int64_t context = 1024;
     int64_t prefill = 8192;
     int64_t chunk = 8192;
@@ -249,6 +254,12 @@ void run_bench(const BenchArgs& a) {
                       k, a.chunk);
         verify_tokens += (a.warmup + a.repeats) * a.steps * (k + 1);
     }
+    ONECARD_CHECK(a.mixed_chunk >= 0 && max_b + a.mixed_chunk <= a.chunk,
+                  "bench: --mixed-chunk {} must be >= 0 with --decode-batch's largest batch + it <= --chunk {}",
+                  a.mixed_chunk, a.chunk);
+    const int64_t mixed_steps = a.mixed_chunk > 0 ? a.warmup + a.repeats + 1 : 0;  // + the profiled one
+    const int64_t mixed_context = a.mixed_context > 0 ? a.mixed_context : a.context;
+    const int64_t mixed_len = a.mixed_chunk > 0 ? mixed_context + mixed_steps * a.mixed_chunk : 0;
 
     ModelConfig cfg;
     std::unique_ptr<Checkpoint> ckpt;
@@ -279,9 +290,13 @@ void run_bench(const BenchArgs& a) {
     // and plan use) decides how many (layer, expert) pairs the GPU holds beside the bench's KV pool
     // and the model's exact workspace, and the rest live in host RAM. --gpu-experts overrides the count.
     const KvCacheSpec spec = make_kv_cache_spec(kv_model_shape_from_config(cfg), 256);
-    const int64_t decode_len = a.context + (a.warmup + a.repeats) * a.steps + verify_tokens + 8;
-    const int64_t max_len = std::max(decode_len, a.prefill) + 256;
+    const int64_t decode_len = a.context + (a.warmup + a.repeats) * a.steps + verify_tokens + mixed_steps + 8;
+    const int64_t max_len = std::max({decode_len, a.prefill, mixed_len}) + 256;
+    // KV blocks of a decode sequence, and of the prefill slot (the prefill prompts and the mixed steps'
+    // long prompt): only that one slot needs room for max_len tokens.
+    const int64_t decode_blocks = spec.blocks_for_tokens(std::min(decode_len + 256, max_len));
     const int64_t seq_blocks = spec.blocks_for_tokens(max_len);
+    const int64_t total_blocks = max_b * decode_blocks + seq_blocks;
     GpuModelOptions mo;
     mo.max_num_batched_tokens = a.chunk;
     mo.max_num_seqs = max_b + 1;
@@ -305,7 +320,8 @@ void run_bench(const BenchArgs& a) {
         po.include_mtp = false;
         po.max_num_seqs = max_b + 1;
         po.kv_block_size = spec.block_size;
-        po.kv_tokens = max_b * seq_blocks * spec.block_size;  // + one slot's spare block each: (max_b + 1) sequences
+        po.kv_tokens =
+            (total_blocks - decode_blocks) * spec.block_size;  // + one slot's spare block each: (max_b + 1) sequences
         po.max_num_batched_tokens = a.chunk;
         po.max_context = max_len;
         po.allow_host_experts = true;
@@ -373,7 +389,7 @@ void run_bench(const BenchArgs& a) {
     // KV: one slot per decode sequence plus one for the prefill prompt.
     KvPoolSize size;
     size.n_slots = max_b + 1;
-    size.n_blocks = (max_b + 1) * seq_blocks;
+    size.n_blocks = total_blocks;
     GpuKvPool pool(spec, size, a.chunk, arena);
     GpuModel model(cfg, w, pool, mo, arena);
     const uint64_t arena_used = arena.used();
@@ -409,8 +425,8 @@ void run_bench(const BenchArgs& a) {
     };
     std::vector<std::vector<int32_t>> tables(static_cast<size_t>(max_b + 1));
     for (int64_t q = 0; q <= max_b; ++q)
-        for (int64_t b = 0; b < seq_blocks; ++b)
-            tables[static_cast<size_t>(q)].push_back(static_cast<int32_t>(q * seq_blocks + b));
+        for (int64_t b = 0; b < (q < max_b ? decode_blocks : seq_blocks); ++b)
+            tables[static_cast<size_t>(q)].push_back(static_cast<int32_t>(q * decode_blocks + b));
 
     // Prefill of one prompt in chunks; returns seconds. profile_last: the last chunk is launched op by op
     // for the profile (the time returned is then not a measurement).
@@ -586,6 +602,78 @@ void run_bench(const BenchArgs& a) {
             ++pos;
             prof = print_profile("decode batch " + std::to_string(B), model.profile_result());
         }
+        // Mixed steps: the B decode rows and an N-token chunk of the prefill slot's prompt, which first
+        // gets --mixed-context tokens alone in --chunk steps. Timed as the decode steps (step + argmax of
+        // the decode rows + ids to host, median); one more step is profiled.
+        nlohmann::json mixed_json = nullptr;
+        if (a.mixed_chunk > 0) {
+            const int32_t ps = static_cast<int32_t>(max_b);
+            const std::vector<int32_t> prompt = random_tokens(mixed_len);
+            for (int64_t p0 = 0; p0 < mixed_context; p0 += a.chunk) {
+                GpuStepSeq q;
+                q.slot = ps;
+                q.block_table = tables[static_cast<size_t>(ps)];
+                q.start_pos = p0;
+                q.tokens = std::span<const int32_t>(prompt).subspan(
+                    static_cast<size_t>(p0), static_cast<size_t>(std::min(a.chunk, mixed_context - p0)));
+                q.want_logits = false;
+                model.step(std::span<const GpuStepSeq>(&q, 1), LogitRows::Last, s);
+            }
+            stream.sync();
+            std::vector<double> mt;
+            nlohmann::json mixed_prof = nlohmann::json::object();
+            for (int64_t r = 0, p = mixed_context; r < mixed_steps; ++r, ++pos, p += a.mixed_chunk) {
+                std::vector<GpuStepSeq> step(static_cast<size_t>(B + 1));  // [B decode rows, the prompt chunk]
+                for (int64_t q = 0; q < B; ++q) {
+                    step[static_cast<size_t>(q)].slot = static_cast<int32_t>(q);
+                    step[static_cast<size_t>(q)].block_table = tables[static_cast<size_t>(q)];
+                    step[static_cast<size_t>(q)].start_pos = pos;
+                    step[static_cast<size_t>(q)].tokens =
+                        std::span<const int32_t>(next).subspan(static_cast<size_t>(q), 1);
+                    step[static_cast<size_t>(q)].want_logits = true;
+                }
+                GpuStepSeq& pq = step[static_cast<size_t>(B)];
+                pq.slot = ps;
+                pq.block_table = tables[static_cast<size_t>(ps)];
+                pq.start_pos = p;
+                pq.tokens = std::span<const int32_t>(prompt).subspan(static_cast<size_t>(p),
+                                                                     static_cast<size_t>(a.mixed_chunk));
+                pq.want_logits = false;
+                const bool profiled = r == mixed_steps - 1;
+                if (profiled) model.profile_next_step();
+                const auto t0 = std::chrono::steady_clock::now();
+                model.step(step, LogitRows::Last, s);
+                const int32_t* d_ids = model.argmax_last(s);
+                CUDA_CHECK(cudaMemcpyAsync(ids.data(), d_ids, static_cast<size_t>(B) * 4, cudaMemcpyDeviceToHost, s));
+                stream.sync();
+                if (r >= a.warmup && !profiled) mt.push_back(seconds_since(t0));
+                model.check_host_experts();
+                next = ids;
+                if (profiled)
+                    mixed_prof = print_profile("mixed step: " + std::to_string(B) + " decode rows + " +
+                                                   std::to_string(a.mixed_chunk) + " prompt tokens after " +
+                                                   std::to_string(p) + " of context",
+                                               model.profile_result());
+            }
+            const double tm = median(mt);
+            std::printf(
+                "         mixed: %lld decode rows + %lld prompt tokens (prompt context %lld..%lld): %.3f ms a step, "
+                "%.0f prompt tok/s, %.2fx the decode step\n",
+                static_cast<long long>(B), static_cast<long long>(a.mixed_chunk),
+                static_cast<long long>(mixed_context + a.warmup * a.mixed_chunk),
+                static_cast<long long>(mixed_context + (mixed_steps - 1) * a.mixed_chunk), tm * 1e3, a.mixed_chunk / tm,
+                tm / t);
+            mixed_json = {{"chunk", a.mixed_chunk},
+                          {"prompt_context", mixed_context},
+                          {"first_timed_prompt_context", mixed_context + a.warmup * a.mixed_chunk},
+                          {"decode_rows", B},
+                          {"tokens_per_step", B + a.mixed_chunk},
+                          {"step_ms_median", tm * 1e3},
+                          {"prompt_tok_s", a.mixed_chunk / tm},
+                          {"ratio_to_decode_step", tm / t},
+                          {"timed_steps", mt.size()},
+                          {"profile_ms", mixed_prof}};
+        }
         nlohmann::json hybrid_json = nullptr;
         if (model.host_experts()) {
             const double n_steps = static_cast<double>(times.size());
@@ -622,7 +710,8 @@ void run_bench(const BenchArgs& a) {
                                           {"timed_steps", times.size()},
                                           {"profile_ms", prof},
                                           {"host_experts", hybrid_json},
-                                          {"verify", verify_json}};
+                                          {"verify", verify_json},
+                                          {"mixed", mixed_json}};
     }
 
     // Prefill: one warm-up prompt, then repeats on fresh prompts (a new sequence each time).
@@ -718,7 +807,8 @@ void run_bench(const BenchArgs& a) {
          "decode: per batch, sequences prefilled to --context, then warmup x steps untimed and repeats x steps "
          "timed; each step = model step + GPU argmax + ids to host, wall clock; median. verify k (--verify-k): after "
          "the decode steps, steps of k + 1 tokens per sequence with every row's logits (model step + sync), "
-         "positions kept, median; ratio to the decode step's median. prefill: 1 warm-up "
+         "positions kept, median; ratio to the decode step's median. mixed (--mixed-chunk): steps of the decode "
+         "rows + a prompt chunk, timed as decode, median of repeats after warmup. prefill: 1 warm-up "
          "prompt then up to 3 timed prompts, median. bytes: weights read per step (distinct experts expected "
          "under uniform routing) + KV entries read."}};
     if (!a.out.empty()) {
@@ -768,6 +858,11 @@ void add_cmd_bench(CLI::App& app) {
     cmd->add_option("--verify-k", a->verify_k,
                     "also time speculative verify steps of k + 1 tokens per sequence for each k listed, e.g. "
                     "1,2,3,5,7 (default: none)");
+    cmd->add_option("--mixed-chunk", a->mixed_chunk,
+                    "also time, per decode batch, steps of the decode rows plus a prompt chunk of this many tokens "
+                    "of another sequence (a server's step while a long prompt prefills; default 0: off)");
+    cmd->add_option("--mixed-context", a->mixed_context,
+                    "tokens the mixed steps' prompt holds before its first chunk (default: --context)");
     cmd->add_option("--context", a->context, "tokens each decode sequence holds before timing (default 1024)");
     cmd->add_option("--prefill", a->prefill, "prompt tokens of the prefill measurement (default 8192)");
     cmd->add_option("--chunk", a->chunk, "tokens per step: prefill chunk and the model's step capacity (default 8192)");
