@@ -6,8 +6,12 @@
 #include "engine/bounded_queue.h"
 #include "engine/engine_core.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -103,9 +107,14 @@ struct Engine::Impl {
     int64_t n_inflight = 0;  // submitted and not finished; guarded by stats_mu
 
     std::thread thread;
+    // Diagnostics: engine-thread iterations with a step that take at least this long are logged to
+    // stderr with their parts (ONECARD_LOG_SLOW_STEPS_MS; 0: off). A step's wall time is what every
+    // running stream waits between two tokens, so this is where a stall shows what it was made of.
+    double slow_step_s = 0;
 
     Impl(EngineConfig cfg, std::unique_ptr<ModelRunner> runner)
         : config(std::move(cfg)), core(config, std::move(runner)) {
+        if (const char* v = std::getenv("ONECARD_LOG_SLOW_STEPS_MS")) slow_step_s = std::max(0.0, std::atof(v)) / 1e3;
         inbox->capacity = config.submit_queue_capacity;
         publish_stats();
         thread = std::thread([this] { run(); });
@@ -176,7 +185,29 @@ struct Engine::Impl {
         }
     }
 
+    // One line per slow iteration (slow_step_s): its parts in ms and what the step computed.
+    void log_slow_step(double admit_s, size_t n_admitted, double step_s, double after_s, double since_prev_s) const {
+        const EngineCore::StepTiming& t = core.last_step_timing();
+        const double total = admit_s + step_s + after_s;
+        if (slow_step_s <= 0 || total < slow_step_s) return;
+        std::fprintf(stderr,
+                     "engine: step %lld took %.1f ms: admit %.1f (%zu new), schedule %.1f, runner %.1f, outputs %.1f, "
+                     "other %.1f, deliver+stats %.1f; %lld rows, %lld tokens (%lld multi-token rows, %lld tokens), "
+                     "max position %lld, %lld snapshots, %lld block copies; %.1f ms since the previous step\n",
+                     static_cast<long long>(core.n_steps()), total * 1e3, admit_s * 1e3, n_admitted, t.schedule_s * 1e3,
+                     t.execute_s * 1e3, t.outputs_s * 1e3, (step_s - t.schedule_s - t.execute_s - t.outputs_s) * 1e3,
+                     after_s * 1e3, static_cast<long long>(t.rows), static_cast<long long>(t.tokens),
+                     static_cast<long long>(t.prompt_rows), static_cast<long long>(t.prompt_tokens),
+                     static_cast<long long>(t.max_position), static_cast<long long>(t.snapshots),
+                     static_cast<long long>(t.block_copies), since_prev_s * 1e3);
+    }
+
     void run() {
+        using Clock = std::chrono::steady_clock;
+        auto seconds = [](Clock::time_point a, Clock::time_point b) {
+            return std::chrono::duration<double>(b - a).count();
+        };
+        Clock::time_point prev_end = Clock::now();
         for (;;) {
             std::deque<std::pair<GenerateRequest, std::shared_ptr<RequestStream::State>>> subs;
             std::vector<RequestId> cancels;
@@ -195,6 +226,8 @@ struct Engine::Impl {
                 cancels.swap(inbox->cancels);
                 inbox->wake = false;
             }
+            const Clock::time_point t_admit = Clock::now();
+            const size_t n_admitted = subs.size();
             if (!subs.empty()) inbox->not_full.notify_all();
             for (auto& [req, state] : subs) {
                 live[state->id] = state;
@@ -216,8 +249,13 @@ struct Engine::Impl {
                 state->paused = behind;
                 core.set_paused(id, behind);
             }
+            const int64_t steps_before = core.n_steps();
+            const Clock::time_point t_step = Clock::now();
+            Clock::time_point t_after = t_step;
             try {
-                for (auto& ev : core.step()) deliver(std::move(ev));
+                std::vector<EngineEvent> events = core.step();
+                t_after = Clock::now();
+                for (auto& ev : events) deliver(std::move(ev));
                 // Idle is the cheap moment to prove the KV bookkeeping is whole (mini-sglang habit).
                 if (!core.has_unfinished()) core.check_integrity();
             } catch (const std::exception& e) {
@@ -226,6 +264,11 @@ struct Engine::Impl {
                 fail_all(e.what());
             }
             publish_stats();
+            const Clock::time_point t_end = Clock::now();
+            if (slow_step_s > 0 && core.n_steps() != steps_before)
+                log_slow_step(seconds(t_admit, t_step), n_admitted, seconds(t_step, t_after), seconds(t_after, t_end),
+                              seconds(prev_end, t_admit));
+            if (core.n_steps() != steps_before) prev_end = t_end;
         }
         // Shutdown: everything still known ends with Cancelled so no reader blocks forever.
         std::vector<RequestId> ids;

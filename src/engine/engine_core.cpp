@@ -356,6 +356,7 @@ bool EngineCore::process_spec_row(Request& req, const RunnerOutput::SpecRow& row
 
 std::vector<EngineEvent> EngineCore::step() {
     std::vector<EngineEvent> events;
+    const auto t_start = std::chrono::steady_clock::now();
     SchedulerOutput out = scheduler_->schedule();
     last_step_scheduled_ = !out.empty();
     if (out.empty() && out.finished_ids.empty() && out.preempted_ids.empty()) {
@@ -364,6 +365,20 @@ std::vector<EngineEvent> EngineCore::step() {
     }
     ++n_steps_;
     const auto now = std::chrono::steady_clock::now();
+    auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+    last_timing_ = StepTiming{};
+    last_timing_.schedule_s = seconds(t_start, now);
+    last_timing_.rows = static_cast<int64_t>(out.requests.size());
+    last_timing_.block_copies = static_cast<int64_t>(out.block_spills.size() + out.block_loads.size());
+    for (const auto& e : out.requests) {
+        last_timing_.tokens += e.n_tokens();
+        if (e.n_tokens() > 1) {
+            ++last_timing_.prompt_rows;
+            last_timing_.prompt_tokens += e.n_tokens();
+        }
+        last_timing_.max_position = std::max(last_timing_.max_position, e.start_pos + e.n_tokens() - 1);
+        last_timing_.snapshots += static_cast<int64_t>(e.save_snapshots.size());
+    }
     for (const auto& e : out.requests)
         if (Request* req = scheduler_->find(e.id); req != nullptr && !req->times.first_scheduled)
             req->times.first_scheduled = now;
@@ -389,9 +404,12 @@ std::vector<EngineEvent> EngineCore::step() {
             e.n_draft_tokens = drafts;
     }
     RunnerOutput result;
+    auto t_outputs = std::chrono::steady_clock::now();
     try {
         const auto t0 = std::chrono::steady_clock::now();
         result = runner_->execute(out);
+        t_outputs = std::chrono::steady_clock::now();
+        last_timing_.execute_s = seconds(t0, t_outputs);
         if (spec_policy_) {  // the step cost the draft-length choice weighs (engine/spec_policy.h)
             int64_t n_tokens = 0;
             for (const auto& e : out.requests) n_tokens += e.n_tokens() + e.n_draft_tokens;
@@ -486,6 +504,7 @@ std::vector<EngineEvent> EngineCore::step() {
             outputs_.erase(events.back().request_id);
         }
     }
+    last_timing_.outputs_s = seconds(t_outputs, std::chrono::steady_clock::now());
     last_output_ = std::move(out);
     return events;
 }

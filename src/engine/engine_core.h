@@ -66,6 +66,16 @@ public:
     const EngineConfig& config() const { return config_; }
     int64_t max_model_len() const { return max_model_len_; }
     int64_t n_steps() const { return n_steps_; }
+    // What the last step that ran did and how long each part took (wall clock): the diagnostics of
+    // slow steps (Engine, ONECARD_LOG_SLOW_STEPS_MS), a step's cost being what a decode stream waits.
+    struct StepTiming {
+        double schedule_s = 0, execute_s = 0, outputs_s = 0;
+        int64_t rows = 0, tokens = 0;                // scheduled requests, tokens computed
+        int64_t prompt_rows = 0, prompt_tokens = 0;  // rows of more than one token (prompt chunks, verify)
+        int64_t max_position = 0;                    // the largest position computed
+        int64_t snapshots = 0, block_copies = 0;     // prefix-cache snapshots saved, host-tier blocks moved
+    };
+    const StepTiming& last_step_timing() const { return last_timing_; }
     // Token masks built for constrained rows since construction (host and runner paths together):
     // one per constrained row sampled.
     int64_t n_masks_built() const { return n_masks_built_; }
@@ -135,6 +145,7 @@ private:
     SchedulerOutput last_output_;
     bool last_step_scheduled_ = false;
     int64_t n_steps_ = 0;
+    StepTiming last_timing_;
     std::vector<float> masked_row_;          // [vocab] a logits row with tokens masked (min_tokens, constraint), reused
     std::vector<uint32_t> constraint_mask_;  // [ceil(vocab / 32)] scratch for the constraint's mask
     // This step's masks built through RowSampling::fill_mask, per request: how often (must be once)

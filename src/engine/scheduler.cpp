@@ -175,8 +175,22 @@ SchedulerOutput Scheduler::schedule() {
     // pass 3 itself), then pass 3; or 1, 3, 2 (new_requests_first).
     const std::vector<Request*> running = running_;
     schedule_running(running, true, out, budget);
-    if (config_.new_requests_first) admit_waiting(out, budget);
-    schedule_running(running, false, out, budget);
+    bool admitted = false;
+    if (config_.new_requests_first) {
+        const size_t before = out.requests.size();
+        admit_waiting(out, budget);
+        admitted = out.requests.size() > before;
+    }
+    // A step that admits requests ahead of running prompts leaves those prompts' next chunks out, so it
+    // is as short as the admitted prompts make it and their first tokens do not wait for a full step of
+    // someone else's prefill (the mixed-load gate's TTFT). At most every other step, so a stream of
+    // arrivals cannot stall a long prompt.
+    const bool prefilling = std::any_of(running.begin(), running.end(), [](const Request* r) {
+        return r->status == RequestStatus::Running && !r->paused && r->num_tokens() - r->num_computed_tokens > 1;
+    });
+    const bool hold_prefills = admitted && prefilling && !held_prefills_;
+    held_prefills_ = hold_prefills;
+    if (!hold_prefills) schedule_running(running, false, out, budget);
     if (!config_.new_requests_first) admit_waiting(out, budget);
 
     // Each request's new blocks only; a fresh table (first admission, or after a preemption) whole.

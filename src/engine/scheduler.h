@@ -4,7 +4,8 @@
 //   2. running requests with more left (prefill chunks), each capped at long_prefill_token_threshold;
 //   3. waiting requests in FCFS order while there is budget, a free sequence slot and KV room.
 // With new_requests_first, pass 3 runs before pass 2: a request that arrives while a long prompt is
-// being prefilled gets its first chunk in the next step, not after the whole long prompt.
+// being prefilled gets its first chunk in the next step, not after the whole long prompt, and that
+// step leaves the running prompts' chunks out (at most every other step), so it is a short one.
 // When a running request cannot get KV for its tokens, the newest running request is preempted
 // (recompute: KV freed, back to the front of the waiting queue), possibly the request itself.
 // Admission never preempts. Only the engine thread calls the scheduler.
@@ -39,7 +40,8 @@ struct SchedulerConfig {
     // Admission (pass 3) before running prefill chunks (pass 2). With a step budget small enough to
     // keep steps fast (the mixed-load gate: a short request's TTFT <= 0.3 s behind a 52K-token cold
     // prefill), a running long prompt would otherwise take every step's budget until it is done. Still
-    // FCFS among the waiting; a request is admitted once, then joins the running order.
+    // FCFS among the waiting; a request is admitted once, then joins the running order. A step that
+    // admits a request holds back the running prompts' chunks, unless the previous step did.
     bool new_requests_first = false;
 };
 
@@ -110,6 +112,7 @@ private:
     std::vector<Request*> running_;  // admission order: back() is the newest (the preemption victim)
     std::vector<RequestId> finished_since_last_step_;
     int64_t step_ = 0;
+    bool held_prefills_ = false;  // the last step left running prompts' chunks out (new_requests_first)
     int64_t n_preemptions_ = 0;
     int64_t n_prefix_queries_ = 0, n_prefix_hits_ = 0, n_prefix_hits_offloaded_ = 0;
 };

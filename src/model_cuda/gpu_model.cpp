@@ -20,6 +20,7 @@
 #include "model/deepseek_v4.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numeric>
 
@@ -646,7 +647,14 @@ const float* GpuModel::step(std::span<const GpuStepSeq> seqs, LogitRows rows, cu
                       "gpu model: a sequence reaches position {} beyond max_model_len {}",
                       q.start_pos + static_cast<int64_t>(q.tokens.size()), opt_.max_model_len);
     const StepPlan plan = plan_step(meta_->n, meta_->max_pos);
-    const bool graph = opt_.cuda_graphs && meta_->n <= kGraphMaxTokens && moe_gemv_ && !profile_ && !recording_;
+    // Graphs for steps whose rows are alike (decode, verify): their keys recur. A step with a prompt
+    // chunk (rows of different lengths, or one short prompt) has a token count that rarely comes back,
+    // so capturing it (~0.1 s on the full model) would cost far more than its eager launches.
+    bool uniform = true;
+    for (const auto& q : seqs) uniform = uniform && q.tokens.size() == seqs.front().tokens.size();
+    uniform = uniform && (seqs.size() > 1 || seqs.front().tokens.size() == 1);
+    const bool graph =
+        opt_.cuda_graphs && uniform && meta_->n <= kGraphMaxTokens && moe_gemv_ && !profile_ && !recording_;
     if (!graph) {
         profiling_ = profile_;
         profile_ = false;
@@ -684,9 +692,13 @@ const float* GpuModel::step(std::span<const GpuStepSeq> seqs, LogitRows rows, cu
 GpuModel::StepPlan GpuModel::plan_step(int64_t n, int64_t max_pos) const {
     StepPlan p;
     p.n = n;
-    // Key lists and indexer scores are sized for positions below a bound rounded up to 512, so a
-    // captured decode graph serves the next 512 positions.
-    p.pos_bound = std::min<int64_t>((max_pos + 1 + 511) / 512 * 512, opt_.max_model_len);
+    // Key lists and indexer scores are sized for positions below a bound, rounded up so that a captured
+    // decode graph serves many positions: to a multiple of 512, or of a quarter of the largest power of
+    // two <= max_pos + 1 beyond 2048 (at most 25% over what the step needs; a stream decoding to 64K
+    // crosses ~24 bounds instead of 128, and each crossing captures a graph per batch size: ~0.1 s).
+    const auto need = static_cast<uint64_t>(max_pos + 1);
+    const int64_t grain = std::max<int64_t>(512, static_cast<int64_t>(std::bit_floor(std::max<uint64_t>(need, 1))) / 4);
+    p.pos_bound = std::min<int64_t>((max_pos + 1 + grain - 1) / grain * grain, opt_.max_model_len);
     p.moe_gemv = n <= buf_->gemv_rows && moe_gemv_;
     p.stream_experts = streamer_ && p.moe_gemv && streamer_->active(n);
     return p;

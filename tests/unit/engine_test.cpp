@@ -176,6 +176,30 @@ TEST(EngineCore, RunnerSampledRowsGiveTheSameTokens) {
     EXPECT_NE(host[2].tokens, host[1].tokens);  // the draws are not the greedy path
 }
 
+// last_step_timing(): what the step computed (the slow-step log's figures) and non-negative parts.
+TEST(EngineCore, LastStepTimingCountsWhatTheStepComputed) {
+    EngineCore core(base_config(), std::make_unique<FakeModelRunner>());
+    SamplingParams sp;
+    sp.max_tokens = 3;
+    std::vector<int32_t> long_prompt(100, 5);  // chunks of 64 (long_prefill_token_threshold)
+    core.add_request(1, {long_prompt, sp});
+    core.add_request(2, {{1, 2, 3}, sp});
+    core.step();
+    const EngineCore::StepTiming& t = core.last_step_timing();
+    EXPECT_EQ(t.rows, 2);
+    EXPECT_EQ(t.tokens, 64 + 3);
+    EXPECT_EQ(t.prompt_rows, 2);
+    EXPECT_EQ(t.prompt_tokens, 67);
+    EXPECT_EQ(t.max_position, 63);
+    EXPECT_GE(t.schedule_s, 0.0);
+    EXPECT_GE(t.execute_s, 0.0);
+    EXPECT_GE(t.outputs_s, 0.0);
+    core.step();  // the long prompt's last 36 tokens, request 2's first decode token
+    EXPECT_EQ(core.last_step_timing().tokens, 36 + 1);
+    EXPECT_EQ(core.last_step_timing().prompt_rows, 1);
+    EXPECT_EQ(core.last_step_timing().max_position, 99);
+}
+
 TEST(EngineCore, StopStringsHoldBackAndTruncate) {
     FakeModelRunner model;
     const std::vector<int32_t> prompt = {1, 2, 3};

@@ -191,22 +191,37 @@ TEST(Scheduler, NewRequestsFirstAdmitsAShortRequestBehindALongPrefill) {
         std::mt19937 rng(11);
         const auto long_prompt = random_prompt(rng, 1000, 64), short_prompt = random_prompt(rng, 12, 64);
         h.add(1, long_prompt, greedy(3));
-        for (int i = 0; i < 3; ++i) h.step();  // 300 of the long prompt's 1000 tokens
+        // The step that admits the long prompt held nothing back (nothing was prefilling), so the very
+        // next step may hold the long prompt for a new arrival.
+        h.step();
         h.add(2, short_prompt, greedy(3));
         h.step();
-        const auto& s = h.runner->log().back();
-        std::map<RequestId, int64_t> n;
-        for (auto [id, k] : s.scheduled) n[id] = k;
+        auto last_step = [&] {
+            std::map<RequestId, int64_t> n;
+            for (auto [id, k] : h.runner->log().back().scheduled) n[id] = k;
+            return n;
+        };
+        const auto n = last_step();
         if (first) {
-            EXPECT_EQ(n[2], 12) << "the short request should be prefilled in the step after it arrived";
-            EXPECT_EQ(n[1], 88) << "the long prompt takes what is left of the budget";
+            EXPECT_EQ(n.at(2), 12) << "the short request should be prefilled in the step after it arrived";
+            EXPECT_FALSE(n.contains(1)) << "the step that admits it holds the long prompt's chunk back";
         } else {
-            EXPECT_EQ(n[1], 100);
+            EXPECT_EQ(n.at(1), 100);
             EXPECT_FALSE(n.contains(2)) << "the old order admits only after the running prompts' chunks";
+        }
+        // Another arrival right after: admitted too, but the long prompt is not held twice in a row.
+        const auto third_prompt = random_prompt(rng, 7, 64);
+        h.add(3, third_prompt, greedy(3));
+        h.step();
+        const auto n2 = last_step();
+        if (first) {
+            EXPECT_EQ(n2.at(3), 7);
+            EXPECT_EQ(n2.at(1), 100 - 7 - 1) << "the long prompt takes what the decode row and the new prompt leave";
         }
         h.run();
         EXPECT_EQ(h.tokens[1], reference_greedy(*h.runner, long_prompt, 3));
         EXPECT_EQ(h.tokens[2], reference_greedy(*h.runner, short_prompt, 3));
+        EXPECT_EQ(h.tokens[3], reference_greedy(*h.runner, third_prompt, 3));
     }
 }
 

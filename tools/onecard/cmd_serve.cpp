@@ -565,15 +565,33 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
 
     srv.attach_engine(engine, max_len);
 
-    // Warm-up: one token through the whole engine path before /ready says yes.
+    // Warm-up before /ready says yes: one token through the whole engine path; on the GPU also a prompt
+    // of one full step, so what a kernel path costs the first time it runs (module loading, cuBLAS
+    // heuristics, the first pinned host-tier chunk) is paid here and not by the streams decoding beside
+    // the first long prompt (measured through serve on the H200: that prompt's first 384-token chunk
+    // took 0.69 s, the next ones 0.15 s).
     {
-        SamplingParams warm;
-        warm.temperature = 0;
-        warm.max_tokens = 1;
-        auto stream = engine.submit({{static_cast<int32_t>(cfg ? cfg->bos_token_id : 0)}, warm});
-        while (auto ev = stream->next())
-            if (ev->finished())
-                ONECARD_CHECK(ev->finish_reason != FinishReason::Error, "serve: warm-up failed: {}", ev->error);
+        auto warm_up = [&](std::vector<int32_t> prompt) {
+            SamplingParams warm;
+            warm.temperature = 0;
+            warm.max_tokens = 1;
+            auto stream = engine.submit({std::move(prompt), warm});
+            while (auto ev = stream->next())
+                if (ev->finished())
+                    ONECARD_CHECK(ev->finish_reason != FinishReason::Error, "serve: warm-up failed: {}", ev->error);
+        };
+        warm_up({static_cast<int32_t>(cfg ? cfg->bos_token_id : 0)});
+        bool on_gpu = false;
+#ifdef ONECARD_HAVE_CUDA
+        on_gpu = cuda_runner != nullptr;
+#endif
+        if (on_gpu && cfg) {
+            const int64_t n = std::min<int64_t>(a.max_num_batched_tokens, max_len - 1);
+            std::vector<int32_t> prompt(static_cast<size_t>(std::max<int64_t>(n, 1)));
+            for (size_t i = 0; i < prompt.size(); ++i)  // any ids: only the step's shape matters here
+                prompt[i] = static_cast<int32_t>((7 + 131 * static_cast<int64_t>(i)) % cfg->vocab_size);
+            warm_up(std::move(prompt));
+        }
     }
     srv.set_ready(true);
     const double ready_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
