@@ -137,6 +137,9 @@ struct SpeculativeConfig {
     // true: always num_speculative_tokens, as vLLM does.
     bool fixed_draft_length = false;
     int64_t disable_by_batch_size = 0;  // > 0: no drafts while more requests than this are live (vLLM's key)
+    // "dspark" only: a draft stops before the first slot whose confidence head gives sigmoid(c) below
+    // this (DeepSpec's early stop; the first slot is always kept). 0: every slot the step allows.
+    double confidence_threshold = 0.0;
     bool enabled() const { return !method.empty() && num_speculative_tokens > 0; }
 };
 

@@ -62,7 +62,7 @@ public:
     // its drafter reads (SpecTrail; DSpark's window rings in the SequenceState), and a decode row with
     // drafts is drafted, verified and rolled back in one call (engine/spec_decoder.h).
     bool supports_speculation(const std::string& method) const override;
-    void enable_speculation(const std::string& method, int64_t num_speculative_tokens) override;
+    void enable_speculation(const SpeculativeConfig& config) override;
 
     size_t n_live_states() const { return states_.size(); }
     bool paged_kv() const { return arena_ != nullptr; }
@@ -98,6 +98,7 @@ private:
     std::vector<size_t> window_regions_;  // the spec's Window regions (fixed indices)
     int64_t spec_k_ = 0;                  // num_speculative_tokens (0: off)
     bool spec_dspark_ = false;            // the drafter: DSpark (0731) or else the mtp.0 block
+    double spec_threshold_ = 0.0;         // DSpark's early stop (SpeculativeConfig::confidence_threshold)
 };
 
 }  // namespace onecard

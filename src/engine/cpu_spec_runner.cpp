@@ -12,7 +12,9 @@ bool CpuModelRunner::supports_speculation(const std::string& method) const {
     return (method == "mtp" && model_.has_mtp()) || (method == "dspark" && model_.has_dspark());
 }
 
-void CpuModelRunner::enable_speculation(const std::string& method, int64_t num_speculative_tokens) {
+void CpuModelRunner::enable_speculation(const SpeculativeConfig& config) {
+    const std::string& method = config.method;
+    const int64_t num_speculative_tokens = config.num_speculative_tokens;
     ONECARD_CHECK(supports_speculation(method), "cpu runner: speculative method '{}' is not supported ({})", method,
                   model_.has_dspark() ? "this 0731 checkpoint has the DSpark drafter: use 'dspark'"
                   : model_.has_mtp()  ? "this checkpoint has an mtp.0 block: use 'mtp'"
@@ -27,9 +29,14 @@ void CpuModelRunner::enable_speculation(const std::string& method, int64_t num_s
                       "(dspark_block_size): DSpark drafts at most {} tokens per step; use num_speculative_tokens <= {}",
                       num_speculative_tokens, B, B, B);
     }
+    ONECARD_CHECK(config.confidence_threshold >= 0.0 && config.confidence_threshold < 1.0,
+                  "cpu runner: confidence_threshold {} is outside [0, 1)", config.confidence_threshold);
+    ONECARD_CHECK(config.confidence_threshold == 0.0 || method == "dspark",
+                  "cpu runner: confidence_threshold needs the DSpark drafter's confidence head (method 'dspark')");
     ONECARD_CHECK(states_.empty(), "cpu runner: speculation is enabled before the first step");
     spec_k_ = num_speculative_tokens;
     spec_dspark_ = method == "dspark";
+    spec_threshold_ = config.confidence_threshold;
 }
 
 void CpuModelRunner::execute_spec_row(Live& live, const ScheduledRequest& e, RunnerOutput& out) {
@@ -58,10 +65,10 @@ void CpuModelRunner::execute_spec_row(Live& live, const ScheduledRequest& e, Run
     params.top_p = rs.top_p;
     params.min_p = rs.min_p;
     const int32_t next = e.token_ids[0];
-    const Draft d =
-        spec_dspark_
-            ? draft_with_dspark(model_, live.state, next, params, rs.seed, rs.counter, e.n_draft_tokens)
-            : draft_with_mtp(model_, live.state, kv, live.trail, next, params, rs.seed, rs.counter, e.n_draft_tokens);
+    const Draft d = spec_dspark_ ? draft_with_dspark(model_, live.state, next, params, rs.seed, rs.counter,
+                                                     e.n_draft_tokens, spec_threshold_)
+                                 : draft_with_mtp(model_, live.state, kv, live.trail, next, params, rs.seed, rs.counter,
+                                                  e.n_draft_tokens);
     const SpecVerdict v = verify_draft(model_, live.state, kv, live.trail, next, d, params, rs.seed, rs.counter);
     RunnerOutput::SpecRow row;
     row.n_drafts = static_cast<int64_t>(d.tokens.size());

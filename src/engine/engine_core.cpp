@@ -74,7 +74,7 @@ EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<ModelRunner> 
     runner_->bind_kv_pool(kv_->spec(), size);
     if (const KvHostMemory* host = kv_->host_memory()) runner_->bind_host_tier(*host);
     if (sc.enabled()) {
-        runner_->enable_speculation(sc.method, sc.num_speculative_tokens);
+        runner_->enable_speculation(sc);
         spec_counters_.accepted_per_pos.assign(static_cast<size_t>(sc.num_speculative_tokens), 0);
     }
     SchedulerConfig sched{config_.max_num_batched_tokens, config_.long_prefill_token_threshold, config_.max_num_seqs};

@@ -6,6 +6,7 @@
 #include "engine/scheduler_output.h"
 #include "kvcache/kv_host_tier.h"
 #include "kvcache/kv_spec.h"
+#include "onecard/engine.h"
 
 #include <cstdint>
 #include <string>
@@ -79,10 +80,7 @@ public:
         (void)method;
         return false;
     }
-    virtual void enable_speculation(const std::string& method, int64_t num_speculative_tokens) {
-        (void)method;
-        (void)num_speculative_tokens;
-    }
+    virtual void enable_speculation(const SpeculativeConfig& config) { (void)config; }
     virtual RunnerOutput execute(const SchedulerOutput& batch) = 0;
 };
 

@@ -30,16 +30,24 @@ SpeculativeConfig parse_speculative_config(const std::string& json_text) {
             ONECARD_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0,
                           "--speculative-config: disable_by_batch_size must be a non-negative integer");
             c.disable_by_batch_size = v.get<int64_t>();
+        } else if (key == "confidence_threshold") {
+            ONECARD_CHECK(v.is_number() && v.get<double>() >= 0.0 && v.get<double>() < 1.0,
+                          "--speculative-config: confidence_threshold must be a number in [0, 1)");
+            c.confidence_threshold = v.get<double>();
         } else {
             fail(
                 "--speculative-config: key '{}' is not supported (onecard reads method, num_speculative_tokens, "
-                "draft_length and disable_by_batch_size)",
+                "draft_length, disable_by_batch_size and confidence_threshold)",
                 key);
         }
     }
     if (c.method == "deepseek_mtp") c.method = "mtp";
     ONECARD_CHECK(c.method == "mtp" || c.method == "dspark",
                   "--speculative-config: method '{}' is not supported (onecard has 'mtp' and 'dspark')", c.method);
+    ONECARD_CHECK(c.confidence_threshold == 0.0 || c.method == "dspark",
+                  "--speculative-config: confidence_threshold is DSpark's early stop (its confidence head); method "
+                  "'{}' has none",
+                  c.method);
     ONECARD_CHECK(c.num_speculative_tokens >= 1 && c.num_speculative_tokens <= 16,
                   "--speculative-config: num_speculative_tokens must be in [1, 16], got {}", c.num_speculative_tokens);
     return c;

@@ -358,6 +358,25 @@ TEST(DSparkEngine, GreedyOutputIdenticalWithAndWithoutDSpark) {
     }
 }
 
+// --speculative-config's confidence_threshold reaches the drafter: above every slot's confidence each
+// draft keeps one token, and the output stays the plain greedy one at any threshold.
+TEST(DSparkEngine, TheConfidenceThresholdShortensEveryDraftThroughTheEngine) {
+    std::vector<std::vector<int32_t>> ps;
+    for (uint32_t i = 0; i < 2; ++i) ps.push_back(random_tokens(9 + 17 * i, 60 + i));
+    const DeepSeekV4& m = *g_model->exact;
+    const EngineRun plain = run_engine(m, engine_config("", 0), ps, 16);
+    for (const double threshold : {0.5, 1.0 - 1e-12}) {
+        EngineConfig cfg = engine_config("dspark", 4);
+        cfg.speculative.confidence_threshold = threshold;
+        const EngineRun spec = run_engine(m, cfg, ps, 16);
+        EXPECT_EQ(spec.tokens, plain.tokens) << "threshold " << threshold;
+        EXPECT_GT(spec.stats.spec_num_drafts, 0);
+        if (threshold > 0.99) {
+            EXPECT_EQ(spec.stats.spec_num_draft_tokens, spec.stats.spec_num_drafts) << "one token a draft";
+        }
+    }
+}
+
 std::string error_of(const std::function<void()>& f) {
     try {
         f();
@@ -374,17 +393,21 @@ TEST(DSparkEngine, MoreDraftsThanTheBlockAreRefusedByName) {
     EXPECT_NE(error_of([&] { d.dspark_draft(6); }).find("dspark_block_size"), std::string::npos);
     EXPECT_NE(error_of([&] { d.dspark_draft(0); }).find("0 DSpark drafts"), std::string::npos);
 
-    const std::string runner = error_of([&] { CpuModelRunner(m, 4096).enable_speculation("dspark", 6); });
+    const std::string runner = error_of([&] { CpuModelRunner(m, 4096).enable_speculation({"dspark", 6}); });
     EXPECT_NE(runner.find("num_speculative_tokens = 6 exceeds the DSpark drafter's block of 5"), std::string::npos)
         << runner;
     const std::string engine =
         error_of([&] { Engine e(engine_config("dspark", 6), std::make_unique<CpuModelRunner>(m, 4096)); });
     EXPECT_NE(engine.find("dspark_block_size"), std::string::npos) << engine;
     // A 0731 checkpoint has no mtp.0 block: 'mtp' is refused, naming 'dspark'.
-    const std::string mtp = error_of([&] { CpuModelRunner(m, 4096).enable_speculation("mtp", 2); });
+    const std::string mtp = error_of([&] { CpuModelRunner(m, 4096).enable_speculation({"mtp", 2}); });
     EXPECT_NE(mtp.find("use 'dspark'"), std::string::npos) << mtp;
     // Up to the block is fine.
-    EXPECT_EQ(error_of([&] { CpuModelRunner(m, 4096).enable_speculation("dspark", 5); }), "");
+    EXPECT_EQ(error_of([&] { CpuModelRunner(m, 4096).enable_speculation({"dspark", 5}); }), "");
+    SpeculativeConfig bad{"dspark", 3};
+    bad.confidence_threshold = 1.5;
+    EXPECT_NE(error_of([&] { CpuModelRunner(m, 4096).enable_speculation(bad); }).find("confidence_threshold"),
+              std::string::npos);
 }
 
 }  // namespace

@@ -32,6 +32,22 @@ TEST(SpeculativeConfig, ParsesVllmSpelling) {
     const SpeculativeConfig d = server::parse_speculative_config(R"({"method":"dspark","num_speculative_tokens":5})");
     EXPECT_EQ(d.method, "dspark");
     EXPECT_EQ(d.num_speculative_tokens, 5);
+    EXPECT_EQ(d.confidence_threshold, 0.0) << "no early stop unless asked";
+    EXPECT_EQ(
+        server::parse_speculative_config(R"({"method":"dspark","num_speculative_tokens":5,"confidence_threshold":0.4})")
+            .confidence_threshold,
+        0.4);
+}
+
+TEST(SpeculativeConfig, ConfidenceThresholdIsDSparksAndAProbability) {
+    EXPECT_NE(error_of(R"({"method":"mtp","num_speculative_tokens":2,"confidence_threshold":0.5})").find("DSpark"),
+              std::string::npos);
+    for (const char* bad : {"1.0", "-0.1", "\"high\""})
+        EXPECT_NE(error_of(std::string(R"({"method":"dspark","num_speculative_tokens":2,"confidence_threshold":)") +
+                           bad + "}")
+                      .find("confidence_threshold"),
+                  std::string::npos)
+            << bad;
 }
 
 TEST(SpeculativeConfig, RefusesWhatItDoesNotDo) {
