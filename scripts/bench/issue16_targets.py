@@ -51,7 +51,8 @@ def measurements(paths):
                 ms.append({"kind": "decode", "file": path, "src": label, "batch": int(b), "context": d.get("context"),
                            "tok_s": d["tok_s"], "step_ms": d.get("step_ms_median"),
                            "frac": d.get("fraction_of_copy_bandwidth"), "profile": d.get("profile_ms") or {},
-                           "mixed": d.get("mixed")})
+                           "mixed": d.get("mixed"), "weights_gib": r.get("weights_gib"),
+                           "copy_tb_s": r.get("copy_bandwidth_tb_s")})
         p = r.get("prefill")
         if isinstance(p, dict) and "tok_s" in p:
             ms.append({"kind": "prefill", "file": path, "src": label, "tokens": p.get("tokens"),
@@ -226,9 +227,15 @@ def main():
         print(f"\nmixed step, {b} decode rows + {n} prompt tokens after {x.get('prompt_context')} of context: "
               f"{t:.2f} ms ({ratio:.2f}x the decode step), {b + n} tokens a step, {n / t * 1e3:,.0f} prompt tok/s"
               f"   [{m['src']}]")
+        # A step reads each weight at least once: its floor at the copy bandwidth measured in the same run.
+        floor = (m["weights_gib"] * 2**30 / (m["copy_tb_s"] * 1e12) * 1e3
+                 if m.get("weights_gib") and m.get("copy_tb_s") else None)
+        if floor is not None:
+            print(f"  every weight read once at the run's copy bandwidth: {floor:.1f} ms ({100 * floor / t:.0f}% of the step)")
         out["mixed_steps"].append({"src": m["src"], "decode_rows": b, "chunk": n, "step_ms": t,
                                    "prompt_context": x.get("prompt_context"), "tokens_per_step": b + n,
-                                   "prompt_tok_s": n / t * 1e3, "ratio_to_decode_step": ratio})
+                                   "prompt_tok_s": n / t * 1e3, "ratio_to_decode_step": ratio,
+                                   "weights_once_ms": floor})
         print_profile(f"mixed step, B {b} + N {n}", m["src"], x.get("profile_ms") or {}, a.top, out["profiles"])
 
     if val:

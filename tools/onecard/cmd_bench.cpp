@@ -428,6 +428,21 @@ void run_bench(const BenchArgs& a) {
         for (int64_t b = 0; b < (q < max_b ? decode_blocks : seq_blocks); ++b)
             tables[static_cast<size_t>(q)].push_back(static_cast<int32_t>(q * decode_blocks + b));
 
+    // One decode step's rows: sequence q of the first B feeds next[q] at position pos and wants its
+    // logits; `extra` more default rows follow for the caller to fill (the mixed steps' prompt chunk).
+    auto decode_rows = [&](int64_t B, int64_t pos, const std::vector<int32_t>& next, int64_t extra) {
+        std::vector<GpuStepSeq> step(static_cast<size_t>(B + extra));
+        for (int64_t q = 0; q < B; ++q) {
+            GpuStepSeq& sq = step[static_cast<size_t>(q)];
+            sq.slot = static_cast<int32_t>(q);
+            sq.block_table = tables[static_cast<size_t>(q)];
+            sq.start_pos = pos;
+            sq.tokens = std::span<const int32_t>(next).subspan(static_cast<size_t>(q), 1);
+            sq.want_logits = true;
+        }
+        return step;
+    };
+
     // Prefill of one prompt in chunks; returns seconds. profile_last: the last chunk is launched op by op
     // for the profile (the time returned is then not a measurement).
     auto prefill_once = [&](int32_t slot, const std::vector<int32_t>& prompt, bool profile_last = false) {
@@ -526,15 +541,7 @@ void run_bench(const BenchArgs& a) {
                 }
             }
             for (int64_t t = 0; t < a.steps; ++t, ++pos) {
-                std::vector<GpuStepSeq> step(static_cast<size_t>(B));
-                for (int64_t q = 0; q < B; ++q) {
-                    step[static_cast<size_t>(q)].slot = static_cast<int32_t>(q);
-                    step[static_cast<size_t>(q)].block_table = tables[static_cast<size_t>(q)];
-                    step[static_cast<size_t>(q)].start_pos = pos;
-                    step[static_cast<size_t>(q)].tokens =
-                        std::span<const int32_t>(next).subspan(static_cast<size_t>(q), 1);
-                    step[static_cast<size_t>(q)].want_logits = true;
-                }
+                const std::vector<GpuStepSeq> step = decode_rows(B, pos, next, 0);
                 const auto t0 = std::chrono::steady_clock::now();
                 model.step(step, LogitRows::Last, s);
                 const int32_t* d_ids = model.argmax_last(s);
@@ -589,14 +596,7 @@ void run_bench(const BenchArgs& a) {
         nlohmann::json prof = nlohmann::json::object();
         if (a.profile) {
             // One more step, launch by launch with events between op groups (no graph: slower in total).
-            std::vector<GpuStepSeq> step(static_cast<size_t>(B));
-            for (int64_t q = 0; q < B; ++q) {
-                step[static_cast<size_t>(q)].slot = static_cast<int32_t>(q);
-                step[static_cast<size_t>(q)].block_table = tables[static_cast<size_t>(q)];
-                step[static_cast<size_t>(q)].start_pos = pos;
-                step[static_cast<size_t>(q)].tokens = std::span<const int32_t>(next).subspan(static_cast<size_t>(q), 1);
-                step[static_cast<size_t>(q)].want_logits = true;
-            }
+            const std::vector<GpuStepSeq> step = decode_rows(B, pos, next, 0);
             model.profile_next_step();
             model.step(step, LogitRows::Last, s);
             ++pos;
@@ -623,15 +623,7 @@ void run_bench(const BenchArgs& a) {
             std::vector<double> mt;
             nlohmann::json mixed_prof = nlohmann::json::object();
             for (int64_t r = 0, p = mixed_context; r < mixed_steps; ++r, ++pos, p += a.mixed_chunk) {
-                std::vector<GpuStepSeq> step(static_cast<size_t>(B + 1));  // [B decode rows, the prompt chunk]
-                for (int64_t q = 0; q < B; ++q) {
-                    step[static_cast<size_t>(q)].slot = static_cast<int32_t>(q);
-                    step[static_cast<size_t>(q)].block_table = tables[static_cast<size_t>(q)];
-                    step[static_cast<size_t>(q)].start_pos = pos;
-                    step[static_cast<size_t>(q)].tokens =
-                        std::span<const int32_t>(next).subspan(static_cast<size_t>(q), 1);
-                    step[static_cast<size_t>(q)].want_logits = true;
-                }
+                std::vector<GpuStepSeq> step = decode_rows(B, pos, next, 1);  // [B decode rows, the prompt chunk]
                 GpuStepSeq& pq = step[static_cast<size_t>(B)];
                 pq.slot = ps;
                 pq.block_table = tables[static_cast<size_t>(ps)];
