@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "engine/sampler.h"
 
+#include "support/chi_square.h"
 #include "support/test_support.h"
 
 #include <gtest/gtest.h>
@@ -40,37 +41,6 @@ public:
     }
 };
 const auto* const g_env = ::testing::AddGlobalTestEnvironment(new TinyEnv);
-
-// Upper tail of the chi-square distribution, Q(df/2, x/2) (regularised upper incomplete gamma:
-// series below a + 1, Lentz continued fraction above).
-double chi2_sf(double x, double df) {
-    const double a = df / 2, z = x / 2;
-    if (z <= 0) return 1.0;
-    const double lg = std::lgamma(a);
-    if (z < a + 1) {
-        double sum = 1.0 / a, term = sum;
-        for (int n = 1; n < 1000; ++n) {
-            term *= z / (a + n);
-            sum += term;
-            if (term < sum * 1e-15) break;
-        }
-        return 1.0 - sum * std::exp(-z + a * std::log(z) - lg);
-    }
-    double b = z + 1 - a, c = 1e300, d = 1 / b, h = d;
-    for (int i = 1; i < 1000; ++i) {
-        const double an = -i * (i - a);
-        b += 2;
-        d = an * d + b;
-        d = std::fabs(d) < 1e-300 ? 1e-300 : d;
-        c = b + an / c;
-        c = std::fabs(c) < 1e-300 ? 1e-300 : c;
-        d = 1 / d;
-        const double del = d * c;
-        h *= del;
-        if (std::fabs(del - 1) < 1e-15) break;
-    }
-    return std::exp(-z + a * std::log(z) - lg) * h;
-}
 
 // p and q of the tiny model at a context (the tokens fed so far), memoised: p from the main
 // model's last row under the request's parameters; q from the MTP block (fed the main model's
@@ -188,57 +158,31 @@ std::pair<int32_t, int32_t> first_two(Oracle& o, Verifier verify, int64_t k, uin
     return {out[0], out[1]};
 }
 
-struct ChiSquare {
-    double stat = 0, p_value = 1;
-    int df = 0;
-    double min_expected = 0;
-};
-
-ChiSquare run(Oracle& o, Verifier verify, int64_t k, int64_t n_draws) {
+test::ChiSquare run(Oracle& o, Verifier verify, int64_t k, int64_t n_draws) {
     std::map<std::pair<int32_t, int32_t>, int64_t> counts;
     for (int64_t i = 0; i < n_draws; ++i) ++counts[first_two(o, verify, k, 0x5eed0000ull + static_cast<uint64_t>(i))];
-    ChiSquare c;
-    c.min_expected = 1e300;
-    const std::vector<double>& p1 = o.p({});
-    int cells = 0;
-    for (size_t t1 = 0; t1 < p1.size(); ++t1) {
-        if (p1[t1] <= 0) continue;
-        const std::vector<double>& p2 = o.p({static_cast<int32_t>(t1)});
-        for (size_t t2 = 0; t2 < p2.size(); ++t2) {
-            if (p2[t2] <= 0) continue;
-            const double e = static_cast<double>(n_draws) * p1[t1] * p2[t2];
-            const auto it = counts.find({static_cast<int32_t>(t1), static_cast<int32_t>(t2)});
-            const double obs = it == counts.end() ? 0.0 : static_cast<double>(it->second);
-            if (it != counts.end()) counts.erase(it);
-            c.stat += (obs - e) * (obs - e) / e;
-            c.min_expected = std::min(c.min_expected, e);
-            ++cells;
-        }
-    }
-    // A pair the target cannot produce at all is a failure on its own.
-    c.df = cells - 1;
-    c.p_value = counts.empty() ? chi2_sf(c.stat, c.df) : 0.0;
-    return c;
+    return test::pair_chi_square(std::move(counts), n_draws, o.p({}),
+                                 [&o](int32_t t1) -> const std::vector<double>& { return o.p({t1}); });
 }
 
 TEST(SpecVerify, ChiSquareOfTheTestItself) {
     // Known values: Q(df=15) at the 0.001 critical value 37.697, and at the median 14.339.
-    EXPECT_NEAR(chi2_sf(37.697, 15), 0.001, 1e-5);
-    EXPECT_NEAR(chi2_sf(14.339, 15), 0.5, 1e-3);
-    EXPECT_NEAR(chi2_sf(2.706, 1), 0.1, 1e-4);
+    EXPECT_NEAR(test::chi2_sf(37.697, 15), 0.001, 1e-5);
+    EXPECT_NEAR(test::chi2_sf(14.339, 15), 0.5, 1e-3);
+    EXPECT_NEAR(test::chi2_sf(2.706, 1), 0.1, 1e-4);
 }
 
 TEST(SpecVerify, EmittedTokensAreDistributedAsTheTarget) {
     const std::vector<int32_t> prompt = {11, 402, 7, 933, 64, 1000, 5, 18};
     Oracle o(prompt);
     constexpr int64_t kDraws = 40000;
-    const ChiSquare good = run(o, verify_drafts, 2, kDraws);
+    const test::ChiSquare good = run(o, verify_drafts, 2, kDraws);
     EXPECT_EQ(good.df, 15) << "top-k 4 twice: 16 cells";
     EXPECT_GE(good.min_expected, 5.0);
     EXPECT_GT(good.p_value, 0.001) << "chi2 " << good.stat << " df " << good.df;
     // The harness has the power to see wrong rules: a classic bug (a rejection resampled from p
     // instead of the residual: too few of the draft's tokens) and accepting every draft.
-    const ChiSquare bad = run(o, resample_from_p, 2, kDraws);
+    const test::ChiSquare bad = run(o, resample_from_p, 2, kDraws);
     EXPECT_LT(bad.p_value, 0.001) << "chi2 " << bad.stat;
     EXPECT_LT(run(o, accept_all, 2, kDraws).p_value, 0.001);
     std::printf("speculative sampling, %lld draws: chi2 %.2f (df %d, p %.3f); resampling from p instead: chi2 %.1f\n",
