@@ -25,8 +25,14 @@ const char* finish_reason_name(FinishReason r) {
     return "";
 }
 
+int64_t kv_ring_spare(const SpeculativeConfig& speculative) {
+    return speculative.enabled() ? speculative.num_speculative_tokens : 0;
+}
+
 KvCacheSpec make_engine_kv_spec(const ModelRunner& runner, const EngineConfig& config) {
-    return make_kv_cache_spec(runner.kv_model_shape(), config.kv_block_size);
+    KvModelShape shape = runner.kv_model_shape();
+    shape.ring_spare = kv_ring_spare(config.speculative);
+    return make_kv_cache_spec(shape, config.kv_block_size);
 }
 
 EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<ModelRunner> runner)

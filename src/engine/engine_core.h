@@ -28,8 +28,13 @@ namespace onecard {
 // and the server counts such requests by this prefix.
 inline constexpr std::string_view kNonFiniteLogitsError = "non-finite logits";
 
-// Maps the model's attention layout onto the KV layout (kept here so kvcache needs no model headers).
+// Maps the model's attention layout onto the KV layout (kept here so kvcache needs no model headers),
+// with kv_ring_spare(config.speculative) spare ring rows.
 KvCacheSpec make_engine_kv_spec(const ModelRunner& runner, const EngineConfig& config);
+// Spare ring rows speculative decoding needs (KvModelShape::ring_spare): a verify step of k drafts
+// writes k + 1 positions and drops up to k of them, which k - 1 spare rows make harmless; k are
+// kept (one row per draft is simpler to state and costs one more row per ring). 0 when off.
+int64_t kv_ring_spare(const SpeculativeConfig& speculative);
 
 class EngineCore {
 public:

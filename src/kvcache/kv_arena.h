@@ -5,7 +5,8 @@
 //
 // Addressing: entry i of paged stream s at core/kv_address.h's kv_entry_offset (the formula the
 // kernels evaluate too) of its stream's geometry, kv_stream_geometry(spec, s); the window row for
-// token position p of a layer lives at row p % sliding_window of its Window region.
+// token position p of a layer lives at row p % n_rows of its Window region (sliding_window, plus the
+// shape's ring_spare rows).
 #pragma once
 
 #include "core/kv_address.h"
@@ -36,7 +37,7 @@ public:
     uint8_t* fixed_region(int32_t slot, size_t region);
     // [block_bytes] of paged block `block` (the host tier copies whole blocks).
     uint8_t* block(int32_t block);
-    // [entry_bytes] window row for token position pos (ring of sliding_window rows).
+    // [entry_bytes] window row for token position pos (ring of the region's n_rows rows).
     uint8_t* window_entry(int32_t slot, size_t region, int64_t pos);
 
     int64_t n_blocks() const { return n_blocks_; }

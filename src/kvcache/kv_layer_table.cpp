@@ -12,13 +12,18 @@ KvLayerTable::KvLayerTable(const KvCacheSpec& spec) : spec_(spec) {
         l.ratio = spec.shape.compress_ratios[static_cast<size_t>(il)];
         l.window = kv_fixed_index(spec, il, KvFixedKind::Window);
         l.window_offset = spec.fixed[l.window].offset;
+        l.window_rows = spec.fixed[l.window].n_rows;
         const KvLayerKind kind = spec.shape.kinds[static_cast<size_t>(il)];
         if (kind != KvLayerKind::SWA) {
-            l.compressor_offset = spec.fixed[kv_fixed_index(spec, il, KvFixedKind::Compressor)].offset;
+            const KvFixedRegion& c = spec.fixed[kv_fixed_index(spec, il, KvFixedKind::Compressor)];
+            l.compressor_offset = c.offset;
+            l.compressor_rows = c.n_rows;
             l.entries = static_cast<int64_t>(kv_stream_index(spec, il, KvStreamKind::CompressedEntry));
         }
         if (kind == KvLayerKind::CSA) {
-            l.index_compressor_offset = spec.fixed[kv_fixed_index(spec, il, KvFixedKind::IndexerCompressor)].offset;
+            const KvFixedRegion& c = spec.fixed[kv_fixed_index(spec, il, KvFixedKind::IndexerCompressor)];
+            l.index_compressor_offset = c.offset;
+            l.index_compressor_rows = c.n_rows;
             l.index_keys = static_cast<int64_t>(kv_stream_index(spec, il, KvStreamKind::IndexerKey));
         }
         layers_.push_back(l);

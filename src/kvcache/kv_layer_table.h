@@ -17,8 +17,11 @@ struct KvLayerAddr {
     int64_t ratio = 0;                     // compress ratio (0: SWA layer)
     size_t window = 0;                     // the Window region (index into spec.fixed)
     int64_t window_offset = 0;             // ... its byte offset inside a slot
+    int64_t window_rows = 0;               // ... its rows: position p at row p % window_rows
     int64_t compressor_offset = -1;        // the Compressor region's byte offset inside a slot (CSA/HCA)
     int64_t index_compressor_offset = -1;  // the IndexerCompressor region's (CSA)
+    int64_t compressor_rows = 0;           // rows of the Compressor ring (position p at row p % rows)
+    int64_t index_compressor_rows = 0;     // ... of the IndexerCompressor ring
     int64_t entries = -1;                  // the CompressedEntry stream (index into spec.streams; -1: SWA)
     int64_t index_keys = -1;               // the IndexerKey stream (-1: not CSA)
 };

@@ -33,6 +33,8 @@ KvCacheSpec make_kv_cache_spec(const KvModelShape& shape, int64_t block_size) {
     ONECARD_CHECK(shape.sliding_window > 0, "kv cache spec: sliding_window must be positive, got {}",
                   shape.sliding_window);
     ONECARD_CHECK(block_size > 0, "kv cache spec: block_size must be positive, got {}", block_size);
+    ONECARD_CHECK(shape.ring_spare >= 0 && shape.ring_spare <= 64, "kv cache spec: ring_spare {} outside [0, 64]",
+                  shape.ring_spare);
     KvCacheSpec spec;
     spec.shape = shape;
     spec.entry = make_kv_entry_format(shape.head_dim, shape.rope_dim);
@@ -45,8 +47,10 @@ KvCacheSpec make_kv_cache_spec(const KvModelShape& shape, int64_t block_size) {
         const KvLayerKind kind = shape.kinds[il];
         const int64_t m = shape.compress_ratios[il];
         const auto layer = static_cast<int64_t>(il);
-        // Every layer keeps the last sliding_window kv entries (window incl. the current token).
-        spec.fixed.push_back({layer, KvFixedKind::Window, shape.sliding_window, spec.entry.entry_bytes(), 0});
+        // Every layer keeps the last sliding_window kv entries (window incl. the current token), plus
+        // the spare rows that make a dropped position's write harmless (KvModelShape::ring_spare).
+        const int64_t spare = shape.ring_spare;
+        spec.fixed.push_back({layer, KvFixedKind::Window, shape.sliding_window + spare, spec.entry.entry_bytes(), 0});
         if (kind == KvLayerKind::SWA) {
             ONECARD_CHECK(m == 0, "kv cache spec: layer {} is SWA but compress_ratios[{}] = {}", il, il, m);
             continue;
@@ -60,12 +64,12 @@ KvCacheSpec make_kv_cache_spec(const KvModelShape& shape, int64_t block_size) {
                 {layer, KvStreamKind::IndexerKey, m, block_size / m, spec.index_key.entry_bytes(), 0});
             // Overlapping compressor: 2m rows (previous window + open window), each row holds the
             // 2d-wide kv projection and the 2d-wide gate scores in fp32 (dsv4-model.md §4.5, §8.1).
-            spec.fixed.push_back({layer, KvFixedKind::Compressor, 2 * m, 4 * (2 * d + 2 * d), 0});
+            spec.fixed.push_back({layer, KvFixedKind::Compressor, 2 * m + spare, 4 * (2 * d + 2 * d), 0});
             const int64_t di = shape.index_head_dim;
-            spec.fixed.push_back({layer, KvFixedKind::IndexerCompressor, 2 * m, 4 * (2 * di + 2 * di), 0});
+            spec.fixed.push_back({layer, KvFixedKind::IndexerCompressor, 2 * m + spare, 4 * (2 * di + 2 * di), 0});
         } else {
             // Non-overlapping compressor: the open window's m rows of (kv d, score d) fp32.
-            spec.fixed.push_back({layer, KvFixedKind::Compressor, m, 4 * (d + d), 0});
+            spec.fixed.push_back({layer, KvFixedKind::Compressor, m + spare, 4 * (d + d), 0});
         }
     }
     for (auto& s : spec.streams) {

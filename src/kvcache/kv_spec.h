@@ -4,7 +4,8 @@
 //
 // Two kinds of storage per sequence:
 //  * fixed state, one "slot" per live sequence: a sliding-window ring of `sliding_window` entries
-//    for every layer (SWA, CSA, HCA and MTP), plus fp32 compressor buffers for compressed layers;
+//    for every layer (SWA, CSA, HCA and MTP), plus fp32 compressor buffers for compressed layers
+//    (every ring with `ring_spare` more rows when speculative decoding is on);
 //  * paged state that grows with the sequence, in blocks of `block_size` tokens: for every CSA layer
 //    one compressed entry and one indexer key per `ratio` tokens, for every HCA layer one entry per
 //    `ratio` tokens. One block id covers all paged streams of all layers for the same token range,
@@ -41,6 +42,13 @@ struct KvModelShape {
     int64_t n_main_layers = 0;             // layers [n_main_layers, layers.size()) are MTP blocks
     std::vector<KvLayerKind> kinds;        // per layer incl. MTP
     std::vector<int64_t> compress_ratios;  // per layer incl. MTP; 0 for SWA
+    // Rows added to every ring of a slot (the window ring and the compressors' rings) beyond what a
+    // sequence reads: with s spare rows a step may write up to s + 1 positions it later drops
+    // (speculative decoding's rejected drafts) without overwriting a row the positions it keeps still
+    // need, so rolling back costs nothing (a ring of R rows holds position p at row p % R; a token
+    // at p reads back at most the window's rows, which a write at p' clobbers only if p' - R lies
+    // among them). 0 without speculation; the engine sets num_speculative_tokens (kv_ring_spare).
+    int64_t ring_spare = 0;
 };
 
 // The Flash shape (dsv4-model.md §1.1): [SWA, SWA] + [CSA 4, HCA 128] x 20 + [CSA 4] + [MTP SWA].

@@ -434,9 +434,10 @@ void GpuModel::attention(const StepPlan& p, const GpuBlock& blk, const bf16* xn,
     ct.ring_base = meta_->slot_off;
     // buf [T, 2·c·d] floats: rows [kv | score] from one GEMV over wkv|wgate when they are stored back to
     // back, else kv [n, c·d] then score [n, c·d] from two.
-    auto compress = [&](const GpuCompressor& cw, int64_t region, float* buf, bf16* entries) {
+    auto compress = [&](const GpuCompressor& cw, int64_t region, int64_t ring_rows, float* buf, bf16* entries) {
         cuda::CompressorDims cd;
         cd.ratio = cw.ratio;
+        cd.ring_rows = ring_rows;
         cd.head_dim = cw.head_dim;
         cd.rope_dim = n_rope;
         cd.eps = eps;
@@ -457,7 +458,7 @@ void GpuModel::attention(const StepPlan& p, const GpuBlock& blk, const bf16* xn,
     };
     const int32_t* picks = nullptr;
     if (w.compressor) {
-        compress(*w.compressor, addr.compressor_offset, b.ckv, b.centries);
+        compress(*w.compressor, addr.compressor_offset, addr.compressor_rows, b.ckv, b.centries);
         const int64_t entry_rows = opt_.faults.skip_compressed_entry ? n - 1 : n;
         if (entry_rows > 0) cuda::kv_write_entries(b.centries, 0, b.entry_dst, pool_.base(), entry_rows, ed, s);
         tick("attn: compressor", s);
@@ -465,7 +466,7 @@ void GpuModel::attention(const StepPlan& p, const GpuBlock& blk, const bf16* xn,
     if (w.indexer) {
         const GpuIndexer& ix = *w.indexer;
         const int64_t nI = c.index_n_heads, dI = c.index_head_dim;
-        compress(ix.compressor, addr.index_compressor_offset, b.ikv, b.ientries);
+        compress(ix.compressor, addr.index_compressor_offset, addr.index_compressor_rows, b.ikv, b.ientries);
         cuda::hadamard_fp4_sim(b.ientries, n, dI, s);
         if (!opt_.faults.stale_indexer_keys) cuda::indexer_key_write(b.ientries, b.key_dst, pool_.base(), n, dI, s);
         tick("attn: indexer compressor", s);

@@ -165,6 +165,7 @@ StepAddr step_addr(const GpuStepMeta& m, const GpuKvPool& pool, int64_t layer, i
     a.step_off = pool.step_entries_offset();
     a.window_region = l.window_offset;
     a.window = window;
+    a.window_rows = l.window_rows;
     a.entry_bytes = spec.entry.entry_bytes();
     a.ratio = l.ratio;
     if (l.entries >= 0) a.entries = pool.layers().entry_geometry(layer, KvStreamKind::CompressedEntry);
@@ -184,6 +185,8 @@ void build_write_offsets(const GpuStepMeta& m, const GpuKvPool& pool, int64_t la
 void build_attention_offsets(const GpuStepMeta& m, const GpuKvPool& pool, int64_t layer, int64_t window,
                              const int32_t* topk, int64_t k, int64_t max_keys, int64_t* kv_off, cudaStream_t s) {
     ONECARD_CHECK(max_keys >= window, "attention offsets: {} keys cannot hold the window of {}", max_keys, window);
+    ONECARD_CHECK(pool.layer(layer).window_rows >= window, "attention offsets: layer {}'s ring of {} rows < window {}",
+                  layer, pool.layer(layer).window_rows, window);
     launch_attention_offsets(step_addr(m, pool, layer, window), m.seq_first, topk, k, max_keys, kv_off, s);
 }
 

@@ -21,7 +21,7 @@ __global__ void write_offsets_kernel(StepAddr a, const int32_t* __restrict__ las
     const int64_t eb = a.entry_bytes;
     step_dst[i] = a.step_off + i * eb;
     // Only a sequence's last `window` tokens of the step survive in its ring.
-    ring_dst[i] = last[i] - i < a.window ? a.slot_off[i] + a.window_region + (p % a.window) * eb : -1;
+    ring_dst[i] = last[i] - i < a.window ? a.slot_off[i] + a.window_region + (p % a.window_rows) * eb : -1;
     if (a.ratio > 0) {
         const bool closes = (p + 1) % a.ratio == 0;
         const int64_t e = (p + 1) / a.ratio - 1;
@@ -49,7 +49,8 @@ __global__ void attention_offsets_kernel(StepAddr a, const int32_t* __restrict__
             const int64_t q = p - a.window + 1 + j;
             // This step's rows are read from the step region (the ring still holds older positions).
             if (q >= 0)
-                o = q >= p0 ? a.step_off + (f + (q - p0)) * eb : a.slot_off[i] + a.window_region + (q % a.window) * eb;
+                o = q >= p0 ? a.step_off + (f + (q - p0)) * eb
+                            : a.slot_off[i] + a.window_region + (q % a.window_rows) * eb;
         } else if (a.ratio > 0) {
             const int64_t jj = j - a.window;
             int64_t e = -1;

@@ -19,11 +19,12 @@ struct StepAddr {
     int64_t max_blocks = 0;
     int64_t step_off = 0;       // step-entries region, bytes from the pool base
     int64_t window_region = 0;  // window ring inside a slot
-    int64_t window = 0;
-    int64_t entry_bytes = 0;   // a KV entry (window rows and compressed entries share the format)
-    int64_t ratio = 0;         // 0: SWA layer
-    KvStreamGeometry entries;  // the layer's compressed-entry stream (ratio > 0)
-    KvStreamGeometry keys;     // its indexer-key stream (CSA; entry_bytes 0 otherwise)
+    int64_t window = 0;         // positions a token attends to back from itself, itself included
+    int64_t window_rows = 0;    // ring rows (>= window): position p at row p % window_rows
+    int64_t entry_bytes = 0;    // a KV entry (window rows and compressed entries share the format)
+    int64_t ratio = 0;          // 0: SWA layer
+    KvStreamGeometry entries;   // the layer's compressed-entry stream (ratio > 0)
+    KvStreamGeometry keys;      // its indexer-key stream (CSA; entry_bytes 0 otherwise)
 };
 
 void launch_write_offsets(const StepAddr& a, const int32_t* seq_last, int64_t* step_dst, int64_t* ring_dst,

@@ -35,9 +35,10 @@ struct SeqPlan {
 
 struct Shape {
     int64_t ratio, d, rope = 64;
+    int64_t spare = 0;  // ring rows beyond the minimum (KvModelShape::ring_spare)
     int64_t c() const { return ratio == 4 ? 2 : 1; }
     int64_t w() const { return c() * d; }
-    int64_t n_ring() const { return ratio == 4 ? 2 * ratio : ratio; }
+    int64_t n_ring() const { return (ratio == 4 ? 2 * ratio : ratio) + spare; }
 };
 
 // Rows of one sequence known so far, by position: kv [w] and score + ape [w].
@@ -53,6 +54,7 @@ void run_case(const Shape& sh, const std::vector<SeqPlan>& plan, uint32_t seed, 
     dims.ratio = sh.ratio;
     dims.head_dim = d;
     dims.rope_dim = sh.rope;
+    if (sh.spare > 0) dims.ring_rows = n_ring;
     if (interleaved) dims.ld_in = 2 * W;
     const int64_t ring_bytes = cuda::compressor_ring_bytes(dims);
     ASSERT_EQ(ring_bytes, n_ring * 2 * W * 4);
@@ -271,6 +273,13 @@ TEST(CudaCompressor, InterleavedInputsMatchCpu) {
 TEST(CudaCompressor, Ratio4Head128MatchesCpu) {
     ONECARD_REQUIRE_GPU();
     run_case({4, 128}, overlap_plan(), 2);  // the indexer's compressor (index_head_dim 128)
+}
+
+TEST(CudaCompressor, RingsWithSpareRowsMatchCpu) {
+    ONECARD_REQUIRE_GPU();
+    // Speculative decoding's spare rows (3): position p at row p % (min + 3) in both kernels.
+    run_case({4, 512, 64, 3}, overlap_plan(), 6);
+    run_case({128, 512, 64, 3}, {{0, {150, 1, 1, 120, 0}}, {300, {10, 1, 0, 80, 1}}}, 7);
 }
 
 TEST(CudaCompressor, Ratio128Head512MatchesCpu) {

@@ -3,6 +3,7 @@
 #include "kvcache/kv_arena.h"
 #include "core/error.h"
 #include "kvcache/kv_format.h"
+#include "kvcache/kv_layer_table.h"
 #include "kvcache/kv_manager.h"
 
 #include <gtest/gtest.h>
@@ -125,6 +126,33 @@ TEST(KvArena, WindowIsARingPerSlot) {
     const size_t c = kv_fixed_index(spec, 1, KvFixedKind::Compressor);
     EXPECT_EQ(spec.fixed[c].n_rows, 8);  // 2 * ratio rows for the overlapping CSA compressor
     EXPECT_THROW(arena.window_entry(0, c, 0), Error);
+}
+
+TEST(KvArena, SpareRingRowsWidenEveryRingAndNothingElse) {
+    KvModelShape spared = shape();
+    spared.ring_spare = 3;
+    const auto plain = make_kv_cache_spec(shape(), 16), spec = make_kv_cache_spec(spared, 16);
+    ASSERT_EQ(spec.fixed.size(), plain.fixed.size());
+    int64_t extra = 0;
+    for (size_t r = 0; r < spec.fixed.size(); ++r) {
+        EXPECT_EQ(spec.fixed[r].n_rows, plain.fixed[r].n_rows + 3) << "region " << r;
+        EXPECT_EQ(spec.fixed[r].row_bytes, plain.fixed[r].row_bytes);
+        extra += 3 * spec.fixed[r].row_bytes;
+    }
+    EXPECT_EQ(spec.slot_bytes, plain.slot_bytes + extra);
+    EXPECT_EQ(spec.block_bytes, plain.block_bytes);  // paged entries are untouched
+    // The window ring now has sliding_window + 3 rows: position p and p + 11 share a row, p + 8 does not.
+    KvHostArena arena(spec, KvPoolSize{2, 4});
+    const size_t w = kv_fixed_index(spec, 2, KvFixedKind::Window);
+    EXPECT_EQ(arena.window_entry(0, w, 3), arena.window_entry(0, w, 3 + 11));
+    EXPECT_NE(arena.window_entry(0, w, 3), arena.window_entry(0, w, 3 + 8));
+    const KvLayerTable table(spec);
+    EXPECT_EQ(table.layer(1).window_rows, 11);
+    EXPECT_EQ(table.layer(1).compressor_rows, 11);  // 2 * ratio + 3
+    EXPECT_EQ(table.layer(1).index_compressor_rows, 11);
+    EXPECT_EQ(table.layer(2).compressor_rows, 19);  // ratio 16 + 3
+    spared.ring_spare = -1;
+    EXPECT_THROW(make_kv_cache_spec(spared, 16), Error);
 }
 
 }  // namespace

@@ -12,7 +12,7 @@ struct RingGeom {
     int ratio;
     int d;       // entry width
     int w;       // projection width c·d
-    int n_ring;  // ring rows: 2·ratio (overlap) or ratio
+    int n_ring;  // ring rows: at least 2·ratio (overlap) or ratio
     bool overlap;
     int64_t ld;  // row stride of the kv / score inputs (>= w)
 };
@@ -23,7 +23,7 @@ RingGeom ring_geom(const CompressorDims& d) {
     g.d = static_cast<int>(d.head_dim);
     g.overlap = d.ratio == 4;
     g.w = g.overlap ? 2 * g.d : g.d;
-    g.n_ring = g.overlap ? 2 * g.ratio : g.ratio;
+    g.n_ring = static_cast<int>(d.ring_rows > 0 ? d.ring_rows : g.overlap ? 2 * g.ratio : g.ratio);
     g.ld = d.ld_in > 0 ? d.ld_in : g.w;
     return g;
 }
@@ -138,6 +138,9 @@ void check_dims(const CompressorDims& d, int64_t n, const char* what) {
     ONECARD_CHECK(n >= 0 && n < (int64_t{1} << 31), "{}: {} tokens exceed the grid", what, n);
     const int64_t w = (d.ratio == 4 ? 2 : 1) * d.head_dim;
     ONECARD_CHECK(d.ld_in == 0 || d.ld_in >= w, "{}: input row stride {} < projection width {}", what, d.ld_in, w);
+    const int64_t min_rows = d.ratio == 4 ? 2 * d.ratio : d.ratio;
+    ONECARD_CHECK(d.ring_rows == 0 || (d.ring_rows >= min_rows && d.ring_rows <= min_rows + 64),
+                  "{}: a ring of {} rows for ratio {} (at least {})", what, d.ring_rows, d.ratio, min_rows);
 }
 
 }  // namespace

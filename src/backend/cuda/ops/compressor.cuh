@@ -27,6 +27,8 @@ struct CompressorDims {
     float eps = 1e-6f;       // RMSNorm epsilon
     int64_t ld_in = 0;       // row stride (floats) of the kv and score inputs; 0 = c·d (dense). One
                              // GEMV over [wkv; wgate] writes rows [kv | score]: ld_in = 2·c·d.
+    int64_t ring_rows = 0;   // rows of a sequence's ring, position p at row p % ring_rows; 0 = the
+                             // minimum (2·ratio overlapping, else ratio); more: KvModelShape::ring_spare
 };
 
 // Per-token metadata of one step (device arrays, [n] each).
@@ -52,7 +54,7 @@ void compressor_store(const float* kv, const float* score, const float* ape, uin
 // Bytes of one sequence's ring for these dims (the slot region KvFixedKind::Compressor must hold it).
 inline int64_t compressor_ring_bytes(const CompressorDims& d) {
     const int64_t c = d.ratio == 4 ? 2 : 1;
-    const int64_t n_ring = d.ratio == 4 ? 2 * d.ratio : d.ratio;
+    const int64_t n_ring = d.ring_rows > 0 ? d.ring_rows : d.ratio == 4 ? 2 * d.ratio : d.ratio;
     return n_ring * 2 * c * d.head_dim * 4;
 }
 
