@@ -18,6 +18,7 @@
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 #include "model/deepseek_v4.h"
+#include "model_cuda/gpu_model_buffers.h"
 
 #include <algorithm>
 #include <bit>
@@ -25,58 +26,6 @@
 #include <numeric>
 
 namespace onecard {
-
-using bf16 = __nv_bfloat16;
-
-// Device buffers of one step at full capacity (T = max_num_batched_tokens rows), taken once. Every
-// bf16 write into them (and every bf16 rounding inside a fused kernel) is a point of
-// model/storage_points.h, where the CPU oracle rounds too: a change of what is stored in bf16 here
-// goes there as well, or the GPU parity tests measure the difference as error.
-struct GpuModel::Buffers {
-    int64_t T = 0, logits_rows = 0, max_keys = 0, gemv_rows = 0, index_scratch_floats = 0;
-    bf16 *X = nullptr, *x = nullptr, *a = nullptr;           // [T, 4, D], [T, D], [T, D]
-    float *pre = nullptr, *post = nullptr, *comb = nullptr;  // [T, 4], [T, 4], [T, 16]
-    float* hc_scratch = nullptr;                             // hc_pre partial mixes
-    size_t hc_scratch_floats = 0;
-    bf16 *qr = nullptr, *q = nullptr, *o = nullptr, *kv = nullptr, *z = nullptr;
-    bf16* qkv = nullptr;     // [T, q_lora_rank + hd]: the fused wq_a|wkv output
-    uint8_t* qrq = nullptr;  // [gemv rows, q_lora_rank] qr quantised once (wq_b, indexer wq_b)
-    float* qrs = nullptr;
-    bf16* s13 = nullptr;                  // [T, 2·inter]: the fused shared w1|w3 output
-    float* ckv = nullptr;                 // [T, 4·hd]: the compressor's kv and score projections
-    bf16* centries = nullptr;             // [T, hd]
-    bf16* iq = nullptr;                   // [T, nI·dI]
-    float *iw = nullptr, *ikv = nullptr;  // ikv [T, 4·dI]: the indexer compressor's kv and score
-    bf16* ientries = nullptr;             // [T, dI]
-    int32_t* topk = nullptr;              // [T, index_topk]
-    float* index_scratch = nullptr;
-    int64_t *step_dst = nullptr, *ring_dst = nullptr, *entry_dst = nullptr, *key_dst = nullptr;  // [T]
-    int64_t* kv_off = nullptr;                                                                   // [T, max_keys]
-    float* attn_scratch = nullptr;  // sparse attention split partials
-    // MoE
-    float* router = nullptr;  // [T, E]
-    int32_t* experts = nullptr;
-    float* weights = nullptr;                          // [T, K]
-    bf16 *sg = nullptr, *su = nullptr, *sh = nullptr;  // shared expert [T, inter]
-    bf16 *shared = nullptr, *xr = nullptr;             // [T, D]
-    bf16 *y1 = nullptr, *y3 = nullptr, *y2 = nullptr;  // decode pairs
-    uint8_t *xq = nullptr, *hq = nullptr;
-    float *xs = nullptr, *hs = nullptr;
-    int32_t* pair_token = nullptr;     // [gemv_rows·K]: pair i belongs to token i / K
-    int32_t* pair_groups = nullptr;    // the decode pairs grouped by expert (mxfp4_group_pairs)
-    int32_t* local_ids = nullptr;      // [gemv_rows·K]: hybrid layers' GPU slot per pair (kHostPair, kStreamedPair)
-    int32_t* stream_ids = nullptr;     // [gemv_rows·K]: the staged expert's slot per pair, or -1 (HostExpertStreamer)
-    int32_t* stream_groups = nullptr;  // the staged experts' pairs grouped by slot
-    uint32_t* pick_counts = nullptr;   // [layers, E] (count_expert_picks)
-    // head
-    bf16 *head_rows = nullptr, *head_y = nullptr;  // [logits_rows, 4, D], [logits_rows, D]
-    float* logits = nullptr;                       // [logits_rows, vocab]
-    int32_t* ids = nullptr;                        // [logits_rows]
-    cuda::SampleParams* sample_params = nullptr;   // [logits_rows]
-    uint32_t* sample_masks = nullptr;              // [logits_rows, ceil(vocab / 32)] allowed-token bitmasks
-    void* sample_scratch = nullptr;                // sample_rows_scratch_bytes(logits_rows, vocab)
-    float *rope_main = nullptr, *rope_compress = nullptr;
-};
 
 namespace {
 
@@ -537,7 +486,8 @@ void GpuModel::moe(const StepPlan& p, const GpuBlock& blk, const bf16* xn, bf16*
         CUDA_CHECK(cudaMemcpy2DAsync(b.weights, pitch, b.weights + 1, pitch, row, n_rows, cudaMemcpyDeviceToDevice, s));
         CUDA_CHECK(cudaMemcpy2DAsync(b.weights + 1, pitch, fault_swap_, row, row, n_rows, cudaMemcpyDeviceToDevice, s));
     }
-    if (b.pick_counts) cuda::count_expert_picks(b.experts, n * K, b.pick_counts + blk.layer_id * c.n_routed_experts, s);
+    if (b.pick_counts && blk.layer_id < c.num_hidden_layers)  // counts cover the main layers
+        cuda::count_expert_picks(b.experts, n * K, b.pick_counts + blk.layer_id * c.n_routed_experts, s);
     tick("moe: router", s);
     // Shared expert: w1 and w3 as one linear when fused; on the GEMV path xn is quantised once for
     // the shared and the routed experts.
@@ -744,36 +694,46 @@ void GpuModel::forward(const StepPlan& p, cudaStream_t s) {
     const ModelConfig& c = cfg_;
     const int64_t D = c.hidden_size;
     const int64_t n = meta_->n;
-    const cuda::HcDims hd = hc_dims(c);
     tick("start", s);
     cuda::embed_streams(meta_->tokens, w_.embed, b.X, n, D, 4, s);
-    int64_t point = 0;
-    record_streams(point++, s);
+    record_streams(0, s);  // then each main block records points 2·layer + 1 and + 2
     if (p.stream_experts) streamer_->begin_step(s);
-    for (const GpuBlock& blk : w_.layers) {
-        // x = attn_norm(collapse of the streams); the norm is fused into hc_pre's finishing kernel, and
-        // so is x's FP8 quantisation where the first linears that read x take it (the GEMV paths).
-        cuda::hc_pre_bf16(hc_pre_args(blk.hc_attn, blk.attn_norm, attention_input(p, blk)), hd, s);
-        tick("hyper-connections + norms", s);
-        attention(p, blk, b.x, b.a, s);
-        cuda::hc_post_bf16(b.a, b.X, b.post, b.comb, b.X, n, hd, s);
-        record_streams(point++, s);
-        cuda::hc_pre_bf16(hc_pre_args(blk.hc_ffn, blk.ffn_norm, moe_input(p)), hd, s);
-        tick("hyper-connections + norms", s);
-        moe(p, blk, b.x, b.a, s);
-        cuda::hc_post_bf16(b.a, b.X, b.post, b.comb, b.X, n, hd, s);
-        record_streams(point++, s);
-        tick("hyper-connections + norms", s);
-    }
+    for (const GpuBlock& blk : w_.layers) run_block(p, blk, s);
     if (p.stream_experts) streamer_->end_step(s);
+    head(w_.hc_head, w_.norm, s);
+}
+
+void GpuModel::run_block(const StepPlan& p, const GpuBlock& blk, cudaStream_t s) {
+    Buffers& b = *buf_;
+    const int64_t n = meta_->n;
+    const cuda::HcDims hd = hc_dims(cfg_);
+    const bool main_layer = blk.layer_id < cfg_.num_hidden_layers;  // recorded points: main layers only
+    // x = attn_norm(collapse of the streams); the norm is fused into hc_pre's finishing kernel, and
+    // so is x's FP8 quantisation where the first linears that read x take it (the GEMV paths).
+    cuda::hc_pre_bf16(hc_pre_args(blk.hc_attn, blk.attn_norm, attention_input(p, blk)), hd, s);
+    tick("hyper-connections + norms", s);
+    attention(p, blk, b.x, b.a, s);
+    cuda::hc_post_bf16(b.a, b.X, b.post, b.comb, b.X, n, hd, s);
+    if (main_layer) record_streams(2 * blk.layer_id + 1, s);
+    cuda::hc_pre_bf16(hc_pre_args(blk.hc_ffn, blk.ffn_norm, moe_input(p)), hd, s);
+    tick("hyper-connections + norms", s);
+    moe(p, blk, b.x, b.a, s);
+    cuda::hc_post_bf16(b.a, b.X, b.post, b.comb, b.X, n, hd, s);
+    if (main_layer) record_streams(2 * blk.layer_id + 2, s);
+    tick("hyper-connections + norms", s);
+}
+
+void GpuModel::head(const GpuHC& hc, const bf16* norm, cudaStream_t s) {
+    Buffers& b = *buf_;
+    const ModelConfig& c = cfg_;
+    const int64_t D = c.hidden_size;
     // Head on the wanted rows only.
     const int64_t r = meta_->n_out;
     if (r == 0) return;
     const float eps = static_cast<float>(c.rms_norm_eps);
     gather_rows_bf16(b.X, meta_->out_rows, b.head_rows, r, 4 * D, s);
-    cuda::hc_head_bf16(b.head_rows, w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, b.head_y, r, D,
-                       static_cast<float>(c.hc_eps), eps, s);
-    cuda::rmsnorm_bf16(b.head_y, w_.norm, b.head_y, r, D, eps, s);
+    cuda::hc_head_bf16(b.head_rows, hc.fn, hc.base, hc.scale, b.head_y, r, D, static_cast<float>(c.hc_eps), eps, s);
+    cuda::rmsnorm_bf16(b.head_y, norm, b.head_y, r, D, eps, s);
     lin_->bf16(w_.head, b.head_y, r, b.logits, cuda::GemmOut::F32, s);
     tick("head", s);
 }

@@ -64,6 +64,18 @@ public:
     // row (LogitRows::All). Sequences starting at position 0 start fresh state in their slot.
     const float* step(std::span<const GpuStepSeq> seqs, LogitRows rows, cudaStream_t stream);
     int64_t n_out_rows() const { return meta_->n_out; }
+    // The residual streams X [n, 4, D] bf16 of the last step's tokens, in step order, after its last
+    // block and before hc_head (valid until the next step or mtp_step).
+    const __nv_bfloat16* last_streams() const;
+    // The MTP block mtp.0 (dsv4-model.md §6.2; the CPU's DeepSeekV4::forward_mtp) over one step: each
+    // sequence's `tokens` are the tokens at p + 1 for its MTP positions p = start_pos, ... (its KV is
+    // the pool's layer num_hidden_layers, a window ring), `streams` [n, 4, D] bf16 on the device the
+    // main model's pre-hc_head streams at those positions, in step order (may be last_streams()).
+    // Returns the logits like step(); last_streams() then holds the block's output streams (the next
+    // draft position's input). Throws unless the weights carry the MTP block (GpuModelWeights::mtp).
+    // Runs eagerly (no graphs).
+    const float* mtp_step(std::span<const GpuStepSeq> seqs, const __nv_bfloat16* streams, LogitRows rows,
+                          cudaStream_t stream);
     // Greedy tokens [n_out] of the last step's logits, on the device.
     const int32_t* argmax_last(cudaStream_t stream);
     // Tokens [n_out] of the last step's logits drawn with params[i] for row i (host array of n_out
@@ -156,7 +168,10 @@ private:
     static SubBlockInput moe_input(const StepPlan& p);
     // hc_pre of one sub-block over this step's streams: its mixes, fused norm and (input) the FP8 copy of x.
     cuda::HcPreArgs hc_pre_args(const GpuHC& hc, const __nv_bfloat16* norm, SubBlockInput input) const;
-    void forward(const StepPlan& p, cudaStream_t s);     // every layer and the head, for the metadata in meta_
+    void forward(const StepPlan& p, cudaStream_t s);  // every layer and the head, for the metadata in meta_
+    void run_block(const StepPlan& p, const GpuBlock& blk, cudaStream_t s);             // one decoder block over X
+    void head(const GpuHC& hc, const __nv_bfloat16* norm, cudaStream_t s);              // logits of the wanted rows
+    void mtp_forward(const StepPlan& p, const __nv_bfloat16* streams, cudaStream_t s);  // gpu_model_mtp.cpp
     void tick(const char* label, cudaStream_t s);        // profiling: time since the last tick goes to label
     void record_streams(int64_t point, cudaStream_t s);  // set_stream_recording: X into recorded_[point]
     void drop_graphs();

@@ -220,6 +220,21 @@ GpuBlock block(cuda::DeviceArena& arena, const ModelConfig& cfg, const BlockWeig
 
 }  // namespace
 
+GpuMtp upload_mtp_weights(const ModelConfig& cfg, const ModelWeights& w, cuda::DeviceArena& arena) {
+    check_gpu_model_shape(cfg);
+    ONECARD_CHECK(!w.mtp.empty(), "weights: the checkpoint has no mtp.0 block");
+    const MTPWeights& m = w.mtp.front();
+    GpuMtp g;
+    g.block = block(arena, cfg, m.block, cfg.num_hidden_layers, nullptr);
+    g.enorm = upload_bf16(arena, m.enorm);
+    g.hnorm = upload_bf16(arena, m.hnorm);
+    g.norm = upload_bf16(arena, m.norm);
+    g.e_proj = fp8_linear(arena, m.e_proj);
+    g.h_proj = fp8_linear(arena, m.h_proj);
+    g.hc_head = hc(arena, m.hc_head);
+    return g;
+}
+
 GpuFp8Linear fuse_rows(const GpuFp8Linear& a, const GpuFp8Linear& b) {
     GpuFp8Linear f;
     if (!a.w || !b.w || a.n_in != b.n_in) return f;

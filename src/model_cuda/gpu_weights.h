@@ -107,12 +107,25 @@ struct GpuBlock {
     GpuMoE ffn;
 };
 
+// The V4-Flash MTP block mtp.0 (model/weights.h MTPWeights): a decoder block (layer_id =
+// num_hidden_layers, its KV the pool's layer of that index) plus its input glue and own head norms;
+// the embedding and the output head are the main model's.
+struct GpuMtp {
+    GpuBlock block;
+    const __nv_bfloat16* enorm = nullptr;  // [D]
+    const __nv_bfloat16* hnorm = nullptr;  // [D]
+    const __nv_bfloat16* norm = nullptr;   // [D]
+    GpuFp8Linear e_proj, h_proj;           // [D, D]
+    GpuHC hc_head;                         // fn [hc, hc·D], base [hc], scale [1]
+};
+
 struct GpuModelWeights {
     const __nv_bfloat16* embed = nullptr;  // [vocab, D], in HBM or device-mapped host RAM (HostEmbedding)
     GpuBf16Linear head;                    // [vocab, D]
     const __nv_bfloat16* norm = nullptr;   // [D]
     GpuHC hc_head;                         // fn [hc, hc·D], base [hc], scale [1]
-    std::vector<GpuBlock> layers;          // main layers only (MTP blocks are not run on the GPU yet)
+    std::vector<GpuBlock> layers;          // main layers only
+    std::optional<GpuMtp> mtp;             // the MTP drafter, when uploaded (upload_mtp_weights)
 };
 
 // a and b as one linear [a.n_out + b.n_out, n_in] when b's weight rows and block scales follow a's
@@ -139,5 +152,8 @@ void check_gpu_model_shape(const ModelConfig& cfg);
 // embedding table's device address in host RAM (HostEmbedding, already filled), not uploaded.
 GpuModelWeights upload_weights(const ModelConfig& cfg, const ModelWeights& w, cuda::DeviceArena& arena,
                                const ExpertPlacement* placement = nullptr, const __nv_bfloat16* host_embed = nullptr);
+// The checkpoint's MTP block mtp.0 into `arena` (every routed expert on the GPU). Throws when the
+// checkpoint has none. Its bytes are not in gpu_weight_bytes(), which counts the main model.
+GpuMtp upload_mtp_weights(const ModelConfig& cfg, const ModelWeights& w, cuda::DeviceArena& arena);
 
 }  // namespace onecard

@@ -27,9 +27,10 @@ namespace onecard::test {
 
 // The whole-model GPU tests' checkpoint, written to `dir`: 4 layers at the real per-layer Flash
 // dimensions (three hash-routed layers, one learned-routing layer), `experts` routed experts with
-// top-6, vocabulary 1024, moe_intermediate 1024, no MTP. `tame`: the tame drawing rule (SynthOptions::tame).
+// top-6, vocabulary 1024, moe_intermediate 1024, `mtp` MTP blocks (none by default). `tame`: the tame
+// drawing rule (SynthOptions::tame).
 inline ModelConfig write_flash_dims_checkpoint(const std::filesystem::path& dir, uint64_t seed, int64_t experts,
-                                               int64_t index_topk, bool tame = false) {
+                                               int64_t index_topk, bool tame = false, int64_t mtp = 0) {
     SynthOptions o;
     o.preset = SynthPreset::Flash;
     o.seed = seed;
@@ -39,7 +40,7 @@ inline ModelConfig write_flash_dims_checkpoint(const std::filesystem::path& dir,
     o.vocab = 1024;
     o.moe_inter = 1024;
     o.index_topk = index_topk;
-    o.mtp = 0;
+    o.mtp = mtp;
     o.tame = tame;
     const ModelConfig cfg = synth_config(o);
     synth_write(cfg, o.seed, dir, synth_default_shard_bytes(SynthPreset::Flash), false, 0, o.tame);

@@ -538,7 +538,25 @@ TEST(CudaModelIo, ElementwiseOpsExact) {
     s.sync();
     EXPECT_EQ(cuda::copy_to_host(dy32, static_cast<size_t>(n)), scaled_ref) << "scale_f32";
 
+    // add_to_streams_bf16: [rows, 4, dim] += [rows, dim] in every stream (the first 3·dim values of b
+    // as e, a as X).
+    {
+        const int64_t rows = 97, dim = 1024, hc = 4;
+        std::vector<uint16_t> x_ref(static_cast<size_t>(rows * hc * dim));
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t j = 0; j < hc; ++j)
+                for (int64_t d = 0; d < dim; ++d) {
+                    const size_t i = static_cast<size_t>((r * hc + j) * dim + d);
+                    x_ref[i] = f32_to_bf16(a[i] + b[static_cast<size_t>(r * dim + d)]);
+                }
+        cuda::copy_to_device(dy16, test::to_bf16_bits(std::vector<float>(a.begin(), a.begin() + rows * hc * dim)));
+        cuda::add_to_streams_bf16(bf(db), bf(dy16), rows, hc, dim, s.get());
+        s.sync();
+        EXPECT_EQ(cuda::copy_to_host(dy16, x_ref.size()), x_ref) << "add_to_streams_bf16";
+    }
+
     // n = 0 is a no-op everywhere.
+    cuda::add_to_streams_bf16(bf(db), bf(dy16), 0, 4, 1024, s.get());
     cuda::add_bf16(bf(da), bf(db), bf(dy16), 0, s.get());
     cuda::scale_f32(dy32, 2.0f, 0, s.get());
     s.sync();

@@ -24,6 +24,17 @@ __global__ void add_bf16_kernel(const __nv_bfloat16* __restrict__ a, const __nv_
         y[i] = __float2bfloat16(__bfloat162float(a[i]) + __bfloat162float(b[i]));
 }
 
+__global__ void add_to_streams_kernel(const __nv_bfloat16* __restrict__ e, __nv_bfloat16* X, int64_t total, int64_t hc,
+                                      int64_t dim) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int64_t row = i / (hc * dim), d = i % dim;  // X element (row, stream, d)
+        X[i] = __float2bfloat16(__bfloat162float(X[i]) + __bfloat162float(e[row * dim + d]));
+    }
+}
+
 __global__ void bf16_to_f32_kernel(const __nv_bfloat16* __restrict__ x, float* __restrict__ y, int64_t n) {
     dev::pdl_wait();
     dev::pdl_trigger();
@@ -54,6 +65,14 @@ void add_bf16(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* y, 
     if (n <= 0) return;
     launch_pdl(add_bf16_kernel, grid_for(n, kEltThreads), kEltThreads, 0, stream, a, b, y, n);
     CUDA_CHECK_LAUNCH("add_bf16_kernel");
+}
+
+void add_to_streams_bf16(const __nv_bfloat16* e, __nv_bfloat16* X, int64_t n, int64_t hc, int64_t dim,
+                         cudaStream_t stream) {
+    const int64_t total = n * hc * dim;
+    if (total <= 0) return;
+    launch_pdl(add_to_streams_kernel, grid_for(total, kEltThreads), kEltThreads, 0, stream, e, X, total, hc, dim);
+    CUDA_CHECK_LAUNCH("add_to_streams_kernel");
 }
 
 void bf16_to_f32(const __nv_bfloat16* x, float* y, int64_t n, cudaStream_t stream) {

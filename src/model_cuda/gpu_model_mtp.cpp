@@ -1,0 +1,65 @@
+// GpuModel's MTP block (dsv4-model.md §6.2; the CPU oracle is DeepSeekV4::forward_mtp): the next
+// token's embedding and the main model's streams go through their norms and projections, their sum
+// through one decoder block at layer index num_hidden_layers (its KV a window ring of the pool), and
+// the block's own hc_head and norm into the shared output head.
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops/elementwise.cuh"
+#include "backend/cuda/ops/embed_head.cuh"
+#include "backend/cuda/ops/rmsnorm.cuh"
+#include "core/error.h"
+#include "model_cuda/gpu_model.h"
+#include "model_cuda/gpu_model_buffers.h"
+
+namespace onecard {
+
+const bf16* GpuModel::last_streams() const {
+    return buf_->X;
+}
+
+const float* GpuModel::mtp_step(std::span<const GpuStepSeq> seqs, const bf16* streams, LogitRows rows, cudaStream_t s) {
+    Buffers& b = *buf_;
+    ONECARD_CHECK(w_.mtp.has_value(), "gpu model: the weights carry no MTP block (upload_mtp_weights)");
+    ONECARD_CHECK(pool_.layers().n_layers() > cfg_.num_hidden_layers,
+                  "gpu model: the KV pool has no layer for the MTP block ({} layers)", pool_.layers().n_layers());
+    ONECARD_CHECK(streams != nullptr, "gpu model: an MTP step without input streams");
+    meta_->build(seqs, rows, s);
+    ONECARD_CHECK(meta_->n_out <= b.logits_rows, "gpu model: {} logits rows asked, room for {}", meta_->n_out,
+                  b.logits_rows);
+    for (const auto& q : seqs)
+        ONECARD_CHECK(q.start_pos + static_cast<int64_t>(q.tokens.size()) <= opt_.max_model_len,
+                      "gpu model: an MTP sequence reaches position {} beyond max_model_len {}",
+                      q.start_pos + static_cast<int64_t>(q.tokens.size()), opt_.max_model_len);
+    StepPlan plan = plan_step(meta_->n, meta_->max_pos);
+    plan.stream_experts = false;  // the MTP block's experts are all on the GPU
+    profiling_ = profile_;
+    profile_ = false;
+    mtp_forward(plan, streams, s);
+    profiling_ = false;
+    return b.logits;
+}
+
+void GpuModel::mtp_forward(const StepPlan& p, const bf16* streams, cudaStream_t s) {
+    Buffers& b = *buf_;
+    const ModelConfig& c = cfg_;
+    const GpuMtp& m = *w_.mtp;
+    const int64_t n = meta_->n, D = c.hidden_size;
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    // hnorm's output [n·4, D] goes to the q buffer, free until the block's attention.
+    ONECARD_CHECK(c.num_attention_heads * c.head_dim >= 4 * D, "gpu model: the q buffer cannot hold the MTP streams");
+    tick("start", s);
+    if (streams != b.X)
+        CUDA_CHECK(cudaMemcpyAsync(b.X, streams, static_cast<size_t>(n * 4 * D) * 2, cudaMemcpyDeviceToDevice, s));
+    // X = h_proj · hnorm(H) per stream   [n, 4, D]
+    cuda::rmsnorm_bf16(b.X, m.hnorm, b.q, n * 4, D, eps, s);
+    lin_->fp8(m.h_proj, b.q, n * 4, b.X, s);
+    // pe = e_proj · enorm(embed[next])   [n, D]; X += pe in every stream
+    cuda::embed_streams(meta_->tokens, w_.embed, b.x, n, D, 1, s);
+    cuda::rmsnorm_bf16(b.x, m.enorm, b.x, n, D, eps, s);
+    lin_->fp8(m.e_proj, b.x, n, b.a, s);
+    cuda::add_to_streams_bf16(b.a, b.X, n, 4, D, s);
+    tick("mtp: input projections", s);
+    run_block(p, m.block, s);
+    head(m.hc_head, m.norm, s);
+}
+
+}  // namespace onecard
