@@ -205,7 +205,9 @@ MemoryPlan make_memory_plan(const ModelConfig& cfg, const std::vector<PlannedTen
     // bucket is a deliberate over-estimate until measured on the device.
     plan.graph_bytes = static_cast<uint64_t>(opt.graph_batches.size()) * (32ull << 20);
     plan.headroom_bytes = opt.headroom_bytes;
-    plan.kv_spec = make_kv_cache_spec(kv_model_shape_from_config(cfg), opt.kv_block_size);
+    KvModelShape kv_shape = kv_model_shape_from_config(cfg);
+    kv_shape.ring_spare = opt.kv_ring_spare;
+    plan.kv_spec = make_kv_cache_spec(kv_shape, opt.kv_block_size);
     const auto& spec = plan.kv_spec;
     plan.kv_slots = opt.max_num_seqs;
     const uint64_t slots_bytes = static_cast<uint64_t>(plan.kv_slots) * static_cast<uint64_t>(spec.slot_bytes);

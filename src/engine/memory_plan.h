@@ -47,6 +47,7 @@ struct MemoryPlanOptions {
     uint64_t kv_pool_bytes = 0;             // > 0: the KV pool's bytes instead (serve's --kv-cache-memory-bytes)
     int64_t max_num_seqs = 64;              // live sequences: one fixed KV slot each
     int64_t kv_block_size = 256;            // tokens per KV block (a multiple of every compress ratio)
+    int64_t kv_ring_spare = 0;              // spare ring rows per slot (speculation; KvModelShape::ring_spare)
     int64_t max_num_batched_tokens = 8192;  // tokens per step (the largest prefill chunk): sizes the activations
     int64_t max_context = 1048576;          // longest sequence: sizes the indexer score tile
     std::vector<int64_t> graph_batches = {1, 2, 4, 8, 16, 32, 64};  // decode batch buckets captured as graphs

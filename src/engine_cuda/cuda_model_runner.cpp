@@ -74,6 +74,12 @@ void CudaModelRunner::load(const ModelWeights* w, uint64_t dummy_seed) {
         weights_ = synth_weights_on_device(cfg, *arena_, dummy_seed, stream_.get(), placement, embed_at);
         stream_.sync();
     }
+    if (opt.mtp_drafter) {
+        ONECARD_CHECK(w != nullptr && !w->mtp.empty(),
+                      "cuda runner: the MTP drafter needs a checkpoint with an mtp.0 block ({})",
+                      w ? "this one has none" : "dummy weights have none");
+        weights_.mtp = upload_mtp_weights(cfg, *w, *arena_);
+    }
     if (placement) {
         host_store_ = std::make_unique<HostExpertStore>(cfg, *placement);
         if (w)
@@ -106,6 +112,8 @@ GpuModelOptions CudaModelRunner::model_options(const ModelConfig& cfg, const Cud
     mo.moe_scratch_bytes = opt.moe_scratch_bytes;
     mo.host_experts = opt.host_experts;
     mo.count_expert_picks = opt.count_expert_picks;
+    mo.mtp = opt.mtp_drafter;
+    mo.logits_rows_per_seq = 1 + (opt.mtp_drafter ? opt.num_speculative_tokens : 0);  // a verify step's rows
     return mo;
 }
 
@@ -130,7 +138,10 @@ void CudaModelRunner::bind_kv_pool(const KvCacheSpec& spec, const KvPoolSize& si
     const bool hybrid = opt_.expert_placement && !opt_.expert_placement->all_gpu();
     model_ = std::make_unique<GpuModel>(cfg_, weights_, *pool_, model_options(cfg_, opt_, hybrid), *arena_);
     // Pinned, so a constrained row's mask uploads asynchronously behind the forward (execute()).
-    mask_rows_cap_ = std::max<int64_t>(1, std::min(opt_.max_num_seqs, opt_.max_num_batched_tokens));
+    // A masked row's index counts the verify rows before it.
+    mask_rows_cap_ =
+        std::max<int64_t>(1, std::min(opt_.max_num_seqs * model_options(cfg_, opt_, hybrid).logits_rows_per_seq,
+                                      opt_.max_num_batched_tokens));
     void* pinned = nullptr;
     CUDA_CHECK(cudaHostAlloc(&pinned,
                              static_cast<size_t>(mask_rows_cap_ * token_mask_words(cfg_.vocab_size)) * sizeof(uint32_t),
@@ -228,30 +239,42 @@ void CudaModelRunner::queue_snapshot_saves(const SchedulerOutput& batch) {
 
 RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
     ONECARD_CHECK(model_ != nullptr, "cuda runner: bind_kv_pool() was not called");
-    for (RequestId id : batch.finished_ids) tables_.erase(id);
-    for (RequestId id : batch.preempted_ids) tables_.erase(id);
+    for (RequestId id : batch.finished_ids) {
+        tables_.erase(id);
+        mtp_pos_.erase(id);
+    }
+    for (RequestId id : batch.preempted_ids) {
+        tables_.erase(id);
+        mtp_pos_.erase(id);
+    }
     RunnerOutput out;
     out.vocab_size = cfg_.vocab_size;
     if (batch.requests.empty()) return out;
+    for (const auto& r : batch.requests) apply_block_ids(r, tables_[r.id]);
+    // Speculation: each drafting row feeds [next, drafts...] and gets the logits of all of them.
+    std::vector<std::vector<int32_t>> drafts(batch.requests.size()), fed(batch.requests.size());
+    if (spec_k_ > 0) drafts = draft_with_mtp(batch);
     queue_prefix_copies_in(batch);
     std::vector<GpuStepSeq> seqs;
     seqs.reserve(batch.requests.size());
-    for (const auto& r : batch.requests) {
+    for (size_t i = 0; i < batch.requests.size(); ++i) {
+        const auto& r = batch.requests[i];
+        fed[i].assign(r.token_ids.begin(), r.token_ids.end());
+        fed[i].insert(fed[i].end(), drafts[i].begin(), drafts[i].end());
         GpuStepSeq q;
         q.slot = r.kv.slot;
-        std::vector<int32_t>& table = tables_[r.id];
-        apply_block_ids(r, table);
-        q.block_table = table;  // GpuStepMeta sends the device row only what changed
+        q.block_table = tables_[r.id];  // GpuStepMeta sends the device row only what changed
         q.start_pos = r.start_pos;
-        q.tokens = r.token_ids;
+        q.tokens = fed[i];
         q.want_logits = r.sample;
+        q.logits_rows = 1 + static_cast<int64_t>(drafts[i].size());
         seqs.push_back(q);
         if (r.sample) out.row_ids.push_back(r.id);
     }
     const float* logits = model_->step(seqs, LogitRows::Last, stream_.get());
     queue_snapshot_saves(batch);
     // Rows the engine lets us sample are drawn on the GPU (only their ids come back); the others'
-    // logits are copied for the host sampler.
+    // logits are copied for the host sampler. A drafting row's k + 1 verify rows are drawn greedily.
     // Grammar masks overlap the forward: step() has only queued the forward on the stream, so the
     // constrained rows' masks (RowSampling::fill_mask, the engine's grammar matchers) are built here
     // on the host while the GPU computes the logits they will mask. They go to pinned memory, are
@@ -261,10 +284,17 @@ RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
     const int64_t words = token_mask_words(cfg_.vocab_size);
     int64_t n_mask_rows = 0;
     std::vector<cuda::SampleParams> params;
-    std::vector<int64_t> host_rows;
-    for (const auto& r : batch.requests) {
+    std::vector<int64_t> host_rows, first_row(batch.requests.size(), -1);
+    for (size_t i = 0; i < batch.requests.size(); ++i) {
+        const auto& r = batch.requests[i];
         if (!r.sample) continue;
+        for (size_t j = 0; j < drafts[i].size(); ++j) {
+            cuda::SampleParams v;
+            v.temperature = 0.0f;  // a verify row: argmax matching
+            params.push_back(v);
+        }
         const auto row = static_cast<int64_t>(params.size());
+        first_row[i] = row - static_cast<int64_t>(drafts[i].size());
         cuda::SampleParams p;
         if (r.sampling) {
             p.temperature = r.sampling->temperature;
@@ -272,7 +302,7 @@ RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
             p.top_p = r.sampling->top_p;
             p.min_p = r.sampling->min_p;
             p.seed = r.sampling->seed;
-            p.counter = r.sampling->counter;
+            p.counter = r.sampling->counter + drafts[i].size();
             if (r.sampling->fill_mask) {
                 ONECARD_CHECK(row < mask_rows_cap_, "cuda runner: sampled row {} past the {} rows of token masks", row,
                               mask_rows_cap_);
@@ -287,11 +317,11 @@ RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
         params.push_back(p);
     }
     const int64_t V = cfg_.vocab_size;
+    std::vector<int32_t> ids;
     if (host_rows.size() < params.size()) {
-        const int32_t* ids = model_->sample_last(params.data(), masks_host_.get(), n_mask_rows, stream_.get());
-        out.tokens.resize(params.size());
-        CUDA_CHECK(
-            cudaMemcpyAsync(out.tokens.data(), ids, out.tokens.size() * 4, cudaMemcpyDeviceToHost, stream_.get()));
+        const int32_t* d_ids = model_->sample_last(params.data(), masks_host_.get(), n_mask_rows, stream_.get());
+        ids.resize(params.size());
+        CUDA_CHECK(cudaMemcpyAsync(ids.data(), d_ids, ids.size() * 4, cudaMemcpyDeviceToHost, stream_.get()));
     }
     out.logits.resize(host_rows.size() * static_cast<size_t>(V));
     for (size_t j = 0; j < host_rows.size(); ++j)
@@ -304,7 +334,27 @@ RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
         maybe_swap_experts();
     }
     for (int64_t i : host_rows)
-        if (!out.tokens.empty()) out.tokens[static_cast<size_t>(i)] = -1;
+        if (!ids.empty()) ids[static_cast<size_t>(i)] = -1;
+    // One token per sampled row, or (drafting rows) the accepted drafts and the correction or bonus.
+    std::vector<int64_t> kept(batch.requests.size());
+    for (size_t i = 0; i < batch.requests.size(); ++i) {
+        const auto& r = batch.requests[i];
+        kept[i] = r.n_tokens();
+        if (!r.sample) continue;
+        const auto row = static_cast<size_t>(first_row[i]);
+        RunnerOutput::SpecRow sr;
+        if (!drafts[i].empty()) {
+            size_t a = 0;
+            while (a < drafts[i].size() && drafts[i][a] == ids[row + a]) ++a;
+            sr.n_drafts = static_cast<int64_t>(drafts[i].size());
+            sr.tokens.assign(drafts[i].begin(), drafts[i].begin() + static_cast<long>(a));
+            sr.tokens.push_back(ids[row + a]);
+            kept[i] = 1 + static_cast<int64_t>(a);
+        }
+        if (!ids.empty()) out.tokens.push_back(sr.tokens.empty() ? ids[row] : sr.tokens.front());
+        if (spec_k_ > 0) out.spec.push_back(std::move(sr));
+    }
+    if (spec_k_ > 0) mtp_catch_up(batch, fed, kept);
     return out;
 }
 

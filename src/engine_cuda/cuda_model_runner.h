@@ -50,6 +50,11 @@ struct CudaRunnerOptions {
     // runner compares recent picks and swaps at most one host expert that became hot with the
     // coldest GPU expert of its layer. 0 = off.
     int64_t expert_swap_interval = 0;
+    // Speculative decoding with the checkpoint's mtp.0 block (`--speculative-config` method "mtp"):
+    // upload the block and keep its buffers, for up to num_speculative_tokens drafts per row (sizes the
+    // logits rows a verify step returns).
+    bool mtp_drafter = false;
+    int64_t num_speculative_tokens = 0;
 };
 
 // What the startup report prints (serve): where the memory went and how long loading took.
@@ -97,6 +102,13 @@ public:
     bool prefix_snapshots_inside_chunks() const override { return false; }
     void bind_host_tier(const KvHostMemory& mem) override;
     RunnerOutput execute(const SchedulerOutput& batch) override;
+    // Speculative decoding (cuda_spec_runner.cpp): "mtp" when the runner was built with mtp_drafter
+    // from a checkpoint with mtp.0. Greedy rows with drafts are drafted by the MTP block and verified
+    // in the step (argmax matching: the output is the plain greedy output); rows that sample decode
+    // without drafts (lossless sampled verification runs on the CPU backend only). Every step also
+    // runs the MTP block over the positions the step kept, so a row can draft at any step.
+    bool supports_speculation(const std::string& method) const override;
+    void enable_speculation(const SpeculativeConfig& config) override;
 
     const CudaRunnerReport& report() const { return report_; }
     // The GpuModel options bind_kv_pool() uses, and the workspace such a model takes (exact: the
@@ -117,6 +129,15 @@ private:
     // The host tier's copies and the snapshot restores of a step, queued on the stream before its forward.
     void queue_prefix_copies_in(const SchedulerOutput& batch);
     void queue_snapshot_saves(const SchedulerOutput& batch);  // after the forward
+    // Speculative decoding: the drafts of the batch's greedy rows with n_draft_tokens (index = request
+    // index in the batch; empty: no drafts), from the MTP block (the MTP position before each row's
+    // next token is final, the further ones are dropped).
+    std::vector<std::vector<int32_t>> draft_with_mtp(const SchedulerOutput& batch);
+    // After the step's main forward, with its tokens (fed[i]) and kept counts (kept[i]) per request:
+    // runs the MTP block over every position the step kept whose next token is known, and keeps the
+    // main streams of each row's last kept position for its next draft.
+    void mtp_catch_up(const SchedulerOutput& batch, const std::vector<std::vector<int32_t>>& fed,
+                      const std::vector<int64_t>& kept);
 
     ModelConfig cfg_;
     CudaRunnerOptions opt_;
@@ -129,7 +150,9 @@ private:
     std::unique_ptr<GpuModel> model_;
     // Live requests' block tables, kept up from each step's new block ids (apply_block_ids).
     std::unordered_map<RequestId, std::vector<int32_t>> tables_;
-    KvHostMemory host_tier_;  // prefix caching (bind_host_tier)
+    int64_t spec_k_ = 0;                              // num_speculative_tokens (0: off)
+    std::unordered_map<RequestId, int64_t> mtp_pos_;  // speculation: MTP positions computed per request
+    KvHostMemory host_tier_;                          // prefix caching (bind_host_tier)
     // Host memory registered as pinned in ~64 MiB chunks (whole entries each) on first use: pinning tens
     // of GiB of host tier at start would cost seconds and RAM the tier may never fill, and registering
     // a chunk stalls the step that first touches it (measured through serve on the H200: a 1 GiB chunk

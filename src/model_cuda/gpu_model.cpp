@@ -157,6 +157,10 @@ void GpuModel::carve(const ModelConfig& cfg, const GpuModelOptions& opt, int64_t
     A(b.sample_params, b.logits_rows, "sampling parameters");
     A(b.sample_masks, b.logits_rows * ((cfg.vocab_size + 31) / 32), "token masks");
     b.sample_scratch = arena.alloc(cuda::sample_rows_scratch_bytes(b.logits_rows, cfg.vocab_size), "sampling scratch");
+    if (opt.mtp) {
+        A(b.mtp_in, T * 4 * D, "mtp input streams");
+        A(b.mtp_pending, opt.max_num_seqs * 4 * D, "mtp pending streams");
+    }
     A(b.rope_main, static_cast<int64_t>(rope_inv_freqs_for(cfg, false).size()), "rope main");
     A(b.rope_compress, static_cast<int64_t>(rope_inv_freqs_for(cfg, true).size()), "rope compress");
     // Per-call scratch of the linears (quantised activations, padded GEMM rows): a sub-arena.
@@ -199,6 +203,9 @@ GpuModel::GpuModel(const ModelConfig& cfg, const GpuModelWeights& weights, GpuKv
     ONECARD_CHECK(opt.max_num_batched_tokens <= pool.max_num_batched_tokens(),
                   "gpu model: {} tokens per step but the KV pool's step region holds {}", opt.max_num_batched_tokens,
                   pool.max_num_batched_tokens());
+    ONECARD_CHECK(!opt.mtp || pool.size().n_slots <= opt.max_num_seqs,
+                  "gpu model: {} KV slots but MTP pending rows for {} (max_num_seqs)", pool.size().n_slots,
+                  opt.max_num_seqs);
     const size_t used_before = arena.used();
     bool hybrid = false;
     for (const GpuBlock& blk : weights.layers) hybrid = hybrid || blk.ffn.hybrid();

@@ -48,6 +48,7 @@ struct GpuModelOptions {
     // the CPU). Serving and the bench take that bound (CudaModelRunner::model_options).
     int64_t moe_gemv_max_tokens = 64;
     bool count_expert_picks = false;  // count routing picks per (layer, expert) on the device (expert_pick_counts)
+    bool mtp = false;                 // buffers for the MTP drafter (gather_mtp_input, save_mtp_pending)
     HostMoeOptions host_experts;      // the host expert pool, when the weights keep experts in host RAM
     GpuFaultPlan faults;              // tests only: planted bugs (gpu_fault_plan.h); all off
 };
@@ -76,6 +77,16 @@ public:
     // Runs eagerly (no graphs).
     const float* mtp_step(std::span<const GpuStepSeq> seqs, const __nv_bfloat16* streams, LogitRows rows,
                           cudaStream_t stream);
+    // The MTP drafter's streams (GpuModelOptions::mtp). A run of input rows for an mtp_step: the
+    // pending row of KV slot `slot` (slot >= 0, n = 1), or n rows of last_streams() from step row `row`.
+    struct MtpRun {
+        int32_t slot = -1;
+        int64_t row = 0, n = 1;
+    };
+    // Copies the runs, in order, into the MTP input buffer and returns it ([Σ n, 4, D] bf16).
+    const __nv_bfloat16* gather_mtp_input(std::span<const MtpRun> runs, cudaStream_t stream);
+    // Sets KV slot `first`'s pending row to last_streams()' row `second`, for each pair.
+    void save_mtp_pending(std::span<const std::pair<int32_t, int64_t>> slot_rows, cudaStream_t stream);
     // Greedy tokens [n_out] of the last step's logits, on the device.
     const int32_t* argmax_last(cudaStream_t stream);
     // Tokens [n_out] of the last step's logits drawn with params[i] for row i (host array of n_out

@@ -62,6 +62,9 @@ struct GpuModel::Buffers {
     uint32_t* sample_masks = nullptr;              // [logits_rows, ceil(vocab / 32)] allowed-token bitmasks
     void* sample_scratch = nullptr;                // sample_rows_scratch_bytes(logits_rows, vocab)
     float *rope_main = nullptr, *rope_compress = nullptr;
+    // The MTP drafter (GpuModelOptions::mtp): its input streams [T, 4, D] gathered for an mtp_step, and
+    // per KV slot the main model's streams of the sequence's last kept position [max_num_seqs, 4, D].
+    bf16 *mtp_in = nullptr, *mtp_pending = nullptr;
 };
 
 }  // namespace onecard

@@ -38,6 +38,43 @@ const float* GpuModel::mtp_step(std::span<const GpuStepSeq> seqs, const bf16* st
     return b.logits;
 }
 
+const bf16* GpuModel::gather_mtp_input(std::span<const MtpRun> runs, cudaStream_t s) {
+    Buffers& b = *buf_;
+    ONECARD_CHECK(b.mtp_in != nullptr, "gpu model: MTP buffers are off (GpuModelOptions::mtp)");
+    const int64_t row_elems = 4 * cfg_.hidden_size;
+    const auto row_bytes = static_cast<size_t>(row_elems) * 2;
+    int64_t at = 0;
+    for (const MtpRun& r : runs) {
+        ONECARD_CHECK(r.n >= 1 && at + r.n <= b.T, "gpu model: MTP input of {} rows past {}", at + r.n, b.T);
+        const bf16* src = nullptr;
+        if (r.slot >= 0) {
+            ONECARD_CHECK(r.slot < opt_.max_num_seqs && r.n == 1, "gpu model: pending MTP row of slot {} (x{})", r.slot,
+                          r.n);
+            src = b.mtp_pending + r.slot * row_elems;
+        } else {
+            ONECARD_CHECK(r.row >= 0 && r.row + r.n <= meta_->n, "gpu model: MTP rows [{}, {}) outside the last step",
+                          r.row, r.row + r.n);
+            src = b.X + r.row * row_elems;
+        }
+        CUDA_CHECK(cudaMemcpyAsync(b.mtp_in + at * row_elems, src, row_bytes * static_cast<size_t>(r.n),
+                                   cudaMemcpyDeviceToDevice, s));
+        at += r.n;
+    }
+    return b.mtp_in;
+}
+
+void GpuModel::save_mtp_pending(std::span<const std::pair<int32_t, int64_t>> slot_rows, cudaStream_t s) {
+    Buffers& b = *buf_;
+    ONECARD_CHECK(b.mtp_pending != nullptr, "gpu model: MTP buffers are off (GpuModelOptions::mtp)");
+    const int64_t row_elems = 4 * cfg_.hidden_size;
+    for (const auto& [slot, row] : slot_rows) {
+        ONECARD_CHECK(slot >= 0 && slot < opt_.max_num_seqs && row >= 0 && row < meta_->n,
+                      "gpu model: pending MTP row {} of slot {} outside the last step", row, slot);
+        CUDA_CHECK(cudaMemcpyAsync(b.mtp_pending + slot * row_elems, b.X + row * row_elems,
+                                   static_cast<size_t>(row_elems) * 2, cudaMemcpyDeviceToDevice, s));
+    }
+}
+
 void GpuModel::mtp_forward(const StepPlan& p, const bf16* streams, cudaStream_t s) {
     Buffers& b = *buf_;
     const ModelConfig& c = cfg_;

@@ -112,6 +112,8 @@ void GpuStepMeta::build(std::span<const GpuStepSeq> seqs, LogitRows rows, cudaSt
                                        static_cast<size_t>(hi - lo) * 4, cudaMemcpyHostToDevice, s));
             table_entries_sent_ += hi - lo;
         }
+        ONECARD_CHECK(q.logits_rows >= 1 && q.logits_rows <= len, "gpu step: {} logits rows of a {}-token sequence",
+                      q.logits_rows, len);
         const int64_t first = i;
         for (int64_t t = 0; t < len; ++t, ++i) {
             h_tok[i] = q.tokens[static_cast<size_t>(t)];
@@ -120,7 +122,8 @@ void GpuStepMeta::build(std::span<const GpuStepSeq> seqs, LogitRows rows, cudaSt
             h_first[i] = static_cast<int32_t>(first);
             h_last[i] = static_cast<int32_t>(first + len - 1);
             host_->i64[i] = pool.slot_offset(q.slot);
-            if (rows == LogitRows::All || (q.want_logits && t == len - 1)) h_out[n_o++] = static_cast<int32_t>(i);
+            if (rows == LogitRows::All || (q.want_logits && t >= len - q.logits_rows))
+                h_out[n_o++] = static_cast<int32_t>(i);
         }
         max_pos = std::max(max_pos, q.start_pos + len - 1);
     }

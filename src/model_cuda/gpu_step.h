@@ -24,6 +24,7 @@ struct GpuStepSeq {
     int64_t start_pos = 0;
     std::span<const int32_t> tokens;
     bool want_logits = false;  // return the logits of its last token
+    int64_t logits_rows = 1;   // with want_logits: of its last this-many tokens (a verify step's k + 1)
 };
 
 // Which logits rows a step returns: each sequence's last token where it wants logits, or every token's

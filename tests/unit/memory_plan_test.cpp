@@ -105,6 +105,13 @@ TEST(MemoryPlan, FlashKvPoolFollowsTheKvFormat) {
     EXPECT_EQ(p.kv_blocks, 65536 / 256 + 4);  // one spare block per sequence for its partial tail
     EXPECT_EQ(p.kv_token_capacity, 65536);
     EXPECT_EQ(p.kv_pool_bytes, 4ull * static_cast<uint64_t>(p.kv_spec.slot_bytes) + 260ull * 985664ull);
+
+    // Speculation's spare ring rows (3): every ring of the slot 3 rows longer, blocks unchanged.
+    opt.kv_ring_spare = 3;
+    const MemoryPlan s = make_memory_plan(cfg, planned(cfg), opt);
+    EXPECT_EQ(s.kv_spec.block_bytes, 985664);
+    EXPECT_EQ(s.kv_spec.slot_bytes, 44 * 131 * 584 + 21 * (11 * 8192 + 11 * 2048) + 20 * 131 * 4096);
+    EXPECT_EQ(s.kv_pool_bytes, 4ull * static_cast<uint64_t>(s.kv_spec.slot_bytes) + 260ull * 985664ull);
 }
 
 TEST(MemoryPlan, FullFlashIsRefusedWithOptions) {

@@ -413,6 +413,8 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         pin.count_expert_picks = !a.expert_profile.empty();
         pin.count_picks_if_hybrid = a.expert_swap_interval > 0;
         pin.stream_experts = a.stream_experts == "auto" ? -1 : std::stoll(a.stream_experts);
+        if (!a.speculative_config.empty()) pin.speculative = server::parse_speculative_config(a.speculative_config);
+        const bool mtp_drafter = pin.speculative.enabled() && pin.speculative.method == "mtp";
         MemoryPlan plan;
         const Checkpoint* ckpt_ptr = ckpt ? &*ckpt : nullptr;
         if (max_len_given) {
@@ -442,6 +444,11 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         }
         std::fputs(memory_plan_report(plan).c_str(), stderr);
         require_plan_fits(plan);
+        if (mtp_drafter && plan.host_experts())
+            throw Error(
+                "serve: speculative decoding with the MTP block on the GPU needs every routed expert on the GPU, "
+                "but this plan keeps some in host RAM; leave out --speculative-config or serve a shorter "
+                "--max-model-len / fewer --max-num-seqs");
         plan_line = memory_plan_line(plan) + "\n";
         plan_json = memory_plan_json(plan);
         std::fprintf(stderr, "serve: loading %s onto the GPU\n", model_dir.c_str());
@@ -467,6 +474,8 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         ro.count_expert_picks = !a.expert_profile.empty() || ro.expert_swap_interval > 0;
         ro.host_experts.stream_experts = plan.host_experts() ? plan.stream_experts : 0;
         ro.host_experts.stream_min_tokens = a.stream_min_tokens;
+        ro.mtp_drafter = mtp_drafter;
+        ro.num_speculative_tokens = mtp_drafter ? pin.speculative.num_speculative_tokens : 0;
         auto cr = w ? std::make_unique<CudaModelRunner>(*cfg, *w, ro)
                     : std::make_unique<CudaModelRunner>(*cfg, DummyWeights{dummy_seed}, ro);
         a.kv_cache_memory_bytes = static_cast<int64_t>(plan.kv_pool_bytes);
@@ -829,8 +838,9 @@ void add_cmd_serve(CLI::App& app) {
     cmd->add_option(
         "--speculative-config", a->speculative_config,
         "vLLM: speculative decoding, e.g. '{\"method\":\"mtp\",\"num_speculative_tokens\":3}' (V4-Flash) or "
-        "'{\"method\":\"dspark\",\"num_speculative_tokens\":5}' (0731, at most dspark_block_size) (the CPU "
-        "backend; the engine refuses it where the runner cannot speculate)");
+        "'{\"method\":\"dspark\",\"num_speculative_tokens\":5}' (0731, at most dspark_block_size); "
+        "the CUDA backend drafts greedy requests with mtp, the CPU backend every request with either; the "
+        "engine refuses a method the runner cannot run)");
     cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", a->enable_prefix_caching,
                   "automatic prefix caching (default on; the CUDA backend and the CPU backend in reference "
                   "numerics have it)");

@@ -3,6 +3,7 @@
 #ifdef ONECARD_HAVE_CUDA
 #include "backend/cuda/device.h"
 #include "core/error.h"
+#include "engine/engine_core.h"
 #include "engine_cuda/cuda_model_runner.h"
 #include "engine_cuda/gpu_plan.h"
 #include "model/weights.h"
@@ -30,7 +31,9 @@ MemoryPlan plan_serve_on_gpu(const ModelConfig& cfg, const Checkpoint* ckpt, con
     o.device_total_bytes = devs[0].total_bytes;
     o.gpu_memory_utilization = in.gpu_memory_utilization;
     o.headroom_bytes = static_cast<uint64_t>(in.headroom_gib * 1073741824.0);
-    o.include_mtp = false;  // the CUDA backend does not load the MTP block
+    const bool mtp = in.speculative.enabled() && in.speculative.method == "mtp";
+    o.include_mtp = mtp;  // the GPU loads the MTP block only to draft with it
+    o.kv_ring_spare = kv_ring_spare(in.speculative);
     o.max_num_seqs = in.max_num_seqs;
     o.max_num_batched_tokens = in.max_num_batched_tokens;
     o.max_context = in.max_model_len;
@@ -48,7 +51,11 @@ MemoryPlan plan_serve_on_gpu(const ModelConfig& cfg, const Checkpoint* ckpt, con
     ro.max_num_batched_tokens = in.max_num_batched_tokens;
     ro.moe_gemv_max_tokens = in.moe_gemv_max_tokens;
     ro.count_expert_picks = in.count_expert_picks;
-    const KvCacheSpec spec = make_kv_cache_spec(kv_model_shape_from_config(cfg), in.kv_block_size);
+    ro.mtp_drafter = mtp;
+    ro.num_speculative_tokens = mtp ? in.speculative.num_speculative_tokens : 0;
+    KvModelShape kv_shape = kv_model_shape_from_config(cfg);
+    kv_shape.ring_spare = o.kv_ring_spare;
+    const KvCacheSpec spec = make_kv_cache_spec(kv_shape, in.kv_block_size);
     const std::vector<PlannedTensor> tensors = gpu_planned_tensors(specs);
     o.workspace_bytes = static_cast<uint64_t>(CudaModelRunner::workspace_bytes(cfg, ro, spec, false));
     MemoryPlan plan = make_memory_plan(cfg, tensors, o);

@@ -7,6 +7,7 @@
 #include "loader/checkpoint.h"
 #include "model/config.h"
 #include "model/expert_profile.h"
+#include "onecard/engine.h"
 
 #include <cstdint>
 
@@ -26,6 +27,10 @@ struct ServePlanInputs {
     bool count_picks_if_hybrid = false;         // ... also when some experts end up in host RAM (re-placement)
     int64_t stream_experts =
         -1;  // host experts per layer staged over PCIe on large decode steps (-1: default_stream_experts)
+    // Speculative decoding: method "mtp" loads the MTP block (its weights, buffers, the KV rings' spare
+    // rows and a verify step's logits rows are planned); other methods plan nothing (the GPU runner
+    // refuses them).
+    SpeculativeConfig speculative;
 };
 
 #ifdef ONECARD_HAVE_CUDA

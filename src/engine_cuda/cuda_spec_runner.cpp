@@ -1,0 +1,135 @@
+// CudaModelRunner's speculative decoding (issue 17) with the checkpoint's mtp.0 block on the GPU.
+//
+// Positions (as on the CPU, engine/spec_decoder.h): the MTP block at position p reads the main
+// model's pre-hc_head streams at p and the token at p + 1. A row whose next token sits at position n
+// has the MTP block computed up to n - 2 (mtp_pos_ = n - 1) and the main streams of position n - 1
+// pending (GpuModel::save_mtp_pending). Its draft: the MTP block at n - 1 on the pending streams and
+// `next` (final: kept), then at n, n + 1, ... on its own output streams and the previous draft (dropped:
+// their ring rows are overwritten later, and the ring's spare rows keep them off every row a kept
+// position reads, KvModelShape::ring_spare). The step then verifies [next, drafts...] in the main
+// forward; afterwards mtp_catch_up() runs the block over every position the step kept whose next
+// token is known and saves the last kept position's streams as the new pending row.
+#include "backend/cuda/cuda_check.h"
+#include "core/error.h"
+#include "engine_cuda/cuda_model_runner.h"
+
+#include <algorithm>
+
+namespace onecard {
+
+bool CudaModelRunner::supports_speculation(const std::string& method) const {
+    return method == "mtp" && weights_.mtp.has_value();
+}
+
+void CudaModelRunner::enable_speculation(const SpeculativeConfig& config) {
+    ONECARD_CHECK(supports_speculation(config.method), "cuda runner: speculative method '{}' is not supported ({})",
+                  config.method,
+                  weights_.mtp ? "the GPU drafts with the mtp.0 block: use 'mtp'"
+                               : "the runner was built without the MTP drafter (CudaRunnerOptions::mtp_drafter)");
+    ONECARD_CHECK(config.num_speculative_tokens >= 1 && config.num_speculative_tokens <= opt_.num_speculative_tokens,
+                  "cuda runner: {} speculative tokens, the runner was sized for {}", config.num_speculative_tokens,
+                  opt_.num_speculative_tokens);
+    ONECARD_CHECK(pool_ != nullptr && pool_->spec().shape.ring_spare >= config.num_speculative_tokens - 1,
+                  "cuda runner: the KV rings have {} spare rows, {} drafts need {}",
+                  pool_ ? pool_->spec().shape.ring_spare : 0, config.num_speculative_tokens,
+                  config.num_speculative_tokens - 1);
+    ONECARD_CHECK(config.confidence_threshold == 0.0,
+                  "cuda runner: confidence_threshold needs the DSpark drafter (not on the GPU yet)");
+    ONECARD_CHECK(mtp_pos_.empty() && tables_.empty(), "cuda runner: speculation is enabled before the first step");
+    spec_k_ = config.num_speculative_tokens;
+}
+
+std::vector<std::vector<int32_t>> CudaModelRunner::draft_with_mtp(const SchedulerOutput& batch) {
+    std::vector<std::vector<int32_t>> drafts(batch.requests.size());
+    // The drafting rows: greedy decode rows the engine gave drafts, whose pending streams are those of
+    // the position before their next token.
+    std::vector<size_t> rows;
+    for (size_t i = 0; i < batch.requests.size(); ++i) {
+        const auto& r = batch.requests[i];
+        if (r.n_draft_tokens <= 0 || !r.sample || !r.sampling || r.sampling->temperature != 0.0f || r.n_tokens() != 1 ||
+            r.start_pos < 1)
+            continue;
+        const auto it = mtp_pos_.find(r.id);
+        if (it == mtp_pos_.end() || it->second != r.start_pos - 1) continue;
+        rows.push_back(i);
+    }
+    if (rows.empty()) return drafts;
+    int64_t k_max = 0;
+    for (size_t i : rows) k_max = std::max(k_max, std::min(batch.requests[i].n_draft_tokens, spec_k_));
+    std::vector<GpuStepSeq> seqs;
+    std::vector<GpuModel::MtpRun> runs;
+    std::vector<int32_t> tokens(rows.size()), ids(rows.size());
+    std::vector<size_t> prev_row(batch.requests.size());  // the row's index in the previous draft step
+    for (int64_t j = 0; j < k_max; ++j) {
+        seqs.clear();
+        runs.clear();
+        std::vector<size_t> in_step;
+        for (size_t i : rows) {
+            const auto& r = batch.requests[i];
+            if (j >= std::min(r.n_draft_tokens, spec_k_)) continue;
+            const size_t at = in_step.size();
+            tokens[at] = j == 0 ? r.token_ids[0] : drafts[i].back();
+            GpuStepSeq q;
+            q.slot = r.kv.slot;
+            q.block_table = tables_[r.id];
+            q.start_pos = r.start_pos - 1 + j;  // position n - 1 + j
+            q.tokens = std::span<const int32_t>(tokens).subspan(at, 1);
+            q.want_logits = true;
+            seqs.push_back(q);
+            runs.push_back(j == 0 ? GpuModel::MtpRun{r.kv.slot, 0, 1}
+                                  : GpuModel::MtpRun{-1, static_cast<int64_t>(prev_row[i]), 1});
+            prev_row[i] = at;
+            in_step.push_back(i);
+        }
+        const __nv_bfloat16* in = model_->gather_mtp_input(runs, stream_.get());
+        model_->mtp_step(seqs, in, LogitRows::Last, stream_.get());
+        const int32_t* d_ids = model_->argmax_last(stream_.get());
+        CUDA_CHECK(cudaMemcpyAsync(ids.data(), d_ids, in_step.size() * 4, cudaMemcpyDeviceToHost, stream_.get()));
+        stream_.sync();  // the next draft step's tokens, and its metadata's pinned staging
+        for (size_t at = 0; at < in_step.size(); ++at) drafts[in_step[at]].push_back(ids[at]);
+        if (j == 0)  // the MTP row at n - 1 read the real streams and `next`: it is kept
+            for (size_t i : in_step) mtp_pos_[batch.requests[i].id] = batch.requests[i].start_pos;
+    }
+    return drafts;
+}
+
+void CudaModelRunner::mtp_catch_up(const SchedulerOutput& batch, const std::vector<std::vector<int32_t>>& fed,
+                                   const std::vector<int64_t>& kept) {
+    std::vector<GpuStepSeq> seqs;
+    std::vector<GpuModel::MtpRun> runs;
+    std::vector<std::pair<int32_t, int64_t>> pending;
+    std::vector<std::vector<int32_t>> next(batch.requests.size());
+    int64_t step_row = 0;  // the request's first row in the main step
+    for (size_t i = 0; i < batch.requests.size(); ++i) {
+        const auto& r = batch.requests[i];
+        const int64_t s = r.start_pos, c = kept[i];
+        int64_t& m = mtp_pos_[r.id];
+        if (s == 0) m = 0;  // a fresh (or recomputed) sequence
+        ONECARD_CHECK(m == s - 1 || m == s || s == 0, "cuda runner: request {} has the MTP block at {}, its step at {}",
+                      r.id, m, s);
+        // MTP positions m .. s + c - 2: position p reads streams p (the pending row for s - 1) and token p + 1.
+        const int64_t last = s + c - 2;
+        if (last >= m) {
+            for (int64_t p = m; p <= last; ++p) next[i].push_back(fed[i][static_cast<size_t>(p + 1 - s)]);
+            if (m == s - 1) runs.push_back({r.kv.slot, 0, 1});
+            const int64_t from = std::max(m, s);
+            if (last >= from) runs.push_back({-1, step_row + (from - s), last - from + 1});
+            GpuStepSeq q;
+            q.slot = r.kv.slot;
+            q.block_table = tables_[r.id];
+            q.start_pos = m;
+            q.tokens = next[i];
+            seqs.push_back(q);
+            m = last + 1;
+        }
+        pending.emplace_back(r.kv.slot, step_row + c - 1);
+        step_row += static_cast<int64_t>(fed[i].size());
+    }
+    // The inputs read the old pending rows and the main step's streams before either is overwritten.
+    const __nv_bfloat16* in = seqs.empty() ? nullptr : model_->gather_mtp_input(runs, stream_.get());
+    model_->save_mtp_pending(pending, stream_.get());
+    if (!seqs.empty()) model_->mtp_step(seqs, in, LogitRows::Last, stream_.get());
+    stream_.sync();  // the MTP step's metadata staging is rewritten by the next step's
+}
+
+}  // namespace onecard
