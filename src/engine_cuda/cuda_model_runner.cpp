@@ -75,10 +75,14 @@ void CudaModelRunner::load(const ModelWeights* w, uint64_t dummy_seed) {
         stream_.sync();
     }
     if (opt.mtp_drafter) {
-        ONECARD_CHECK(w != nullptr && !w->mtp.empty(),
-                      "cuda runner: the MTP drafter needs a checkpoint with an mtp.0 block ({})",
-                      w ? "this one has none" : "dummy weights have none");
-        weights_.mtp = upload_mtp_weights(cfg, *w, *arena_);
+        ONECARD_CHECK(!cfg.dspark && cfg.n_mtp_blocks() >= 1 && (w == nullptr || !w->mtp.empty()),
+                      "cuda runner: the MTP drafter needs a model with an mtp.0 block");
+        if (w) {
+            weights_.mtp = upload_mtp_weights(cfg, *w, *arena_);
+        } else {  // dummy weights: the block synthesised like the rest
+            weights_.mtp = synth_mtp_on_device(cfg, *arena_, dummy_seed, stream_.get());
+            stream_.sync();
+        }
     }
     if (placement) {
         host_store_ = std::make_unique<HostExpertStore>(cfg, *placement);

@@ -69,6 +69,21 @@ public:
         return w;
     }
 
+    // The MTP block mtp.0 (tags "mtp.0.*"): a decoder block at layer index num_hidden_layers with every
+    // routed expert, plus its glue (GpuMtp).
+    GpuMtp build_mtp() {
+        const int64_t D = cfg_.hidden_size;
+        GpuMtp m;
+        m.block = block(cfg_.num_hidden_layers, "mtp.0");
+        m.enorm = norm("mtp.0.enorm.weight", D);
+        m.hnorm = norm("mtp.0.hnorm.weight", D);
+        m.norm = norm("mtp.0.norm.weight", D);
+        m.e_proj = fp8_linear("mtp.0.e_proj", D, D);
+        m.h_proj = fp8_linear("mtp.0.h_proj", D, D);
+        m.hc_head = hc("mtp.0.hc_head", true);
+        return m;
+    }
+
     size_t used() const { return used_; }
     const std::vector<FillJob>& jobs() const { return jobs_; }
 
@@ -220,7 +235,7 @@ private:
         cuda::MxExpertWeights& x = m.experts;
         // With a placement only the layer's GPU-resident experts are made here (in slot order); the
         // others are made in host RAM (HostExpertStore::fill_synthetic).
-        x.n_experts = placement_ ? placement_->n_gpu(layer_) : E;
+        x.n_experts = placement_ && layer_ < cfg_.num_hidden_layers ? placement_->n_gpu(layer_) : E;
         x.dim = D;
         x.inter = I;
         mx_matrix(p + ".experts.w1", x.n_experts, I, D, x.w1, x.s1);
@@ -233,9 +248,9 @@ private:
         return m;
     }
 
-    GpuBlock block(int64_t il) {
+    GpuBlock block(int64_t il, const std::string& prefix = "") {
         layer_ = il;
-        const std::string p = fmt::format("layers.{}", il);
+        const std::string p = prefix.empty() ? fmt::format("layers.{}", il) : prefix;
         const int64_t D = cfg_.hidden_size;
         GpuBlock b;
         b.layer_id = il;
@@ -347,6 +362,13 @@ GpuModelWeights alloc_synth_weights(const ModelConfig& cfg, cuda::DeviceArena& a
                                     __nv_bfloat16* host_embed) {
     Builder b(cfg, &arena, placement, host_embed);
     return b.build();
+}
+
+GpuMtp synth_mtp_on_device(const ModelConfig& cfg, cuda::DeviceArena& arena, uint64_t seed, cudaStream_t stream) {
+    Builder b(cfg, &arena, nullptr);
+    GpuMtp m = b.build_mtp();
+    for (const FillJob& j : b.jobs()) launch_fill(j, seed, cfg, stream);
+    return m;
 }
 
 GpuModelWeights synth_weights_on_device(const ModelConfig& cfg, cuda::DeviceArena& arena, uint64_t seed,

@@ -56,4 +56,8 @@ GpuModelWeights synth_weights_on_device(const ModelConfig& cfg, cuda::DeviceAren
                                         cudaStream_t stream, const ExpertPlacement* placement = nullptr,
                                         __nv_bfloat16* host_embed = nullptr);
 
+// The MTP block mtp.0 of `cfg` (every routed expert on the GPU), synthesised like the main layers
+// (tags "mtp.0.*"), for GpuModelWeights::mtp.
+GpuMtp synth_mtp_on_device(const ModelConfig& cfg, cuda::DeviceArena& arena, uint64_t seed, cudaStream_t stream);
+
 }  // namespace onecard

@@ -6,7 +6,8 @@
 //    step time; bytes of weights and KV read per step and their fraction of the copy bandwidth
 //    measured in the same run;
 //  * verify (--verify-k): for each listed k, steps of k + 1 tokens per sequence returning every row's
-//    logits, the cost side of speculative decoding, as a ratio to the decode step;
+//    logits, the cost side of speculative decoding, as a ratio to the decode step; with the synthetic
+//    shape also the MTP block's chain of k draft steps (bench_spec.h), the drafter's cost;
 //  * mixed (--mixed-chunk N): for each batch size B, steps of the B decode rows plus an N-token chunk of
 //    another sequence's prompt that already holds --mixed-context tokens: the step a server runs while
 //    a long prompt prefills beside decoding streams (issue 16's mixed-load gate), with its profile;
@@ -26,6 +27,7 @@
 #include "backend/cuda/stream.h"
 #include "backend/host/host_experts.h"
 #include "bench_routing.h"
+#include "bench_spec.h"
 #include "engine/memory_plan.h"
 #include "engine_cuda/gpu_plan.h"
 #include "kvcache/kv_spec.h"
@@ -304,6 +306,9 @@ void run_bench(const BenchArgs& a) {
     mo.moe_gemv_max_tokens =
         a.moe_gemv_max_tokens > 0 ? a.moe_gemv_max_tokens : GpuModel::max_moe_gemv_tokens(cfg, a.experts > 0);
     for (int64_t k : verify_ks) mo.logits_rows_per_seq = std::max(mo.logits_rows_per_seq, k + 1);
+    // The MTP drafter (synthetic V4-Flash shape): its block and buffers, for the draft chains.
+    const bool draft = !verify_ks.empty() && a.model.empty() && !cfg.dspark && cfg.n_mtp_blocks() >= 1;
+    mo.mtp = draft;
     mo.max_model_len = max_len;
     mo.count_expert_picks = true;
     mo.host_experts.n_threads = a.host_threads;
@@ -317,7 +322,7 @@ void run_bench(const BenchArgs& a) {
         MemoryPlanOptions po;
         po.device_bytes = dev.free_bytes;
         po.headroom_bytes = static_cast<uint64_t>(a.headroom_gib * (1ull << 30));
-        po.include_mtp = false;
+        po.include_mtp = draft;
         po.max_num_seqs = max_b + 1;
         po.kv_block_size = spec.block_size;
         po.kv_tokens =
@@ -378,6 +383,7 @@ void run_bench(const BenchArgs& a) {
             host_store->fill_synthetic(a.seed, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
             attach_host_experts(w, *host_store, arena, mo.host_experts.stream_experts);
         }
+        if (draft) w.mtp = synth_mtp_on_device(cfg, arena, a.seed, s);
     } else {
         ckpt = std::make_unique<Checkpoint>(Checkpoint::open(a.model));
         w = upload_weights(cfg, bind_weights(cfg, *ckpt), arena);
@@ -592,6 +598,13 @@ void run_bench(const BenchArgs& a) {
                 {"step_ms_median", tv * 1e3},     {"ratio_to_decode_step", tv / t},
                 {"bytes_read_per_step", vbytes},  {"bytes_ratio_to_decode_step", vbytes / bytes},
                 {"tokens_per_step", B * (k + 1)}, {"timed_steps", vt.size()}};
+            if (draft) {
+                const double td =
+                    time_mtp_draft_chain(model, B, k, pos, tables, cfg.vocab_size, a.warmup, a.repeats * a.steps, s);
+                std::printf("         draft k=%-2lld  %10.3f ms  (%.3f ms a draft step; MTP block, eager)\n",
+                            static_cast<long long>(k), td * 1e3, td * 1e3 / static_cast<double>(k));
+                verify_json[std::to_string(k)]["draft_chain_ms_median"] = td * 1e3;
+            }
         }
         nlohmann::json prof = nlohmann::json::object();
         if (a.profile) {
@@ -849,7 +862,7 @@ void add_cmd_bench(CLI::App& app) {
                     "--experts, whose plan may keep experts in host RAM)");
     cmd->add_option("--verify-k", a->verify_k,
                     "also time speculative verify steps of k + 1 tokens per sequence for each k listed, e.g. "
-                    "1,2,3,5,7 (default: none)");
+                    "1,2,3,5,7 (default: none), and with --synth the MTP block's chain of k draft steps");
     cmd->add_option("--mixed-chunk", a->mixed_chunk,
                     "also time, per decode batch, steps of the decode rows plus a prompt chunk of this many tokens "
                     "of another sequence (a server's step while a long prompt prefills; default 0: off)");
