@@ -256,7 +256,8 @@ RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
     if (batch.requests.empty()) return out;
     for (const auto& r : batch.requests) apply_block_ids(r, tables_[r.id]);
     // Speculation: each drafting row feeds [next, drafts...] and gets the logits of all of them.
-    std::vector<std::vector<int32_t>> drafts(batch.requests.size()), fed(batch.requests.size());
+    std::vector<RowDraft> drafts(batch.requests.size());
+    std::vector<std::vector<int32_t>> fed(batch.requests.size());
     if (spec_k_ > 0) drafts = draft_with_mtp(batch);
     queue_prefix_copies_in(batch);
     std::vector<GpuStepSeq> seqs;
@@ -264,21 +265,22 @@ RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
     for (size_t i = 0; i < batch.requests.size(); ++i) {
         const auto& r = batch.requests[i];
         fed[i].assign(r.token_ids.begin(), r.token_ids.end());
-        fed[i].insert(fed[i].end(), drafts[i].begin(), drafts[i].end());
+        fed[i].insert(fed[i].end(), drafts[i].tokens.begin(), drafts[i].tokens.end());
         GpuStepSeq q;
         q.slot = r.kv.slot;
         q.block_table = tables_[r.id];  // GpuStepMeta sends the device row only what changed
         q.start_pos = r.start_pos;
         q.tokens = fed[i];
         q.want_logits = r.sample;
-        q.logits_rows = 1 + static_cast<int64_t>(drafts[i].size());
+        q.logits_rows = 1 + static_cast<int64_t>(drafts[i].tokens.size());
         seqs.push_back(q);
         if (r.sample) out.row_ids.push_back(r.id);
     }
     const float* logits = model_->step(seqs, LogitRows::Last, stream_.get());
     queue_snapshot_saves(batch);
     // Rows the engine lets us sample are drawn on the GPU (only their ids come back); the others'
-    // logits are copied for the host sampler. A drafting row's k + 1 verify rows are drawn greedily.
+    // logits are copied for the host sampler. A greedy drafting row's k + 1 verify rows are drawn by
+    // argmax; a sampled one's come to the host (verify_sampled).
     // Grammar masks overlap the forward: step() has only queued the forward on the stream, so the
     // constrained rows' masks (RowSampling::fill_mask, the engine's grammar matchers) are built here
     // on the host while the GPU computes the logits they will mask. They go to pinned memory, are
@@ -292,13 +294,14 @@ RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
     for (size_t i = 0; i < batch.requests.size(); ++i) {
         const auto& r = batch.requests[i];
         if (!r.sample) continue;
-        for (size_t j = 0; j < drafts[i].size(); ++j) {
+        const auto k = static_cast<int64_t>(drafts[i].tokens.size());
+        for (int64_t j = 0; j < k; ++j) {
             cuda::SampleParams v;
-            v.temperature = 0.0f;  // a verify row: argmax matching
+            v.temperature = 0.0f;  // a verify row: argmax matching (sampled rows: the host decides)
             params.push_back(v);
         }
         const auto row = static_cast<int64_t>(params.size());
-        first_row[i] = row - static_cast<int64_t>(drafts[i].size());
+        first_row[i] = row - k;
         cuda::SampleParams p;
         if (r.sampling) {
             p.temperature = r.sampling->temperature;
@@ -306,7 +309,7 @@ RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
             p.top_p = r.sampling->top_p;
             p.min_p = r.sampling->min_p;
             p.seed = r.sampling->seed;
-            p.counter = r.sampling->counter + drafts[i].size();
+            p.counter = r.sampling->counter;
             if (r.sampling->fill_mask) {
                 ONECARD_CHECK(row < mask_rows_cap_, "cuda runner: sampled row {} past the {} rows of token masks", row,
                               mask_rows_cap_);
@@ -331,6 +334,15 @@ RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
     for (size_t j = 0; j < host_rows.size(); ++j)
         CUDA_CHECK(cudaMemcpyAsync(out.logits.data() + j * V, logits + host_rows[j] * V, static_cast<size_t>(V) * 4,
                                    cudaMemcpyDeviceToHost, stream_.get()));
+    // Sampled drafting rows: their k + 1 verify rows, for the host's decision.
+    std::vector<std::vector<float>> verify_rows(batch.requests.size());
+    for (size_t i = 0; i < batch.requests.size(); ++i) {
+        if (drafts[i].q.empty()) continue;
+        const size_t n = (drafts[i].tokens.size() + 1) * static_cast<size_t>(V);
+        verify_rows[i].resize(n);
+        CUDA_CHECK(cudaMemcpyAsync(verify_rows[i].data(), logits + first_row[i] * V, n * 4, cudaMemcpyDeviceToHost,
+                                   stream_.get()));
+    }
     stream_.sync();
     model_->check_host_experts();  // a host expert layer that did not answer fails the step
     if (host_store_ && opt_.expert_swap_interval > 0 && ++steps_since_swap_check_ >= opt_.expert_swap_interval) {
@@ -347,13 +359,21 @@ RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
         if (!r.sample) continue;
         const auto row = static_cast<size_t>(first_row[i]);
         RunnerOutput::SpecRow sr;
-        if (!drafts[i].empty()) {
-            size_t a = 0;
-            while (a < drafts[i].size() && drafts[i][a] == ids[row + a]) ++a;
-            sr.n_drafts = static_cast<int64_t>(drafts[i].size());
-            sr.tokens.assign(drafts[i].begin(), drafts[i].begin() + static_cast<long>(a));
-            sr.tokens.push_back(ids[row + a]);
-            kept[i] = 1 + static_cast<int64_t>(a);
+        const std::vector<int32_t>& d = drafts[i].tokens;
+        if (!d.empty()) {
+            SpecVerdict v;
+            if (drafts[i].q.empty()) {  // greedy: argmax matching
+                while (v.n_accepted < static_cast<int64_t>(d.size()) &&
+                       d[static_cast<size_t>(v.n_accepted)] == ids[row + static_cast<size_t>(v.n_accepted)])
+                    ++v.n_accepted;
+                v.token = ids[row + static_cast<size_t>(v.n_accepted)];
+            } else {
+                v = verify_sampled(r, drafts[i], verify_rows[i]);
+            }
+            sr.n_drafts = static_cast<int64_t>(d.size());
+            sr.tokens.assign(d.begin(), d.begin() + v.n_accepted);
+            sr.tokens.push_back(v.token);
+            kept[i] = 1 + v.n_accepted;
         }
         if (!ids.empty()) out.tokens.push_back(sr.tokens.empty() ? ids[row] : sr.tokens.front());
         if (spec_k_ > 0) out.spec.push_back(std::move(sr));

@@ -12,6 +12,7 @@
 #include "backend/cuda/arena.h"
 #include "backend/cuda/stream.h"
 #include "engine/model_runner.h"
+#include "engine/spec_verify.h"
 #include "model/config.h"
 #include "model/expert_placement.h"
 #include "model/weights.h"
@@ -103,10 +104,12 @@ public:
     void bind_host_tier(const KvHostMemory& mem) override;
     RunnerOutput execute(const SchedulerOutput& batch) override;
     // Speculative decoding (cuda_spec_runner.cpp): "mtp" when the runner was built with mtp_drafter
-    // from a checkpoint with mtp.0. Greedy rows with drafts are drafted by the MTP block and verified
-    // in the step (argmax matching: the output is the plain greedy output); rows that sample decode
-    // without drafts (lossless sampled verification runs on the CPU backend only). Every step also
-    // runs the MTP block over the positions the step kept, so a row can draft at any step.
+    // (a checkpoint with mtp.0, or dummy weights). Rows with drafts are drafted by the MTP block and
+    // verified in the step's forward. Greedy rows: argmax drafts and argmax matching on the device (the
+    // output is the plain greedy output). Sampled rows: the drafter's and the verify rows' logits come
+    // to the host, where the CPU backend's code draws the drafts and decides (engine/spec_verify.h:
+    // standard speculative sampling, output distributed as the target's). Every step also runs the MTP
+    // block over the positions the step kept, so a row can draft at any step.
     bool supports_speculation(const std::string& method) const override;
     void enable_speculation(const SpeculativeConfig& config) override;
 
@@ -129,10 +132,17 @@ private:
     // The host tier's copies and the snapshot restores of a step, queued on the stream before its forward.
     void queue_prefix_copies_in(const SchedulerOutput& batch);
     void queue_snapshot_saves(const SchedulerOutput& batch);  // after the forward
-    // Speculative decoding: the drafts of the batch's greedy rows with n_draft_tokens (index = request
-    // index in the batch; empty: no drafts), from the MTP block (the MTP position before each row's
-    // next token is final, the further ones are dropped).
-    std::vector<std::vector<int32_t>> draft_with_mtp(const SchedulerOutput& batch);
+    // Speculative decoding: the drafts of the batch's rows with n_draft_tokens (index = request index
+    // in the batch; empty tokens: no drafts), from the MTP block (the MTP position before each row's
+    // next token is final, the further ones are dropped). Sampled rows also get q, the [k, vocab]
+    // distributions their drafts were drawn from.
+    struct RowDraft {
+        std::vector<int32_t> tokens;
+        std::vector<double> q;  // sampled rows only
+    };
+    std::vector<RowDraft> draft_with_mtp(const SchedulerOutput& batch);
+    // A sampled row's verdict from its k + 1 verify logits rows [k + 1, vocab] on the host.
+    SpecVerdict verify_sampled(const ScheduledRequest& r, const RowDraft& d, std::span<const float> rows) const;
     // After the step's main forward, with its tokens (fed[i]) and kept counts (kept[i]) per request:
     // runs the MTP block over every position the step kept whose next token is known, and keeps the
     // main streams of each row's last kept position for its next draft.

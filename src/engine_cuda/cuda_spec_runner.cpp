@@ -1,4 +1,8 @@
 // CudaModelRunner's speculative decoding (issue 17) with the checkpoint's mtp.0 block on the GPU.
+// Greedy rows draft and verify on the device (argmax); sampled rows draw their drafts and are decided
+// on the host by the CPU backend's code (q from the drafter's logits, p from the verify rows,
+// engine/spec_verify.h), the same streams of randomness as the CPU, so their output is distributed as
+// the target's (the chi-square tests of spec_verify_test and dspark_chi2_test cover that code).
 //
 // Positions (as on the CPU, engine/spec_decoder.h): the MTP block at position p reads the main
 // model's pre-hc_head streams at p and the token at p + 1. A row whose next token sits at position n
@@ -11,6 +15,7 @@
 // token is known and saves the last kept position's streams as the new pending row.
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "engine/sampler.h"
 #include "engine_cuda/cuda_model_runner.h"
 
 #include <algorithm>
@@ -39,14 +44,28 @@ void CudaModelRunner::enable_speculation(const SpeculativeConfig& config) {
     spec_k_ = config.num_speculative_tokens;
 }
 
-std::vector<std::vector<int32_t>> CudaModelRunner::draft_with_mtp(const SchedulerOutput& batch) {
-    std::vector<std::vector<int32_t>> drafts(batch.requests.size());
-    // The drafting rows: greedy decode rows the engine gave drafts, whose pending streams are those of
-    // the position before their next token.
+namespace {
+
+// RowSampling's pipeline as SamplingParams (no penalties, bias or logprobs: such rows never draft).
+SamplingParams row_params(const RowSampling& rs) {
+    SamplingParams p;
+    p.temperature = rs.temperature;
+    p.top_k = rs.top_k;
+    p.top_p = rs.top_p;
+    p.min_p = rs.min_p;
+    return p;
+}
+
+}  // namespace
+
+std::vector<CudaModelRunner::RowDraft> CudaModelRunner::draft_with_mtp(const SchedulerOutput& batch) {
+    std::vector<RowDraft> drafts(batch.requests.size());
+    // The drafting rows: decode rows the engine gave drafts (it gives them only to rows the runner
+    // samples itself, without a mask), whose pending streams are those of the position before next.
     std::vector<size_t> rows;
     for (size_t i = 0; i < batch.requests.size(); ++i) {
         const auto& r = batch.requests[i];
-        if (r.n_draft_tokens <= 0 || !r.sample || !r.sampling || r.sampling->temperature != 0.0f || r.n_tokens() != 1 ||
+        if (r.n_draft_tokens <= 0 || !r.sample || !r.sampling || r.sampling->fill_mask || r.n_tokens() != 1 ||
             r.start_pos < 1)
             continue;
         const auto it = mtp_pos_.find(r.id);
@@ -54,12 +73,15 @@ std::vector<std::vector<int32_t>> CudaModelRunner::draft_with_mtp(const Schedule
         rows.push_back(i);
     }
     if (rows.empty()) return drafts;
+    const int64_t V = cfg_.vocab_size;
     int64_t k_max = 0;
     for (size_t i : rows) k_max = std::max(k_max, std::min(batch.requests[i].n_draft_tokens, spec_k_));
     std::vector<GpuStepSeq> seqs;
     std::vector<GpuModel::MtpRun> runs;
     std::vector<int32_t> tokens(rows.size()), ids(rows.size());
+    std::vector<float> row_logits(static_cast<size_t>(V));
     std::vector<size_t> prev_row(batch.requests.size());  // the row's index in the previous draft step
+    Sampler sampler;
     for (int64_t j = 0; j < k_max; ++j) {
         seqs.clear();
         runs.clear();
@@ -68,7 +90,7 @@ std::vector<std::vector<int32_t>> CudaModelRunner::draft_with_mtp(const Schedule
             const auto& r = batch.requests[i];
             if (j >= std::min(r.n_draft_tokens, spec_k_)) continue;
             const size_t at = in_step.size();
-            tokens[at] = j == 0 ? r.token_ids[0] : drafts[i].back();
+            tokens[at] = j == 0 ? r.token_ids[0] : drafts[i].tokens.back();
             GpuStepSeq q;
             q.slot = r.kv.slot;
             q.block_table = tables_[r.id];
@@ -82,15 +104,50 @@ std::vector<std::vector<int32_t>> CudaModelRunner::draft_with_mtp(const Schedule
             in_step.push_back(i);
         }
         const __nv_bfloat16* in = model_->gather_mtp_input(runs, stream_.get());
-        model_->mtp_step(seqs, in, LogitRows::Last, stream_.get());
+        const float* logits = model_->mtp_step(seqs, in, LogitRows::Last, stream_.get());
         const int32_t* d_ids = model_->argmax_last(stream_.get());
         CUDA_CHECK(cudaMemcpyAsync(ids.data(), d_ids, in_step.size() * 4, cudaMemcpyDeviceToHost, stream_.get()));
         stream_.sync();  // the next draft step's tokens, and its metadata's pinned staging
-        for (size_t at = 0; at < in_step.size(); ++at) drafts[in_step[at]].push_back(ids[at]);
+        for (size_t at = 0; at < in_step.size(); ++at) {
+            const auto& r = batch.requests[in_step[at]];
+            RowDraft& d = drafts[in_step[at]];
+            if (r.sampling->temperature == 0.0f) {  // greedy: the drafter's argmax
+                d.tokens.push_back(ids[at]);
+                continue;
+            }
+            // Sampled: q_j is the row's distribution over the drafter's logits; the draft is drawn from
+            // it with the CPU drafter's stream (engine/spec_decoder.cpp draft_with_mtp).
+            CUDA_CHECK(cudaMemcpy(row_logits.data(), logits + static_cast<int64_t>(at) * V, row_logits.size() * 4,
+                                  cudaMemcpyDeviceToHost));
+            const std::vector<double> q =
+                dense_distribution(sampler.target_distribution(row_logits, row_params(*r.sampling), {}, {}), V);
+            d.tokens.push_back(draw_token(
+                q, spec_uniform(r.sampling->seed, SpecStream::Draft, r.sampling->counter + static_cast<uint64_t>(j))));
+            d.q.insert(d.q.end(), q.begin(), q.end());
+        }
         if (j == 0)  // the MTP row at n - 1 read the real streams and `next`: it is kept
             for (size_t i : in_step) mtp_pos_[batch.requests[i].id] = batch.requests[i].start_pos;
     }
     return drafts;
+}
+
+SpecVerdict CudaModelRunner::verify_sampled(const ScheduledRequest& r, const RowDraft& d,
+                                            std::span<const float> rows) const {
+    const int64_t V = cfg_.vocab_size;
+    const auto k = static_cast<int64_t>(d.tokens.size());
+    ONECARD_CHECK(static_cast<int64_t>(rows.size()) == (k + 1) * V && static_cast<int64_t>(d.q.size()) == k * V,
+                  "cuda runner: request {} has {} drafts with {} q values and {} verify logits", r.id, k, d.q.size(),
+                  rows.size());
+    Sampler sampler;
+    std::vector<double> p;  // [k + 1, vocab] the target's distributions
+    for (int64_t i = 0; i <= k; ++i) {
+        const std::vector<double> pi = dense_distribution(
+            sampler.target_distribution(rows.subspan(static_cast<size_t>(i * V), static_cast<size_t>(V)),
+                                        row_params(*r.sampling), {}, {}),
+            V);
+        p.insert(p.end(), pi.begin(), pi.end());
+    }
+    return verify_drafts(d.tokens, d.q, p, V, r.sampling->seed, r.sampling->counter);
 }
 
 void CudaModelRunner::mtp_catch_up(const SchedulerOutput& batch, const std::vector<std::vector<int32_t>>& fed,

@@ -5,7 +5,10 @@
 // the plain engine's token for token, with drafts made and verified (the engine's spec_decode
 // counters). The tame model keeps near-ties rare, so a step's shape (a token computed as a verify row
 // rather than a one-token row) does not move an argmax; a divergence is printed with both runs' tokens.
-// Also: a sampled request decodes without drafts, and the runner refuses methods it cannot run.
+// Sampled rows draft too, and are decided on the host by the CPU backend's speculative sampling
+// (whose distribution the chi-square tests prove): with top_k 1 every distribution is one token, so
+// the sampled path's output must also be the plain output, token for token. The runner refuses
+// methods it cannot run.
 #include "gpu_test_util.h"
 
 #ifdef ONECARD_HAVE_CUDA
@@ -84,7 +87,7 @@ struct Outcome {
     EngineStats stats;
 };
 
-Outcome run(bool speculate, float temperature) {
+Outcome run(bool speculate, float temperature, int32_t top_k = 0) {
     Model& m = model();
     std::mt19937 rng(23);
     std::uniform_int_distribution<int32_t> tok(2, static_cast<int32_t>(m.cfg.vocab_size) - 1);
@@ -97,6 +100,7 @@ Outcome run(bool speculate, float temperature) {
         GenerateRequest req;
         for (int64_t i = 0; i < len; ++i) req.prompt_token_ids.push_back(tok(rng));
         req.sampling.temperature = temperature;
+        req.sampling.top_k = top_k;
         req.sampling.seed = 5;
         req.sampling.max_tokens = kNew;
         req.sampling.ignore_eos = true;
@@ -130,11 +134,21 @@ TEST(GpuEngineSpec, GreedyOutputIsThePlainOutputWithMtpDrafts) {
     EXPECT_LE(spec.stats.spec_num_accepted_tokens, spec.stats.spec_num_draft_tokens);
 }
 
-TEST(GpuEngineSpec, SampledRequestsDecodeWithoutDrafts) {
+TEST(GpuEngineSpec, SampledRowsDraftAndAreDecidedOnTheHost) {
     ONECARD_REQUIRE_GPU();
-    const Outcome spec = run(true, 0.8f);
-    for (const auto& o : spec.outputs) EXPECT_EQ(o.size(), static_cast<size_t>(kNew));
-    EXPECT_EQ(spec.stats.spec_num_drafts, 0);  // lossless sampled verification is the CPU backend's
+    // top_k 1: sampled rows whose every distribution is one token (the host path, exact).
+    const Outcome plain = run(false, 0.8f, 1), spec = run(true, 0.8f, 1);
+    for (size_t i = 0; i < plain.outputs.size(); ++i) EXPECT_EQ(spec.outputs[i], plain.outputs[i]) << "request " << i;
+    EXPECT_GT(spec.stats.spec_num_drafts, 0);
+    // Full sampling: drafts made and some rejected; every request completes.
+    const Outcome wide = run(true, 0.8f);
+    for (const auto& o : wide.outputs) EXPECT_EQ(o.size(), static_cast<size_t>(kNew));
+    std::printf("[gpu engine spec] sampled: drafts %lld, draft tokens %lld, accepted %lld\n",
+                static_cast<long long>(wide.stats.spec_num_drafts),
+                static_cast<long long>(wide.stats.spec_num_draft_tokens),
+                static_cast<long long>(wide.stats.spec_num_accepted_tokens));
+    EXPECT_GT(wide.stats.spec_num_drafts, 0);
+    EXPECT_LE(wide.stats.spec_num_accepted_tokens, wide.stats.spec_num_draft_tokens);
 }
 
 TEST(GpuEngineSpec, MethodsTheRunnerCannotRunAreRefused) {
