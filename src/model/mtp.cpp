@@ -40,18 +40,22 @@ ForwardOutput DeepSeekV4::forward_mtp_with_streams(SequenceState& state, Sequenc
         std::copy(dense_.embed.begin() + int64_t(next_tokens[i]) * D,
                   dense_.embed.begin() + (int64_t(next_tokens[i]) + 1) * D, e.begin() + i * D);
     cpu::rmsnorm(e.data(), m.enorm.data(), e.data(), n, D, eps);
+    storage_.at(StoragePoint::MtpEmbedNorm, e.data(), n * D);
     detail::apply_linear(m.e_proj, e.data(), n, pe.data(), numerics_);
+    storage_.at(StoragePoint::MtpEmbedProj, pe.data(), n * D);
     // X = h_proj · hnorm(H) per stream + e  [n, hc, D]
     std::vector<float> h(streams.begin(), streams.end()), X(static_cast<size_t>(n * hc * D));
     cpu::rmsnorm(h.data(), m.hnorm.data(), h.data(), n * hc, D, eps);
+    storage_.at(StoragePoint::MtpHiddenNorm, h.data(), n * hc * D);
     detail::apply_linear(m.h_proj, h.data(), n * hc, X.data(), numerics_);
+    storage_.at(StoragePoint::MtpStreamProj, X.data(), n * hc * D);
     for (int64_t i = 0; i < n; ++i)
         for (int64_t j = 0; j < hc; ++j)
             for (int64_t d = 0; d < D; ++d) X[(i * hc + j) * D + d] += pe[i * D + d];
+    storage_.at(StoragePoint::MtpStreamSum, X.data(), n * hc * D);
 
     const bool compressed = cfg_.compress_ratio(m.block.layer_id) != 0;
-    // The block marks a main block's storage points; e, pe and the entry streams X are not marked
-    // (GpuModel has no MTP block yet, so there is no storage point to mirror).
+    // The block marks a main block's storage points; the glue above marks the MTP points.
     detail::BlockContext ctx{cfg_, numerics_, compressed ? rope_compress_ : rope_main_, rope_compress_,
                              bf16_linear_inputs_};
     ctx.storage = storage_;

@@ -61,6 +61,16 @@ std::string_view storage_point_name(StoragePoint p) {
             return "shared_expert_output";
         case StoragePoint::MoeResult:
             return "moe_result";
+        case StoragePoint::MtpHiddenNorm:
+            return "mtp_hidden_norm";
+        case StoragePoint::MtpStreamProj:
+            return "mtp_stream_proj";
+        case StoragePoint::MtpEmbedNorm:
+            return "mtp_embed_norm";
+        case StoragePoint::MtpEmbedProj:
+            return "mtp_embed_proj";
+        case StoragePoint::MtpStreamSum:
+            return "mtp_stream_sum";
         case StoragePoint::kCount:
             break;
     }

@@ -68,6 +68,13 @@ enum class StoragePoint : uint8_t {
     // expert id, an fp32 summation-order difference only), adds the shared output and rounds once.
     MoeResult,
 
+    // ---- the MTP block's input glue (mtp.cpp; GpuModel::mtp_forward, gpu_model_mtp.cpp)
+    MtpHiddenNorm,  // b.q: rmsnorm_bf16 of the main streams by hnorm
+    MtpStreamProj,  // b.X: the FP8 h_proj linear writes each stream's projection
+    MtpEmbedNorm,   // b.x: rmsnorm_bf16 of the next token's embedding by enorm
+    MtpEmbedProj,   // b.a: the FP8 e_proj linear
+    MtpStreamSum,   // b.X: add_to_streams_bf16 adds the projected embedding to every stream and rounds
+
     kCount
 };
 

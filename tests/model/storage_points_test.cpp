@@ -74,10 +74,17 @@ TEST(StoragePoints, EveryPointIsMarkedInTheOraclesForwardPass) {
     for (int32_t& t : tokens) t = dist(rng);
 
     DeepSeekV4 m(cfg, weights, Numerics::Reference);
+    // The main model's logits, then the MTP block's over the same positions (its glue has points too).
+    const int64_t per = cfg.hc_mult * cfg.hidden_size, n = static_cast<int64_t>(tokens.size());
     auto logits = [&](StoragePoints points) {
         m.set_storage_points(points);
         SequenceState st = m.new_sequence();
-        return m.forward(st, tokens);
+        ForwardOutput out = m.forward_with_streams(st, tokens);
+        const std::vector<float> mtp =
+            m.forward_mtp(st, std::span<const float>(out.streams.data(), static_cast<size_t>((n - 1) * per)),
+                          std::span<const int32_t>(tokens).subspan(1));
+        out.logits.insert(out.logits.end(), mtp.begin(), mtp.end());
+        return out.logits;
     };
     const std::vector<float> plain = logits(StoragePoints::none());
     for (int i = 0; i < kStoragePointCount; ++i) {
