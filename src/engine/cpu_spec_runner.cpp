@@ -59,11 +59,7 @@ void CpuModelRunner::execute_spec_row(Live& live, const ScheduledRequest& e, Run
                   "cpu runner: request {} has {} drafts on a row of {} tokens that it may not sample itself", e.id,
                   e.n_draft_tokens, e.n_tokens());
     const RowSampling& rs = *e.sampling;
-    SamplingParams params;  // RowSampling's pipeline: no penalties, bias or logprobs
-    params.temperature = rs.temperature;
-    params.top_k = rs.top_k;
-    params.top_p = rs.top_p;
-    params.min_p = rs.min_p;
+    const SamplingParams params = rs.params();
     const int32_t next = e.token_ids[0];
     const Draft d = spec_dspark_ ? draft_with_dspark(model_, live.state, next, params, rs.seed, rs.counter,
                                                      e.n_draft_tokens, spec_threshold_)

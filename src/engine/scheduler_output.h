@@ -36,6 +36,16 @@ struct RowSampling {
     // It calls back into the engine (the request's constraint), so it is only valid during execute().
     // A runner that does not sample returns the logits and never calls it.
     RowMaskFn fill_mask;
+    // The pipeline above as SamplingParams (no penalties, bias or logprobs: such rows are never
+    // the runner's to sample), for the host sampler and speculative decoding's distributions.
+    SamplingParams params() const {
+        SamplingParams p;
+        p.temperature = temperature;
+        p.top_k = top_k;
+        p.top_p = top_p;
+        p.min_p = min_p;
+        return p;
+    }
 };
 
 struct ScheduledRequest {

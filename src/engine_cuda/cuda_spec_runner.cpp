@@ -44,20 +44,6 @@ void CudaModelRunner::enable_speculation(const SpeculativeConfig& config) {
     spec_k_ = config.num_speculative_tokens;
 }
 
-namespace {
-
-// RowSampling's pipeline as SamplingParams (no penalties, bias or logprobs: such rows never draft).
-SamplingParams row_params(const RowSampling& rs) {
-    SamplingParams p;
-    p.temperature = rs.temperature;
-    p.top_k = rs.top_k;
-    p.top_p = rs.top_p;
-    p.min_p = rs.min_p;
-    return p;
-}
-
-}  // namespace
-
 std::vector<CudaModelRunner::RowDraft> CudaModelRunner::draft_with_mtp(const SchedulerOutput& batch) {
     std::vector<RowDraft> drafts(batch.requests.size());
     // The drafting rows: decode rows the engine gave drafts (it gives them only to rows the runner
@@ -120,7 +106,7 @@ std::vector<CudaModelRunner::RowDraft> CudaModelRunner::draft_with_mtp(const Sch
             CUDA_CHECK(cudaMemcpy(row_logits.data(), logits + static_cast<int64_t>(at) * V, row_logits.size() * 4,
                                   cudaMemcpyDeviceToHost));
             const std::vector<double> q =
-                dense_distribution(sampler.target_distribution(row_logits, row_params(*r.sampling), {}, {}), V);
+                dense_distribution(sampler.target_distribution(row_logits, r.sampling->params(), {}, {}), V);
             d.tokens.push_back(draw_token(
                 q, spec_uniform(r.sampling->seed, SpecStream::Draft, r.sampling->counter + static_cast<uint64_t>(j))));
             d.q.insert(d.q.end(), q.begin(), q.end());
@@ -143,7 +129,7 @@ SpecVerdict CudaModelRunner::verify_sampled(const ScheduledRequest& r, const Row
     for (int64_t i = 0; i <= k; ++i) {
         const std::vector<double> pi = dense_distribution(
             sampler.target_distribution(rows.subspan(static_cast<size_t>(i * V), static_cast<size_t>(V)),
-                                        row_params(*r.sampling), {}, {}),
+                                        r.sampling->params(), {}, {}),
             V);
         p.insert(p.end(), pi.begin(), pi.end());
     }

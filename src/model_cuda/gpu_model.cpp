@@ -597,13 +597,7 @@ void GpuModel::moe(const StepPlan& p, const GpuBlock& blk, const bf16* xn, bf16*
 const float* GpuModel::step(std::span<const GpuStepSeq> seqs, LogitRows rows, cudaStream_t s) {
     Buffers& b = *buf_;
     if (host_) host_->begin_step();
-    meta_->build(seqs, rows, s);
-    ONECARD_CHECK(meta_->n_out <= b.logits_rows, "gpu model: {} logits rows asked, room for {}", meta_->n_out,
-                  b.logits_rows);
-    for (const auto& q : seqs)
-        ONECARD_CHECK(q.start_pos + static_cast<int64_t>(q.tokens.size()) <= opt_.max_model_len,
-                      "gpu model: a sequence reaches position {} beyond max_model_len {}",
-                      q.start_pos + static_cast<int64_t>(q.tokens.size()), opt_.max_model_len);
+    build_meta(seqs, rows, s);
     const StepPlan plan = plan_step(meta_->n, meta_->max_pos);
     // Graphs for steps whose rows are alike (decode, verify): their keys recur. A step with a prompt
     // chunk (rows of different lengths, or one short prompt) has a token count that rarely comes back,
@@ -645,6 +639,16 @@ const float* GpuModel::step(std::span<const GpuStepSeq> seqs, LogitRows rows, cu
     }
     CUDA_CHECK(cudaGraphLaunch(it->second, s));
     return b.logits;
+}
+
+void GpuModel::build_meta(std::span<const GpuStepSeq> seqs, LogitRows rows, cudaStream_t s) {
+    meta_->build(seqs, rows, s);
+    ONECARD_CHECK(meta_->n_out <= buf_->logits_rows, "gpu model: {} logits rows asked, room for {}", meta_->n_out,
+                  buf_->logits_rows);
+    for (const auto& q : seqs)
+        ONECARD_CHECK(q.start_pos + static_cast<int64_t>(q.tokens.size()) <= opt_.max_model_len,
+                      "gpu model: a sequence reaches position {} beyond max_model_len {}",
+                      q.start_pos + static_cast<int64_t>(q.tokens.size()), opt_.max_model_len);
 }
 
 GpuModel::StepPlan GpuModel::plan_step(int64_t n, int64_t max_pos) const {

@@ -174,6 +174,8 @@ private:
     // Where a sub-block's first linears read its input: the bf16 x, or the FP8 copy of x that hc_pre's
     // finishing kernel writes (Buffers::xq/xs) when they are on the GEMV path.
     enum class SubBlockInput { Bf16, Fp8FromHcPre };
+    // Uploads a step's metadata and checks it against the logits rows and max_model_len.
+    void build_meta(std::span<const GpuStepSeq> seqs, LogitRows rows, cudaStream_t s);
     StepPlan plan_step(int64_t n, int64_t max_pos) const;
     SubBlockInput attention_input(const StepPlan& p, const GpuBlock& b) const;
     static SubBlockInput moe_input(const StepPlan& p);

@@ -22,13 +22,7 @@ const float* GpuModel::mtp_step(std::span<const GpuStepSeq> seqs, const bf16* st
     ONECARD_CHECK(pool_.layers().n_layers() > cfg_.num_hidden_layers,
                   "gpu model: the KV pool has no layer for the MTP block ({} layers)", pool_.layers().n_layers());
     ONECARD_CHECK(streams != nullptr, "gpu model: an MTP step without input streams");
-    meta_->build(seqs, rows, s);
-    ONECARD_CHECK(meta_->n_out <= b.logits_rows, "gpu model: {} logits rows asked, room for {}", meta_->n_out,
-                  b.logits_rows);
-    for (const auto& q : seqs)
-        ONECARD_CHECK(q.start_pos + static_cast<int64_t>(q.tokens.size()) <= opt_.max_model_len,
-                      "gpu model: an MTP sequence reaches position {} beyond max_model_len {}",
-                      q.start_pos + static_cast<int64_t>(q.tokens.size()), opt_.max_model_len);
+    build_meta(seqs, rows, s);
     StepPlan plan = plan_step(meta_->n, meta_->max_pos);
     plan.stream_experts = false;  // the MTP block's experts are all on the GPU
     profiling_ = profile_;

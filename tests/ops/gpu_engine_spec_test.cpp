@@ -70,18 +70,6 @@ CudaRunnerOptions runner_options(bool speculate) {
     return ro;
 }
 
-std::vector<int32_t> drain(RequestStream& stream) {
-    std::vector<int32_t> out;
-    while (auto ev = stream.next()) {
-        out.insert(out.end(), ev->token_ids.begin(), ev->token_ids.end());
-        if (ev->finished()) {
-            EXPECT_NE(ev->finish_reason, FinishReason::Error) << ev->error;
-            break;
-        }
-    }
-    return out;
-}
-
 struct Outcome {
     std::vector<std::vector<int32_t>> outputs;
     EngineStats stats;
@@ -106,7 +94,7 @@ Outcome run(bool speculate, float temperature, int32_t top_k = 0) {
         req.sampling.ignore_eos = true;
         streams.push_back(engine.submit(req));
     }
-    for (auto& s : streams) r.outputs.push_back(drain(*s));
+    for (auto& s : streams) r.outputs.push_back(test::drain(*s));
     r.stats = engine.stats();
     cr->check_integrity();
     return r;

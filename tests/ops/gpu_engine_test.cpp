@@ -55,21 +55,8 @@ CudaRunnerOptions runner_options() {
     return ro;
 }
 
-// Every token a request's stream delivers, up to its final event (which must not be an error).
-std::vector<int32_t> drain(RequestStream& stream) {
-    std::vector<int32_t> out;
-    while (auto ev = stream.next()) {
-        out.insert(out.end(), ev->token_ids.begin(), ev->token_ids.end());
-        if (ev->finished()) {
-            EXPECT_NE(ev->finish_reason, FinishReason::Error) << ev->error;
-            break;
-        }
-    }
-    return out;
-}
-
 std::vector<int32_t> generate(Engine& engine, const GenerateRequest& req) {
-    return drain(*engine.submit(req));
+    return test::drain(*engine.submit(req));
 }
 
 TEST(GpuEngine, ConcurrentGreedyRequestsFollowTheCpuOracle) {
@@ -104,7 +91,7 @@ TEST(GpuEngine, ConcurrentGreedyRequestsFollowTheCpuOracle) {
             req.sampling.ignore_eos = true;
             streams.push_back(engine.submit(req));
         }
-        for (size_t i = 0; i < streams.size(); ++i) outputs[i] = drain(*streams[i]);
+        for (size_t i = 0; i < streams.size(); ++i) outputs[i] = test::drain(*streams[i]);
         r->check_integrity();
     }
 

@@ -14,6 +14,7 @@
 #include "backend/cuda/stream.h"
 #include "core/fp_formats.h"
 #include "model/synth.h"
+#include "onecard/engine.h"
 
 #include <algorithm>
 #include <cmath>
@@ -24,6 +25,19 @@
 #include <vector>
 
 namespace onecard::test {
+
+// Every token a request's stream delivers, up to its final event (which must not be an error).
+inline std::vector<int32_t> drain(RequestStream& stream) {
+    std::vector<int32_t> out;
+    while (auto ev = stream.next()) {
+        out.insert(out.end(), ev->token_ids.begin(), ev->token_ids.end());
+        if (ev->finished()) {
+            EXPECT_NE(ev->finish_reason, FinishReason::Error) << ev->error;
+            break;
+        }
+    }
+    return out;
+}
 
 // The whole-model GPU tests' checkpoint, written to `dir`: 4 layers at the real per-layer Flash
 // dimensions (three hash-routed layers, one learned-routing layer), `experts` routed experts with
