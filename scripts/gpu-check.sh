@@ -197,7 +197,10 @@ serve_smoke() {
     rm -rf "$dir"
     # SMOKE_EXPERTS=256 with SMOKE_ARGS="--gpu-memory-utilization F" makes a checkpoint whose experts
     # do not all fit, so serve must place some in host RAM (hybrid experts).
-    "$bin" synth --preset flash --layers ${SMOKE_LAYERS:-4} --experts ${SMOKE_EXPERTS:-8} --mtp 0 --seed 3 --out "$dir" --quiet || return 1
+    # SMOKE_SYNTH_ARGS adds synth flags: "--mtp 1" (V4-Flash's MTP block) or "--dspark" (0731), for
+    # SMOKE_ARGS="--speculative-config ..." (the step counters land in OUT_DIR/metrics.txt).
+    "$bin" synth --preset flash --layers ${SMOKE_LAYERS:-4} --experts ${SMOKE_EXPERTS:-8} ${SMOKE_SYNTH_ARGS:---mtp 0} \
+        --seed 3 --out "$dir" --quiet || return 1
     cp demo/small/tokenizer.json "$dir/" || return 1
     local launch=""
     command -v gdb > /dev/null && launch="gdb -q -batch -ex run -ex bt --args"
@@ -209,8 +212,11 @@ serve_smoke() {
         -d '{"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16, "temperature": 0}' > "$out/chat.json" || status=1
     curl -sN --max-time 60 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
         -d '{"prompt": "The capital of France is", "max_tokens": 8, "stream": true}' > "$out/stream.txt" || status=1
+    curl -s --max-time 10 "http://127.0.0.1:$port/metrics" | grep -E '^vllm:(spec_decode|generation_tokens)' \
+        > "$out/metrics.txt"
     kill -INT $pid; wait $pid
     tail -40 "$out/serve.log"
+    cat "$out/metrics.txt"
     head -c 600 "$out/chat.json"; echo
     grep -c '^data:' "$out/stream.txt"
     grep -q '"finish_reason"' "$out/chat.json" || status=1

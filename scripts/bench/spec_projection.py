@@ -5,7 +5,9 @@ For each decode batch and each measured k: the verify step's time as a multiple 
 (measured), the multiple of bytes it must read (from the JSON's bytes_ratio_to_decode_step when the
 bench wrote it, else derived from the decode figures of two batch sizes under the uniform routing the
 bench's byte model assumes), and the PROJECTED tokens per second per sequence and gain over plain decode
-at a per-position acceptance curve, counting the draft as free (an upper bound).
+at a per-position acceptance curve: tok/s = E(k) / (verify step + draft), the draft's measured time
+(draft_chain_ms_median: the MTP block's chain, or DSpark's push + block + Markov slots) where the bench
+wrote it, else the draft counted as free (an upper bound, marked "<=").
 
 Usage: spec_projection.py BENCH_JSON [--acceptance 0.74,0.48,0.26,0.17,0.13,0.09,0.04]
 (the default is the published DeepSeek-V4-Flash-0731 DSpark curve, docs/results.md)."""
@@ -38,8 +40,8 @@ def main():
     acc = [float(x) for x in a.acceptance.split(",")]
     j = json.load(open(a.bench_json))
     nbytes = derived_bytes(j) if len(j["decode"]) >= 2 else None
-    print(f"{'batch':>5} {'k':>3} {'verify ms':>10} {'x time':>7} {'x bytes':>8} {'E(k)':>6} "
-          f"{'tok/s/seq <=':>13} {'gain <=':>8}")
+    print(f"{'batch':>5} {'k':>3} {'verify ms':>10} {'draft ms':>9} {'x time':>7} {'x bytes':>8} {'E(k)':>6} "
+          f"{'tok/s/seq':>10} {'plain':>7} {'gain':>6}")
     for B in sorted(j["decode"], key=int):
         row = j["decode"][B]
         for k, v in sorted(row.get("verify", {}).items(), key=lambda kv: int(kv[0])):
@@ -48,9 +50,13 @@ def main():
             if xb is None and nbytes is not None:
                 xb = nbytes(n) / nbytes(int(B))
             e = 1.0 + sum(acc[: int(k)])
-            print(f"{B:>5} {k:>3} {v['step_ms_median']:>10.2f} {v['ratio_to_decode_step']:>7.2f} "
-                  f"{xb if xb is not None else float('nan'):>8.2f} {e:>6.2f} "
-                  f"{e / v['step_ms_median'] * 1e3:>13.1f} {e / v['ratio_to_decode_step']:>8.2f}")
+            draft = v.get("draft_chain_ms_median")
+            t = v["step_ms_median"] + (draft or 0.0)
+            plain = 1e3 / row["step_ms_median"]  # tok/s per sequence without speculation
+            bound = "" if draft is not None else " <="
+            print(f"{B:>5} {k:>3} {v['step_ms_median']:>10.2f} {draft if draft is not None else float('nan'):>9.2f} "
+                  f"{v['ratio_to_decode_step']:>7.2f} {xb if xb is not None else float('nan'):>8.2f} {e:>6.2f} "
+                  f"{e / t * 1e3:>10.1f} {plain:>7.1f} {e / t * 1e3 / plain:>6.2f}{bound}")
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<ModelRunner> 
     ONECARD_CHECK(!sc.enabled() || runner_->supports_speculation(sc.method),
                   "engine: speculative decoding method '{}' is not supported by this model runner (the CPU runner "
                   "supports 'mtp' for checkpoints with an mtp.0 block and 'dspark' for 0731 checkpoints; the CUDA "
-                  "runner 'mtp' when built with its MTP drafter)",
+                  "runner the one it was built with)",
                   sc.method);
     KvCacheSpec spec = make_engine_kv_spec(*runner_, config_);
     const KvPoolSize size = plan_kv_pool(spec, config_.kv_cache_bytes, config_.max_num_seqs);

@@ -84,6 +84,17 @@ void CudaModelRunner::load(const ModelWeights* w, uint64_t dummy_seed) {
             stream_.sync();
         }
     }
+    if (opt.dspark_drafter) {
+        ONECARD_CHECK(!opt.mtp_drafter && cfg.dspark && (w == nullptr || w->dspark),
+                      "cuda runner: the DSpark drafter needs a 0731 model (dspark_* config keys and mtp.0..2 stages), "
+                      "and not the MTP drafter as well");
+        if (w) {
+            weights_.dspark = upload_dspark_weights(cfg, *w, *arena_);
+        } else {
+            weights_.dspark = synth_dspark_on_device(cfg, *arena_, dummy_seed, stream_.get());
+            stream_.sync();
+        }
+    }
     if (placement) {
         host_store_ = std::make_unique<HostExpertStore>(cfg, *placement);
         if (w)
@@ -117,7 +128,11 @@ GpuModelOptions CudaModelRunner::model_options(const ModelConfig& cfg, const Cud
     mo.host_experts = opt.host_experts;
     mo.count_expert_picks = opt.count_expert_picks;
     mo.mtp = opt.mtp_drafter;
-    mo.logits_rows_per_seq = 1 + (opt.mtp_drafter ? opt.num_speculative_tokens : 0);  // a verify step's rows
+    mo.dspark = opt.dspark_drafter;
+    const bool drafts = opt.mtp_drafter || opt.dspark_drafter;
+    mo.logits_rows_per_seq = 1 + (drafts ? opt.num_speculative_tokens : 0);  // a verify step's rows
+    // A DSpark block returns its B rows per sequence.
+    if (opt.dspark_drafter) mo.logits_rows_per_seq = std::max(mo.logits_rows_per_seq, cfg.dspark->block_size);
     return mo;
 }
 
@@ -258,7 +273,7 @@ RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
     // Speculation: each drafting row feeds [next, drafts...] and gets the logits of all of them.
     std::vector<RowDraft> drafts(batch.requests.size());
     std::vector<std::vector<int32_t>> fed(batch.requests.size());
-    if (spec_k_ > 0) drafts = draft_with_mtp(batch);
+    if (spec_k_ > 0) drafts = spec_dspark_ ? draft_with_dspark(batch) : draft_with_mtp(batch);
     queue_prefix_copies_in(batch);
     std::vector<GpuStepSeq> seqs;
     seqs.reserve(batch.requests.size());
@@ -277,6 +292,7 @@ RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
         if (r.sample) out.row_ids.push_back(r.id);
     }
     const float* logits = model_->step(seqs, LogitRows::Last, stream_.get());
+    if (spec_dspark_) model_->dspark_push(stream_.get());  // the drafter's context rows of every fed token
     queue_snapshot_saves(batch);
     // Rows the engine lets us sample are drawn on the GPU (only their ids come back); the others'
     // logits are copied for the host sampler. A greedy drafting row's k + 1 verify rows are drawn by
@@ -378,7 +394,7 @@ RunnerOutput CudaModelRunner::execute(const SchedulerOutput& batch) {
         if (!ids.empty()) out.tokens.push_back(sr.tokens.empty() ? ids[row] : sr.tokens.front());
         if (spec_k_ > 0) out.spec.push_back(std::move(sr));
     }
-    if (spec_k_ > 0) mtp_catch_up(batch, fed, kept);
+    if (spec_k_ > 0 && !spec_dspark_) mtp_catch_up(batch, fed, kept);
     return out;
 }
 

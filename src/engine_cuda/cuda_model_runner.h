@@ -55,6 +55,9 @@ struct CudaRunnerOptions {
     // upload the block and keep its buffers, for up to num_speculative_tokens drafts per row (sizes the
     // logits rows a verify step returns).
     bool mtp_drafter = false;
+    // Speculative decoding with the 0731 checkpoint's DSpark drafter (method "dspark"): upload the
+    // drafter and keep its buffers (num_speculative_tokens <= dspark_block_size). Not with mtp_drafter.
+    bool dspark_drafter = false;
     int64_t num_speculative_tokens = 0;
 };
 
@@ -104,12 +107,12 @@ public:
     void bind_host_tier(const KvHostMemory& mem) override;
     RunnerOutput execute(const SchedulerOutput& batch) override;
     // Speculative decoding (cuda_spec_runner.cpp): "mtp" when the runner was built with mtp_drafter
-    // (a checkpoint with mtp.0, or dummy weights). Rows with drafts are drafted by the MTP block and
-    // verified in the step's forward. Greedy rows: argmax drafts and argmax matching on the device (the
-    // output is the plain greedy output). Sampled rows: the drafter's and the verify rows' logits come
-    // to the host, where the CPU backend's code draws the drafts and decides (engine/spec_verify.h:
-    // standard speculative sampling, output distributed as the target's). Every step also runs the MTP
-    // block over the positions the step kept, so a row can draft at any step.
+    // (a checkpoint with mtp.0, or dummy weights), "dspark" with dspark_drafter (0731). Rows with drafts are drafted by
+    // the MTP block and verified in the step's forward. Greedy rows: argmax drafts and argmax matching on the device
+    // (the output is the plain greedy output). Sampled rows: the drafter's and the verify rows' logits come to the
+    // host, where the CPU backend's code draws the drafts and decides (engine/spec_verify.h: standard speculative
+    // sampling, output distributed as the target's). Every step also runs the MTP block over the positions the step
+    // kept, so a row can draft at any step.
     bool supports_speculation(const std::string& method) const override;
     void enable_speculation(const SpeculativeConfig& config) override;
 
@@ -141,6 +144,12 @@ private:
         std::vector<double> q;  // sampled rows only
     };
     std::vector<RowDraft> draft_with_mtp(const SchedulerOutput& batch);
+    // The same from the DSpark drafter: one block pass for all drafting rows, then the Markov head slot
+    // by slot (docs/dspark.md §3-4); its rings are kept up by GpuModel::dspark_push after every step.
+    std::vector<RowDraft> draft_with_dspark(const SchedulerOutput& batch);
+    // The drafting rows of a batch: decode rows the engine gave drafts (it gives them only to rows the
+    // runner samples itself, without a mask) at a position where drafting can start.
+    std::vector<size_t> drafting_rows(const SchedulerOutput& batch) const;
     // A sampled row's verdict from its k + 1 verify logits rows [k + 1, vocab] on the host.
     SpecVerdict verify_sampled(const ScheduledRequest& r, const RowDraft& d, std::span<const float> rows) const;
     // After the step's main forward, with its tokens (fed[i]) and kept counts (kept[i]) per request:
@@ -161,6 +170,7 @@ private:
     // Live requests' block tables, kept up from each step's new block ids (apply_block_ids).
     std::unordered_map<RequestId, std::vector<int32_t>> tables_;
     int64_t spec_k_ = 0;                              // num_speculative_tokens (0: off)
+    bool spec_dspark_ = false;                        // the drafter: DSpark (0731) or else the mtp.0 block
     std::unordered_map<RequestId, int64_t> mtp_pos_;  // speculation: MTP positions computed per request
     KvHostMemory host_tier_;                          // prefix caching (bind_host_tier)
     // Host memory registered as pinned in ~64 MiB chunks (whole entries each) on first use: pinning tens

@@ -1,10 +1,11 @@
-// CudaModelRunner's speculative decoding (issue 17) with the checkpoint's mtp.0 block on the GPU.
-// Greedy rows draft and verify on the device (argmax); sampled rows draw their drafts and are decided
-// on the host by the CPU backend's code (q from the drafter's logits, p from the verify rows,
-// engine/spec_verify.h), the same streams of randomness as the CPU, so their output is distributed as
-// the target's (the chi-square tests of spec_verify_test and dspark_chi2_test cover that code).
+// CudaModelRunner's speculative decoding (issue 17) with the checkpoint's mtp.0 block or the 0731
+// DSpark drafter on the GPU. Greedy rows draft and verify on the device (argmax); sampled rows draw
+// their drafts and are decided on the host by the CPU backend's code (q from the drafter's logits, p
+// from the verify rows, engine/spec_verify.h), the same streams of randomness as the CPU, so their
+// output is distributed as the target's (the chi-square tests of spec_verify_test and
+// dspark_chi2_test cover that code).
 //
-// Positions (as on the CPU, engine/spec_decoder.h): the MTP block at position p reads the main
+// MTP positions (as on the CPU, engine/spec_decoder.h): the MTP block at position p reads the main
 // model's pre-hc_head streams at p and the token at p + 1. A row whose next token sits at position n
 // has the MTP block computed up to n - 2 (mtp_pos_ = n - 1) and the main streams of position n - 1
 // pending (GpuModel::save_mtp_pending). Its draft: the MTP block at n - 1 on the pending streams and
@@ -13,6 +14,10 @@
 // position reads, KvModelShape::ring_spare). The step then verifies [next, drafts...] in the main
 // forward; afterwards mtp_catch_up() runs the block over every position the step kept whose next
 // token is known and saves the last kept position's streams as the new pending row.
+//
+// DSpark (docs/dspark.md) keeps no trail: every step pushes its tokens' context rows into the stage
+// rings (GpuModel::dspark_push, in execute()), and a draft is one block pass at positions n..n+B-1
+// plus the Markov head slot by slot, which stores nothing in the pool.
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
 #include "engine/sampler.h"
@@ -23,41 +28,122 @@
 namespace onecard {
 
 bool CudaModelRunner::supports_speculation(const std::string& method) const {
-    return method == "mtp" && weights_.mtp.has_value();
+    return (method == "mtp" && weights_.mtp.has_value()) || (method == "dspark" && weights_.dspark.has_value());
 }
 
 void CudaModelRunner::enable_speculation(const SpeculativeConfig& config) {
     ONECARD_CHECK(supports_speculation(config.method), "cuda runner: speculative method '{}' is not supported ({})",
                   config.method,
-                  weights_.mtp ? "the GPU drafts with the mtp.0 block: use 'mtp'"
-                               : "the runner was built without the MTP drafter (CudaRunnerOptions::mtp_drafter)");
+                  weights_.mtp      ? "the GPU drafts with the mtp.0 block: use 'mtp'"
+                  : weights_.dspark ? "the GPU drafts with the 0731 DSpark drafter: use 'dspark'"
+                                    : "the runner was built without a drafter (CudaRunnerOptions::mtp_drafter, "
+                                      "dspark_drafter)");
+    if (config.method == "dspark")
+        ONECARD_CHECK(config.num_speculative_tokens <= cfg_.dspark->block_size,
+                      "cuda runner: num_speculative_tokens = {} exceeds the DSpark drafter's block of {} "
+                      "(dspark_block_size); use num_speculative_tokens <= {}",
+                      config.num_speculative_tokens, cfg_.dspark->block_size, cfg_.dspark->block_size);
     ONECARD_CHECK(config.num_speculative_tokens >= 1 && config.num_speculative_tokens <= opt_.num_speculative_tokens,
                   "cuda runner: {} speculative tokens, the runner was sized for {}", config.num_speculative_tokens,
                   opt_.num_speculative_tokens);
-    ONECARD_CHECK(pool_ != nullptr && pool_->spec().shape.ring_spare >= config.num_speculative_tokens - 1,
+    // MTP: a token reads at most window - 1 ring rows before its own, so k - 1 spare rows keep a
+    // step's k rejected rows off them; a DSpark block reads window rows before its first position: k.
+    const int64_t spare = config.method == "dspark" ? config.num_speculative_tokens : config.num_speculative_tokens - 1;
+    ONECARD_CHECK(pool_ != nullptr && pool_->spec().shape.ring_spare >= spare,
                   "cuda runner: the KV rings have {} spare rows, {} drafts need {}",
-                  pool_ ? pool_->spec().shape.ring_spare : 0, config.num_speculative_tokens,
-                  config.num_speculative_tokens - 1);
+                  pool_ ? pool_->spec().shape.ring_spare : 0, config.num_speculative_tokens, spare);
     ONECARD_CHECK(config.confidence_threshold == 0.0,
                   "cuda runner: confidence_threshold needs the DSpark drafter (not on the GPU yet)");
     ONECARD_CHECK(mtp_pos_.empty() && tables_.empty(), "cuda runner: speculation is enabled before the first step");
     spec_k_ = config.num_speculative_tokens;
+    spec_dspark_ = config.method == "dspark";
 }
 
-std::vector<CudaModelRunner::RowDraft> CudaModelRunner::draft_with_mtp(const SchedulerOutput& batch) {
-    std::vector<RowDraft> drafts(batch.requests.size());
-    // The drafting rows: decode rows the engine gave drafts (it gives them only to rows the runner
-    // samples itself, without a mask), whose pending streams are those of the position before next.
+std::vector<size_t> CudaModelRunner::drafting_rows(const SchedulerOutput& batch) const {
     std::vector<size_t> rows;
     for (size_t i = 0; i < batch.requests.size(); ++i) {
         const auto& r = batch.requests[i];
         if (r.n_draft_tokens <= 0 || !r.sample || !r.sampling || r.sampling->fill_mask || r.n_tokens() != 1 ||
             r.start_pos < 1)
             continue;
-        const auto it = mtp_pos_.find(r.id);
-        if (it == mtp_pos_.end() || it->second != r.start_pos - 1) continue;
+        if (spec_dspark_) {
+            // The block's positions n .. n + B - 1 must fit the sequence length the buffers are sized for.
+            if (r.start_pos + cfg_.dspark->block_size > opt_.max_model_len) continue;
+        } else {
+            // The MTP block's pending streams must be those of the position before next.
+            const auto it = mtp_pos_.find(r.id);
+            if (it == mtp_pos_.end() || it->second != r.start_pos - 1) continue;
+        }
         rows.push_back(i);
     }
+    return rows;
+}
+
+std::vector<CudaModelRunner::RowDraft> CudaModelRunner::draft_with_dspark(const SchedulerOutput& batch) {
+    std::vector<RowDraft> drafts(batch.requests.size());
+    const std::vector<size_t> rows = drafting_rows(batch);
+    if (rows.empty()) return drafts;
+    const int64_t V = cfg_.vocab_size, B = cfg_.dspark->block_size;
+    const auto noise = static_cast<int32_t>(cfg_.dspark->noise_token_id);
+    const int64_t block_tokens = pool_->spec().block_size;
+    int64_t k_max = 0;
+    std::vector<int32_t> tokens(rows.size() * static_cast<size_t>(B), noise);  // [rows, B]: next, noise...
+    std::vector<std::vector<int32_t>> tables(rows.size());
+    std::vector<GpuStepSeq> seqs;
+    std::vector<int32_t> prev(rows.size());
+    for (size_t at = 0; at < rows.size(); ++at) {
+        const auto& r = batch.requests[rows[at]];
+        k_max = std::max(k_max, std::min(r.n_draft_tokens, spec_k_));
+        tokens[at * static_cast<size_t>(B)] = prev[at] = r.token_ids[0];
+        // The block's positions reach n + B - 1, past the blocks the scheduler gave the row when it drafts
+        // fewer than B - 1 tokens. A stage is a sliding-window layer: the block never reads or writes a
+        // paged block, so the table is only padded to the length the step metadata checks.
+        tables[at] = tables_[r.id];
+        while (static_cast<int64_t>(tables[at].size()) * block_tokens < r.start_pos + B)
+            tables[at].push_back(tables[at].back());
+        GpuStepSeq q;
+        q.slot = r.kv.slot;
+        q.block_table = tables[at];
+        q.start_pos = r.start_pos;
+        q.tokens = std::span<const int32_t>(tokens).subspan(at * static_cast<size_t>(B), static_cast<size_t>(B));
+        q.want_logits = true;
+        q.logits_rows = B;
+        seqs.push_back(q);
+    }
+    const float* logits = model_->dspark_block(seqs, stream_.get());
+    std::vector<int32_t> ids(rows.size() * static_cast<size_t>(B));
+    std::vector<float> row_logits(static_cast<size_t>(V));
+    Sampler sampler;
+    for (int64_t j = 0; j < k_max; ++j) {
+        // Slot j's logits = base + Markov bias of the token before it; its draft is the token after it.
+        const int32_t* d_ids = model_->dspark_markov(j, prev, stream_.get());
+        CUDA_CHECK(cudaMemcpyAsync(ids.data(), d_ids, ids.size() * 4, cudaMemcpyDeviceToHost, stream_.get()));
+        stream_.sync();
+        for (size_t at = 0; at < rows.size(); ++at) {
+            const auto& r = batch.requests[rows[at]];
+            if (j >= std::min(r.n_draft_tokens, spec_k_)) continue;
+            RowDraft& d = drafts[rows[at]];
+            const int64_t row = static_cast<int64_t>(at) * B + j;
+            if (r.sampling->temperature == 0.0f) {  // greedy: the drafter's argmax
+                d.tokens.push_back(ids[static_cast<size_t>(row)]);
+            } else {  // sampled: drawn from q_j with the CPU drafter's stream (draft_with_dspark)
+                CUDA_CHECK(
+                    cudaMemcpy(row_logits.data(), logits + row * V, row_logits.size() * 4, cudaMemcpyDeviceToHost));
+                const std::vector<double> q =
+                    dense_distribution(sampler.target_distribution(row_logits, r.sampling->params(), {}, {}), V);
+                d.tokens.push_back(draw_token(q, spec_uniform(r.sampling->seed, SpecStream::Draft,
+                                                              r.sampling->counter + static_cast<uint64_t>(j))));
+                d.q.insert(d.q.end(), q.begin(), q.end());
+            }
+            prev[at] = d.tokens.back();
+        }
+    }
+    return drafts;
+}
+
+std::vector<CudaModelRunner::RowDraft> CudaModelRunner::draft_with_mtp(const SchedulerOutput& batch) {
+    std::vector<RowDraft> drafts(batch.requests.size());
+    const std::vector<size_t> rows = drafting_rows(batch);
     if (rows.empty()) return drafts;
     const int64_t V = cfg_.vocab_size;
     int64_t k_max = 0;

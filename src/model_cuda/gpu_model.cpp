@@ -161,6 +161,14 @@ void GpuModel::carve(const ModelConfig& cfg, const GpuModelOptions& opt, int64_t
         A(b.mtp_in, T * 4 * D, "mtp input streams");
         A(b.mtp_pending, opt.max_num_seqs * 4 * D, "mtp pending streams");
     }
+    if (opt.dspark) {
+        ONECARD_CHECK(cfg.dspark.has_value(), "gpu model: DSpark buffers for a model without the drafter");
+        ONECARD_CHECK(opt.logits_rows_per_seq >= cfg.dspark->block_size,
+                      "gpu model: {} logits rows per sequence cannot hold a DSpark block of {}",
+                      opt.logits_rows_per_seq, cfg.dspark->block_size);
+        A(b.taps, T * static_cast<int64_t>(cfg.dspark->target_layer_ids.size()) * D, "dspark taps");
+        A(b.dspark_prev, b.logits_rows, "dspark markov tokens");
+    }
     A(b.rope_main, static_cast<int64_t>(rope_inv_freqs_for(cfg, false).size()), "rope main");
     A(b.rope_compress, static_cast<int64_t>(rope_inv_freqs_for(cfg, true).size()), "rope compress");
     // Per-call scratch of the linears (quantised activations, padded GEMM rows): a sub-arena.
@@ -452,8 +460,15 @@ void GpuModel::attention(const StepPlan& p, const GpuBlock& blk, const bf16* xn,
     max_keys = std::max<int64_t>(max_keys, W);
     ONECARD_CHECK(max_keys <= b.max_keys, "gpu model: position {} needs {} keys (max_model_len too small?)",
                   meta_->max_pos, max_keys);
-    build_attention_offsets(*meta_, pool_, il, W - (opt_.faults.window_off_by_one ? 1 : 0), picks, c.index_topk,
-                            max_keys, b.kv_off, s);
+    if (p.dspark_block) {
+        max_keys = W + c.dspark->block_size;
+        ONECARD_CHECK(max_keys <= b.max_keys, "gpu model: a DSpark block needs {} keys, the buffers hold {}", max_keys,
+                      b.max_keys);
+        build_block_attention_offsets(*meta_, pool_, il, W, max_keys, b.kv_off, s);
+    } else {
+        build_attention_offsets(*meta_, pool_, il, W - (opt_.faults.window_off_by_one ? 1 : 0), picks, c.index_topk,
+                                max_keys, b.kv_off, s);
+    }
     cuda::SparseAttnDims ad;
     ad.n_heads = H;
     ad.head_dim = hd;
@@ -471,7 +486,8 @@ void GpuModel::attention(const StepPlan& p, const GpuBlock& blk, const bf16* xn,
     lin_->fp8(w.wo_b, b.z, n, out, s);
     tick("attn: wo_b", s);
     // Only now may the window rings take this step's rows (earlier tokens of the step read the old ones).
-    const int64_t ring_rows = opt_.faults.drop_ring_row ? n - 1 : n;
+    // A DSpark block stores nothing: its stage's ring holds the main model's context (dspark_push).
+    const int64_t ring_rows = p.dspark_block ? 0 : opt_.faults.drop_ring_row ? n - 1 : n;
     if (ring_rows > 0) cuda::kv_write_entries(b.kv, 0, b.ring_dst, pool_.base(), ring_rows, ed, s);
 }
 
@@ -598,6 +614,7 @@ const float* GpuModel::step(std::span<const GpuStepSeq> seqs, LogitRows rows, cu
     Buffers& b = *buf_;
     if (host_) host_->begin_step();
     build_meta(seqs, rows, s);
+    last_run_ = LastRun::Step;
     const StepPlan plan = plan_step(meta_->n, meta_->max_pos);
     // Graphs for steps whose rows are alike (decode, verify): their keys recur. A step with a prompt
     // chunk (rows of different lengths, or one short prompt) has a token count that rarely comes back,
@@ -709,7 +726,10 @@ void GpuModel::forward(const StepPlan& p, cudaStream_t s) {
     cuda::embed_streams(meta_->tokens, w_.embed, b.X, n, D, 4, s);
     record_streams(0, s);  // then each main block records points 2·layer + 1 and + 2
     if (p.stream_experts) streamer_->begin_step(s);
-    for (const GpuBlock& blk : w_.layers) run_block(p, blk, s);
+    for (const GpuBlock& blk : w_.layers) {
+        run_block(p, blk, s);
+        if (b.taps) keep_taps(blk.layer_id, s);
+    }
     if (p.stream_experts) streamer_->end_step(s);
     head(w_.hc_head, w_.norm, s);
 }

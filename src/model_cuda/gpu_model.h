@@ -49,8 +49,11 @@ struct GpuModelOptions {
     int64_t moe_gemv_max_tokens = 64;
     bool count_expert_picks = false;  // count routing picks per (layer, expert) on the device (expert_pick_counts)
     bool mtp = false;                 // buffers for the MTP drafter (gather_mtp_input, save_mtp_pending)
-    HostMoeOptions host_experts;      // the host expert pool, when the weights keep experts in host RAM
-    GpuFaultPlan faults;              // tests only: planted bugs (gpu_fault_plan.h); all off
+    // The 0731 DSpark drafter (GpuModelWeights::dspark): every step keeps its tokens' taps, and the
+    // dspark_* calls run. Needs logits_rows_per_seq >= dspark_block_size.
+    bool dspark = false;
+    HostMoeOptions host_experts;  // the host expert pool, when the weights keep experts in host RAM
+    GpuFaultPlan faults;          // tests only: planted bugs (gpu_fault_plan.h); all off
 };
 
 class GpuModel {
@@ -87,6 +90,24 @@ public:
     const __nv_bfloat16* gather_mtp_input(std::span<const MtpRun> runs, cudaStream_t stream);
     // Sets KV slot `first`'s pending row to last_streams()' row `second`, for each pair.
     void save_mtp_pending(std::span<const std::pair<int32_t, int64_t>> slot_rows, cudaStream_t stream);
+    // The 0731 DSpark drafter (GpuModelOptions::dspark; docs/dspark.md; the CPU oracle is
+    // DeepSeekV4::dspark_push_context / dspark_block and model/dspark_heads.h markov_step).
+    // dspark_push: after a step(), writes each stage's context row of every token of that step into
+    // the stage's window ring (pool layer num_hidden_layers + s). A verify step's rejected positions
+    // are pushed too: a later step that feeds those positions again overwrites them, and nothing reads
+    // them before (a block reads only positions below its own, and the rings' spare rows keep the
+    // rejected rows off every row it reads: KvModelShape::ring_spare >= the drafts per step).
+    void dspark_push(cudaStream_t stream);
+    // One parallel pass of the block [next, noise x (B-1)] for each sequence: its `tokens` the B ids at
+    // positions start_pos = n .. n + B - 1 (the positions of its next token and the B - 1 after it),
+    // want_logits with logits_rows = B. Returns the base logits [n_seqs·B, vocab] (sequence r's slot j
+    // at row r·B + j; valid until the next step). Writes nothing to the pool but the step region.
+    // Runs eagerly (no graphs).
+    const float* dspark_block(std::span<const GpuStepSeq> seqs, cudaStream_t stream);
+    // After dspark_block: adds the Markov bias of prev[r] (host, one token per sequence) to slot j's row
+    // of each sequence and returns the argmax of every row of the block [n_seqs·B] on the device (slot
+    // j's at r·B + j).
+    const int32_t* dspark_markov(int64_t j, std::span<const int32_t> prev, cudaStream_t stream);
     // Greedy tokens [n_out] of the last step's logits, on the device.
     const int32_t* argmax_last(cudaStream_t stream);
     // Tokens [n_out] of the last step's logits drawn with params[i] for row i (host array of n_out
@@ -170,6 +191,7 @@ private:
         int64_t pos_bound = 0;        // positions of this step are < pos_bound (rounded up: graph reuse)
         bool moe_gemv = false;        // routed experts on the GEMV path (else MoeExperts' grouped GEMMs)
         bool stream_experts = false;  // host experts staged over PCIe this step (HostExpertStreamer)
+        bool dspark_block = false;    // a DSpark block pass: bidirectional block keys, no ring writes
     };
     // Where a sub-block's first linears read its input: the bf16 x, or the FP8 copy of x that hc_pre's
     // finishing kernel writes (Buffers::xq/xs) when they are on the GEMV path.
@@ -185,7 +207,8 @@ private:
     void run_block(const StepPlan& p, const GpuBlock& blk, cudaStream_t s);             // one decoder block over X
     void head(const GpuHC& hc, const __nv_bfloat16* norm, cudaStream_t s);              // logits of the wanted rows
     void mtp_forward(const StepPlan& p, const __nv_bfloat16* streams, cudaStream_t s);  // gpu_model_mtp.cpp
-    void tick(const char* label, cudaStream_t s);        // profiling: time since the last tick goes to label
+    void keep_taps(int64_t layer, cudaStream_t s);  // DSpark: the taps of a main layer's output (gpu_model_dspark.cpp)
+    void tick(const char* label, cudaStream_t s);   // profiling: time since the last tick goes to label
     void record_streams(int64_t point, cudaStream_t s);  // set_stream_recording: X into recorded_[point]
     void drop_graphs();
     void attention(const StepPlan& p, const GpuBlock& b, const __nv_bfloat16* xn, __nv_bfloat16* out, cudaStream_t s);
@@ -207,6 +230,9 @@ private:
     bool moe_gemv_ = false;  // decode MoE may take the GEMV path (no host sync: capturable)
     std::map<GraphKey, cudaGraphExec_t> graphs_;
     int64_t last_graph_nodes_ = 0;
+    // What ran last (dspark_push needs a main step's taps, dspark_markov a block pass's logits).
+    enum class LastRun { None, Step, Mtp, DSparkBlock };
+    LastRun last_run_ = LastRun::None;
     bool profile_ = false, profiling_ = false;
     bool recording_ = false;
     std::vector<uint16_t> recorded_;  // set_stream_recording: [2·layers + 1][n, 4, D] bf16 bits

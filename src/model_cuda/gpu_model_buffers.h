@@ -65,6 +65,10 @@ struct GpuModel::Buffers {
     // The MTP drafter (GpuModelOptions::mtp): its input streams [T, 4, D] gathered for an mtp_step, and
     // per KV slot the main model's streams of the sequence's last kept position [max_num_seqs, 4, D].
     bf16 *mtp_in = nullptr, *mtp_pending = nullptr;
+    // The DSpark drafter (GpuModelOptions::dspark): the last step's taps [T, S, D] (target layer s's
+    // output streams averaged), and the previous token of each block's Markov slot [logits_rows].
+    bf16* taps = nullptr;
+    int32_t* dspark_prev = nullptr;
 };
 
 }  // namespace onecard

@@ -23,6 +23,7 @@ const float* GpuModel::mtp_step(std::span<const GpuStepSeq> seqs, const bf16* st
                   "gpu model: the KV pool has no layer for the MTP block ({} layers)", pool_.layers().n_layers());
     ONECARD_CHECK(streams != nullptr, "gpu model: an MTP step without input streams");
     build_meta(seqs, rows, s);
+    last_run_ = LastRun::Mtp;
     StepPlan plan = plan_step(meta_->n, meta_->max_pos);
     plan.stream_experts = false;  // the MTP block's experts are all on the GPU
     profiling_ = profile_;

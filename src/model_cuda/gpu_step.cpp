@@ -193,6 +193,15 @@ void build_attention_offsets(const GpuStepMeta& m, const GpuKvPool& pool, int64_
     launch_attention_offsets(step_addr(m, pool, layer, window), m.seq_first, topk, k, max_keys, kv_off, s);
 }
 
+void build_block_attention_offsets(const GpuStepMeta& m, const GpuKvPool& pool, int64_t layer, int64_t window,
+                                   int64_t max_keys, int64_t* kv_off, cudaStream_t s) {
+    const KvLayerAddr& l = pool.layer(layer);
+    ONECARD_CHECK(l.ratio == 0, "block attention offsets: layer {} is compressed (ratio {})", layer, l.ratio);
+    ONECARD_CHECK(l.window_rows >= window, "block attention offsets: layer {}'s ring of {} rows < window {}", layer,
+                  l.window_rows, window);
+    launch_block_attention_offsets(step_addr(m, pool, layer, window), m.seq_first, m.seq_last, max_keys, kv_off, s);
+}
+
 void gather_rows_bf16(const void* src, const int32_t* rows, void* dst, int64_t n_rows, int64_t row_elems,
                       cudaStream_t s) {
     ONECARD_CHECK(row_elems % 8 == 0, "gather_rows_bf16: {} elements per row is not a multiple of 8", row_elems);

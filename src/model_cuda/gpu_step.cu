@@ -65,6 +65,31 @@ __global__ void attention_offsets_kernel(StepAddr a, const int32_t* __restrict__
     }
 }
 
+// DSpark block rows (docs/dspark.md §3): every token of a sequence's block sees the same keys, the
+// ring's positions p0 − window .. p0 − 1 (p0: the block's first position) then the block's own rows
+// from the step region, whatever its own position (bidirectional inside the block).
+__global__ void block_attention_offsets_kernel(StepAddr a, const int32_t* __restrict__ first,
+                                               const int32_t* __restrict__ last, int64_t max_keys,
+                                               int64_t* __restrict__ kv_off) {
+    cuda::dev::pdl_wait();
+    cuda::dev::pdl_trigger();
+    const int64_t i = blockIdx.x;
+    const int64_t f = first[i], nb = int64_t(last[i]) - f + 1;
+    const int64_t p0 = a.positions[f];
+    const int64_t eb = a.entry_bytes;
+    int64_t* out = kv_off + i * max_keys;
+    for (int64_t j = threadIdx.x; j < max_keys; j += blockDim.x) {
+        int64_t o = -1;
+        if (j < a.window) {
+            const int64_t q = p0 - a.window + j;
+            if (q >= 0) o = a.slot_off[i] + a.window_region + (q % a.window_rows) * eb;
+        } else if (j - a.window < nb) {
+            o = a.step_off + (f + j - a.window) * eb;
+        }
+        out[j] = o;
+    }
+}
+
 __global__ void gather_rows_kernel(const uint4* __restrict__ src, const int32_t* __restrict__ rows,
                                    uint4* __restrict__ dst, int64_t row_vecs) {
     cuda::dev::pdl_wait();
@@ -91,6 +116,14 @@ void launch_attention_offsets(const StepAddr& a, const int32_t* seq_first, const
     cuda::launch_pdl(attention_offsets_kernel, static_cast<unsigned>(a.n), 128, 0, s, a, seq_first, topk, k, max_keys,
                      kv_off);
     CUDA_CHECK_LAUNCH("attention_offsets_kernel");
+}
+
+void launch_block_attention_offsets(const StepAddr& a, const int32_t* seq_first, const int32_t* seq_last,
+                                    int64_t max_keys, int64_t* kv_off, cudaStream_t s) {
+    if (a.n == 0) return;
+    cuda::launch_pdl(block_attention_offsets_kernel, static_cast<unsigned>(a.n), 128, 0, s, a, seq_first, seq_last,
+                     max_keys, kv_off);
+    CUDA_CHECK_LAUNCH("block_attention_offsets_kernel");
 }
 
 void launch_gather_rows(const void* src, const int32_t* rows, void* dst, int64_t n_rows, int64_t row_vecs16,

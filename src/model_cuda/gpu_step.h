@@ -93,6 +93,13 @@ void build_write_offsets(const GpuStepMeta& m, const GpuKvPool& pool, int64_t la
 void build_attention_offsets(const GpuStepMeta& m, const GpuKvPool& pool, int64_t layer, int64_t window,
                              const int32_t* topk, int64_t k, int64_t max_keys, int64_t* kv_off, cudaStream_t s);
 
+// The DSpark block's key lists (docs/dspark.md §3), kv_off [n, max_keys]: for every token of a
+// sequence whose step tokens start at position p0, the ring's positions max(0, p0−W)..p0−1 (slots
+// j < window, −1 before position 0), then all of the sequence's step rows (its block), −1 after.
+// The layer must be a sliding-window layer; max_keys >= window + the longest block.
+void build_block_attention_offsets(const GpuStepMeta& m, const GpuKvPool& pool, int64_t layer, int64_t window,
+                                   int64_t max_keys, int64_t* kv_off, cudaStream_t s);
+
 // dst [n_rows, row_elems] bf16 = src rows rows[r] (for picking the tokens whose logits are wanted).
 void gather_rows_bf16(const void* src, const int32_t* rows, void* dst, int64_t n_rows, int64_t row_elems,
                       cudaStream_t s);

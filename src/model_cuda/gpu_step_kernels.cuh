@@ -31,6 +31,8 @@ void launch_write_offsets(const StepAddr& a, const int32_t* seq_last, int64_t* s
                           int64_t* entry_dst, int64_t* key_dst, cudaStream_t s);
 void launch_attention_offsets(const StepAddr& a, const int32_t* seq_first, const int32_t* topk, int64_t k,
                               int64_t max_keys, int64_t* kv_off, cudaStream_t s);
+void launch_block_attention_offsets(const StepAddr& a, const int32_t* seq_first, const int32_t* seq_last,
+                                    int64_t max_keys, int64_t* kv_off, cudaStream_t s);
 void launch_gather_rows(const void* src, const int32_t* rows, void* dst, int64_t n_rows, int64_t row_vecs16,
                         cudaStream_t s);
 

@@ -84,6 +84,27 @@ public:
         return m;
     }
 
+    // The 0731 DSpark drafter (tags "mtp.{s}.*" as the checkpoint names them): S stages at layer
+    // indices num_hidden_layers + s with every routed expert, the context projection, the last
+    // stage's head norms and the Markov head (GpuDSpark).
+    GpuDSpark build_dspark() {
+        ONECARD_CHECK(cfg_.dspark.has_value(), "gpu synth: the config has no DSpark drafter");
+        const int64_t D = cfg_.hidden_size, V = cfg_.vocab_size, r = cfg_.dspark->markov_rank;
+        const auto S = static_cast<int64_t>(cfg_.dspark->target_layer_ids.size());
+        const std::string last = fmt::format("mtp.{}", S - 1);
+        GpuDSpark d;
+        for (int64_t s = 0; s < S; ++s) d.stages.push_back(block(cfg_.num_hidden_layers + s, fmt::format("mtp.{}", s)));
+        d.main_proj = fp8_linear("mtp.0.main_proj", D, S * D);
+        d.main_norm = norm("mtp.0.main_norm.weight", D);
+        d.norm = norm(last + ".norm.weight", D);
+        d.hc_head = hc(last + ".hc_head", true);
+        // w1 ~ N(0, 1) and w2 ~ N(0, 1/r): a bias of unit scale, like a logit.
+        d.markov_w1 = bf16_tensor(last + ".markov_head.markov_w1.weight", V, r, 0.0f, 1.0f);
+        d.markov_w2 = bf16_tensor(last + ".markov_head.markov_w2.weight", V, r, 0.0f, inv_sqrt(r));
+        d.rank = r;
+        return d;
+    }
+
     size_t used() const { return used_; }
     const std::vector<FillJob>& jobs() const { return jobs_; }
 
@@ -358,6 +379,18 @@ int64_t synth_weights_device_bytes(const ModelConfig& cfg, const ExpertPlacement
     return static_cast<int64_t>(b.used());
 }
 
+int64_t synth_mtp_device_bytes(const ModelConfig& cfg) {
+    Builder b(cfg, nullptr, nullptr);
+    b.build_mtp();
+    return static_cast<int64_t>(b.used());
+}
+
+int64_t synth_dspark_device_bytes(const ModelConfig& cfg) {
+    Builder b(cfg, nullptr, nullptr);
+    b.build_dspark();
+    return static_cast<int64_t>(b.used());
+}
+
 GpuModelWeights alloc_synth_weights(const ModelConfig& cfg, cuda::DeviceArena& arena, const ExpertPlacement* placement,
                                     __nv_bfloat16* host_embed) {
     Builder b(cfg, &arena, placement, host_embed);
@@ -369,6 +402,13 @@ GpuMtp synth_mtp_on_device(const ModelConfig& cfg, cuda::DeviceArena& arena, uin
     GpuMtp m = b.build_mtp();
     for (const FillJob& j : b.jobs()) launch_fill(j, seed, cfg, stream);
     return m;
+}
+
+GpuDSpark synth_dspark_on_device(const ModelConfig& cfg, cuda::DeviceArena& arena, uint64_t seed, cudaStream_t stream) {
+    Builder b(cfg, &arena, nullptr);
+    GpuDSpark d = b.build_dspark();
+    for (const FillJob& j : b.jobs()) launch_fill(j, seed, cfg, stream);
+    return d;
 }
 
 GpuModelWeights synth_weights_on_device(const ModelConfig& cfg, cuda::DeviceArena& arena, uint64_t seed,

@@ -59,5 +59,11 @@ GpuModelWeights synth_weights_on_device(const ModelConfig& cfg, cuda::DeviceAren
 // The MTP block mtp.0 of `cfg` (every routed expert on the GPU), synthesised like the main layers
 // (tags "mtp.0.*"), for GpuModelWeights::mtp.
 GpuMtp synth_mtp_on_device(const ModelConfig& cfg, cuda::DeviceArena& arena, uint64_t seed, cudaStream_t stream);
+// The 0731 DSpark drafter of `cfg` (cfg.dspark; every routed expert on the GPU), likewise, for
+// GpuModelWeights::dspark.
+// Device bytes synth_mtp_on_device / synth_dspark_on_device take (the bench's budget for the drafter).
+int64_t synth_mtp_device_bytes(const ModelConfig& cfg);
+int64_t synth_dspark_device_bytes(const ModelConfig& cfg);
+GpuDSpark synth_dspark_on_device(const ModelConfig& cfg, cuda::DeviceArena& arena, uint64_t seed, cudaStream_t stream);
 
 }  // namespace onecard

@@ -235,6 +235,30 @@ GpuMtp upload_mtp_weights(const ModelConfig& cfg, const ModelWeights& w, cuda::D
     return g;
 }
 
+GpuDSpark upload_dspark_weights(const ModelConfig& cfg, const ModelWeights& w, cuda::DeviceArena& arena) {
+    check_gpu_model_shape(cfg);
+    ONECARD_CHECK(w.dspark.has_value() && cfg.dspark.has_value(),
+                  "weights: the checkpoint has no DSpark drafter (not a 0731 model)");
+    const DSparkWeights& d = *w.dspark;
+    GpuDSpark g;
+    for (size_t s = 0; s < d.stages.size(); ++s) {
+        const int64_t il = cfg.num_hidden_layers + static_cast<int64_t>(s);
+        ONECARD_CHECK(cfg.compress_ratio(il) == 0, "weights: DSpark stage {} has compress ratio {} (must be 0)", s,
+                      cfg.compress_ratio(il));
+        g.stages.push_back(block(arena, cfg, d.stages[s], il, nullptr));
+    }
+    g.main_proj = fp8_linear(arena, d.main_proj);
+    g.main_norm = upload_bf16(arena, d.main_norm);
+    g.norm = upload_bf16(arena, d.norm);
+    g.hc_head = hc(arena, d.hc_head);
+    g.markov_w1 = upload_bf16(arena, d.markov_w1);
+    g.markov_w2 = upload_bf16(arena, d.markov_w2);
+    g.rank = cfg.dspark->markov_rank;
+    ONECARD_CHECK(g.rank > 0 && g.rank % 8 == 0, "weights: DSpark Markov rank {} (the GPU needs a multiple of 8)",
+                  g.rank);
+    return g;
+}
+
 GpuFp8Linear fuse_rows(const GpuFp8Linear& a, const GpuFp8Linear& b) {
     GpuFp8Linear f;
     if (!a.w || !b.w || a.n_in != b.n_in) return f;

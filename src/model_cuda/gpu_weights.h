@@ -119,6 +119,21 @@ struct GpuMtp {
     GpuHC hc_head;                         // fn [hc, hc·D], base [hc], scale [1]
 };
 
+// The DeepSeek-V4-Flash-0731 DSpark drafter (model/weights.h DSparkWeights; docs/dspark.md): S stages,
+// sliding-window decoder blocks at layer ids num_hidden_layers + s (their context KV in the pool's
+// window rings of those layers), every routed expert on the GPU; the embedding and the output head
+// are the main model's.
+struct GpuDSpark {
+    std::vector<GpuBlock> stages;
+    GpuFp8Linear main_proj;                    // [D, S·D]: the concatenated taps to the context input
+    const __nv_bfloat16* main_norm = nullptr;  // [D]
+    const __nv_bfloat16* norm = nullptr;       // [D] the last stage's final norm
+    GpuHC hc_head;                             // the last stage's: fn [hc, hc·D], base [hc], scale [1]
+    const __nv_bfloat16* markov_w1 = nullptr;  // [vocab, rank] embedding of the previous token
+    const __nv_bfloat16* markov_w2 = nullptr;  // [vocab, rank] projection rank -> vocab
+    int64_t rank = 0;
+};
+
 struct GpuModelWeights {
     const __nv_bfloat16* embed = nullptr;  // [vocab, D], in HBM or device-mapped host RAM (HostEmbedding)
     GpuBf16Linear head;                    // [vocab, D]
@@ -126,6 +141,7 @@ struct GpuModelWeights {
     GpuHC hc_head;                         // fn [hc, hc·D], base [hc], scale [1]
     std::vector<GpuBlock> layers;          // main layers only
     std::optional<GpuMtp> mtp;             // the MTP drafter, when uploaded (upload_mtp_weights)
+    std::optional<GpuDSpark> dspark;       // the 0731 DSpark drafter, when uploaded (upload_dspark_weights)
 };
 
 // a and b as one linear [a.n_out + b.n_out, n_in] when b's weight rows and block scales follow a's
@@ -155,5 +171,8 @@ GpuModelWeights upload_weights(const ModelConfig& cfg, const ModelWeights& w, cu
 // The checkpoint's MTP block mtp.0 into `arena` (every routed expert on the GPU). Throws when the
 // checkpoint has none. Its bytes are not in gpu_weight_bytes(), which counts the main model.
 GpuMtp upload_mtp_weights(const ModelConfig& cfg, const ModelWeights& w, cuda::DeviceArena& arena);
+// The checkpoint's DSpark drafter (0731) into `arena`. Throws when the checkpoint has none, or its
+// Markov rank is not a multiple of 8 (the Markov kernel's vector loads).
+GpuDSpark upload_dspark_weights(const ModelConfig& cfg, const ModelWeights& w, cuda::DeviceArena& arena);
 
 }  // namespace onecard

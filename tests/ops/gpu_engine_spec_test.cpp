@@ -2,12 +2,13 @@
 // MTP drafter (`--speculative-config '{"method":"mtp",...}'` on `serve --device cuda`), on the tame
 // Flash-dimension checkpoint with its mtp.0 block (gpu_test_util.h). Three greedy requests run
 // concurrently (prefill chunks, plain decode rows and verify rows share steps); their outputs must be
-// the plain engine's token for token, with drafts made and verified (the engine's spec_decode
-// counters). The tame model keeps near-ties rare, so a step's shape (a token computed as a verify row
-// rather than a one-token row) does not move an argmax; a divergence is printed with both runs' tokens.
+// the plain engine's token for token up to a near-tie of the target model (a row computed in a verify
+// step is not bit-equal to a one-token step's: test::expect_greedy_equal_up_to_ties says why), with
+// drafts made and verified (the engine's spec_decode counters). H200, 2026-12-04 08:50 UTC, before that
+// allowance: request 1 left the plain output at token 20 in both the greedy and the top_k 1 runs.
 // Sampled rows draft too, and are decided on the host by the CPU backend's speculative sampling
 // (whose distribution the chi-square tests prove): with top_k 1 every distribution is one token, so
-// the sampled path's output must also be the plain output, token for token. The runner refuses
+// the sampled path's output must also be the plain output, up to such a tie. The runner refuses
 // methods it cannot run.
 #include "gpu_test_util.h"
 
@@ -71,9 +72,28 @@ CudaRunnerOptions runner_options(bool speculate) {
 }
 
 struct Outcome {
-    std::vector<std::vector<int32_t>> outputs;
+    std::vector<std::vector<int32_t>> prompts, outputs;
     EngineStats stats;
 };
+
+// The plain GPU engine's top-5 log-probabilities of the token after `context` (near-tie checks).
+std::vector<TokenLogprob> plain_top(const std::vector<int32_t>& context) {
+    Model& m = model();
+    Engine engine(engine_config(false), std::make_unique<CudaModelRunner>(m.cfg, m.w, runner_options(false)));
+    GenerateRequest req;
+    req.prompt_token_ids = context;
+    req.sampling.temperature = 0.0f;
+    req.sampling.max_tokens = 1;
+    req.sampling.logprobs = 5;
+    req.sampling.ignore_eos = true;
+    auto stream = engine.submit(req);
+    std::vector<TokenLogprob> top;
+    while (auto ev = stream->next()) {
+        if (!ev->logprobs.empty()) top = ev->logprobs.front().top;
+        if (ev->finished()) break;
+    }
+    return top;
+}
 
 Outcome run(bool speculate, float temperature, int32_t top_k = 0) {
     Model& m = model();
@@ -87,6 +107,7 @@ Outcome run(bool speculate, float temperature, int32_t top_k = 0) {
     for (int64_t len : {150, 40, 90}) {
         GenerateRequest req;
         for (int64_t i = 0; i < len; ++i) req.prompt_token_ids.push_back(tok(rng));
+        r.prompts.push_back(req.prompt_token_ids);
         req.sampling.temperature = temperature;
         req.sampling.top_k = top_k;
         req.sampling.seed = 5;
@@ -103,16 +124,8 @@ Outcome run(bool speculate, float temperature, int32_t top_k = 0) {
 TEST(GpuEngineSpec, GreedyOutputIsThePlainOutputWithMtpDrafts) {
     ONECARD_REQUIRE_GPU();
     const Outcome plain = run(false, 0.0f), spec = run(true, 0.0f);
-    for (size_t i = 0; i < plain.outputs.size(); ++i) {
-        ASSERT_EQ(plain.outputs[i].size(), static_cast<size_t>(kNew)) << "request " << i;
-        ASSERT_EQ(spec.outputs[i].size(), static_cast<size_t>(kNew)) << "request " << i;
-        for (int64_t j = 0; j < kNew; ++j)
-            if (plain.outputs[i][j] != spec.outputs[i][j]) {
-                ADD_FAILURE() << "request " << i << " diverges at token " << j << ": plain " << plain.outputs[i][j]
-                              << ", speculative " << spec.outputs[i][j];
-                break;
-            }
-    }
+    for (const auto& o : plain.outputs) ASSERT_EQ(o.size(), static_cast<size_t>(kNew));
+    test::expect_greedy_equal_up_to_ties(plain.prompts, plain.outputs, spec.outputs, plain_top);
     std::printf("[gpu engine spec] drafts %lld, draft tokens %lld, accepted %lld\n",
                 static_cast<long long>(spec.stats.spec_num_drafts),
                 static_cast<long long>(spec.stats.spec_num_draft_tokens),
@@ -126,7 +139,7 @@ TEST(GpuEngineSpec, SampledRowsDraftAndAreDecidedOnTheHost) {
     ONECARD_REQUIRE_GPU();
     // top_k 1: sampled rows whose every distribution is one token (the host path, exact).
     const Outcome plain = run(false, 0.8f, 1), spec = run(true, 0.8f, 1);
-    for (size_t i = 0; i < plain.outputs.size(); ++i) EXPECT_EQ(spec.outputs[i], plain.outputs[i]) << "request " << i;
+    test::expect_greedy_equal_up_to_ties(plain.prompts, plain.outputs, spec.outputs, plain_top);
     EXPECT_GT(spec.stats.spec_num_drafts, 0);
     // Full sampling: drafts made and some rejected; every request completes.
     const Outcome wide = run(true, 0.8f);

@@ -240,6 +240,53 @@ TEST(GpuLayout, MoeGemvTokenBoundSizesTheWorkspaceAndIsChecked) {
     EXPECT_NO_THROW(GpuModel::workspace_bytes_for(cfg, o, spec, false));
 }
 
+// The DSpark drafter's GPU sizing (issue 17), on the host: its buffers (the taps of every step's
+// tokens, the Markov slots' tokens) grow the workspace the memory plan counts by at least the taps, a
+// serving runner with the drafter returns a whole block of logits rows per sequence, the model refuses
+// fewer, and the synthetic drafter takes what the planner's "mtp.*" tensors say it takes (their
+// GPU layout: the FP8 scales padded as the GEMM reads them) less the confidence head, which the plan
+// over-counts by its 8.5 KiB.
+TEST(GpuLayout, DSparkDrafterSizesTheWorkspaceAndLogitsRows) {
+    SynthOptions so;
+    so.preset = SynthPreset::Flash;
+    so.layers = 4;
+    so.experts = 16;
+    so.dspark = true;
+    const ModelConfig cfg = synth_config(so);
+    const int64_t B = cfg.dspark->block_size, S = static_cast<int64_t>(cfg.dspark->target_layer_ids.size());
+    const KvCacheSpec spec = make_kv_cache_spec(kv_model_shape_from_config(cfg), 256);
+    CudaRunnerOptions ro;
+    ro.max_num_batched_tokens = 512;
+    ro.max_num_seqs = 8;
+    ro.max_model_len = 4096;
+    ro.dspark_drafter = true;
+    ro.num_speculative_tokens = 2;
+    const GpuModelOptions with = CudaModelRunner::model_options(cfg, ro, false);
+    EXPECT_TRUE(with.dspark);
+    EXPECT_EQ(with.logits_rows_per_seq, B);  // a block's B rows > a verify step's 1 + 2
+    ro.num_speculative_tokens = B;
+    EXPECT_EQ(CudaModelRunner::model_options(cfg, ro, false).logits_rows_per_seq, B + 1);
+    ro.dspark_drafter = false;
+    ro.num_speculative_tokens = 0;
+    const GpuModelOptions without = CudaModelRunner::model_options(cfg, ro, false);
+    const int64_t grown = GpuModel::workspace_bytes_for(cfg, with, spec, false) -
+                          GpuModel::workspace_bytes_for(cfg, without, spec, false);
+    EXPECT_GE(grown, ro.max_num_batched_tokens * S * cfg.hidden_size * 2);
+    GpuModelOptions short_rows = with;
+    short_rows.logits_rows_per_seq = B - 1;
+    EXPECT_THROW(GpuModel::workspace_bytes_for(cfg, short_rows, spec, false), Error);
+    uint64_t planned = 0;
+    // The confidence head stays on the host side of the plan's count: the GPU drafts with the early stop
+    // off (CudaModelRunner refuses a confidence threshold), so it never uploads it.
+    for (const auto& t : gpu_planned_tensors(checkpoint_layout(cfg)))
+        if (t.name.rfind("mtp.", 0) == 0 && t.name.find("confidence_head") == std::string::npos) planned += t.nbytes;
+    const auto synth = static_cast<uint64_t>(synth_dspark_device_bytes(cfg));
+    EXPECT_GT(planned, 0u);
+    // The synthetic drafter aligns each tensor to 256 bytes; the planner counts the bytes alone.
+    EXPECT_LE(planned, synth);
+    EXPECT_GT(static_cast<double>(planned), 0.999 * static_cast<double>(synth));
+}
+
 }  // namespace
 }  // namespace onecard
 

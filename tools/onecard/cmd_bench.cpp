@@ -77,6 +77,7 @@ struct BenchArgs {
     std::string decode_batches = "1,8,64";
     int64_t moe_gemv_max_tokens = 0;  // GpuModelOptions::moe_gemv_max_tokens; 0: GpuModel::max_moe_gemv_tokens
     std::string verify_k;       // speculative verify steps of k + 1 tokens per sequence, comma-separated k (none: off)
+    bool dspark = false;        // the synthetic 0731 shape with its DSpark drafter (--verify-k times its drafts)
     int64_t mixed_chunk = 0;    // > 0: also time steps of the decode rows + a prompt chunk of this many tokens
     int64_t mixed_context = 0;  // tokens the mixed steps' prompt holds before its first chunk (0: --context)
     int64_t context = 1024;
@@ -255,6 +256,7 @@ void run_bench(const BenchArgs& a) {
                       "bench: --verify-k {} must be >= 1 with --decode-batch's largest batch x (k + 1) <= --chunk {}",
                       k, a.chunk);
         verify_tokens += (a.warmup + a.repeats) * a.steps * (k + 1);
+        verify_tokens += a.warmup + a.repeats * a.steps + 8;  // the DSpark draft timing's own steps and block
     }
     ONECARD_CHECK(a.mixed_chunk >= 0 && max_b + a.mixed_chunk <= a.chunk,
                   "bench: --mixed-chunk {} must be >= 0 with --decode-batch's largest batch + it <= --chunk {}",
@@ -270,7 +272,9 @@ void run_bench(const BenchArgs& a) {
     } else {
         SynthOptions so;
         so.preset = SynthPreset::Flash;
-        so.mtp = 0;
+        // The V4-Flash MTP block only where --verify-k times its draft chains.
+        so.mtp = verify_ks.empty() || a.dspark ? 0 : 1;
+        so.dspark = a.dspark;
         if (a.layers > 0) so.layers = a.layers;
         if (a.experts > 0) so.experts = a.experts;
         cfg = synth_config(so);
@@ -281,7 +285,11 @@ void run_bench(const BenchArgs& a) {
             for (int64_t e = cfg.n_routed_experts; e >= cfg.num_experts_per_tok; e -= 8) {
                 so.experts = e;
                 cfg = synth_config(so);
-                if (static_cast<double>(synth_weights_device_bytes(cfg)) <= budget) break;
+                // With --verify-k the drafter (the MTP block, or DSpark's three stages) shares the budget.
+                const int64_t drafter = verify_ks.empty() ? 0
+                                        : cfg.dspark      ? synth_dspark_device_bytes(cfg)
+                                                          : synth_mtp_device_bytes(cfg);
+                if (static_cast<double>(synth_weights_device_bytes(cfg) + drafter) <= budget) break;
             }
         }
     }
@@ -308,7 +316,10 @@ void run_bench(const BenchArgs& a) {
     for (int64_t k : verify_ks) mo.logits_rows_per_seq = std::max(mo.logits_rows_per_seq, k + 1);
     // The MTP drafter (synthetic V4-Flash shape): its block and buffers, for the draft chains.
     const bool draft = !verify_ks.empty() && a.model.empty() && !cfg.dspark && cfg.n_mtp_blocks() >= 1;
+    const bool draft_dspark = !verify_ks.empty() && a.model.empty() && cfg.dspark.has_value();
     mo.mtp = draft;
+    mo.dspark = draft_dspark;
+    if (draft_dspark) mo.logits_rows_per_seq = std::max(mo.logits_rows_per_seq, cfg.dspark->block_size);
     mo.max_model_len = max_len;
     mo.count_expert_picks = true;
     mo.host_experts.n_threads = a.host_threads;
@@ -322,7 +333,7 @@ void run_bench(const BenchArgs& a) {
         MemoryPlanOptions po;
         po.device_bytes = dev.free_bytes;
         po.headroom_bytes = static_cast<uint64_t>(a.headroom_gib * (1ull << 30));
-        po.include_mtp = draft;
+        po.include_mtp = draft || draft_dspark;
         po.max_num_seqs = max_b + 1;
         po.kv_block_size = spec.block_size;
         po.kv_tokens =
@@ -384,6 +395,7 @@ void run_bench(const BenchArgs& a) {
             attach_host_experts(w, *host_store, arena, mo.host_experts.stream_experts);
         }
         if (draft) w.mtp = synth_mtp_on_device(cfg, arena, a.seed, s);
+        if (draft_dspark) w.dspark = synth_dspark_on_device(cfg, arena, a.seed, s);
     } else {
         ckpt = std::make_unique<Checkpoint>(Checkpoint::open(a.model));
         w = upload_weights(cfg, bind_weights(cfg, *ckpt), arena);
@@ -604,6 +616,16 @@ void run_bench(const BenchArgs& a) {
                 std::printf("         draft k=%-2lld  %10.3f ms  (%.3f ms a draft step; MTP block, eager)\n",
                             static_cast<long long>(k), td * 1e3, td * 1e3 / static_cast<double>(k));
                 verify_json[std::to_string(k)]["draft_chain_ms_median"] = td * 1e3;
+            }
+            if (draft_dspark && k <= cfg.dspark->block_size) {
+                const double td = time_dspark_draft(model, B, k, pos, tables, a.warmup, a.repeats * a.steps, s);
+                std::printf(
+                    "         draft k=%-2lld  %10.3f ms  (DSpark: context push, block of %lld, %lld Markov "
+                    "slots; eager)\n",
+                    static_cast<long long>(k), td * 1e3, static_cast<long long>(cfg.dspark->block_size),
+                    static_cast<long long>(k));
+                verify_json[std::to_string(k)]["draft_chain_ms_median"] = td * 1e3;
+                verify_json[std::to_string(k)]["drafter"] = "dspark";
             }
         }
         nlohmann::json prof = nlohmann::json::object();
@@ -860,6 +882,9 @@ void add_cmd_bench(CLI::App& app) {
                     "steps of at most this many tokens run the routed experts on the grouped MXFP4 GEMV, larger "
                     "ones dequantise the experts for cuBLAS (default: the largest allowed, 4096 / top_k, or 64 with "
                     "--experts, whose plan may keep experts in host RAM)");
+    cmd->add_flag("--dspark", a->dspark,
+                  "with the synthetic shape: the 0731 release (its DSpark drafter in place of the MTP block), whose "
+                  "drafts --verify-k times (k <= dspark_block_size)");
     cmd->add_option("--verify-k", a->verify_k,
                     "also time speculative verify steps of k + 1 tokens per sequence for each k listed, e.g. "
                     "1,2,3,5,7 (default: none), and with --synth the MTP block's chain of k draft steps");

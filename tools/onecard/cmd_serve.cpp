@@ -415,6 +415,7 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         pin.stream_experts = a.stream_experts == "auto" ? -1 : std::stoll(a.stream_experts);
         if (!a.speculative_config.empty()) pin.speculative = server::parse_speculative_config(a.speculative_config);
         const bool mtp_drafter = pin.speculative.enabled() && pin.speculative.method == "mtp";
+        const bool dspark_drafter = pin.speculative.enabled() && pin.speculative.method == "dspark";
         MemoryPlan plan;
         const Checkpoint* ckpt_ptr = ckpt ? &*ckpt : nullptr;
         if (max_len_given) {
@@ -444,11 +445,11 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         }
         std::fputs(memory_plan_report(plan).c_str(), stderr);
         require_plan_fits(plan);
-        if (mtp_drafter && plan.host_experts())
+        if ((mtp_drafter || dspark_drafter) && plan.host_experts())
             throw Error(
-                "serve: speculative decoding with the MTP block on the GPU needs every routed expert on the GPU, "
-                "but this plan keeps some in host RAM; leave out --speculative-config or serve a shorter "
-                "--max-model-len / fewer --max-num-seqs");
+                "serve: speculative decoding on the GPU needs every routed expert on the GPU, but this plan keeps "
+                "some in host RAM; leave out --speculative-config or serve a shorter --max-model-len / fewer "
+                "--max-num-seqs");
         plan_line = memory_plan_line(plan) + "\n";
         plan_json = memory_plan_json(plan);
         std::fprintf(stderr, "serve: loading %s onto the GPU\n", model_dir.c_str());
@@ -475,7 +476,8 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
         ro.host_experts.stream_experts = plan.host_experts() ? plan.stream_experts : 0;
         ro.host_experts.stream_min_tokens = a.stream_min_tokens;
         ro.mtp_drafter = mtp_drafter;
-        ro.num_speculative_tokens = mtp_drafter ? pin.speculative.num_speculative_tokens : 0;
+        ro.dspark_drafter = dspark_drafter;
+        ro.num_speculative_tokens = mtp_drafter || dspark_drafter ? pin.speculative.num_speculative_tokens : 0;
         auto cr = w ? std::make_unique<CudaModelRunner>(*cfg, *w, ro)
                     : std::make_unique<CudaModelRunner>(*cfg, DummyWeights{dummy_seed}, ro);
         a.kv_cache_memory_bytes = static_cast<int64_t>(plan.kv_pool_bytes);

@@ -32,7 +32,10 @@ MemoryPlan plan_serve_on_gpu(const ModelConfig& cfg, const Checkpoint* ckpt, con
     o.gpu_memory_utilization = in.gpu_memory_utilization;
     o.headroom_bytes = static_cast<uint64_t>(in.headroom_gib * 1073741824.0);
     const bool mtp = in.speculative.enabled() && in.speculative.method == "mtp";
-    o.include_mtp = mtp;  // the GPU loads the MTP block only to draft with it
+    const bool dspark = in.speculative.enabled() && in.speculative.method == "dspark";
+    // The GPU loads the drafter (the MTP block, or the 0731 DSpark stages, both named mtp.*) only to
+    // draft with it.
+    o.include_mtp = mtp || dspark;
     o.kv_ring_spare = kv_ring_spare(in.speculative);
     o.max_num_seqs = in.max_num_seqs;
     o.max_num_batched_tokens = in.max_num_batched_tokens;
@@ -52,7 +55,8 @@ MemoryPlan plan_serve_on_gpu(const ModelConfig& cfg, const Checkpoint* ckpt, con
     ro.moe_gemv_max_tokens = in.moe_gemv_max_tokens;
     ro.count_expert_picks = in.count_expert_picks;
     ro.mtp_drafter = mtp;
-    ro.num_speculative_tokens = mtp ? in.speculative.num_speculative_tokens : 0;
+    ro.dspark_drafter = dspark;
+    ro.num_speculative_tokens = mtp || dspark ? in.speculative.num_speculative_tokens : 0;
     KvModelShape kv_shape = kv_model_shape_from_config(cfg);
     kv_shape.ring_spare = o.kv_ring_spare;
     const KvCacheSpec spec = make_kv_cache_spec(kv_shape, in.kv_block_size);

@@ -35,6 +35,19 @@ __global__ void add_to_streams_kernel(const __nv_bfloat16* __restrict__ e, __nv_
     }
 }
 
+__global__ void mean_streams_kernel(const __nv_bfloat16* __restrict__ X, __nv_bfloat16* __restrict__ out, int64_t total,
+                                    int64_t hc, int64_t dim, int64_t ld_out) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int64_t row = i / dim, d = i % dim;  // out element (row, d)
+        float sum = 0.0f;
+        for (int64_t h = 0; h < hc; ++h) sum += __bfloat162float(X[(row * hc + h) * dim + d]);
+        out[row * ld_out + d] = __float2bfloat16(sum / static_cast<float>(hc));
+    }
+}
+
 __global__ void bf16_to_f32_kernel(const __nv_bfloat16* __restrict__ x, float* __restrict__ y, int64_t n) {
     dev::pdl_wait();
     dev::pdl_trigger();
@@ -73,6 +86,15 @@ void add_to_streams_bf16(const __nv_bfloat16* e, __nv_bfloat16* X, int64_t n, in
     if (total <= 0) return;
     launch_pdl(add_to_streams_kernel, grid_for(total, kEltThreads), kEltThreads, 0, stream, e, X, total, hc, dim);
     CUDA_CHECK_LAUNCH("add_to_streams_kernel");
+}
+
+void mean_streams_bf16(const __nv_bfloat16* X, __nv_bfloat16* out, int64_t n, int64_t hc, int64_t dim, int64_t ld_out,
+                       cudaStream_t stream) {
+    const int64_t total = n * dim;
+    if (total <= 0) return;
+    launch_pdl(mean_streams_kernel, grid_for(total, kEltThreads), kEltThreads, 0, stream, X, out, total, hc, dim,
+               ld_out);
+    CUDA_CHECK_LAUNCH("mean_streams_kernel");
 }
 
 void bf16_to_f32(const __nv_bfloat16* x, float* y, int64_t n, cudaStream_t stream) {
