@@ -91,6 +91,20 @@ void print_table(const std::vector<client::PointResult>& pts) {
                         fmt_num(p.e2e_ms.p50, 1), fmt_num(p.decode_tok_s.p50, 1),
                         fmt_num(100.0 * p.cached_share, 1) + "%"});
     std::printf("%s(latencies in ms)\n", client::format_table(rows).c_str());
+    // Speculative decoding, as vLLM's bench serve reports it (from the server's spec_decode counters).
+    for (const auto& p : pts) {
+        const client::Json sd = client::spec_summary(p.server_metrics);
+        if (sd.empty()) continue;
+        std::string per_pos;
+        for (const auto& a : sd["per_position_acceptance_rate"])
+            per_pos += (per_pos.empty() ? "" : " / ") + fmt_num(a.get<double>(), 2);
+        std::printf(
+            "speculative decoding at concurrency %lld: %.0f drafts, %.0f draft tokens, %.0f accepted; "
+            "acceptance rate %.1f%%, mean acceptance length %.2f, per position %s\n",
+            static_cast<long long>(p.spec.concurrency), sd["drafts"].get<double>(), sd["draft_tokens"].get<double>(),
+            sd["accepted_tokens"].get<double>(), 100.0 * sd["acceptance_rate"].get<double>(),
+            sd["mean_acceptance_length"].get<double>(), per_pos.c_str());
+    }
     for (const auto& p : pts)
         for (const auto& e : p.error_samples)
             std::fprintf(stderr, "bench-serve: error at concurrency %lld: %s\n",

@@ -1,5 +1,7 @@
 #include "bench_run.h"
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <cmath>
 #include <mutex>
@@ -22,14 +24,55 @@ Json scrape_counters(HttpClient& http) {
     Json out = Json::object();
     if (!m.ok()) return out;
     for (const char* name : {"vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:prefix_cache_hits_total",
-                             "vllm:prefix_cache_queries_total"}) {
+                             "vllm:prefix_cache_queries_total", "vllm:spec_decode_num_drafts_total",
+                             "vllm:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_accepted_tokens_total"}) {
         const double v = prometheus_value(m.body, name);
         if (v >= 0) out[name] = v;
+    }
+    // Accepted tokens per draft position: one labelled line per position, kept as "<name>{position=j}".
+    const std::string per_pos = "vllm:spec_decode_num_accepted_tokens_per_pos_total{";
+    for (size_t p = m.body.find(per_pos); p != std::string::npos; p = m.body.find(per_pos, p + 1)) {
+        if (p > 0 && m.body[p - 1] != '\n') continue;
+        const size_t close = m.body.find('}', p), at = m.body.find("position=\"", p);
+        if (close == std::string::npos || at == std::string::npos || at > close) continue;
+        try {
+            const int64_t j = std::stoll(m.body.substr(at + 10));
+            out[fmt::format("vllm:spec_decode_num_accepted_tokens_per_pos_total{{position={}}}", j)] =
+                std::stod(m.body.substr(close + 1));
+        } catch (const std::exception&) {
+        }
     }
     return out;
 }
 
 }  // namespace
+
+// vLLM's speculative-decoding summary from the counter deltas over a point: acceptance rate = accepted
+// / draft tokens, mean acceptance length = 1 + accepted / drafts, per-position acceptance = accepted at
+// position j / drafts. Empty when the server drafted nothing.
+Json spec_summary(const Json& deltas) {
+    auto delta = [&](const std::string& name) {
+        const std::string key = name + ":delta";
+        return deltas.contains(key) ? deltas[key].get<double>() : 0.0;
+    };
+    const double drafts = delta("vllm:spec_decode_num_drafts_total");
+    if (drafts <= 0) return Json::object();
+    const double tokens = delta("vllm:spec_decode_num_draft_tokens_total");
+    const double accepted = delta("vllm:spec_decode_num_accepted_tokens_total");
+    Json per_pos = Json::array();
+    for (int64_t j = 0;; ++j) {
+        const std::string key =
+            fmt::format("vllm:spec_decode_num_accepted_tokens_per_pos_total{{position={}}}:delta", j);
+        if (!deltas.contains(key)) break;
+        per_pos.push_back(deltas[key].get<double>() / drafts);
+    }
+    return {{"drafts", drafts},
+            {"draft_tokens", tokens},
+            {"accepted_tokens", accepted},
+            {"acceptance_rate", tokens > 0 ? accepted / tokens : 0.0},
+            {"mean_acceptance_length", 1.0 + accepted / drafts},
+            {"per_position_acceptance_rate", per_pos}};
+}
 
 PointResult run_point(const Endpoint& ep, const PointSpec& spec, const std::vector<Session>& sessions,
                       Progress* progress) {
@@ -156,7 +199,8 @@ Json to_json(const PointResult& r) {
             {"itl_ms", to_json(r.itl_ms)},
             {"e2e_latency_ms", to_json(r.e2e_ms)},
             {"per_stream_decode_tok_s", to_json(r.decode_tok_s)},
-            {"server_metrics", r.server_metrics}};
+            {"server_metrics", r.server_metrics},
+            {"spec_decode", spec_summary(r.server_metrics)}};
 }
 
 }  // namespace onecard::client

@@ -35,6 +35,10 @@ struct PointResult {
 };
 
 // `progress` (when set) counts the point's requests and output tokens (the caller begins the phase).
+// vLLM's speculative-decoding figures of a point from its /metrics deltas (PointResult::server_metrics):
+// drafts, draft_tokens, accepted_tokens, acceptance_rate, mean_acceptance_length,
+// per_position_acceptance_rate; an empty object when the server drafted nothing.
+Json spec_summary(const Json& server_metrics);
 PointResult run_point(const Endpoint& ep, const PointSpec& spec, const std::vector<Session>& sessions,
                       Progress* progress = nullptr);
 
