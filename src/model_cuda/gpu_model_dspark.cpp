@@ -21,15 +21,17 @@ void GpuModel::keep_taps(int64_t layer, cudaStream_t s) {
     const int64_t D = cfg_.hidden_size;
     // taps [n, S, D]: target t's column block is the mean of the streams layer ids[t] outputs.
     for (int64_t t = 0; t < S; ++t)
-        if (ids[static_cast<size_t>(t)] == layer) cuda::mean_streams_bf16(b.X, b.taps + t * D, meta_->n, 4, D, S * D, s);
+        if (ids[static_cast<size_t>(t)] == layer)
+            cuda::mean_streams_bf16(b.X, b.taps + t * D, meta_->n, 4, D, S * D, s);
 }
 
 void GpuModel::dspark_push(cudaStream_t s) {
     Buffers& b = *buf_;
     ONECARD_CHECK(b.taps != nullptr && w_.dspark.has_value(),
                   "gpu model: the DSpark drafter is off (GpuModelOptions::dspark, GpuModelWeights::dspark)");
-    ONECARD_CHECK(last_run_ == LastRun::Step, "gpu model: dspark_push needs a main step's taps (the last run was not "
-                                              "step())");
+    ONECARD_CHECK(last_run_ == LastRun::Step,
+                  "gpu model: dspark_push needs a main step's taps (the last run was not "
+                  "step())");
     const GpuDSpark& d = *w_.dspark;
     const ModelConfig& c = cfg_;
     const int64_t n = meta_->n, D = c.hidden_size, hd = c.head_dim, W = c.sliding_window;

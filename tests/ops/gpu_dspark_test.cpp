@@ -258,10 +258,11 @@ TEST(GpuDSpark, TwoSequencesInOneBlockPassMatchCpuReference) {
     const auto n0 = static_cast<int64_t>(ref.prompt.size()) - 1;
     feed(g, 0, 0, std::span<const int32_t>(ref.prompt).first(static_cast<size_t>(n0)), s.get());
     feed(g, 1, 0, std::span<const int32_t>(ref.second).first(static_cast<size_t>(kSecond)), s.get());
-    const auto [logits, ids] = gpu_blocks(g,
-                                          {Block{0, n0, ref.prompt[static_cast<size_t>(n0)], &ref.draws.back()},
-                                           Block{1, kSecond, ref.second[static_cast<size_t>(kSecond)], &ref.second_draw}},
-                                          s.get());
+    const auto [logits, ids] =
+        gpu_blocks(g,
+                   {Block{0, n0, ref.prompt[static_cast<size_t>(n0)], &ref.draws.back()},
+                    Block{1, kSecond, ref.second[static_cast<size_t>(kSecond)], &ref.second_draw}},
+                   s.get());
     Tally t;
     t.add(logits, ids, 0, ref.draws.back());
     t.add(logits, ids, 1, ref.second_draw);

@@ -48,8 +48,8 @@ void markov_bias_add(float* logits, int64_t row0, int64_t row_stride, int64_t n_
     ONECARD_CHECK(rank > 0 && rank % 8 == 0, "markov head: rank {} (a multiple of 8)", rank);
     if (n_rows <= 0 || vocab <= 0) return;
     const auto blocks = static_cast<unsigned>((vocab + kWarps - 1) / kWarps);
-    launch_pdl(markov_bias_kernel, blocks, kWarps * 32, 0, stream, logits, row0, row_stride, n_rows, prev, w1, w2,
-               rank, vocab);
+    launch_pdl(markov_bias_kernel, blocks, kWarps * 32, 0, stream, logits, row0, row_stride, n_rows, prev, w1, w2, rank,
+               vocab);
     CUDA_CHECK_LAUNCH("markov_bias_kernel");
 }
 
