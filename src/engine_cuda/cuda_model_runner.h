@@ -171,6 +171,7 @@ private:
     std::unordered_map<RequestId, std::vector<int32_t>> tables_;
     int64_t spec_k_ = 0;                              // num_speculative_tokens (0: off)
     bool spec_dspark_ = false;                        // the drafter: DSpark (0731) or else the mtp.0 block
+    double spec_threshold_ = 0.0;                     // DSpark's early stop (SpeculativeConfig::confidence_threshold)
     std::unordered_map<RequestId, int64_t> mtp_pos_;  // speculation: MTP positions computed per request
     KvHostMemory host_tier_;                          // prefix caching (bind_host_tier)
     // Host memory registered as pinned in ~64 MiB chunks (whole entries each) on first use: pinning tens

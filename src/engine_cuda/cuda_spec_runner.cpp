@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "engine/sampler.h"
 #include "engine_cuda/cuda_model_runner.h"
+#include "model/dspark_heads.h"
 
 #include <algorithm>
 
@@ -52,11 +53,14 @@ void CudaModelRunner::enable_speculation(const SpeculativeConfig& config) {
     ONECARD_CHECK(pool_ != nullptr && pool_->spec().shape.ring_spare >= spare,
                   "cuda runner: the KV rings have {} spare rows, {} drafts need {}",
                   pool_ ? pool_->spec().shape.ring_spare : 0, config.num_speculative_tokens, spare);
-    ONECARD_CHECK(config.confidence_threshold == 0.0,
-                  "cuda runner: confidence_threshold needs the DSpark drafter (not on the GPU yet)");
+    ONECARD_CHECK(config.confidence_threshold >= 0.0 && config.confidence_threshold < 1.0,
+                  "cuda runner: confidence_threshold {} is outside [0, 1)", config.confidence_threshold);
+    ONECARD_CHECK(config.confidence_threshold == 0.0 || config.method == "dspark",
+                  "cuda runner: confidence_threshold needs the DSpark drafter's confidence head (method 'dspark')");
     ONECARD_CHECK(mtp_pos_.empty() && tables_.empty(), "cuda runner: speculation is enabled before the first step");
     spec_k_ = config.num_speculative_tokens;
     spec_dspark_ = config.method == "dspark";
+    spec_threshold_ = config.confidence_threshold;
 }
 
 std::vector<size_t> CudaModelRunner::drafting_rows(const SchedulerOutput& batch) const {
@@ -112,12 +116,16 @@ std::vector<CudaModelRunner::RowDraft> CudaModelRunner::draft_with_dspark(const 
     }
     const float* logits = model_->dspark_block(seqs, stream_.get());
     std::vector<int32_t> ids(rows.size() * static_cast<size_t>(B));
+    std::vector<float> conf(rows.size());
+    std::vector<std::vector<float>> confidence(rows.size());  // per row, its slots' confidence logits
     std::vector<float> row_logits(static_cast<size_t>(V));
     Sampler sampler;
     for (int64_t j = 0; j < k_max; ++j) {
         // Slot j's logits = base + Markov bias of the token before it; its draft is the token after it.
-        const int32_t* d_ids = model_->dspark_markov(j, prev, stream_.get());
-        CUDA_CHECK(cudaMemcpyAsync(ids.data(), d_ids, ids.size() * 4, cudaMemcpyDeviceToHost, stream_.get()));
+        const GpuModel::DSparkSlot slot = model_->dspark_markov(j, prev, stream_.get());
+        CUDA_CHECK(cudaMemcpyAsync(ids.data(), slot.ids, ids.size() * 4, cudaMemcpyDeviceToHost, stream_.get()));
+        CUDA_CHECK(
+            cudaMemcpyAsync(conf.data(), slot.confidence, conf.size() * 4, cudaMemcpyDeviceToHost, stream_.get()));
         stream_.sync();
         for (size_t at = 0; at < rows.size(); ++at) {
             const auto& r = batch.requests[rows[at]];
@@ -136,8 +144,21 @@ std::vector<CudaModelRunner::RowDraft> CudaModelRunner::draft_with_dspark(const 
                 d.q.insert(d.q.end(), q.begin(), q.end());
             }
             prev[at] = d.tokens.back();
+            confidence[at].push_back(conf[at]);
         }
     }
+    // DeepSpec's early stop, as the CPU drafter applies it (draft_with_dspark): the draft ends before the
+    // first slot whose sigmoid(confidence) is below the threshold, keeping at least one token.
+    if (spec_threshold_ > 0.0)
+        for (size_t at = 0; at < rows.size(); ++at) {
+            RowDraft& d = drafts[rows[at]];
+            if (d.tokens.empty()) continue;
+            const auto keep =
+                static_cast<size_t>(std::max<int64_t>(1, confident_prefix_length(confidence[at], spec_threshold_)));
+            if (keep >= d.tokens.size()) continue;
+            d.tokens.resize(keep);
+            if (!d.q.empty()) d.q.resize(keep * static_cast<size_t>(V));
+        }
     return drafts;
 }
 

@@ -168,6 +168,8 @@ void GpuModel::carve(const ModelConfig& cfg, const GpuModelOptions& opt, int64_t
                       opt.logits_rows_per_seq, cfg.dspark->block_size);
         A(b.taps, T * static_cast<int64_t>(cfg.dspark->target_layer_ids.size()) * D, "dspark taps");
         A(b.dspark_prev, b.logits_rows, "dspark markov tokens");
+        A(b.dspark_h, b.logits_rows * D, "dspark pre-norm hidden");
+        A(b.dspark_conf, b.logits_rows, "dspark confidence logits");
     }
     A(b.rope_main, static_cast<int64_t>(rope_inv_freqs_for(cfg, false).size()), "rope main");
     A(b.rope_compress, static_cast<int64_t>(rope_inv_freqs_for(cfg, true).size()), "rope compress");

@@ -105,9 +105,13 @@ public:
     // Runs eagerly (no graphs).
     const float* dspark_block(std::span<const GpuStepSeq> seqs, cudaStream_t stream);
     // After dspark_block: adds the Markov bias of prev[r] (host, one token per sequence) to slot j's row
-    // of each sequence and returns the argmax of every row of the block [n_seqs·B] on the device (slot
-    // j's at r·B + j).
-    const int32_t* dspark_markov(int64_t j, std::span<const int32_t> prev, cudaStream_t stream);
+    // of each sequence; returns, on the device, the argmax of every row of the block [n_seqs·B] (slot
+    // j's at r·B + j) and slot j's confidence logits [n_seqs] (w_conf · [pre-norm hidden ; w1[prev]]).
+    struct DSparkSlot {
+        const int32_t* ids = nullptr;
+        const float* confidence = nullptr;
+    };
+    DSparkSlot dspark_markov(int64_t j, std::span<const int32_t> prev, cudaStream_t stream);
     // Greedy tokens [n_out] of the last step's logits, on the device.
     const int32_t* argmax_last(cudaStream_t stream);
     // Tokens [n_out] of the last step's logits drawn with params[i] for row i (host array of n_out

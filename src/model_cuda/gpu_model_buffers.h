@@ -66,9 +66,12 @@ struct GpuModel::Buffers {
     // per KV slot the main model's streams of the sequence's last kept position [max_num_seqs, 4, D].
     bf16 *mtp_in = nullptr, *mtp_pending = nullptr;
     // The DSpark drafter (GpuModelOptions::dspark): the last step's taps [T, S, D] (target layer s's
-    // output streams averaged), and the previous token of each block's Markov slot [logits_rows].
+    // output streams averaged), the previous token of each block's Markov slot [logits_rows], the
+    // block rows' pre-norm hidden [logits_rows, D] and a slot's confidence logits [logits_rows].
     bf16* taps = nullptr;
     int32_t* dspark_prev = nullptr;
+    bf16* dspark_h = nullptr;
+    float* dspark_conf = nullptr;
 };
 
 }  // namespace onecard

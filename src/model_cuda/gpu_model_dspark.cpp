@@ -82,12 +82,21 @@ const float* GpuModel::dspark_block(std::span<const GpuStepSeq> seqs, cudaStream
     // X = embed(ids) in every stream   [n, 4, D]
     cuda::embed_streams(meta_->tokens, w_.embed, b.X, meta_->n, D, 4, s);
     for (const GpuBlock& st : d.stages) run_block(plan, st, s);
-    head(d.hc_head, d.norm, s);
+    // head(), keeping the pre-norm hidden h = hc_head(X) of every row for the confidence head.
+    const int64_t r = meta_->n_out;
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    gather_rows_bf16(b.X, meta_->out_rows, b.head_rows, r, 4 * D, s);
+    cuda::hc_head_bf16(b.head_rows, d.hc_head.fn, d.hc_head.base, d.hc_head.scale, b.head_y, r, D,
+                       static_cast<float>(c.hc_eps), eps, s);
+    CUDA_CHECK(cudaMemcpyAsync(b.dspark_h, b.head_y, static_cast<size_t>(r * D) * 2, cudaMemcpyDeviceToDevice, s));
+    cuda::rmsnorm_bf16(b.head_y, d.norm, b.head_y, r, D, eps, s);
+    lin_->bf16(w_.head, b.head_y, r, b.logits, cuda::GemmOut::F32, s);
+    tick("dspark: head", s);
     profiling_ = false;
     return b.logits;
 }
 
-const int32_t* GpuModel::dspark_markov(int64_t j, std::span<const int32_t> prev, cudaStream_t s) {
+GpuModel::DSparkSlot GpuModel::dspark_markov(int64_t j, std::span<const int32_t> prev, cudaStream_t s) {
     Buffers& b = *buf_;
     ONECARD_CHECK(last_run_ == LastRun::DSparkBlock, "gpu model: dspark_markov without a DSpark block pass before it");
     const GpuDSpark& d = *w_.dspark;
@@ -100,7 +109,9 @@ const int32_t* GpuModel::dspark_markov(int64_t j, std::span<const int32_t> prev,
     // prev goes through pageable memory: the call returns once the values are staged.
     CUDA_CHECK(cudaMemcpyAsync(b.dspark_prev, prev.data(), prev.size() * sizeof(int32_t), cudaMemcpyHostToDevice, s));
     cuda::markov_bias_add(b.logits, j, B, n_seqs, b.dspark_prev, d.markov_w1, d.markov_w2, d.rank, V, s);
-    return argmax_last(s);
+    cuda::dspark_confidence(b.dspark_h, j, B, n_seqs, b.dspark_prev, d.confidence, d.markov_w1, cfg_.hidden_size,
+                            d.rank, b.dspark_conf, s);
+    return {argmax_last(s), b.dspark_conf};
 }
 
 }  // namespace onecard

@@ -101,6 +101,7 @@ public:
         // w1 ~ N(0, 1) and w2 ~ N(0, 1/r): a bias of unit scale, like a logit.
         d.markov_w1 = bf16_tensor(last + ".markov_head.markov_w1.weight", V, r, 0.0f, 1.0f);
         d.markov_w2 = bf16_tensor(last + ".markov_head.markov_w2.weight", V, r, 0.0f, inv_sqrt(r));
+        d.confidence = bf16_tensor(last + ".confidence_head.proj.weight", 1, D + r, 0.0f, inv_sqrt(D + r));
         d.rank = r;
         return d;
     }

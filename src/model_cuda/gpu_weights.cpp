@@ -253,6 +253,7 @@ GpuDSpark upload_dspark_weights(const ModelConfig& cfg, const ModelWeights& w, c
     g.hc_head = hc(arena, d.hc_head);
     g.markov_w1 = upload_bf16(arena, d.markov_w1);
     g.markov_w2 = upload_bf16(arena, d.markov_w2);
+    g.confidence = upload_bf16(arena, d.confidence_proj);
     g.rank = cfg.dspark->markov_rank;
     ONECARD_CHECK(g.rank > 0 && g.rank % 8 == 0, "weights: DSpark Markov rank {} (the GPU needs a multiple of 8)",
                   g.rank);

@@ -125,12 +125,13 @@ struct GpuMtp {
 // are the main model's.
 struct GpuDSpark {
     std::vector<GpuBlock> stages;
-    GpuFp8Linear main_proj;                    // [D, S·D]: the concatenated taps to the context input
-    const __nv_bfloat16* main_norm = nullptr;  // [D]
-    const __nv_bfloat16* norm = nullptr;       // [D] the last stage's final norm
-    GpuHC hc_head;                             // the last stage's: fn [hc, hc·D], base [hc], scale [1]
-    const __nv_bfloat16* markov_w1 = nullptr;  // [vocab, rank] embedding of the previous token
-    const __nv_bfloat16* markov_w2 = nullptr;  // [vocab, rank] projection rank -> vocab
+    GpuFp8Linear main_proj;                     // [D, S·D]: the concatenated taps to the context input
+    const __nv_bfloat16* main_norm = nullptr;   // [D]
+    const __nv_bfloat16* norm = nullptr;        // [D] the last stage's final norm
+    GpuHC hc_head;                              // the last stage's: fn [hc, hc·D], base [hc], scale [1]
+    const __nv_bfloat16* markov_w1 = nullptr;   // [vocab, rank] embedding of the previous token
+    const __nv_bfloat16* markov_w2 = nullptr;   // [vocab, rank] projection rank -> vocab
+    const __nv_bfloat16* confidence = nullptr;  // [D + rank] the confidence head's one output row
     int64_t rank = 0;
 };
 

@@ -6,15 +6,16 @@
 // draft_with_dspark greedy) and the GPU read the same prompt in the same chunks, each pushing every
 // chunk's context rows into the stage rings; at every chunk boundary both draft a whole block, the GPU
 // teacher-forced with the CPU's drafts as the Markov head's previous tokens, and each slot's logits
-// (base + Markov bias) are compared. The boundaries put the block's context at 1 row, below, at and past
-// the window (the ring wraps), so the block's key lists cover every case. A second sequence drafts in the
-// same block pass (two sequences' key lists in one step). Bars (issue 23's, on the tame model): median
-// per-row relative L2 <= 2e-2, argmax agreement >= 99% less two binomial standard deviations.
+// (base + Markov bias) and confidence logit are compared. The boundaries put the block's context at 1 row, below, at
+// and past the window (the ring wraps), so the block's key lists cover every case. A second sequence drafts in the same
+// block pass (two sequences' key lists in one step). Bars (issue 23's, on the tame model): median per-row relative L2
+// <= 2e-2, argmax agreement >= 99% less two binomial standard deviations.
 //
 // Through the engine: greedy output with DSpark drafts equals the plain GPU engine's token for token
 // up to a near-tie of the target (test::expect_greedy_equal_up_to_ties; three concurrent requests:
 // prefill chunks, decode and verify rows share steps), sampled rows with top_k 1 likewise (the host
-// decides them), and the runner refuses more drafts than the block holds.
+// decides them), the confidence head's early stop shortens drafts without changing the output, and the
+// runner refuses more drafts than the block holds.
 #include "gpu_test_util.h"
 
 #ifdef ONECARD_HAVE_CUDA
@@ -65,8 +66,9 @@ const std::vector<int64_t> kChunks = {1, 39, 88, 1, 1, 1, 41, 20, 20, 11};
 constexpr int64_t kSecond = 150;
 
 struct Draw {
-    std::vector<int32_t> tokens;  // [B] the CPU's greedy drafts
-    std::vector<float> logits;    // [B, vocab] their slots' logits (base + Markov bias)
+    std::vector<int32_t> tokens;    // [B] the CPU's greedy drafts
+    std::vector<float> logits;      // [B, vocab] their slots' logits (base + Markov bias)
+    std::vector<float> confidence;  // [B] the confidence head's logits
 };
 
 struct Reference {
@@ -80,7 +82,7 @@ Draw cpu_draw(const DeepSeekV4& cpu, const SequenceState& st, int32_t next) {
     greedy.temperature = 0.0f;
     const int64_t B = cpu.config().dspark->block_size;
     const Draft d = draft_with_dspark(cpu, st, next, greedy, 1, 0, B);
-    return {d.tokens, d.mtp_logits};
+    return {d.tokens, d.mtp_logits, d.confidence};
 }
 
 const Reference& reference() {
@@ -160,9 +162,16 @@ struct Block {
     const Draw* cpu = nullptr;  // teacher forcing: its drafts are the Markov head's previous tokens
 };
 
-// One block pass over `blocks`; returns each slot's logits [blocks, B, vocab] and argmax [blocks, B].
-std::pair<std::vector<float>, std::vector<int32_t>> gpu_blocks(Gpu& g, const std::vector<Block>& blocks,
-                                                               cudaStream_t s) {
+// What a block pass gives: each slot's logits [blocks, B, vocab], argmax [blocks, B] and confidence
+// logit [blocks, B].
+struct GpuDraw {
+    std::vector<float> logits;
+    std::vector<int32_t> ids;
+    std::vector<float> confidence;
+};
+
+// One block pass over `blocks`, the Markov head teacher-forced with the CPU's drafts.
+GpuDraw gpu_blocks(Gpu& g, const std::vector<Block>& blocks, cudaStream_t s) {
     const ModelConfig& c = model().cfg;
     const int64_t B = c.dspark->block_size, V = c.vocab_size;
     const auto nb = static_cast<int64_t>(blocks.size());
@@ -188,47 +197,57 @@ std::pair<std::vector<float>, std::vector<int32_t>> gpu_blocks(Gpu& g, const std
     const float* d_logits = g.model->dspark_block(seqs, s);
     std::vector<float> logits(static_cast<size_t>(nb * B * V));
     std::vector<int32_t> picks(static_cast<size_t>(nb * B)), all(static_cast<size_t>(nb * B));
+    std::vector<float> conf(static_cast<size_t>(nb * B)), slot_conf(static_cast<size_t>(nb));
     std::vector<int32_t> prev(static_cast<size_t>(nb));
     for (int64_t j = 0; j < B; ++j) {
         for (int64_t b = 0; b < nb; ++b) {
             const Block& k = blocks[static_cast<size_t>(b)];
             prev[static_cast<size_t>(b)] = j == 0 ? k.next : k.cpu->tokens[static_cast<size_t>(j - 1)];
         }
-        const int32_t* d_ids = g.model->dspark_markov(j, prev, s);
+        const GpuModel::DSparkSlot slot = g.model->dspark_markov(j, prev, s);
         CUDA_CHECK(cudaStreamSynchronize(s));
-        cuda::copy_to_host(all.data(), d_ids, all.size() * 4);
+        cuda::copy_to_host(all.data(), slot.ids, all.size() * 4);
+        cuda::copy_to_host(slot_conf.data(), slot.confidence, slot_conf.size() * 4);
         for (int64_t b = 0; b < nb; ++b) {
             const int64_t row = b * B + j;
             picks[static_cast<size_t>(row)] = all[static_cast<size_t>(row)];
+            conf[static_cast<size_t>(row)] = slot_conf[static_cast<size_t>(b)];
             cuda::copy_to_host(logits.data() + row * V, d_logits + row * V, static_cast<size_t>(V) * 4);
         }
     }
-    return {logits, picks};
+    return {logits, picks, conf};
 }
 
 struct Tally {
     std::vector<double> errs;
+    std::vector<float> gpu_conf, cpu_conf;
     int64_t same = 0, rows = 0;
-    void add(const std::vector<float>& gpu_logits, const std::vector<int32_t>& gpu_ids, int64_t block,
-             const Draw& cpu) {
+    void add(const GpuDraw& gpu, int64_t block, const Draw& cpu) {
         const int64_t B = model().cfg.dspark->block_size, V = model().cfg.vocab_size;
         for (int64_t j = 0; j < B; ++j) {
             const int64_t row = block * B + j;
-            const std::vector<float> gv(gpu_logits.begin() + row * V, gpu_logits.begin() + (row + 1) * V);
+            const std::vector<float> gv(gpu.logits.begin() + row * V, gpu.logits.begin() + (row + 1) * V);
             const std::vector<float> cv(cpu.logits.begin() + j * V, cpu.logits.begin() + (j + 1) * V);
             errs.push_back(test::rel_l2(gv, cv));
-            same += gpu_ids[static_cast<size_t>(row)] == cpu.tokens[static_cast<size_t>(j)];
+            same += gpu.ids[static_cast<size_t>(row)] == cpu.tokens[static_cast<size_t>(j)];
+            gpu_conf.push_back(gpu.confidence[static_cast<size_t>(row)]);
+            cpu_conf.push_back(cpu.confidence[static_cast<size_t>(j)]);
             ++rows;
         }
     }
+    // The logits' bars, and the confidence logits over all slots at the same relative L2 bar.
     void check(const char* path) {
         std::sort(errs.begin(), errs.end());
         const double median = errs[errs.size() / 2], n = static_cast<double>(rows);
-        std::printf("[gpu dspark] %-34s rows %lld: rel L2 median %.2e worst %.2e  argmax %lld/%lld\n", path,
-                    static_cast<long long>(rows), median, errs.back(), static_cast<long long>(same),
-                    static_cast<long long>(rows));
+        const double conf = test::rel_l2(gpu_conf, cpu_conf);
+        std::printf(
+            "[gpu dspark] %-34s rows %lld: rel L2 median %.2e worst %.2e  argmax %lld/%lld; confidence "
+            "logits rel L2 %.2e\n",
+            path, static_cast<long long>(rows), median, errs.back(), static_cast<long long>(same),
+            static_cast<long long>(rows), conf);
         EXPECT_LE(median, 2e-2) << path;
         EXPECT_GE(static_cast<double>(same), 0.99 * n - 2.0 * std::sqrt(n * 0.99 * 0.01)) << path;
+        EXPECT_LE(conf, 2e-2) << path;
     }
 };
 
@@ -242,9 +261,8 @@ TEST(GpuDSpark, BlocksAfterEveryChunkMatchCpuReference) {
     for (size_t i = 0; i < kChunks.size(); ++i) {
         feed(g, 0, pos, std::span<const int32_t>(ref.prompt).subspan(static_cast<size_t>(pos), kChunks[i]), s.get());
         pos += kChunks[i];
-        const auto [logits, ids] =
-            gpu_blocks(g, {Block{0, pos, ref.prompt[static_cast<size_t>(pos)], &ref.draws[i]}}, s.get());
-        t.add(logits, ids, 0, ref.draws[i]);
+        const GpuDraw d = gpu_blocks(g, {Block{0, pos, ref.prompt[static_cast<size_t>(pos)], &ref.draws[i]}}, s.get());
+        t.add(d, 0, ref.draws[i]);
     }
     t.check("after every chunk (1..223 tokens)");
     g.model->check_integrity();
@@ -258,14 +276,13 @@ TEST(GpuDSpark, TwoSequencesInOneBlockPassMatchCpuReference) {
     const auto n0 = static_cast<int64_t>(ref.prompt.size()) - 1;
     feed(g, 0, 0, std::span<const int32_t>(ref.prompt).first(static_cast<size_t>(n0)), s.get());
     feed(g, 1, 0, std::span<const int32_t>(ref.second).first(static_cast<size_t>(kSecond)), s.get());
-    const auto [logits, ids] =
-        gpu_blocks(g,
-                   {Block{0, n0, ref.prompt[static_cast<size_t>(n0)], &ref.draws.back()},
-                    Block{1, kSecond, ref.second[static_cast<size_t>(kSecond)], &ref.second_draw}},
-                   s.get());
+    const GpuDraw d = gpu_blocks(g,
+                                 {Block{0, n0, ref.prompt[static_cast<size_t>(n0)], &ref.draws.back()},
+                                  Block{1, kSecond, ref.second[static_cast<size_t>(kSecond)], &ref.second_draw}},
+                                 s.get());
     Tally t;
-    t.add(logits, ids, 0, ref.draws.back());
-    t.add(logits, ids, 1, ref.second_draw);
+    t.add(d, 0, ref.draws.back());
+    t.add(d, 1, ref.second_draw);
     t.check("two sequences, one block pass");
 }
 
@@ -282,7 +299,7 @@ TEST(GpuDSpark, CallsOutOfOrderAreRefused) {
 
 constexpr int64_t kDrafts = 3, kNew = 40;
 
-EngineConfig engine_config(bool speculate, int64_t drafts = kDrafts) {
+EngineConfig engine_config(bool speculate, int64_t drafts = kDrafts, double threshold = 0.0) {
     EngineConfig ec;
     ec.eos_token_id = -1;
     ec.max_num_seqs = 4;
@@ -294,6 +311,7 @@ EngineConfig engine_config(bool speculate, int64_t drafts = kDrafts) {
         ec.speculative.method = "dspark";
         ec.speculative.num_speculative_tokens = drafts;
         ec.speculative.fixed_draft_length = true;  // draft every step: the test is about correctness
+        ec.speculative.confidence_threshold = threshold;
     }
     return ec;
 }
@@ -333,14 +351,14 @@ std::vector<TokenLogprob> plain_top(const std::vector<int32_t>& context) {
     return top;
 }
 
-Outcome run(bool speculate, float temperature, int32_t top_k = 0) {
+Outcome run(bool speculate, float temperature, int32_t top_k = 0, double threshold = 0.0) {
     Model& m = model();
     std::mt19937 rng(29);
     std::uniform_int_distribution<int32_t> tok(2, static_cast<int32_t>(m.cfg.vocab_size) - 2);
     Outcome r;
     auto runner = std::make_unique<CudaModelRunner>(m.cfg, m.w, runner_options(speculate));
     CudaModelRunner* cr = runner.get();
-    Engine engine(engine_config(speculate), std::move(runner));
+    Engine engine(engine_config(speculate, kDrafts, threshold), std::move(runner));
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (int64_t len : {150, 40, 90}) {
         GenerateRequest req;
@@ -370,6 +388,22 @@ TEST(GpuDSpark, GreedyOutputThroughTheEngineIsThePlainOutput) {
                 static_cast<long long>(spec.stats.spec_num_accepted_tokens));
     EXPECT_GT(spec.stats.spec_num_drafts, 0);
     EXPECT_LE(spec.stats.spec_num_accepted_tokens, spec.stats.spec_num_draft_tokens);
+}
+
+// The confidence head's early stop (confidence_threshold, DeepSpec's rule as the CPU drafter applies
+// it): drafts end before the first slot the head doubts, so rows draft fewer than k tokens; the output
+// is still the plain output.
+TEST(GpuDSpark, ConfidenceThresholdShortensDraftsAndKeepsTheOutput) {
+    ONECARD_REQUIRE_GPU();
+    const Outcome plain = run(false, 0.0f), spec = run(true, 0.0f, 0, 0.5);
+    for (const auto& o : plain.outputs) ASSERT_EQ(o.size(), static_cast<size_t>(kNew));
+    test::expect_greedy_equal_up_to_ties(plain.prompts, plain.outputs, spec.outputs, plain_top);
+    std::printf("[gpu dspark] threshold 0.5: drafts %lld, draft tokens %lld, accepted %lld\n",
+                static_cast<long long>(spec.stats.spec_num_drafts),
+                static_cast<long long>(spec.stats.spec_num_draft_tokens),
+                static_cast<long long>(spec.stats.spec_num_accepted_tokens));
+    EXPECT_GT(spec.stats.spec_num_drafts, 0);
+    EXPECT_LT(spec.stats.spec_num_draft_tokens, kDrafts * spec.stats.spec_num_drafts);
 }
 
 TEST(GpuDSpark, SampledRowsThroughTheEngineDraftAndAreDecidedOnTheHost) {

@@ -244,8 +244,7 @@ TEST(GpuLayout, MoeGemvTokenBoundSizesTheWorkspaceAndIsChecked) {
 // tokens, the Markov slots' tokens) grow the workspace the memory plan counts by at least the taps, a
 // serving runner with the drafter returns a whole block of logits rows per sequence, the model refuses
 // fewer, and the synthetic drafter takes what the planner's "mtp.*" tensors say it takes (their
-// GPU layout: the FP8 scales padded as the GEMM reads them) less the confidence head, which the plan
-// over-counts by its 8.5 KiB.
+// GPU layout: the FP8 scales padded as the GEMM reads them).
 TEST(GpuLayout, DSparkDrafterSizesTheWorkspaceAndLogitsRows) {
     SynthOptions so;
     so.preset = SynthPreset::Flash;
@@ -276,10 +275,8 @@ TEST(GpuLayout, DSparkDrafterSizesTheWorkspaceAndLogitsRows) {
     short_rows.logits_rows_per_seq = B - 1;
     EXPECT_THROW(GpuModel::workspace_bytes_for(cfg, short_rows, spec, false), Error);
     uint64_t planned = 0;
-    // The confidence head stays on the host side of the plan's count: the GPU drafts with the early stop
-    // off (CudaModelRunner refuses a confidence threshold), so it never uploads it.
     for (const auto& t : gpu_planned_tensors(checkpoint_layout(cfg)))
-        if (t.name.rfind("mtp.", 0) == 0 && t.name.find("confidence_head") == std::string::npos) planned += t.nbytes;
+        if (t.name.rfind("mtp.", 0) == 0) planned += t.nbytes;
     const auto synth = static_cast<uint64_t>(synth_dspark_device_bytes(cfg));
     EXPECT_GT(planned, 0u);
     // The synthetic drafter aligns each tensor to 256 bytes; the planner counts the bytes alone.

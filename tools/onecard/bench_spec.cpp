@@ -50,6 +50,7 @@ double time_dspark_draft(GpuModel& model, int64_t B, int64_t k, int64_t& pos,
     const auto noise = static_cast<int32_t>(cfg.dspark->noise_token_id);
     std::vector<int32_t> fed(static_cast<size_t>(B)), block(static_cast<size_t>(B * bs), noise),
         ids(static_cast<size_t>(B * bs)), prev(static_cast<size_t>(B));
+    std::vector<float> conf(static_cast<size_t>(B));
     std::vector<GpuStepSeq> seqs(static_cast<size_t>(B)), blocks(static_cast<size_t>(B));
     std::vector<double> times;
     for (int64_t r = 0; r < warmup + repeats; ++r, ++pos) {
@@ -73,8 +74,9 @@ double time_dspark_draft(GpuModel& model, int64_t B, int64_t k, int64_t& pos,
         model.dspark_push(s);
         model.dspark_block(blocks, s);
         for (int64_t j = 0; j < k; ++j) {
-            const int32_t* d_ids = model.dspark_markov(j, prev, s);
-            CUDA_CHECK(cudaMemcpyAsync(ids.data(), d_ids, ids.size() * 4, cudaMemcpyDeviceToHost, s));
+            const GpuModel::DSparkSlot slot = model.dspark_markov(j, prev, s);
+            CUDA_CHECK(cudaMemcpyAsync(ids.data(), slot.ids, ids.size() * 4, cudaMemcpyDeviceToHost, s));
+            CUDA_CHECK(cudaMemcpyAsync(conf.data(), slot.confidence, conf.size() * 4, cudaMemcpyDeviceToHost, s));
             CUDA_CHECK(cudaStreamSynchronize(s));
             for (int64_t q = 0; q < B; ++q) prev[static_cast<size_t>(q)] = ids[static_cast<size_t>(q * bs + j)];
         }

@@ -40,7 +40,42 @@ __global__ void markov_bias_kernel(float* __restrict__ logits, int64_t row0, int
     }
 }
 
+// One block per sequence: the threads stride over [h ; m] and reduce in a fixed order.
+__global__ void confidence_kernel(const __nv_bfloat16* __restrict__ h, int64_t row0, int64_t row_stride,
+                                  const int32_t* __restrict__ prev, const __nv_bfloat16* __restrict__ w,
+                                  const __nv_bfloat16* __restrict__ w1, int64_t dim, int64_t rank,
+                                  float* __restrict__ out) {
+    dev::pdl_wait();
+    dev::pdl_trigger();
+    __shared__ float partial[32];
+    const int64_t r = blockIdx.x;
+    const __nv_bfloat16* hr = h + (row0 + r * row_stride) * dim;
+    const __nv_bfloat16* m = w1 + int64_t(prev[r]) * rank;
+    float acc = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim + rank; i += blockDim.x)
+        acc += __bfloat162float(w[i]) * __bfloat162float(i < dim ? hr[i] : m[i - dim]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) partial[warp] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float sum = 0.0f;
+        for (int i = 0; i < static_cast<int>(blockDim.x >> 5); ++i) sum += partial[i];
+        out[r] = sum;
+    }
+}
+
 }  // namespace
+
+void dspark_confidence(const __nv_bfloat16* h, int64_t row0, int64_t row_stride, int64_t n_rows, const int32_t* prev,
+                       const __nv_bfloat16* w, const __nv_bfloat16* w1, int64_t dim, int64_t rank, float* out,
+                       cudaStream_t stream) {
+    if (n_rows <= 0) return;
+    launch_pdl(confidence_kernel, static_cast<unsigned>(n_rows), 256, 0, stream, h, row0, row_stride, prev, w, w1, dim,
+               rank, out);
+    CUDA_CHECK_LAUNCH("confidence_kernel");
+}
 
 void markov_bias_add(float* logits, int64_t row0, int64_t row_stride, int64_t n_rows, const int32_t* prev,
                      const __nv_bfloat16* w1, const __nv_bfloat16* w2, int64_t rank, int64_t vocab,

@@ -16,4 +16,12 @@ void markov_bias_add(float* logits, int64_t row0, int64_t row_stride, int64_t n_
                      const __nv_bfloat16* w1, const __nv_bfloat16* w2, int64_t rank, int64_t vocab,
                      cudaStream_t stream);
 
+// The DSpark confidence head (docs/dspark.md §5; the CPU oracle is model/dspark_heads.h
+// confidence_logit): for each r < n_rows, out[r] = w · [h_row ; w1[prev[r]]] with h_row = h[row0 +
+// r·row_stride] (h [*, dim] bf16: a slot's pre-norm hidden), w [dim + rank] bf16, w1 [vocab, rank] bf16,
+// fp32 sums. out [n_rows] fp32 on the device.
+void dspark_confidence(const __nv_bfloat16* h, int64_t row0, int64_t row_stride, int64_t n_rows, const int32_t* prev,
+                       const __nv_bfloat16* w, const __nv_bfloat16* w1, int64_t dim, int64_t rank, float* out,
+                       cudaStream_t stream);
+
 }  // namespace onecard::cuda
