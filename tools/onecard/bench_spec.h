@@ -26,7 +26,8 @@ double time_mtp_draft_chain(GpuModel& model, int64_t B, int64_t k, int64_t pos,
 // untimed one-token step per sequence at position pos (which advances by one each chain), the timed
 // part is GpuModel::dspark_push of that step's rows, the block pass at pos + 1 .. pos + block_size,
 // and k Markov slots, each with its argmax and confidence logits copied to the host
-// (CudaModelRunner::draft_with_dspark's greedy path). The model needs GpuModelOptions::dspark and GpuModelWeights::dspark.
+// (CudaModelRunner::draft_with_dspark's greedy path). The model needs GpuModelOptions::dspark and
+// GpuModelWeights::dspark.
 double time_dspark_draft(GpuModel& model, int64_t B, int64_t k, int64_t& pos,
                          const std::vector<std::vector<int32_t>>& tables, int64_t warmup, int64_t repeats,
                          cudaStream_t s);
