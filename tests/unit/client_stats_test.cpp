@@ -13,6 +13,30 @@
 namespace onecard::client {
 namespace {
 
+// Report samples are cut to a byte budget without splitting a UTF-8 character (a split one made
+// `onecard validate --out` fail on dump against the demo model's output).
+TEST(ClientStats, Utf8PrefixNeverSplitsACharacter) {
+    const std::string s =
+        "ab\xC3\xA9"
+        "c\xE2\x82\xAC\xF0\x9F\x98\x80";  // a b é c € 😀
+    EXPECT_EQ(utf8_prefix(s, 100), s);
+    EXPECT_EQ(utf8_prefix(s, 2), "ab");
+    EXPECT_EQ(utf8_prefix(s, 3), "ab");  // inside é
+    EXPECT_EQ(utf8_prefix(s, 4), "ab\xC3\xA9");
+    EXPECT_EQ(utf8_prefix(s, 6),
+              "ab\xC3\xA9"
+              "c");  // inside €
+    EXPECT_EQ(utf8_prefix(s, 8),
+              "ab\xC3\xA9"
+              "c\xE2\x82\xAC");
+    EXPECT_EQ(utf8_prefix(s, 11),
+              "ab\xC3\xA9"
+              "c\xE2\x82\xAC");  // inside the 4-byte emoji
+    EXPECT_EQ(utf8_prefix(s, 0), "");
+    for (size_t n = 0; n <= s.size(); ++n)
+        EXPECT_NO_THROW((void)nlohmann::json(utf8_prefix(s, n)).dump()) << n << " bytes";
+}
+
 TEST(ClientStats, PercentilesInterpolateLikeNumpy) {
     const std::vector<double> v = {4, 1, 3, 2};  // sorted 1 2 3 4
     EXPECT_DOUBLE_EQ(percentile(v, 50), 2.5);

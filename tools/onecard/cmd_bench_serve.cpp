@@ -211,7 +211,8 @@ void run(const BenchServeArgs& a) {
     method["sampling"] = base.extra;
     Json out = {{"method", method}, {"points", Json::array()}};
     for (const auto& p : points) out["points"].push_back(client::to_json(p));
-    if (!a.out.empty()) client::write_file(a.out, out.dump(2) + "\n");
+    if (!a.out.empty())
+        client::write_file(a.out, out.dump(2, ' ', false, client::Json::error_handler_t::replace) + "\n");
     if (!a.plot.empty()) client::write_file(a.plot, make_plot(points, model));
 }
 

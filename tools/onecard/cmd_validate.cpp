@@ -81,7 +81,8 @@ void run(ValidateArgs& a) {
     report["passed"] = static_cast<int>(results.size()) - n_failed - n_skipped;
     std::printf("%s%d of %zu gates failed%s\n", client::format_table(rows).c_str(), n_failed, results.size(),
                 n_skipped ? fmt::format(", {} skipped", n_skipped).c_str() : "");
-    if (!a.out.empty()) client::write_file(a.out, report.dump(2) + "\n");
+    if (!a.out.empty())
+        client::write_file(a.out, report.dump(2, ' ', false, client::Json::error_handler_t::replace) + "\n");
     std::fflush(stdout);
     std::fflush(stderr);
     // The exit status is the number of failed gates (a CLI11 callback cannot return one); a skipped

@@ -65,4 +65,14 @@ std::string fmt_num(double v, int decimals) {
     return buf;
 }
 
+std::string utf8_prefix(const std::string& s, size_t max_bytes) {
+    if (s.size() <= max_bytes) return s;
+    size_t end = max_bytes;
+    // Back off continuation bytes (10xxxxxx) to the lead byte of the character the cut falls in; drop
+    // that character unless it ends exactly at the cut.
+    size_t lead = end;
+    while (lead > 0 && (static_cast<unsigned char>(s[lead]) & 0xC0) == 0x80) --lead;
+    return s.substr(0, lead);
+}
+
 }  // namespace onecard::client

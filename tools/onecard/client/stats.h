@@ -25,4 +25,9 @@ std::string format_table(const std::vector<std::vector<std::string>>& rows);
 
 std::string fmt_num(double v, int decimals);  // fixed notation; "-" for a negative (absent) figure
 
+// The longest prefix of `s` of at most max_bytes that does not end inside a UTF-8 sequence: report
+// samples are cut to a length, and a cut through a multi-byte character would make the JSON report
+// unwritable (nlohmann::json refuses invalid UTF-8 on dump).
+std::string utf8_prefix(const std::string& s, size_t max_bytes);
+
 }  // namespace onecard::client

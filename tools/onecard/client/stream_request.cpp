@@ -1,5 +1,7 @@
 #include "stream_request.h"
 
+#include "stats.h"
+
 namespace onecard::client {
 
 ApiKind api_kind_of(const std::string& endpoint_path) {
@@ -137,7 +139,7 @@ StreamResult run_stream(HttpClient& http, const std::string& path, Json body,
     if (r.error.empty()) {
         if (reply.status != 200)
             r.error = reply.status < 0 ? "transport: " + reply.error
-                                       : "HTTP " + std::to_string(reply.status) + ": " + reply.body.substr(0, 300);
+                                       : "HTTP " + std::to_string(reply.status) + ": " + utf8_prefix(reply.body, 300);
         else if (!done)
             r.error = "stream ended without [DONE]";
     }

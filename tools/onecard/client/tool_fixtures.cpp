@@ -1,5 +1,7 @@
 #include "tool_fixtures.h"
 
+#include "stats.h"
+
 #include "core/error.h"
 #include "embedded_data.h"
 
@@ -144,7 +146,7 @@ bool turn_matches(const StreamResult& r, const FixtureTurn& t, std::string* why)
     if (r.tool_calls.size() != expected.size()) {
         *why = fmt::format("{} calls, expected {}", r.tool_calls.size(), expected.size());
         if (!r.tool_calls.empty())
-            *why += ": " + call_text(r.tool_calls[0].name, r.tool_calls[0].arguments).substr(0, 200);
+            *why += ": " + utf8_prefix(call_text(r.tool_calls[0].name, r.tool_calls[0].arguments), 200);
         return false;
     }
     std::vector<Json> got;
@@ -152,11 +154,13 @@ bool turn_matches(const StreamResult& r, const FixtureTurn& t, std::string* why)
         try {
             got.push_back(Json::parse(r.tool_calls[k].arguments));
         } catch (const std::exception&) {
-            return *why = fmt::format("call {}: arguments not JSON: {}", k, r.tool_calls[k].arguments.substr(0, 200)),
+            return *why =
+                       fmt::format("call {}: arguments not JSON: {}", k, utf8_prefix(r.tool_calls[k].arguments, 200)),
                    false;
         }
         if (!got.back().is_object())
-            return *why = fmt::format("call {}: arguments are not an object: {}", k, got.back().dump().substr(0, 200)),
+            return *why =
+                       fmt::format("call {}: arguments are not an object: {}", k, utf8_prefix(got.back().dump(), 200)),
                    false;
     }
     // Normalised equality is an equivalence, so taking the first unused equal call finds a matching
@@ -171,16 +175,16 @@ bool turn_matches(const StreamResult& r, const FixtureTurn& t, std::string* why)
             if (!used[k] && r.tool_calls[k].name == name && without_defaults(got[k], params) == want)
                 used[k] = found = true;
         if (!found) {
-            *why = "no call matches " + call_text(name, e["arguments"]).substr(0, 200) + "; got";
+            *why = "no call matches " + utf8_prefix(call_text(name, e["arguments"]), 200) + "; got";
             for (size_t k = 0; k < got.size(); ++k)
-                *why += " " + call_text(r.tool_calls[k].name, got[k]).substr(0, 200);
+                *why += " " + utf8_prefix(call_text(r.tool_calls[k].name, got[k]), 200);
             return false;
         }
     }
     const std::string content = lower_ascii(r.content);
     for (const auto& s : t.answer_contains)
         if (content.find(lower_ascii(s)) == std::string::npos)
-            return *why = fmt::format("the answer lacks '{}': {}", s, r.content.substr(0, 200)), false;
+            return *why = fmt::format("the answer lacks '{}': {}", s, utf8_prefix(r.content, 200)), false;
     return true;
 }
 

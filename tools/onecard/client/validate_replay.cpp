@@ -3,6 +3,8 @@
 // length must all be recalled, and the same request again, warm, must give the same answer).
 #include "validate_gates.h"
 
+#include "stats.h"
+
 #include "bench_dataset.h"
 
 #include <fmt/format.h>
@@ -141,7 +143,7 @@ GateResult gate_needle(const ValidateOptions& o) {
                  {"warm_cached_tokens", warm.cached_tokens},
                  {"cold_ttft_s", cold.ttft_s()},
                  {"warm_ttft_s", warm.ttft_s()},
-                 {"answer", cold.output().substr(0, 300)},
+                 {"answer", utf8_prefix(cold.output(), 300)},
                  {"errors", Json::array({cold.error, warm.error})}};
     g.summary = fmt::format("{}/{} needles at {} tokens, warm {} ({}/{})", n_cold, o.n_needles, cold.prompt_tokens,
                             same ? "same answer" : "DIFFERENT answer", n_warm, o.n_needles);

@@ -62,7 +62,7 @@ GateResult gate_reasoning(const ValidateOptions& o) {
                        {"content_chars", r.content.size()},
                        {"finish_reason", r.finish_reason},
                        {"problems", problems},
-                       {"content", r.content.substr(0, 160)}});
+                       {"content", utf8_prefix(r.content, 160)}});
     }
     GateResult g;
     g.passed = n_bad == 0;

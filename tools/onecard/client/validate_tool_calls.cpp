@@ -3,6 +3,8 @@
 // in any streamed content, reasoning or arguments chunk), plus the helpers every gate shares.
 #include "validate_gates.h"
 
+#include "stats.h"
+
 #include "core/error.h"
 #include "tool_fixtures.h"
 
@@ -114,7 +116,7 @@ GateResult gate_tool_calls(const ValidateOptions& o) {
         const bool ok = turn_matches(results[i], t, &why);
         n_exact += ok;
         if (!results[i].ok) {
-            if (first_error.empty()) first_error = results[i].error.substr(0, 160);
+            if (first_error.empty()) first_error = utf8_prefix(results[i].error, 160);
             ++n_errors;
         }
         const size_t n_calls = t.expected.size();
@@ -129,7 +131,7 @@ GateResult gate_tool_calls(const ValidateOptions& o) {
             failures.push_back({{"fixture", t.fixture_id},
                                 {"turn", t.i_turn + 1},
                                 {"why", why},
-                                {"content", results[i].content.substr(0, 200)}});
+                                {"content", utf8_prefix(results[i].content, 200)}});
     }
     const auto n = static_cast<int64_t>(turns.size());
     const double acc = n ? static_cast<double>(n_exact) / static_cast<double>(n) : 0;
@@ -171,7 +173,7 @@ GateResult gate_no_dsml(const ValidateOptions& o) {
                 if (auto m = leaked_markers(c); !m.empty()) {
                     ++n_leaks;
                     if (samples.size() < 10)
-                        samples.push_back({{"in", where}, {"markers", m}, {"chunk", c.substr(0, 200)}});
+                        samples.push_back({{"in", where}, {"markers", m}, {"chunk", utf8_prefix(c, 200)}});
                 }
             }
         };
