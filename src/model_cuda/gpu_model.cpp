@@ -756,7 +756,7 @@ void GpuModel::run_block(const StepPlan& p, const GpuBlock& blk, cudaStream_t s)
     tick("hyper-connections + norms", s);
 }
 
-void GpuModel::head(const GpuHC& hc, const bf16* norm, cudaStream_t s) {
+void GpuModel::head(const GpuHC& hc, const bf16* norm, cudaStream_t s, bf16* keep_hidden) {
     Buffers& b = *buf_;
     const ModelConfig& c = cfg_;
     const int64_t D = c.hidden_size;
@@ -766,6 +766,8 @@ void GpuModel::head(const GpuHC& hc, const bf16* norm, cudaStream_t s) {
     const float eps = static_cast<float>(c.rms_norm_eps);
     gather_rows_bf16(b.X, meta_->out_rows, b.head_rows, r, 4 * D, s);
     cuda::hc_head_bf16(b.head_rows, hc.fn, hc.base, hc.scale, b.head_y, r, D, static_cast<float>(c.hc_eps), eps, s);
+    if (keep_hidden)
+        CUDA_CHECK(cudaMemcpyAsync(keep_hidden, b.head_y, static_cast<size_t>(r * D) * 2, cudaMemcpyDeviceToDevice, s));
     cuda::rmsnorm_bf16(b.head_y, norm, b.head_y, r, D, eps, s);
     lin_->bf16(w_.head, b.head_y, r, b.logits, cuda::GemmOut::F32, s);
     tick("head", s);

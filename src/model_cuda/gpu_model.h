@@ -208,8 +208,9 @@ private:
     // hc_pre of one sub-block over this step's streams: its mixes, fused norm and (input) the FP8 copy of x.
     cuda::HcPreArgs hc_pre_args(const GpuHC& hc, const __nv_bfloat16* norm, SubBlockInput input) const;
     void forward(const StepPlan& p, cudaStream_t s);  // every layer and the head, for the metadata in meta_
-    void run_block(const StepPlan& p, const GpuBlock& blk, cudaStream_t s);             // one decoder block over X
-    void head(const GpuHC& hc, const __nv_bfloat16* norm, cudaStream_t s);              // logits of the wanted rows
+    void run_block(const StepPlan& p, const GpuBlock& blk, cudaStream_t s);  // one decoder block over X
+    // Logits of the wanted rows; keep_hidden (optional, [n_out, D]) gets their pre-norm hidden.
+    void head(const GpuHC& hc, const __nv_bfloat16* norm, cudaStream_t s, __nv_bfloat16* keep_hidden = nullptr);
     void mtp_forward(const StepPlan& p, const __nv_bfloat16* streams, cudaStream_t s);  // gpu_model_mtp.cpp
     void keep_taps(int64_t layer, cudaStream_t s);  // DSpark: the taps of a main layer's output (gpu_model_dspark.cpp)
     void tick(const char* label, cudaStream_t s);   // profiling: time since the last tick goes to label

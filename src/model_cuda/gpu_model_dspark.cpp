@@ -82,16 +82,7 @@ const float* GpuModel::dspark_block(std::span<const GpuStepSeq> seqs, cudaStream
     // X = embed(ids) in every stream   [n, 4, D]
     cuda::embed_streams(meta_->tokens, w_.embed, b.X, meta_->n, D, 4, s);
     for (const GpuBlock& st : d.stages) run_block(plan, st, s);
-    // head(), keeping the pre-norm hidden h = hc_head(X) of every row for the confidence head.
-    const int64_t r = meta_->n_out;
-    const float eps = static_cast<float>(c.rms_norm_eps);
-    gather_rows_bf16(b.X, meta_->out_rows, b.head_rows, r, 4 * D, s);
-    cuda::hc_head_bf16(b.head_rows, d.hc_head.fn, d.hc_head.base, d.hc_head.scale, b.head_y, r, D,
-                       static_cast<float>(c.hc_eps), eps, s);
-    CUDA_CHECK(cudaMemcpyAsync(b.dspark_h, b.head_y, static_cast<size_t>(r * D) * 2, cudaMemcpyDeviceToDevice, s));
-    cuda::rmsnorm_bf16(b.head_y, d.norm, b.head_y, r, D, eps, s);
-    lin_->bf16(w_.head, b.head_y, r, b.logits, cuda::GemmOut::F32, s);
-    tick("dspark: head", s);
+    head(d.hc_head, d.norm, s, b.dspark_h);  // keeps the pre-norm hidden for the confidence head
     profiling_ = false;
     return b.logits;
 }

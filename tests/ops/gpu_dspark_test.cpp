@@ -16,7 +16,7 @@
 // prefill chunks, decode and verify rows share steps), sampled rows with top_k 1 likewise (the host
 // decides them), the confidence head's early stop shortens drafts without changing the output, and the
 // runner refuses more drafts than the block holds.
-#include "gpu_test_util.h"
+#include "gpu_spec_engine.h"
 
 #ifdef ONECARD_HAVE_CUDA
 
@@ -297,91 +297,20 @@ TEST(GpuDSpark, CallsOutOfOrderAreRefused) {
 
 // ---- through the engine ----------------------------------------------------------------------------
 
-constexpr int64_t kDrafts = 3, kNew = 40;
+constexpr int64_t kDrafts = 3, kNew = test::SpecEngineHarness::kNew;
 
-EngineConfig engine_config(bool speculate, int64_t drafts = kDrafts, double threshold = 0.0) {
-    EngineConfig ec;
-    ec.eos_token_id = -1;
-    ec.max_num_seqs = 4;
-    ec.max_num_batched_tokens = 96;
-    ec.long_prefill_token_threshold = 64;
-    ec.kv_cache_bytes = int64_t{1} << 30;
-    ec.max_model_len = 512;
-    if (speculate) {
-        ec.speculative.method = "dspark";
-        ec.speculative.num_speculative_tokens = drafts;
-        ec.speculative.fixed_draft_length = true;  // draft every step: the test is about correctness
-        ec.speculative.confidence_threshold = threshold;
-    }
-    return ec;
-}
-
-CudaRunnerOptions runner_options(bool speculate, int64_t drafts = kDrafts) {
-    CudaRunnerOptions ro;
-    ro.max_model_len = 512;
-    ro.max_num_seqs = 4;
-    ro.max_num_batched_tokens = 96;
-    ro.arena_bytes = size_t{20} << 30;
-    ro.dspark_drafter = speculate;
-    ro.num_speculative_tokens = speculate ? drafts : 0;
-    return ro;
-}
-
-struct Outcome {
-    std::vector<std::vector<int32_t>> prompts, outputs;
-    EngineStats stats;
-};
-
-// The plain GPU engine's top-5 log-probabilities of the token after `context` (near-tie checks).
-std::vector<TokenLogprob> plain_top(const std::vector<int32_t>& context) {
-    Model& m = model();
-    Engine engine(engine_config(false), std::make_unique<CudaModelRunner>(m.cfg, m.w, runner_options(false)));
-    GenerateRequest req;
-    req.prompt_token_ids = context;
-    req.sampling.temperature = 0.0f;
-    req.sampling.max_tokens = 1;
-    req.sampling.logprobs = 5;
-    req.sampling.ignore_eos = true;
-    auto stream = engine.submit(req);
-    std::vector<TokenLogprob> top;
-    while (auto ev = stream->next()) {
-        if (!ev->logprobs.empty()) top = ev->logprobs.front().top;
-        if (ev->finished()) break;
-    }
-    return top;
-}
-
-Outcome run(bool speculate, float temperature, int32_t top_k = 0, double threshold = 0.0) {
-    Model& m = model();
-    std::mt19937 rng(29);
-    std::uniform_int_distribution<int32_t> tok(2, static_cast<int32_t>(m.cfg.vocab_size) - 2);
-    Outcome r;
-    auto runner = std::make_unique<CudaModelRunner>(m.cfg, m.w, runner_options(speculate));
-    CudaModelRunner* cr = runner.get();
-    Engine engine(engine_config(speculate, kDrafts, threshold), std::move(runner));
-    std::vector<std::shared_ptr<RequestStream>> streams;
-    for (int64_t len : {150, 40, 90}) {
-        GenerateRequest req;
-        for (int64_t i = 0; i < len; ++i) req.prompt_token_ids.push_back(tok(rng));
-        r.prompts.push_back(req.prompt_token_ids);
-        req.sampling.temperature = temperature;
-        req.sampling.top_k = top_k;
-        req.sampling.seed = 5;
-        req.sampling.max_tokens = kNew;
-        req.sampling.ignore_eos = true;
-        streams.push_back(engine.submit(req));
-    }
-    for (auto& s : streams) r.outputs.push_back(test::drain(*s));
-    r.stats = engine.stats();
-    cr->check_integrity();
-    return r;
+// Prompt tokens stop below the noise token (the vocabulary's last id here).
+const test::SpecEngineHarness& harness() {
+    static const test::SpecEngineHarness h(model().cfg, model().w, "dspark",
+                                           static_cast<int32_t>(model().cfg.vocab_size) - 2, 29);
+    return h;
 }
 
 TEST(GpuDSpark, GreedyOutputThroughTheEngineIsThePlainOutput) {
     ONECARD_REQUIRE_GPU();
-    const Outcome plain = run(false, 0.0f), spec = run(true, 0.0f);
-    for (const auto& o : plain.outputs) ASSERT_EQ(o.size(), static_cast<size_t>(kNew));
-    test::expect_greedy_equal_up_to_ties(plain.prompts, plain.outputs, spec.outputs, plain_top);
+    const test::SpecEngineHarness& h = harness();
+    const test::SpecEngineOutcome plain = h.run(0, 0.0f), spec = h.run(kDrafts, 0.0f);
+    h.expect_plain_output(plain, spec);
     std::printf("[gpu dspark] engine greedy: drafts %lld, draft tokens %lld, accepted %lld\n",
                 static_cast<long long>(spec.stats.spec_num_drafts),
                 static_cast<long long>(spec.stats.spec_num_draft_tokens),
@@ -395,9 +324,9 @@ TEST(GpuDSpark, GreedyOutputThroughTheEngineIsThePlainOutput) {
 // is still the plain output.
 TEST(GpuDSpark, ConfidenceThresholdShortensDraftsAndKeepsTheOutput) {
     ONECARD_REQUIRE_GPU();
-    const Outcome plain = run(false, 0.0f), spec = run(true, 0.0f, 0, 0.5);
-    for (const auto& o : plain.outputs) ASSERT_EQ(o.size(), static_cast<size_t>(kNew));
-    test::expect_greedy_equal_up_to_ties(plain.prompts, plain.outputs, spec.outputs, plain_top);
+    const test::SpecEngineHarness& h = harness();
+    const test::SpecEngineOutcome plain = h.run(0, 0.0f), spec = h.run(kDrafts, 0.0f, 0, 0.5);
+    h.expect_plain_output(plain, spec);
     std::printf("[gpu dspark] threshold 0.5: drafts %lld, draft tokens %lld, accepted %lld\n",
                 static_cast<long long>(spec.stats.spec_num_drafts),
                 static_cast<long long>(spec.stats.spec_num_draft_tokens),
@@ -408,10 +337,11 @@ TEST(GpuDSpark, ConfidenceThresholdShortensDraftsAndKeepsTheOutput) {
 
 TEST(GpuDSpark, SampledRowsThroughTheEngineDraftAndAreDecidedOnTheHost) {
     ONECARD_REQUIRE_GPU();
-    const Outcome plain = run(false, 0.8f, 1), spec = run(true, 0.8f, 1);
-    test::expect_greedy_equal_up_to_ties(plain.prompts, plain.outputs, spec.outputs, plain_top);
+    const test::SpecEngineHarness& h = harness();
+    const test::SpecEngineOutcome plain = h.run(0, 0.8f, 1), spec = h.run(kDrafts, 0.8f, 1);
+    h.expect_plain_output(plain, spec);
     EXPECT_GT(spec.stats.spec_num_drafts, 0);
-    const Outcome wide = run(true, 0.8f);
+    const test::SpecEngineOutcome wide = h.run(kDrafts, 0.8f);
     for (const auto& o : wide.outputs) EXPECT_EQ(o.size(), static_cast<size_t>(kNew));
     EXPECT_GT(wide.stats.spec_num_drafts, 0);
     EXPECT_LE(wide.stats.spec_num_accepted_tokens, wide.stats.spec_num_draft_tokens);
@@ -421,11 +351,12 @@ TEST(GpuDSpark, MoreDraftsThanTheBlockAndTheWrongMethodAreRefused) {
     ONECARD_REQUIRE_GPU();
     Model& m = model();
     const int64_t B = m.cfg.dspark->block_size;
-    auto runner = std::make_unique<CudaModelRunner>(m.cfg, m.w, runner_options(true, B + 1));
+    const test::SpecEngineHarness& h = harness();
+    auto runner = std::make_unique<CudaModelRunner>(m.cfg, m.w, h.runner_options(B + 1));
     EXPECT_TRUE(runner->supports_speculation("dspark"));
     EXPECT_FALSE(runner->supports_speculation("mtp"));
-    EXPECT_THROW(Engine(engine_config(true, B + 1), std::move(runner)), Error);
-    CudaRunnerOptions both = runner_options(true);
+    EXPECT_THROW(Engine(h.engine_config(B + 1), std::move(runner)), Error);
+    CudaRunnerOptions both = h.runner_options(kDrafts);
     both.mtp_drafter = true;
     EXPECT_THROW(CudaModelRunner(m.cfg, m.w, both), Error);  // a 0731 model has no mtp.0 block
 }
