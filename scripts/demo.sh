@@ -12,4 +12,5 @@ DEMO_DIR=${DEMO_DIR:-models/demo}
 # The committed SHA-256 manifest: every start verifies the bytes that were measured.
 ./build/onecard verify "$DEMO_DIR"
 ./build/onecard inspect "$DEMO_DIR"
-exec ./build/onecard serve --model "$DEMO_DIR" --served-model-name onecard-demo --port "${PORT:-8000}"
+# --strict-tools-all: tool calls held to their schemas, as `serve --demo` does (the model is tiny).
+exec ./build/onecard serve --model "$DEMO_DIR" --served-model-name onecard-demo --port "${PORT:-8000}" --strict-tools-all

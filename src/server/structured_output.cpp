@@ -9,6 +9,8 @@
 #include "tokenizer/chat_tokens.h"
 #include "tokenizer/tokenizer.h"
 
+#include <vector>
+
 namespace onecard::server {
 
 namespace {
@@ -119,13 +121,16 @@ std::function<std::unique_ptr<TokenConstraint>()> chat_constraint(OpenAIServer::
         return {};
     }
     int32_t gate = -1;
+    std::vector<int32_t> reserved;  // refused in the reasoning: a tool call there is never parsed as one
     if (thinking) {
         const auto id = s.tokenizer.token_to_id(dsv4::kThinkEnd);
         if (!id) throw ApiError(500, "the tokenizer has no </think> token: structured output cannot start after it");
         gate = *id;
+        const bool tool_grammar = forced || (format_type == "text" && r.tool_choice == ToolChoice::Auto);
+        if (const auto dsml = s.tokenizer.token_to_id(dsv4::kDsml); tool_grammar && dsml) reserved.push_back(*dsml);
     }
     const auto vocab = static_cast<int64_t>(s.tokenizer.vocab_size());
-    return [masks, trigger, gate, vocab]() -> std::unique_ptr<TokenConstraint> {
+    return [masks, trigger, gate, vocab, reserved]() -> std::unique_ptr<TokenConstraint> {
         std::unique_ptr<TokenConstraint> g;
         if (trigger) {
             g = std::make_unique<TriggeredConstraint>(trigger, masks, vocab);
@@ -133,7 +138,7 @@ std::function<std::unique_ptr<TokenConstraint>()> chat_constraint(OpenAIServer::
             g = std::make_unique<GrammarConstraint>(masks);
         }
         if (gate < 0) return g;
-        return std::make_unique<AfterTokenConstraint>(gate, vocab, std::move(g));
+        return std::make_unique<AfterTokenConstraint>(gate, vocab, std::move(g), reserved);
     };
 }
 

@@ -15,7 +15,8 @@
 //   the others' free. A strict tool's refused schema is a 400 (param "tools"); a response_format
 //   other than text wins (the answer is then the JSON, as before).
 // - Thinking on (the prompt ends in <think>): the reasoning is free and the grammar starts after
-//   </think> (AfterTokenConstraint), so the JSON can never land in the reasoning.
+//   </think> (AfterTokenConstraint), so the JSON can never land in the reasoning; with a tool grammar
+//   the DSML marker token is refused in the reasoning (a call there would never be parsed as one).
 #pragma once
 
 #include "onecard/engine.h"

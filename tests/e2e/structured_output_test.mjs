@@ -243,6 +243,20 @@ for (const [what, tool_choice] of [['required', 'required'], ['named', { type: '
   }
 }
 
+// With a tool grammar and thinking on, the DSML marker (id 128825) is refused in the reasoning: a call
+// written there would never be parsed as one and would reach the client as markup. A logit bias pushes
+// the marker at every step, so without the refusal the reasoning would be made of it; without tools
+// the same bias writes it.
+for (const [what, tools, tool_choice] of [['auto strict', TOOLS, 'auto'], ['no tools', undefined, undefined]]) {
+  const r = await chat({ messages: toolMessages, tools, tool_choice, logit_bias: { 128825: 100 }, ...greedy, max_tokens: 16 });
+  check(`dsml in reasoning, ${what}`, () => {
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    const reasoning = r.json.choices[0].message.reasoning_content ?? '';
+    if (tools) assert.ok(!reasoning.includes('｜DSML｜'), reasoning);
+    else assert.ok(reasoning.includes('｜DSML｜'), `the bias should write the marker without tools: ${reasoning}`);
+  });
+}
+
 // Strict tools under tool_choice "auto": text stays free, and a call, once the model starts one, must
 // follow the strict tool's parameters. The random model rarely writes the DSML marker by itself, so
 // this checks validity whenever a call appears (the constraint itself is unit-tested byte by byte:

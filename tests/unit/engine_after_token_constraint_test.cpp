@@ -77,6 +77,37 @@ TEST(AfterTokenConstraint, FreeUntilTheGateThenTheGrammar) {
     c.check_integrity();
 }
 
+TEST(AfterTokenConstraint, ReservedTokensAreRefusedUntilTheGateOnly) {
+    // The server reserves the DSML marker in the reasoning when tools are held to their grammar.
+    const auto trie = vocab();
+    constexpr int32_t kReserved = 305;
+    AfterTokenConstraint c(kGate, kVocab, std::make_unique<GrammarConstraint>(masks_for(R"({"enum":["ab"]})", trie)),
+                           {kReserved, 'q'});
+    std::vector<uint32_t> mask((kVocab + 31) / 32, 0u);
+    c.fill_mask(mask);
+    EXPECT_EQ(n_set(mask), kVocab - 2);
+    EXPECT_FALSE(grammar::test_bit(mask, kReserved));
+    EXPECT_FALSE(grammar::test_bit(mask, 'q'));
+    EXPECT_TRUE(grammar::test_bit(mask, kGate));
+    EXPECT_FALSE(c.accept(kReserved));
+    EXPECT_FALSE(c.accept('q'));
+    EXPECT_TRUE(c.accept('x'));
+    ASSERT_TRUE(c.accept(kGate));
+    // After the gate the inner grammar alone decides.
+    c.fill_mask(mask);
+    EXPECT_TRUE(grammar::test_bit(mask, '"'));
+    ASSERT_TRUE(c.accept('"'));
+    ASSERT_TRUE(c.accept('a'));
+    ASSERT_TRUE(c.accept('b'));
+    // A reserved gate or an id outside the vocabulary is a caller's bug.
+    EXPECT_THROW(
+        AfterTokenConstraint(kGate, kVocab, std::make_unique<GrammarConstraint>(masks_for("{}", trie)), {kGate}),
+        Error);
+    EXPECT_THROW(AfterTokenConstraint(kGate, kVocab, std::make_unique<GrammarConstraint>(masks_for("{}", trie)),
+                                      {static_cast<int32_t>(kVocab)}),
+                 Error);
+}
+
 TEST(AfterTokenConstraint, EosIsMaskedBeforeTheGate) {
     const auto trie = vocab();
     AfterTokenConstraint c(kGate, kVocab, std::make_unique<GrammarConstraint>(masks_for(R"({"type":"null"})", trie)));

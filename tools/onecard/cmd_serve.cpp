@@ -285,6 +285,9 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     }
     fs::path model_dir = a.model;
     if (a.demo || a.model.empty()) model_dir = ensure_demo(!test_mode, test_mode);
+    // The demo is a 17 MB model: grammar-held tool calls (as llama.cpp's server holds them) are what make
+    // its calls valid; `--model models/demo` serves it unconstrained.
+    if (a.demo && !test_mode) a.opts.strict_tools_all = true;
     const fs::path tok_path = a.tokenizer.empty() ? model_dir / "tokenizer.json" : fs::path(a.tokenizer);
     ONECARD_CHECK(fs::exists(tok_path), "serve: no tokenizer at '{}' (pass --tokenizer FILE)", tok_path.string());
     const Tokenizer tokenizer = Tokenizer::from_file(tok_path);
@@ -698,7 +701,8 @@ void add_cmd_serve(CLI::App& app) {
     auto& o = a->opts;
     cmd->add_option("--model", a->model, "checkpoint directory (default: the demo checkpoint)");
     cmd->add_flag("--demo", a->demo,
-                  "serve the trained demo model (models/demo; else a random-weight one in ~/.cache/onecard)");
+                  "serve the trained demo model (models/demo; else a random-weight one in ~/.cache/onecard), with "
+                  "--strict-tools-all on");
     cmd->add_option("--tokenizer", a->tokenizer, "tokenizer.json (default: <model>/tokenizer.json)");
     cmd->add_option("--served-model-name", a->served_model_names,
                     "model id(s) clients use, as in vLLM: the first names the model in responses and metrics, every "
