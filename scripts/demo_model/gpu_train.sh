@@ -69,7 +69,8 @@ else
     stop_at=$(( t0 + call_limit - 40 )); final=""
 fi
 # A warm start: CARRY_DIR/model.pt (fp32 weights), or CARRY_DIR/init_path naming an official-format
-# checkpoint in the repository (e.g. models/demo, dequantised here). Used only while KEEP_DIR has no state.pt (train.py prefers it).
+# checkpoint in the repository (e.g. models/demo, dequantised here). Used only while KEEP_DIR has no
+# state.pt (train.py prefers the state).
 resume=""
 if [ -z "$keep" ] || [ ! -f $keep/state.pt ]; then
     if [ -f $carry/model.pt ]; then
