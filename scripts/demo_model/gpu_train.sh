@@ -69,17 +69,11 @@ else
     stop_at=$(( t0 + call_limit - 40 )); final=""
 fi
 # A warm start: CARRY_DIR/model.pt (fp32 weights), or CARRY_DIR/init_path naming an official-format
-# checkpoint in the repository (e.g. models/demo, dequantised here). Used only while KEEP_DIR has no
-# state.pt (train.py prefers the state).
+# checkpoint in the repository (e.g. models/demo; train.py dequantises it). Used only while KEEP_DIR
+# has no state.pt (train.py prefers the state).
 resume=""
-if [ -z "$keep" ] || [ ! -f $keep/state.pt ]; then
-    if [ -f $carry/model.pt ]; then
-        resume="--resume $carry/model.pt"
-    elif [ -f $carry/init_path ]; then
-        python3 $S/init_from_checkpoint.py "$repo/$(cat $carry/init_path)" $work/init_model.pt && \
-            resume="--resume $work/init_model.pt"
-    fi
-fi
+[ -f $carry/init_path ] && resume="--resume $repo/$(cat $carry/init_path)"
+[ -f $carry/model.pt ] && resume="--resume $carry/model.pt"
 python3 $S/train.py --data data --tokenizer run/tokenizer.json --out run --minutes $minutes \
     --total-minutes $total_minutes --stop-at $stop_at $final $keep_args $resume ${TRAIN_ARGS:-} 2>&1 | tee run/train_stdout.log
 echo "after training: $(( $(date +%s) - t0 )) s"

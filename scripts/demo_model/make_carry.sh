@@ -3,8 +3,8 @@
 # plus scripts/golden/ckpt_reader.py (also at golden/, where checkpoint_io.py looks for it), and
 # data.tar.xz = DATA without tokenizer_corpus.txt (gpu_train.sh rebuilds it on the device).
 # With INIT (an exported demo checkpoint in the repository, e.g. models/demo) the run starts warm:
-# its path goes to init_path (gpu_train.sh dequantises it for train.py --resume; the tracked tree
-# travels with the carry) and its tokenizer to tokenizer.json (so the device builds no new one).
+# its path goes to init_path (gpu_train.sh passes it to train.py --resume, which dequantises it; the
+# tracked tree travels with the carry) and its tokenizer to tokenizer.json (so the device builds no new one).
 # Usage: make_carry.sh DATA_DIR [INIT]   (run from anywhere; writes under the repository root)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)

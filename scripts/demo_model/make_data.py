@@ -6,9 +6,11 @@ Sources:
     tags are stripped and the tokens detokenised into plain paragraphs;
   * synthetic conversations rendered by onecard's own chat encoder (`onecard render-chat`):
     greetings and small talk, questions answered from a Brown paragraph, continuations, arithmetic,
-    thinking and non-thinking answers, multi-turn history, and tool calls in DSML with tool results
+    thinking and non-thinking answers, multi-turn history, exact-copy requests, and tool calls in DSML
+    with tool results
     (random tools from tool_gen.py; the HELD_OUT tools and unseen generated tools go to tool_eval.jsonl,
-    3% of the conversations, with other unseen tools, to the test split).
+    drawn from their own random stream, and 3% of the conversations, with other unseen tools, to the
+    test split).
 
 Output (DIR, default build-demo/data; kept out of git, rebuilt by this script):
   brown_{train,test}.jsonl   {"text"}                      plain text documents

@@ -3,7 +3,8 @@
 each request (OpenAI chat with tools, thinking on or off as generated) goes to URL/v1/chat/completions at
 temperature 0; a request passes when the returned tool_calls equal the expected calls exactly (same count,
 any order, same name and JSON-equal arguments). Also reports name-only accuracy and, from /metrics, the
-MTP draft acceptance when the server speculates.
+MTP draft acceptance when the server speculates, and where the wrong calls fail (`failures`, per set:
+no call, a wrong call count, a wrong tool, wrong argument keys, or right keys with a wrong value).
 
 Usage: measure_tools.py --url http://127.0.0.1:8000 --data DATA [--n 200] [--jobs 4] [--out FILE]
 """
@@ -48,6 +49,20 @@ def equal(got, want):
     return True
 
 
+def failure(got, want):
+    """Why a wrong answer is wrong (the first difference, in the order a call is written)."""
+    if not got:
+        return "no call"
+    if len(got) != len(want):
+        return "call count"
+    if sorted(c["name"] for c in got) != sorted(c["name"] for c in want):
+        return "tool"
+    if any(set(g["arguments"] or {}) != set(w["arguments"]) for g, w in
+           zip(sorted(got, key=lambda c: c["name"]), sorted(want, key=lambda c: c["name"]))):
+        return "argument keys"
+    return "argument values"
+
+
 def metrics(url):
     text = urllib.request.urlopen(url + "/metrics", timeout=60).read().decode()
     vals = {}
@@ -85,7 +100,13 @@ def main():
                                    "exact": sum(r[0] for r in res if r not in held) / max(len(res) - len(held), 1)},
            "mtp_draft_tokens": drafted, "mtp_accepted_tokens": accepted,
            "mtp_acceptance": accepted / drafted if drafted else None,
+           "failures": {},
            "examples": [{"ok": r[0], "expected": r[2]["expected"], "got": r[3]} for r in res[:20]]}
+    for ok, _, row, got in res:
+        if not ok:
+            per_set = out["failures"].setdefault(row.get("set", "all"), {})
+            why = failure(got, row["expected"])
+            per_set[why] = per_set.get(why, 0) + 1
     print(json.dumps({k: v for k, v in out.items() if k != "examples"}, indent=1))
     if a.out:
         Path(a.out).write_text(json.dumps(out, indent=1))

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dsv4_torch import Config, DeepSeekV4, Numerics, init_weights  # noqa: E402
+import checkpoint_io  # noqa: E402
 import data_tokens  # noqa: E402
 
 MTP_WEIGHT = 0.3
@@ -150,7 +151,9 @@ def main():
     ap.add_argument("--qat-frac", type=float, default=0.15)
     ap.add_argument("--compile", action="store_true", help="torch.compile the main forward (eager on failure)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--resume", default="", help="model.pt to start from (weights only; the schedule restarts)")
+    ap.add_argument("--resume", default="",
+                    help="model.pt, or an official-format checkpoint directory (export.py's, e.g. models/demo, "
+                         "dequantised), to start from (weights only; the schedule restarts)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = ap.parse_args()
     out = Path(a.out)
@@ -179,7 +182,10 @@ def main():
               f"{'; missing ' + str(missing) if missing else ''}{'; unexpected ' + str(unexpected) if unexpected else ''}",
               flush=True)
     elif a.resume:
-        model.load_state_dict(torch.load(a.resume, map_location="cpu"), strict=False)
+        if Path(a.resume).is_dir():
+            model.load_state_dict(checkpoint_io.load_model(Path(a.resume)).state_dict(), strict=False)
+        else:
+            model.load_state_dict(torch.load(a.resume, map_location="cpu"), strict=False)
         print(f"resumed from {a.resume}", flush=True)
     model.to(a.device)
     n_params = sum(p.numel() for p in model.parameters())

@@ -126,7 +126,7 @@ std::function<std::unique_ptr<TokenConstraint>()> chat_constraint(OpenAIServer::
         const auto id = s.tokenizer.token_to_id(dsv4::kThinkEnd);
         if (!id) throw ApiError(500, "the tokenizer has no </think> token: structured output cannot start after it");
         gate = *id;
-        const bool tool_grammar = forced || (format_type == "text" && r.tool_choice == ToolChoice::Auto);
+        const bool tool_grammar = forced || trigger != nullptr;  // the DSML block's grammar, not a JSON one
         if (const auto dsml = s.tokenizer.token_to_id(dsv4::kDsml); tool_grammar && dsml) reserved.push_back(*dsml);
     }
     const auto vocab = static_cast<int64_t>(s.tokenizer.vocab_size());
