@@ -196,7 +196,7 @@ std::vector<CudaModelRunner::RowDraft> CudaModelRunner::draft_with_mtp(const Sch
             prev_row[i] = at;
             in_step.push_back(i);
         }
-        const __nv_bfloat16* in = model_->gather_mtp_input(runs, stream_.get());
+        const float* in = model_->gather_mtp_input(runs, stream_.get());
         const float* logits = model_->mtp_step(seqs, in, LogitRows::Last, stream_.get());
         const int32_t* d_ids = model_->argmax_last(stream_.get());
         CUDA_CHECK(cudaMemcpyAsync(ids.data(), d_ids, in_step.size() * 4, cudaMemcpyDeviceToHost, stream_.get()));
@@ -276,7 +276,7 @@ void CudaModelRunner::mtp_catch_up(const SchedulerOutput& batch, const std::vect
         step_row += static_cast<int64_t>(fed[i].size());
     }
     // The inputs read the old pending rows and the main step's streams before either is overwritten.
-    const __nv_bfloat16* in = seqs.empty() ? nullptr : model_->gather_mtp_input(runs, stream_.get());
+    const float* in = seqs.empty() ? nullptr : model_->gather_mtp_input(runs, stream_.get());
     model_->save_mtp_pending(pending, stream_.get());
     if (!seqs.empty()) model_->mtp_step(seqs, in, LogitRows::Last, stream_.get());
     stream_.sync();  // the MTP step's metadata staging is rewritten by the next step's

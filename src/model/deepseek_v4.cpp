@@ -81,7 +81,6 @@ void hc_sub_block(const BlockContext& ctx, const DenseHC& hc, const std::vector<
     f(x.data(), a.data());
     for (int64_t t = 0; t < n; ++t)
         cpu::hc_post(a.data() + t * D, post.data() + t * p.hc, comb.data() + t * p.hc * p.hc, p, X + t * p.hc * D);
-    storage.at(StoragePoint::ResidualStreams, X, n * p.hc * D);
 }
 
 void attention_sub_block(const BlockContext& ctx, const DenseBlock& b, LayerState& state, SequenceKv& store, float* X,
@@ -168,7 +167,6 @@ ForwardOutput DeepSeekV4::forward_with_streams(SequenceState& state, SequenceKv&
         for (int64_t j = 0; j < hc; ++j)
             std::copy(dense_.embed.begin() + int64_t(tokens[i]) * D,
                       dense_.embed.begin() + (int64_t(tokens[i]) + 1) * D, X.begin() + (i * hc + j) * D);
-    storage_.at(StoragePoint::Embedding, X.data(), n * hc * D);
 
     ForwardOutput out;
     // DSpark taps (docs/dspark.md §1): the plain mean of the hc streams a target layer outputs.
@@ -222,9 +220,7 @@ std::vector<float> DeepSeekV4::logits_from_streams(const float* streams, int64_t
     const cpu::HCParams p = detail::hc_params(cfg_);
     std::vector<float> y(static_cast<size_t>(n_tok * D));  // [n, D]
     cpu::hc_head(streams, hc_head.fn.data(), hc_head.base.data(), hc_head.scale.data(), n_tok, p, y.data());
-    storage_.at(StoragePoint::HeadCollapse, y.data(), n_tok * D);
     cpu::rmsnorm(y.data(), norm.data(), y.data(), n_tok, D, static_cast<float>(cfg_.rms_norm_eps));
-    storage_.at(StoragePoint::HeadNorm, y.data(), n_tok * D);
     std::vector<float> logits(static_cast<size_t>(n_tok * cfg_.vocab_size));  // [n, vocab]
     cpu::matmul_nt(y.data(), dense_.head.data(), logits.data(), n_tok, D, cfg_.vocab_size);
     return logits;

@@ -52,7 +52,6 @@ ForwardOutput DeepSeekV4::forward_mtp_with_streams(SequenceState& state, Sequenc
     for (int64_t i = 0; i < n; ++i)
         for (int64_t j = 0; j < hc; ++j)
             for (int64_t d = 0; d < D; ++d) X[(i * hc + j) * D + d] += pe[i * D + d];
-    storage_.at(StoragePoint::MtpStreamSum, X.data(), n * hc * D);
 
     const bool compressed = cfg_.compress_ratio(m.block.layer_id) != 0;
     // The block marks a main block's storage points; the glue above marks the MTP points.

@@ -7,18 +7,10 @@ namespace onecard {
 
 std::string_view storage_point_name(StoragePoint p) {
     switch (p) {
-        case StoragePoint::Embedding:
-            return "embedding";
         case StoragePoint::HcCollapse:
             return "hc_collapse";
         case StoragePoint::SubBlockInput:
             return "sub_block_input";
-        case StoragePoint::ResidualStreams:
-            return "residual_streams";
-        case StoragePoint::HeadCollapse:
-            return "head_collapse";
-        case StoragePoint::HeadNorm:
-            return "head_norm";
         case StoragePoint::QLoraLinear:
             return "q_lora_linear";
         case StoragePoint::QLoraNorm:
@@ -69,8 +61,6 @@ std::string_view storage_point_name(StoragePoint p) {
             return "mtp_embed_norm";
         case StoragePoint::MtpEmbedProj:
             return "mtp_embed_proj";
-        case StoragePoint::MtpStreamSum:
-            return "mtp_stream_sum";
         case StoragePoint::kCount:
             break;
     }

@@ -11,7 +11,14 @@
 //
 // Not storage points (fp32 on the GPU too): router logits (b.router), the compressors' kv and score
 // projections (b.ckv, b.ikv), the indexer head weights (b.iw), the hyper-connection mixes (b.pre,
-// b.post, b.comb) and the logits.
+// b.post, b.comb), the logits, and everything from the embedding to the head along the residual
+// streams: the streams themselves (b.X, written by embed_streams, hc_post, add_to_streams), the head's
+// collapse and its norm (b.head_y; GpuLinears::bf16_f32 feeds the bf16 head weight ~16 bits of it).
+// REF stores the streams in bf16; onecard does not, because a rounding there is a rounding of the
+// whole model's state: every sub-block's difference from the oracle reaches the next layer through
+// it, grown to sqrt(e·2^-8) (a flip of one bf16 step at a share e/2^-8 of elements), and that is
+// what bounded issue 23's one-ulp floor at ~5e-3. Within a sub-block the points below stay: their
+// growth is scaled down by the post-mix weight before it reaches the streams.
 #pragma once
 
 #include <cstdint>
@@ -21,12 +28,8 @@ namespace onecard {
 
 enum class StoragePoint : uint8_t {
     // ---- residual streams and hyper-connections (deepseek_v4.cpp)
-    Embedding,        // b.X: embed_streams copies the bf16 embedding table (the identity for a bf16 table)
-    HcCollapse,       // hc_pre_finish_kernel (hyper_connection.cu) rounds the collapse before its fused RMSNorm
-    SubBlockInput,    // b.x: hc_pre_bf16's normed output (attn_norm / ffn_norm), what the sub-block reads
-    ResidualStreams,  // b.X: hc_post_bf16 writes the residual streams
-    HeadCollapse,     // b.head_y: hc_head_bf16's collapse
-    HeadNorm,         // b.head_y: rmsnorm_bf16, which the head GEMM reads to compute fp32 logits
+    HcCollapse,     // hc_pre_finish_kernel (hyper_connection.cu) rounds the collapse before its fused RMSNorm
+    SubBlockInput,  // b.x: hc_pre's normed output (attn_norm / ffn_norm), what the sub-block reads
 
     // ---- attention (layer_attention.cpp)
     QLoraLinear,   // b.qkv (or b.qr): the FP8 wq_a|wkv linear writes bf16
@@ -70,10 +73,9 @@ enum class StoragePoint : uint8_t {
 
     // ---- the MTP block's input glue (mtp.cpp; GpuModel::mtp_forward, gpu_model_mtp.cpp)
     MtpHiddenNorm,  // b.q: rmsnorm_bf16 of the main streams by hnorm
-    MtpStreamProj,  // b.X: the FP8 h_proj linear writes each stream's projection
+    MtpStreamProj,  // b.o: the FP8 h_proj linear writes each stream's projection (widened into b.X)
     MtpEmbedNorm,   // b.x: rmsnorm_bf16 of the next token's embedding by enorm
-    MtpEmbedProj,   // b.a: the FP8 e_proj linear
-    MtpStreamSum,   // b.X: add_to_streams_bf16 adds the projected embedding to every stream and rounds
+    MtpEmbedProj,   // b.a: the FP8 e_proj linear (add_to_streams adds it to the fp32 streams)
 
     kCount
 };

@@ -68,6 +68,17 @@ void GpuLinears::bf16(const GpuBf16Linear& l, const __nv_bfloat16* x, int64_t m,
     if (scale != 1.0f) cuda::scale_f32(static_cast<float*>(y), scale, m * l.n_out, s);
 }
 
+void GpuLinears::bf16_f32(const GpuBf16Linear& l, const float* x, int64_t m, float* y, cudaStream_t s) {
+    if (m == 0) return;
+    const cuda::DeviceArena::Mark mark = ws_.mark();
+    auto* hl = ws_.alloc_n<__nv_bfloat16>(static_cast<size_t>(2 * m * l.n_in), "head: hi|lo rows");  // [2m, k]
+    auto* y2 = ws_.alloc_n<float>(static_cast<size_t>(2 * m * l.n_out), "head: hi|lo outputs");      // [2m, n]
+    cuda::split_bf16(x, hl, m, l.n_in, s);
+    bf16(l, hl, 2 * m, y2, cuda::GemmOut::F32, s);
+    cuda::add_halves(y2, y, m, l.n_out, s);
+    ws_.release(mark);
+}
+
 void GpuLinears::grouped(const GpuFp8Linear& l, int64_t groups, const __nv_bfloat16* x, int64_t m, __nv_bfloat16* z,
                          cudaStream_t s) {
     if (m == 0) return;

@@ -38,6 +38,13 @@ public:
     // accumulation (scale != 1 needs fp32 out).
     void bf16(const GpuBf16Linear& l, const __nv_bfloat16* x, int64_t m, void* y, cuda::GemmOut out, cudaStream_t s,
               int64_t ld_x = 0, float scale = 1.0f);
+    // y [m, n_out] fp32 = x [m, n_in] fp32 · Wᵀ (bf16 W) for the output head: x goes through the bf16
+    // path as its hi and lo halves (cuda::split_bf16: 2m rows, one read of W), and the two fp32 results are
+    // summed, so x's fp32 value counts to ~2^-17 relative (not one bf16 rounding: the logits are the
+    // end of the forward pass, and one rounding there is what parity tests would measure). Per-call
+    // scratch: bf16_f32_scratch_bytes (the 2m bf16 rows and their 2m fp32 outputs).
+    void bf16_f32(const GpuBf16Linear& l, const float* x, int64_t m, float* y, cudaStream_t s);
+    static int64_t bf16_f32_scratch_bytes(int64_t m, int64_t k, int64_t n) { return 2 * m * (k * 2 + n * 4) + 512; }
     // wo_a: o [m, G·k] -> z [m, G·r], group g = o[:, g·k:(g+1)·k] · W_gᵀ, in bf16 x bf16 -> fp32 with W's
     // bf16 values E4M3 · scale (REF dequantises wo_a; no activation quantisation). Up to 64 rows the GEMV
     // forms them in registers; beyond, the GEMM path dequantises one group at a time into scratch

@@ -174,8 +174,10 @@ void GpuModel::carve(const ModelConfig& cfg, const GpuModelOptions& opt, int64_t
     A(b.rope_main, static_cast<int64_t>(rope_inv_freqs_for(cfg, false).size()), "rope main");
     A(b.rope_compress, static_cast<int64_t>(rope_inv_freqs_for(cfg, true).size()), "rope compress");
     // Per-call scratch of the linears (quantised activations, padded GEMM rows): a sub-arena.
-    const int64_t per_call = std::max(T * std::max({D, cfg.q_lora_rank, H * hd, cfg.o_groups * cfg.o_lora_rank, I}) * 4,
-                                      GpuLinears::group_scratch_bytes(cfg.o_lora_rank, H * hd / cfg.o_groups));
+    const int64_t per_call =
+        std::max({T * std::max({D, cfg.q_lora_rank, H * hd, cfg.o_groups * cfg.o_lora_rank, I}) * 4,
+                  GpuLinears::group_scratch_bytes(cfg.o_lora_rank, H * hd / cfg.o_groups),
+                  GpuLinears::bf16_f32_scratch_bytes(b.logits_rows, D, cfg.vocab_size)});
     c.linear_scratch_bytes = static_cast<size_t>(per_call) + (size_t{80} << 20);
     c.linear_scratch = arena.alloc(c.linear_scratch_bytes, "linear scratch");
     const size_t moe_need = cuda::MoeExperts::scratch_bytes_for(D, I, T * K);
@@ -294,8 +296,8 @@ void GpuModel::set_stream_recording(bool on) {
 void GpuModel::record_streams(int64_t point, cudaStream_t s) {
     if (!recording_) return;
     const auto count = static_cast<size_t>(meta_->n * 4 * cfg_.hidden_size);
-    if (point == 0) recorded_.assign(static_cast<size_t>(2 * w_.layers.size() + 1) * count, 0);
-    CUDA_CHECK(cudaMemcpyAsync(recorded_.data() + static_cast<size_t>(point) * count, buf_->X, count * 2,
+    if (point == 0) recorded_.assign(static_cast<size_t>(2 * w_.layers.size() + 1) * count, 0.0f);
+    CUDA_CHECK(cudaMemcpyAsync(recorded_.data() + static_cast<size_t>(point) * count, buf_->X, count * sizeof(float),
                                cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
 }
@@ -743,15 +745,15 @@ void GpuModel::run_block(const StepPlan& p, const GpuBlock& blk, cudaStream_t s)
     const bool main_layer = blk.layer_id < cfg_.num_hidden_layers;  // recorded points: main layers only
     // x = attn_norm(collapse of the streams); the norm is fused into hc_pre's finishing kernel, and
     // so is x's FP8 quantisation where the first linears that read x take it (the GEMV paths).
-    cuda::hc_pre_bf16(hc_pre_args(blk.hc_attn, blk.attn_norm, attention_input(p, blk)), hd, s);
+    cuda::hc_pre(hc_pre_args(blk.hc_attn, blk.attn_norm, attention_input(p, blk)), hd, s);
     tick("hyper-connections + norms", s);
     attention(p, blk, b.x, b.a, s);
-    cuda::hc_post_bf16(b.a, b.X, b.post, b.comb, b.X, n, hd, s);
+    cuda::hc_post(b.a, b.X, b.post, b.comb, b.X, n, hd, s);
     if (main_layer) record_streams(2 * blk.layer_id + 1, s);
-    cuda::hc_pre_bf16(hc_pre_args(blk.hc_ffn, blk.ffn_norm, moe_input(p)), hd, s);
+    cuda::hc_pre(hc_pre_args(blk.hc_ffn, blk.ffn_norm, moe_input(p)), hd, s);
     tick("hyper-connections + norms", s);
     moe(p, blk, b.x, b.a, s);
-    cuda::hc_post_bf16(b.a, b.X, b.post, b.comb, b.X, n, hd, s);
+    cuda::hc_post(b.a, b.X, b.post, b.comb, b.X, n, hd, s);
     if (main_layer) record_streams(2 * blk.layer_id + 2, s);
     tick("hyper-connections + norms", s);
 }
@@ -764,12 +766,12 @@ void GpuModel::head(const GpuHC& hc, const bf16* norm, cudaStream_t s, bf16* kee
     const int64_t r = meta_->n_out;
     if (r == 0) return;
     const float eps = static_cast<float>(c.rms_norm_eps);
-    gather_rows_bf16(b.X, meta_->out_rows, b.head_rows, r, 4 * D, s);
-    cuda::hc_head_bf16(b.head_rows, hc.fn, hc.base, hc.scale, b.head_y, r, D, static_cast<float>(c.hc_eps), eps, s);
-    if (keep_hidden)
-        CUDA_CHECK(cudaMemcpyAsync(keep_hidden, b.head_y, static_cast<size_t>(r * D) * 2, cudaMemcpyDeviceToDevice, s));
-    cuda::rmsnorm_bf16(b.head_y, norm, b.head_y, r, D, eps, s);
-    lin_->bf16(w_.head, b.head_y, r, b.logits, cuda::GemmOut::F32, s);
+    // fp32 from the streams to the logits: no bf16 rounding at the end of the pass (storage_points.h).
+    gather_rows_f32(b.X, meta_->out_rows, b.head_rows, r, 4 * D, s);
+    cuda::hc_head(b.head_rows, hc.fn, hc.base, hc.scale, b.head_y, r, D, static_cast<float>(c.hc_eps), eps, s);
+    if (keep_hidden) cuda::f32_to_bf16(b.head_y, keep_hidden, r * D, s);
+    cuda::rmsnorm_f32(b.head_y, norm, b.head_y, r, D, eps, s);
+    lin_->bf16_f32(w_.head, b.head_y, r, b.logits, s);
     tick("head", s);
 }
 

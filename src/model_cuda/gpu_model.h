@@ -5,7 +5,8 @@
 // the logits of the rows asked for.
 //
 // Differences from the CPU reference, all inside the parity tolerance (rel. L2 <= 2e-2):
-//  * activations and the residual streams are bf16 between ops (as REF stores them), math in fp32;
+//  * activations are bf16 between ops (as REF stores them), math in fp32; the residual streams and the
+//    head's hidden stay fp32 (model/storage_points.h says why);
 //  * the window rows of a step are read back from their FP8 entries like every other stored vector.
 #pragma once
 
@@ -68,26 +69,25 @@ public:
     // row (LogitRows::All). Sequences starting at position 0 start fresh state in their slot.
     const float* step(std::span<const GpuStepSeq> seqs, LogitRows rows, cudaStream_t stream);
     int64_t n_out_rows() const { return meta_->n_out; }
-    // The residual streams X [n, 4, D] bf16 of the last step's tokens, in step order, after its last
+    // The residual streams X [n, 4, D] fp32 of the last step's tokens, in step order, after its last
     // block and before hc_head (valid until the next step or mtp_step).
-    const __nv_bfloat16* last_streams() const;
+    const float* last_streams() const;
     // The MTP block mtp.0 (dsv4-model.md §6.2; the CPU's DeepSeekV4::forward_mtp) over one step: each
     // sequence's `tokens` are the tokens at p + 1 for its MTP positions p = start_pos, ... (its KV is
-    // the pool's layer num_hidden_layers, a window ring), `streams` [n, 4, D] bf16 on the device the
+    // the pool's layer num_hidden_layers, a window ring), `streams` [n, 4, D] fp32 on the device the
     // main model's pre-hc_head streams at those positions, in step order (may be last_streams()).
     // Returns the logits like step(); last_streams() then holds the block's output streams (the next
     // draft position's input). Throws unless the weights carry the MTP block (GpuModelWeights::mtp).
     // Runs eagerly (no graphs).
-    const float* mtp_step(std::span<const GpuStepSeq> seqs, const __nv_bfloat16* streams, LogitRows rows,
-                          cudaStream_t stream);
+    const float* mtp_step(std::span<const GpuStepSeq> seqs, const float* streams, LogitRows rows, cudaStream_t stream);
     // The MTP drafter's streams (GpuModelOptions::mtp). A run of input rows for an mtp_step: the
     // pending row of KV slot `slot` (slot >= 0, n = 1), or n rows of last_streams() from step row `row`.
     struct MtpRun {
         int32_t slot = -1;
         int64_t row = 0, n = 1;
     };
-    // Copies the runs, in order, into the MTP input buffer and returns it ([Σ n, 4, D] bf16).
-    const __nv_bfloat16* gather_mtp_input(std::span<const MtpRun> runs, cudaStream_t stream);
+    // Copies the runs, in order, into the MTP input buffer and returns it ([Σ n, 4, D] fp32).
+    const float* gather_mtp_input(std::span<const MtpRun> runs, cudaStream_t stream);
     // Sets KV slot `first`'s pending row to last_streams()' row `second`, for each pair.
     void save_mtp_pending(std::span<const std::pair<int32_t, int64_t>> slot_rows, cudaStream_t stream);
     // The 0731 DSpark drafter (GpuModelOptions::dspark; docs/dspark.md; the CPU oracle is
@@ -140,11 +140,11 @@ public:
     // recorded the old behaviour).
     void set_faults(const GpuFaultPlan& plan);
     // Tests (teacher forcing, gpu_tame_test.cpp): while on, each step copies the residual streams X
-    // [n, 4, D] bf16 to the host at every sub-block boundary: the embedding, then after each layer's
+    // [n, 4, D] fp32 to the host at every sub-block boundary: the embedding, then after each layer's
     // attention and MoE sub-blocks (2·layers + 1 points); recorded_streams() holds the last step's
     // [2·layers + 1][n, 4, D]. Steps run without CUDA graphs while on (the copies wait on the host).
     void set_stream_recording(bool on);
-    const std::vector<uint16_t>& recorded_streams() const { return recorded_; }
+    const std::vector<float>& recorded_streams() const { return recorded_; }
     int64_t n_graphs() const { return static_cast<int64_t>(graphs_.size()); }
     // Nodes (kernel launches, copies, memsets) of the graph captured last: a decode step's launch count.
     int64_t last_graph_nodes() const { return last_graph_nodes_; }
@@ -211,7 +211,7 @@ private:
     void run_block(const StepPlan& p, const GpuBlock& blk, cudaStream_t s);  // one decoder block over X
     // Logits of the wanted rows; keep_hidden (optional, [n_out, D]) gets their pre-norm hidden.
     void head(const GpuHC& hc, const __nv_bfloat16* norm, cudaStream_t s, __nv_bfloat16* keep_hidden = nullptr);
-    void mtp_forward(const StepPlan& p, const __nv_bfloat16* streams, cudaStream_t s);  // gpu_model_mtp.cpp
+    void mtp_forward(const StepPlan& p, const float* streams, cudaStream_t s);  // gpu_model_mtp.cpp
     void keep_taps(int64_t layer, cudaStream_t s);  // DSpark: the taps of a main layer's output (gpu_model_dspark.cpp)
     void tick(const char* label, cudaStream_t s);   // profiling: time since the last tick goes to label
     void record_streams(int64_t point, cudaStream_t s);  // set_stream_recording: X into recorded_[point]
@@ -240,7 +240,7 @@ private:
     LastRun last_run_ = LastRun::None;
     bool profile_ = false, profiling_ = false;
     bool recording_ = false;
-    std::vector<uint16_t> recorded_;  // set_stream_recording: [2·layers + 1][n, 4, D] bf16 bits
+    std::vector<float> recorded_;  // set_stream_recording: [2·layers + 1][n, 4, D]
     std::vector<std::pair<const char*, cudaEvent_t>> ticks_;
     // Planted faults' device data (tests only; allocated by the first set_faults that needs it):
     // ones [max_num_batched_tokens] int32 (the RoPE fault's extra rotation), swap [max_num_batched_tokens] fp32.

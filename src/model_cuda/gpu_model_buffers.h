@@ -20,7 +20,8 @@ using bf16 = __nv_bfloat16;
 // goes there as well, or the GPU parity tests measure the difference as error.
 struct GpuModel::Buffers {
     int64_t T = 0, logits_rows = 0, max_keys = 0, gemv_rows = 0, index_scratch_floats = 0;
-    bf16 *X = nullptr, *x = nullptr, *a = nullptr;           // [T, 4, D], [T, D], [T, D]
+    float* X = nullptr;                                      // [T, 4, D] the residual streams, fp32
+    bf16 *x = nullptr, *a = nullptr;                         // [T, D] sub-block input and output
     float *pre = nullptr, *post = nullptr, *comb = nullptr;  // [T, 4], [T, 4], [T, 16]
     float* hc_scratch = nullptr;                             // hc_pre partial mixes
     size_t hc_scratch_floats = 0;
@@ -55,16 +56,16 @@ struct GpuModel::Buffers {
     int32_t* stream_groups = nullptr;  // the staged experts' pairs grouped by slot
     uint32_t* pick_counts = nullptr;   // [layers, E] (count_expert_picks)
     // head
-    bf16 *head_rows = nullptr, *head_y = nullptr;  // [logits_rows, 4, D], [logits_rows, D]
-    float* logits = nullptr;                       // [logits_rows, vocab]
-    int32_t* ids = nullptr;                        // [logits_rows]
-    cuda::SampleParams* sample_params = nullptr;   // [logits_rows]
-    uint32_t* sample_masks = nullptr;              // [logits_rows, ceil(vocab / 32)] allowed-token bitmasks
-    void* sample_scratch = nullptr;                // sample_rows_scratch_bytes(logits_rows, vocab)
+    float *head_rows = nullptr, *head_y = nullptr;  // [logits_rows, 4, D], [logits_rows, D]
+    float* logits = nullptr;                        // [logits_rows, vocab]
+    int32_t* ids = nullptr;                         // [logits_rows]
+    cuda::SampleParams* sample_params = nullptr;    // [logits_rows]
+    uint32_t* sample_masks = nullptr;               // [logits_rows, ceil(vocab / 32)] allowed-token bitmasks
+    void* sample_scratch = nullptr;                 // sample_rows_scratch_bytes(logits_rows, vocab)
     float *rope_main = nullptr, *rope_compress = nullptr;
     // The MTP drafter (GpuModelOptions::mtp): its input streams [T, 4, D] gathered for an mtp_step, and
     // per KV slot the main model's streams of the sequence's last kept position [max_num_seqs, 4, D].
-    bf16 *mtp_in = nullptr, *mtp_pending = nullptr;
+    float *mtp_in = nullptr, *mtp_pending = nullptr;
     // The DSpark drafter (GpuModelOptions::dspark): the last step's taps [T, S, D] (target layer s's
     // output streams averaged), the previous token of each block's Markov slot [logits_rows], the
     // block rows' pre-norm hidden [logits_rows, D] and a slot's confidence logits [logits_rows].

@@ -21,8 +21,7 @@ void GpuModel::keep_taps(int64_t layer, cudaStream_t s) {
     const int64_t D = cfg_.hidden_size;
     // taps [n, S, D]: target t's column block is the mean of the streams layer ids[t] outputs.
     for (int64_t t = 0; t < S; ++t)
-        if (ids[static_cast<size_t>(t)] == layer)
-            cuda::mean_streams_bf16(b.X, b.taps + t * D, meta_->n, 4, D, S * D, s);
+        if (ids[static_cast<size_t>(t)] == layer) cuda::mean_streams(b.X, b.taps + t * D, meta_->n, 4, D, S * D, s);
 }
 
 void GpuModel::dspark_push(cudaStream_t s) {

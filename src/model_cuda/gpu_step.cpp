@@ -202,10 +202,10 @@ void build_block_attention_offsets(const GpuStepMeta& m, const GpuKvPool& pool, 
     launch_block_attention_offsets(step_addr(m, pool, layer, window), m.seq_first, m.seq_last, max_keys, kv_off, s);
 }
 
-void gather_rows_bf16(const void* src, const int32_t* rows, void* dst, int64_t n_rows, int64_t row_elems,
-                      cudaStream_t s) {
-    ONECARD_CHECK(row_elems % 8 == 0, "gather_rows_bf16: {} elements per row is not a multiple of 8", row_elems);
-    launch_gather_rows(src, rows, dst, n_rows, row_elems / 8, s);
+void gather_rows_f32(const float* src, const int32_t* rows, float* dst, int64_t n_rows, int64_t row_elems,
+                     cudaStream_t s) {
+    ONECARD_CHECK(row_elems % 4 == 0, "gather_rows_f32: {} elements per row is not a multiple of 4", row_elems);
+    launch_gather_rows(src, rows, dst, n_rows, row_elems / 4, s);
 }
 
 }  // namespace onecard

@@ -100,8 +100,8 @@ void build_attention_offsets(const GpuStepMeta& m, const GpuKvPool& pool, int64_
 void build_block_attention_offsets(const GpuStepMeta& m, const GpuKvPool& pool, int64_t layer, int64_t window,
                                    int64_t max_keys, int64_t* kv_off, cudaStream_t s);
 
-// dst [n_rows, row_elems] bf16 = src rows rows[r] (for picking the tokens whose logits are wanted).
-void gather_rows_bf16(const void* src, const int32_t* rows, void* dst, int64_t n_rows, int64_t row_elems,
-                      cudaStream_t s);
+// dst [n_rows, row_elems] fp32 = src rows rows[r] (for picking the tokens whose logits are wanted).
+void gather_rows_f32(const float* src, const int32_t* rows, float* dst, int64_t n_rows, int64_t row_elems,
+                     cudaStream_t s);
 
 }  // namespace onecard

@@ -89,7 +89,7 @@ TEST(StoragePoints, EveryPointIsMarkedInTheOraclesForwardPass) {
     const std::vector<float> plain = logits(StoragePoints::none());
     for (int i = 0; i < kStoragePointCount; ++i) {
         const bool moved = logits(StoragePoints::only(point(i))) != plain;
-        EXPECT_EQ(moved, point(i) != StoragePoint::Embedding) << storage_point_name(point(i));
+        EXPECT_TRUE(moved) << storage_point_name(point(i));
     }
     m.set_bf16_storage(true);
     EXPECT_EQ(m.storage_points(), StoragePoints::all());

@@ -6,10 +6,8 @@
 // in reference numerics with bf16 storage (DeepSeekV4::set_bf16_storage, what the GPU test compares
 // against) against itself with every hyper-connection bias one fp32 ulp up (test::nudge_hc_bases):
 // the smallest possible difference, the size of a summation-order change. Issue 23's target: median
-// per-position relative L2 <= 1e-3. Measured here: the tame rule 6.5e-3, the default rule 2.3e-2 on
-// the same config, seed and prompt; without bf16 storage (plain reference numerics) both ~2e-7. The
-// rest is bf16 storage itself (synth.cpp's rule comment): the tests hold the floor to what the rule
-// reaches and to the target where the target is met, and say so where it is not.
+// per-position relative L2 <= 1e-3, held here. The default rule on the same config, seed and prompt
+// sits far above it (its sub-blocks write their whole output into the streams).
 //
 // Dimensions: the tiny preset (hidden 256, 6 layers SWA, SWA, CSA, HCA, CSA, HCA, 2 hash-routed,
 // 8 experts top-3, window 32, index_topk 8) with a 192-token prompt: 48 CSA entries >> index_topk,
@@ -37,8 +35,7 @@ namespace {
 
 constexpr uint64_t kSeed = 20261202;
 constexpr int64_t kPrompt = 192;
-constexpr double kFloorTarget = 1e-3;      // issue 23: the tame model's one-ulp floor, median per-position rel. L2
-constexpr double kStorageFloorBar = 1e-2;  // what the rule reaches with bf16 storage (6.5e-3 measured)
+constexpr double kFloorTarget = 1e-3;  // issue 23: the tame model's one-ulp floor, median per-position rel. L2
 
 // One synthesised tiny checkpoint (tame or default rule), its weights and the oracle's logits.
 struct Model {
@@ -106,13 +103,10 @@ TEST(TameModel, OneUlpFloorIsFarBelowTheDefaultRule) {
     print_floor("default rule, bf16-storage oracle:", d);
     EXPECT_GT(t.worst, 0.0) << "the nudge must reach the logits";
     EXPECT_LE(t_plain.median, kFloorTarget);
-    EXPECT_LE(t.median, kStorageFloorBar);
+    EXPECT_LE(t.median, kFloorTarget);
     EXPECT_GE(t.argmax_share(), 0.99);
     // The default rule on the same config, seed and prompt: the rule is what lowers the floor.
     EXPECT_GT(d.median, 3.0 * t.median);
-    if (t.median > kFloorTarget)
-        GTEST_SKIP() << "issue 23's target (bf16-storage floor <= " << kFloorTarget << ") is not met: " << t.median
-                     << "; bf16 storage rounding is what is left (src/model/synth.cpp, the tame rule's comment)";
 }
 
 TEST(TameModel, EveryExpertIsPickedAndRoutingSurvivesTheNudge) {
@@ -155,13 +149,13 @@ TEST(TameModel, LogitsVaryWithPositionAndContext) {
     EXPECT_GE(argmaxes.size(), static_cast<size_t>(kPrompt / 4));
     // The sub-blocks do real work: the same token at a different position, and a different token
     // earlier in the context, move the logits far above the floor. Token 20 changes; rows >= 100 see
-    // it only through CSA/HCA compressed entries and the indexer (the window is 32).
-    // In the plain reference oracle: its floor is ~2e-7, so a real dependence shows far above it.
-    const std::vector<float> plain = oracle(m.cfg, m.weights, tokens, nullptr, false);
-    const test::LogitsAgreement floor = one_ulp_floor(m, tokens, false);
+    // it only through CSA/HCA compressed entries and the indexer (the window is 32). Measured against
+    // the floor of the oracle the GPU is held to (bf16 storage), since that is the noise a fault must
+    // rise above there.
+    const test::LogitsAgreement floor = one_ulp_floor(m, tokens);
     tokens[20] = tokens[20] == 2 ? 3 : 2;
-    const std::vector<float> changed = oracle(m.cfg, m.weights, tokens, nullptr, false);
-    const std::vector<float> far_base(plain.begin() + 100 * V, plain.end());
+    const std::vector<float> changed = oracle(m.cfg, m.weights, tokens);
+    const std::vector<float> far_base(base.begin() + 100 * V, base.end());
     const test::LogitsAgreement far = test::compare_logits(std::vector<float>(changed.begin() + 100 * V, changed.end()),
                                                            far_base, 0, kPrompt - 100, V);
     std::printf("[tame model] token 20 changed: rows 100.. move by median %.3g (one-ulp floor median %.3g)\n",
@@ -170,8 +164,8 @@ TEST(TameModel, LogitsVaryWithPositionAndContext) {
 }
 
 // The experts reach the SwiGLU clamp (swiglu_limit): on layer 0's shared expert, with the normalised
-// embeddings of the prompt as input (layer 0's FFN input is the embedding plus a twentieth of the
-// attention output), 10–20% of the gate and up values lie beyond the limit (rule: gain 8 on w1 and w3).
+// embeddings of the prompt as input (layer 0's FFN input is the embedding plus 0.5% of the attention
+// output), 10–20% of the gate and up values lie beyond the limit (rule: gain 8 on w1 and w3).
 TEST(TameModel, ExpertsReachTheSwigluClamp) {
     const Model& m = tame();
     const int64_t D = m.cfg.hidden_size;
@@ -240,9 +234,9 @@ TEST(TameModel, RuleRescalesOnlyTheNamedTensors) {
         for (size_t i = 0; i < d.size(); ++i) {
             const int64_t j = static_cast<int64_t>(i);
             if (is_hc_block_base && j >= hc && j < 2 * hc) {
-                // post bias: 2·sigmoid(b) is the tame post weight (0.05) up to the 0.02 jitter (< 10%)
+                // post bias: 2·sigmoid(b) is the tame post weight (0.005) up to the 0.02 jitter (< 10%)
                 const double w = 2.0 / (1.0 + std::exp(-static_cast<double>(t[i])));
-                ASSERT_NEAR(w, 0.05, 0.005) << n << "[" << j << "]";
+                ASSERT_NEAR(w, 0.005, 0.0005) << n << "[" << j << "]";
                 ++post;
             } else {
                 ASSERT_EQ(t[i], gain * d[i]) << n << "[" << j << "]";

@@ -1,15 +1,15 @@
 // The MTP block on the GPU (issue 17; GpuModel::mtp_step) against the CPU's DeepSeekV4::forward_mtp
 // in reference numerics with the GPU's bf16 storage points, on the tame Flash-dimension checkpoint
 // with its mtp.0 block (gpu_test_util.h; 4 layers + MTP, 16 experts top-6, vocab 1024). Both read the
-// same input: the CPU main model's pre-hc_head streams of a 192-token prompt, rounded to bf16 (the
-// GPU stores streams in bf16), and the tokens one position on, so the check isolates the block and
-// its glue (norms, e_proj/h_proj, the per-stream add, its hc_head and norm, the shared head).
+// same input: the CPU main model's pre-hc_head streams of a 192-token prompt (fp32, as the GPU holds
+// them), and the tokens one position on, so the check isolates the block and its glue (norms,
+// e_proj/h_proj, the per-stream add, its hc_head and norm, the shared head).
 // Paths: one step over 191 positions, and the same positions in chunks (120, then one-token steps,
 // then the rest) so the block's window ring (128 rows) carries rows across steps and wraps.
 // Bars (issue 23's, on the tame model): median per-row relative L2 <= 2e-2, argmax agreement >= 99%
 // less two binomial standard deviations. The oracle rounds the MTP glue's outputs where the GPU stores
 // them (StoragePoint::Mtp*). H200, 2026-12-04 00:02 UTC, before those points existed: median 1.45e-2,
-// argmax 185 of 191 (the argmax bar failed) on both paths; with them: not yet run.
+// argmax 185 of 191 (the argmax bar failed) on both paths.
 #include "gpu_test_util.h"
 
 #ifdef ONECARD_HAVE_CUDA
@@ -34,9 +34,9 @@ constexpr int64_t kPrompt = 192, kRows = kPrompt - 1;
 
 struct Fixture {
     ModelConfig cfg;
-    std::vector<int32_t> tokens;         // [kPrompt]
-    std::vector<uint16_t> streams_bf16;  // [kRows, 4, D] the CPU main model's streams, bf16 bits
-    std::vector<float> cpu_mtp;          // [kRows, vocab] the CPU MTP block's logits on those streams
+    std::vector<int32_t> tokens;  // [kPrompt]
+    std::vector<float> streams;   // [kRows, 4, D] the CPU main model's streams
+    std::vector<float> cpu_mtp;   // [kRows, vocab] the CPU MTP block's logits on those streams
     std::unique_ptr<cuda::DeviceArena> arena;
     GpuModelWeights w;
     KvCacheSpec spec;
@@ -58,12 +58,10 @@ Fixture& fixture() {
             cpu.set_bf16_storage(true);
             SequenceState st = cpu.new_sequence();
             const ForwardOutput out = cpu.forward_with_streams(st, fx->tokens);
-            // The streams of positions 0..kRows-1, as the GPU holds them (bf16).
-            std::vector<float> rows(out.streams.begin(), out.streams.begin() + kRows * per);
-            fx->streams_bf16 = test::to_bf16_bits(rows);
-            rows = test::from_bf16_bits(fx->streams_bf16);
-            fx->cpu_mtp =
-                cpu.forward_mtp(st, rows, std::span<const int32_t>(fx->tokens).subspan(1, static_cast<size_t>(kRows)));
+            // The streams of positions 0..kRows-1 (fp32, as the GPU holds them).
+            fx->streams.assign(out.streams.begin(), out.streams.begin() + kRows * per);
+            fx->cpu_mtp = cpu.forward_mtp(st, fx->streams,
+                                          std::span<const int32_t>(fx->tokens).subspan(1, static_cast<size_t>(kRows)));
         }
         fx->arena = std::make_unique<cuda::DeviceArena>(size_t{16} << 30, "gpu mtp test");
         fx->w = upload_weights(fx->cfg, w, *fx->arena);
@@ -84,9 +82,9 @@ Fixture& fixture() {
 std::vector<float> run_mtp(int32_t slot, const std::vector<int64_t>& chunks) {
     Fixture& f = fixture();
     const int64_t V = f.cfg.vocab_size, per = 4 * f.cfg.hidden_size;
-    cuda::DeviceArena in(static_cast<size_t>(kRows * per) * 2 + 4096, "mtp input streams");
-    auto* d_streams = in.alloc_n<uint16_t>(static_cast<size_t>(kRows * per), "streams");
-    cuda::copy_to_device(d_streams, f.streams_bf16);
+    cuda::DeviceArena in(static_cast<size_t>(kRows * per) * 4 + 4096, "mtp input streams");
+    auto* d_streams = in.alloc_n<float>(static_cast<size_t>(kRows * per), "streams");
+    cuda::copy_to_device(d_streams, f.streams);
     const std::vector<int32_t> bt = {slot * 2, slot * 2 + 1};
     const std::span<const int32_t> next = std::span<const int32_t>(f.tokens).subspan(1);
     cuda::Stream s;
@@ -100,8 +98,7 @@ std::vector<float> run_mtp(int32_t slot, const std::vector<int64_t>& chunks) {
         q.tokens = next.subspan(static_cast<size_t>(pos), static_cast<size_t>(c));
         q.want_logits = true;
         const float* d =
-            f.model->mtp_step(std::span<const GpuStepSeq>(&q, 1),
-                              reinterpret_cast<const __nv_bfloat16*>(d_streams + pos * per), LogitRows::All, s.get());
+            f.model->mtp_step(std::span<const GpuStepSeq>(&q, 1), d_streams + pos * per, LogitRows::All, s.get());
         std::vector<float> rows(static_cast<size_t>(c * V));
         s.sync();
         cuda::copy_to_host(rows.data(), d, rows.size() * 4);

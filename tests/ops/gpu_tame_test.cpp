@@ -5,15 +5,13 @@
 //
 // Bars (issue 23, fixed numbers, not derived from a floor): per path, median per-position relative L2
 // against the bf16-storage oracle (DeepSeekV4::set_bf16_storage; gpu_model_test.cpp's file comment
-// says why that oracle) <= 2e-2, argmax agreement >= 99%, greedy continuations identical for 32
-// tokens. The argmax bar is held on the rows the oracle decides: those whose top-1 logit leads the
-// top-2 by at least 3x the largest single-logit move the one-ulp nudge causes anywhere. A row whose
-// top two are closer than that flips under a perturbation the oracle itself shows, so its argmax
-// says nothing about a bug; every row's agreement is printed beside it.
-// TameFloorAtFlashDims measures the floor (one fp32 ulp on every hc bias) on the bf16-storage oracle
-// and on the plain fp32 reference, and skips with both figures while issue 23's 1e-3 is not met: on
-// the H200 they are 5.6e-3 and 2.9e-3 (on the tiny preset the fp32 floor is ~2e-7; at 4096 wide the
-// FP8 activation roundings flip even in fp32, and every flip seeds more).
+// says why that oracle) <= 2e-2, argmax agreement >= 99% over every row less two binomial standard
+// deviations of the row count (gpu_mtp_test.cpp's reading: one near-tie in a 32-row path is a 97%
+// share but no evidence of a rate below 99%), greedy continuations identical for 32 tokens. The rows the oracle decides
+// (top-1 ahead of top-2 by at least 3x the largest single-logit move the one-ulp nudge causes anywhere) are counted and
+// printed beside them. TameFloorAtFlashDims measures the floor (one fp32 ulp on every hc bias) on the bf16-storage
+// oracle and on the plain fp32 reference and holds both to issue 23's 1e-3. That needs the GPU's fp32 residual streams
+// and head (model/storage_points.h): with bf16 ones the floor was 5.6e-3.
 //
 // Paths: plain and chunked prefill, decode through CUDA graphs, verify steps, every GEMV/GEMM x
 // expert-path combination, two sequences in one step, hybrid host experts (half of every layer's
@@ -254,12 +252,20 @@ std::vector<float> run_chunks(const std::vector<int64_t>& chunks) {
     return run_chunks(gpu(), chunks);
 }
 
+// Issue 23's argmax bar on n rows: at least 99% of them less two binomial standard deviations.
+double argmax_bar_rows(int64_t n) {
+    const double r = static_cast<double>(n);
+    return kArgmaxBar * r - 2.0 * std::sqrt(r * kArgmaxBar * (1.0 - kArgmaxBar));
+}
+bool argmax_meets_bar(int64_t same, int64_t n) {
+    return static_cast<double>(same) >= argmax_bar_rows(n);
+}
+
 // Issue 23's check on one path: GPU rows [0, n) against oracle rows [row0, row0 + n). The argmax bar
 // is held on the rows the oracle decides (Oracle::decided); every row's agreement is printed too.
 struct Verdict {
     test::LogitsAgreement a;
     int64_t decided = 0, decided_same = 0;
-    double decided_share() const { return decided ? static_cast<double>(decided_same) / decided : 1.0; }
     bool pass = false;
 };
 Verdict check(const Oracle& o, const std::vector<float>& gpu_rows, int64_t row0, int64_t n) {
@@ -274,7 +280,7 @@ Verdict check(const Oracle& o, const std::vector<float>& gpu_rows, int64_t row0,
         v.decided_same += std::max_element(x, x + V) - x == std::max_element(y, y + V) - y;
     }
     if (o.tame) {
-        v.pass = v.a.median <= kMedianBar && v.decided_share() >= kArgmaxBar;
+        v.pass = v.a.median <= kMedianBar && argmax_meets_bar(v.a.argmax_same, v.a.n);
     } else {  // gpu_model_test.cpp's bars, derived from the random model's own floor
         const test::FloorBars b = test::floor_bars(o.floor.median, o.floor.worst, o.floor.argmax_share());
         v.pass = b.pass(v.a.median, v.a.worst, v.a.argmax_same, v.a.n);
@@ -287,18 +293,20 @@ Verdict check(const std::vector<float>& gpu_rows, int64_t row0, int64_t n) {
 
 void print_verdict(const char* what, const char* path, const Verdict& v) {
     std::printf(
-        "[gpu tame] %-8s %-44s rows %3lld: rel L2 median %.2e (bar %.0e, %5.2fx) worst %.2e  argmax %lld/%lld, "
-        "decided rows %lld/%lld (bar %.0f%%)  -> %s\n",
+        "[gpu tame] %-8s %-44s rows %3lld: rel L2 median %.2e (bar %.0e, %5.2fx) worst %.2e  argmax %lld/%lld "
+        "(bar %.0f%%), decided rows %lld/%lld  -> %s\n",
         what, path, static_cast<long long>(v.a.n), v.a.median, kMedianBar, v.a.median / kMedianBar, v.a.worst,
-        static_cast<long long>(v.a.argmax_same), static_cast<long long>(v.a.n), static_cast<long long>(v.decided_same),
-        static_cast<long long>(v.decided), 100 * kArgmaxBar, v.pass ? "within the bars" : "FAILS the bars");
+        static_cast<long long>(v.a.argmax_same), static_cast<long long>(v.a.n), 100 * kArgmaxBar,
+        static_cast<long long>(v.decided_same), static_cast<long long>(v.decided),
+        v.pass ? "within the bars" : "FAILS the bars");
 }
 
 void expect_parity(const std::vector<float>& gpu_rows, int64_t row0, int64_t n, const char* path) {
     const Verdict v = check(gpu_rows, row0, n);
     print_verdict("path", path, v);
     EXPECT_LE(v.a.median, kMedianBar) << path;
-    EXPECT_GE(v.decided_share(), kArgmaxBar) << path << ": " << v.decided_same << "/" << v.decided;
+    EXPECT_GE(static_cast<double>(v.a.argmax_same), argmax_bar_rows(v.a.n))
+        << path << ": " << v.a.argmax_same << "/" << v.a.n;
 }
 
 std::vector<float> rows_from(const std::vector<float>& all, int64_t first_row, int64_t vocab) {
@@ -309,8 +317,7 @@ std::vector<float> rows_from(const std::vector<float>& all, int64_t first_row) {
 }
 
 // The floor, measured the issue's way (the bf16-storage oracle against itself with every hc bias one
-// fp32 ulp up) and on the plain fp32 reference. The issue's 1e-3 is reported against the first; what
-// bounds it from below is the bf16 storage the GPU does (src/model/synth.cpp, the tame rule's comment).
+// fp32 ulp up) and on the plain fp32 reference, both held to issue 23's 1e-3.
 TEST(GpuTame, TameFloorAtFlashDims) {
     // CPU only, but minutes on CI's 2 cores (eight forwards at 4096 wide): measured where the GPU
     // paths are; the tiny preset's floor is in CI (tests/model/tame_model_test.cpp).
@@ -335,11 +342,11 @@ TEST(GpuTame, TameFloorAtFlashDims) {
     EXPECT_LE(fl.median, kMedianBar / 2) << "the oracle's own floor leaves the parity bar no room";
     EXPECT_LT(fl.median, rf.median / 4) << "the tame rule must lower the floor well below the random model's";
     EXPECT_GE(decided, kPrompt / 2) << "too few rows with a decided argmax for the argmax bar to mean much";
-    // H200, 2026-12-02: 5.6e-3 (bf16 storage) and 2.9e-3 (fp32): at 4096 wide the FP8 activation
-    // roundings flip even in fp32, unlike on the tiny preset (~2e-7). docs/results.md has the analysis.
-    if (fl.median > kFloorTarget || f32.median > kFloorTarget)
-        GTEST_SKIP() << "issue 23's floor target (<= " << kFloorTarget << ") is not met at Flash dims: bf16-storage "
-                     << "oracle " << fl.median << ", plain fp32 oracle " << f32.median;
+    // At 4096 wide the FP8 activation roundings flip even in fp32 (unlike on the tiny preset), so the
+    // floor is what the tame rule's post weight lets through (src/model/synth.cpp, the rule's comment).
+    EXPECT_LE(fl.median, kFloorTarget) << "issue 23's floor target at Flash dims (bf16-storage oracle)";
+    EXPECT_LE(f32.median, kFloorTarget) << "issue 23's floor target at Flash dims (plain fp32 oracle)";
+    EXPECT_TRUE(argmax_meets_bar(fl.argmax_same, fl.n)) << "the oracle's own argmax under the nudge";
 }
 
 TEST(GpuTame, PlainAndChunkedPrefill) {
@@ -582,12 +589,12 @@ TfProbe teacher_forced_probe(Gpu& g, const DeepSeekV4& cpu) {
     int64_t pos = 0;
     for (int64_t c : steps) {
         prompt_step(g, fs, pos, c, LogitRows::Last, s);
-        const std::vector<uint16_t>& rec = g.model->recorded_streams();
+        const std::vector<float>& rec = g.model->recorded_streams();
         EXPECT_EQ(static_cast<int64_t>(rec.size()), P * c * row);
         for (int64_t pt = 0; pt < P; ++pt)
             for (int64_t i = 0; i < c * row; ++i)
                 X[static_cast<size_t>(pt)][static_cast<size_t>(pos * row + i)] =
-                    bf16_to_f32(rec[static_cast<size_t>(pt * c * row + i)]);
+                    rec[static_cast<size_t>(pt * c * row + i)];
         pos += c;
     }
     g.model->set_stream_recording(false);

@@ -1,7 +1,8 @@
 // Hyper-connection parity: hc_pre (mixes + Sinkhorn + collapse) and hc_post on the GPU vs the CPU
-// functions on the same bf16-valued streams. Tolerances: pre/post/comb are fp32 results of a
-// 16384-long reduction in another order: |Δ| ≤ 1e-4 (they are O(1)); the bf16 outputs within half a
-// bf16 ulp of the fp32 reference plus 1e-3 absolute. Paths: the split-K path (partial mixes in a
+// functions on the same fp32 streams (values with all 24 mantissa bits). Tolerances: pre/post/comb are
+// fp32 results of a 16384-long reduction in another order: |Δ| ≤ 1e-4 (they are O(1)); the bf16
+// collapse within half a bf16 ulp of the fp32 reference plus 1e-3 absolute; hc_post's fp32 streams
+// within 2^-20 relative plus 1e-6 (five fused terms in another order). Paths: the split-K path (partial mixes in a
 // scratch, then a per-token finish) at decode sizes n = 1, 7, 8, 64 and prefill sizes n = 300, 2048 at
 // the Flash width D = 4096 (tiles of 1..32 tokens, a partial last tile, 4..256 slices); the
 // scratch-less reference kernel; the fallback for a width that is not a multiple of 8 (hc_post's
@@ -31,12 +32,26 @@ void expect_bf16_close(const std::vector<float>& got, const std::vector<float>& 
     }
 }
 
+void expect_f32_close(const std::vector<float>& got, const std::vector<float>& ref, const char* what) {
+    ASSERT_EQ(got.size(), ref.size());
+    for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_LE(std::fabs(got[i] - ref[i]), std::ldexp(std::fabs(ref[i]), -20) + 1e-6f) << what << " " << i;
+}
+
+// Residual streams: N(0, 1) fp32 values, not bf16-representable (the kernels must read all their bits).
+std::vector<float> random_streams(std::mt19937& rng, size_t n) {
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> v(n);
+    for (auto& x : v) x = nd(rng);
+    return v;
+}
+
 enum class PrePath { kSplit, kNoScratch };
 
 void check_hc(int64_t n_tok, int64_t dim, uint32_t seed, PrePath path = PrePath::kSplit) {
     std::mt19937 rng(seed);
     const int64_t flat = kHc * dim, n_mix = (2 + kHc) * kHc;
-    const auto X = test::random_bf16_values(rng, static_cast<size_t>(n_tok * flat));
+    const auto X = random_streams(rng, static_cast<size_t>(n_tok * flat));
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> fn(static_cast<size_t>(n_mix * flat)), base(static_cast<size_t>(n_mix));
     for (auto& v : fn) v = nd(rng) * 2.0f / std::sqrt(static_cast<float>(flat));
@@ -59,11 +74,11 @@ void check_hc(int64_t n_tok, int64_t dim, uint32_t seed, PrePath path = PrePath:
     cuda::HcDims hd;
     hd.dim = dim;
     const size_t scratch_floats = cuda::hc_pre_scratch_floats(n_tok, hd);
-    const size_t arena_bytes = static_cast<size_t>(n_tok * flat * 2 + 2 * n_tok * dim * 2 + n_mix * flat * 4) +
+    const size_t arena_bytes = static_cast<size_t>(n_tok * flat * 4 + 2 * n_tok * dim * 2 + n_mix * flat * 4) +
                                scratch_floats * 4 + static_cast<size_t>(2 * n_tok * dim + n_tok * dim / 16) +
                                (size_t{16} << 20);  // + the two FP8 copies of x and their scales
     cuda::DeviceArena arena(arena_bytes, "hc test");
-    auto* dX = test::upload(arena, test::to_bf16_bits(X), "X");
+    auto* dX = test::upload(arena, X, "X");
     auto* dfn = test::upload(arena, fn, "fn");
     auto* dscale = test::upload(arena, scale, "scale");
     auto* dbase = test::upload(arena, base, "base");
@@ -82,7 +97,7 @@ void check_hc(int64_t n_tok, int64_t dim, uint32_t seed, PrePath path = PrePath:
     cuda::Stream s;
     // The call under test; the split path gets the scratch, the reference path none.
     cuda::HcPreArgs args;
-    args.X = reinterpret_cast<const __nv_bfloat16*>(dX);
+    args.X = dX;
     args.fn = dfn;
     args.scale = dscale;
     args.base = dbase;
@@ -95,7 +110,7 @@ void check_hc(int64_t n_tok, int64_t dim, uint32_t seed, PrePath path = PrePath:
         args.scratch = dscratch;
         args.scratch_floats = scratch_floats;
     }
-    cuda::hc_pre_bf16(args, hd, s.get());
+    cuda::hc_pre(args, hd, s.get());
     s.sync();
     const auto g_pre = cuda::copy_to_host(dpre, pre.size());
     const auto g_post = cuda::copy_to_host(dpost, post.size());
@@ -118,7 +133,7 @@ void check_hc(int64_t n_tok, int64_t dim, uint32_t seed, PrePath path = PrePath:
         cuda::fill_bytes(dx, 0xFF, x_ref.size() * 2);
         args.rms_weight = reinterpret_cast<const __nv_bfloat16*>(dw);
         args.rms_eps = 1e-6f;
-        cuda::hc_pre_bf16(args, hd, s.get());
+        cuda::hc_pre(args, hd, s.get());
         s.sync();
         // A one-ulp difference in the bf16 collapse (fp32 sums in another order) moves the normalised
         // value by up to two ulps after its own rounding: 2^-6 relative.
@@ -140,7 +155,7 @@ void check_hc(int64_t n_tok, int64_t dim, uint32_t seed, PrePath path = PrePath:
             cuda::HcPreArgs with_fp8 = args;
             with_fp8.xq = dq;
             with_fp8.xs = dqs;
-            cuda::hc_pre_bf16(with_fp8, hd, s.get());
+            cuda::hc_pre(with_fp8, hd, s.get());
             cuda::quantize_fp8_1x128(reinterpret_cast<const __nv_bfloat16*>(dx), dq2, dqs2, n_tok, dim,
                                      cuda::ActScaleLayout::RowMajor, s.get());
             s.sync();
@@ -155,13 +170,12 @@ void check_hc(int64_t n_tok, int64_t dim, uint32_t seed, PrePath path = PrePath:
     cuda::copy_to_device(da, test::to_bf16_bits(a));
     cuda::copy_to_device(dpost, post);
     cuda::copy_to_device(dcomb, comb);
-    cuda::hc_post_bf16(reinterpret_cast<const __nv_bfloat16*>(da), reinterpret_cast<const __nv_bfloat16*>(dX), dpost,
-                       dcomb, reinterpret_cast<__nv_bfloat16*>(dX), n_tok, hd, s.get());
+    cuda::hc_post(reinterpret_cast<const __nv_bfloat16*>(da), dX, dpost, dcomb, dX, n_tok, hd, s.get());
     s.sync();
     std::vector<float> X_ref = X;
     for (int64_t t = 0; t < n_tok; ++t)
         cpu::hc_post(a.data() + t * dim, post.data() + t * kHc, comb.data() + t * 16, p, X_ref.data() + t * flat);
-    expect_bf16_close(test::from_bf16_bits(cuda::copy_to_host(dX, X.size())), X_ref, "hc_post streams");
+    expect_f32_close(cuda::copy_to_host(dX, X.size()), X_ref, "hc_post streams");
 }
 
 TEST(CudaHyperConnection, FlashWidthMatchesCpu) {
@@ -205,7 +219,7 @@ TEST(CudaHyperConnection, SplitPathReplaysInCudaGraph) {
     ONECARD_REQUIRE_GPU();
     const int64_t n = 8, dim = 4096, flat = kHc * dim, n_mix = (2 + kHc) * kHc;
     std::mt19937 rng(65);
-    const auto X = test::random_bf16_values(rng, static_cast<size_t>(n * flat));
+    const auto X = random_streams(rng, static_cast<size_t>(n * flat));
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> fn(static_cast<size_t>(n_mix * flat)), base(static_cast<size_t>(n_mix));
     for (auto& v : fn) v = nd(rng) * 2.0f / std::sqrt(static_cast<float>(flat));
@@ -215,7 +229,7 @@ TEST(CudaHyperConnection, SplitPathReplaysInCudaGraph) {
     hd.dim = dim;
     const size_t scratch_floats = cuda::hc_pre_scratch_floats(64, hd);  // a larger step's buffer serves n = 8
     cuda::DeviceArena arena(size_t{16} << 20, "hc graph test");
-    auto* dX = reinterpret_cast<const __nv_bfloat16*>(test::upload(arena, test::to_bf16_bits(X), "X"));
+    const float* dX = test::upload(arena, X, "X");
     auto* dfn = test::upload(arena, fn, "fn");
     auto* dscale = test::upload(arena, scale, "scale");
     auto* dbase = test::upload(arena, base, "base");
@@ -237,7 +251,7 @@ TEST(CudaHyperConnection, SplitPathReplaysInCudaGraph) {
     args.comb = dcomb;
     args.scratch = dscratch;
     args.scratch_floats = scratch_floats;
-    auto run = [&] { cuda::hc_pre_bf16(args, hd, s.get()); };
+    auto run = [&] { cuda::hc_pre(args, hd, s.get()); };
     run();
     s.sync();
     const auto x_direct = cuda::copy_to_host(reinterpret_cast<const uint16_t*>(dx), static_cast<size_t>(n * dim));

@@ -17,8 +17,9 @@ unsigned grid_for(int64_t n, int threads) {
     return static_cast<unsigned>(blocks < 262140 ? blocks : 262140);
 }
 
+template <typename T>
 __global__ void embed_streams_kernel(const int32_t* __restrict__ tokens, const __nv_bfloat16* __restrict__ embed,
-                                     __nv_bfloat16* __restrict__ X, int64_t n, int64_t dim, int64_t hc) {
+                                     T* __restrict__ X, int64_t n, int64_t dim, int64_t hc) {
     dev::pdl_wait();
     dev::pdl_trigger();
     const int64_t total = n * dim;
@@ -26,7 +27,7 @@ __global__ void embed_streams_kernel(const int32_t* __restrict__ tokens, const _
          idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int64_t i = idx / dim, d = idx % dim;
         const __nv_bfloat16 v = embed[static_cast<int64_t>(tokens[i]) * dim + d];
-        for (int64_t j = 0; j < hc; ++j) X[(i * hc + j) * dim + d] = v;
+        for (int64_t j = 0; j < hc; ++j) X[(i * hc + j) * dim + d] = static_cast<T>(v);
     }
 }
 
@@ -40,21 +41,20 @@ __device__ __forceinline__ float sigmoidf(float x) {
 // [4·D], then y = Σ_j pre_j · X_j. mixes = rsqrt(mean(v²)+eps) · (fn · v) equals cpu::hc_mixes'
 // fn · rmsnorm(v) up to rounding.
 __global__ void __launch_bounds__(kHeadThreads)
-    hc_head_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ fn, const float* __restrict__ base,
-                   const float* __restrict__ scale, __nv_bfloat16* __restrict__ y, int64_t dim, float hc_eps,
-                   float norm_eps) {
+    hc_head_kernel(const float* __restrict__ X, const float* __restrict__ fn, const float* __restrict__ base,
+                   const float* __restrict__ scale, float* __restrict__ y, int64_t dim, float hc_eps, float norm_eps) {
     dev::pdl_wait();
     dev::pdl_trigger();
     __shared__ float red[kHc + 1][kHeadThreads / 32];
     __shared__ float pre_s[kHc];
     const int64_t t = blockIdx.x;
     const int64_t flat = kHc * dim;
-    const __nv_bfloat16* Xt = X + t * flat;
+    const float* Xt = X + t * flat;
     float acc[kHc + 1];  // [0, 4): fn_j · v, [4]: Σv²
 #pragma unroll
     for (int j = 0; j <= kHc; ++j) acc[j] = 0.0f;
     for (int64_t i = threadIdx.x; i < flat; i += kHeadThreads) {
-        const float v = __bfloat162float(Xt[i]);
+        const float v = Xt[i];
         acc[kHc] = fmaf(v, v, acc[kHc]);
 #pragma unroll
         for (int j = 0; j < kHc; ++j) acc[j] = fmaf(fn[j * flat + i], v, acc[j]);
@@ -80,25 +80,36 @@ __global__ void __launch_bounds__(kHeadThreads)
     for (int64_t d = threadIdx.x; d < dim; d += kHeadThreads) {
         float v = 0.0f;
 #pragma unroll
-        for (int j = 0; j < kHc; ++j) v = fmaf(pre_s[j], __bfloat162float(Xt[j * dim + d]), v);
-        y[t * dim + d] = __float2bfloat16(v);
+        for (int j = 0; j < kHc; ++j) v = fmaf(pre_s[j], Xt[j * dim + d], v);
+        y[t * dim + d] = v;
     }
+}
+
+template <typename T>
+void launch_embed_streams(const int32_t* tokens, const __nv_bfloat16* embed, T* X, int64_t n, int64_t dim, int64_t hc,
+                          cudaStream_t stream) {
+    ONECARD_CHECK(n >= 0 && dim > 0 && hc > 0, "embed_streams: n {} dim {} hc {}", n, dim, hc);
+    if (n == 0) return;
+    launch_pdl(embed_streams_kernel<T>, grid_for(n * dim, kEltThreads), kEltThreads, 0, stream, tokens, embed, X, n,
+               dim, hc);
+    CUDA_CHECK_LAUNCH("embed_streams_kernel");
 }
 
 }  // namespace
 
-void embed_streams(const int32_t* tokens, const __nv_bfloat16* embed, __nv_bfloat16* X, int64_t n, int64_t dim,
-                   int64_t hc, cudaStream_t stream) {
-    ONECARD_CHECK(n >= 0 && dim > 0 && hc > 0, "embed_streams: n {} dim {} hc {}", n, dim, hc);
-    if (n == 0) return;
-    launch_pdl(embed_streams_kernel, grid_for(n * dim, kEltThreads), kEltThreads, 0, stream, tokens, embed, X, n, dim,
-               hc);
-    CUDA_CHECK_LAUNCH("embed_streams_kernel");
+void embed_streams(const int32_t* tokens, const __nv_bfloat16* embed, float* X, int64_t n, int64_t dim, int64_t hc,
+                   cudaStream_t stream) {
+    launch_embed_streams(tokens, embed, X, n, dim, hc, stream);
 }
 
-void hc_head_bf16(const __nv_bfloat16* X, const float* fn, const float* base, const float* scale, __nv_bfloat16* y,
-                  int64_t n, int64_t dim, float hc_eps, float norm_eps, cudaStream_t stream) {
-    ONECARD_CHECK(n >= 0 && n < (int64_t{1} << 31) && dim > 0, "hc_head_bf16: n {} dim {}", n, dim);
+void embed_streams(const int32_t* tokens, const __nv_bfloat16* embed, __nv_bfloat16* X, int64_t n, int64_t dim,
+                   int64_t hc, cudaStream_t stream) {
+    launch_embed_streams(tokens, embed, X, n, dim, hc, stream);
+}
+
+void hc_head(const float* X, const float* fn, const float* base, const float* scale, float* y, int64_t n, int64_t dim,
+             float hc_eps, float norm_eps, cudaStream_t stream) {
+    ONECARD_CHECK(n >= 0 && n < (int64_t{1} << 31) && dim > 0, "hc_head: n {} dim {}", n, dim);
     if (n == 0) return;
     launch_pdl(hc_head_kernel, static_cast<unsigned>(n), kHeadThreads, 0, stream, X, fn, base, scale, y, dim, hc_eps,
                norm_eps);

@@ -69,29 +69,54 @@ __device__ __forceinline__ float bf16_hi(uint32_t u) {
     return __uint_as_float(u & 0xFFFF0000u);
 }
 
+// 8 consecutive fp32 stream values: one 8-element d-chunk (two 16-byte loads).
+struct F8 {
+    float4 lo = make_float4(0.f, 0.f, 0.f, 0.f), hi = make_float4(0.f, 0.f, 0.f, 0.f);
+};
+// Read-only (__ldg) and plain loads of a chunk (16-byte aligned: rows of 4·D floats, D % 8 == 0).
+__device__ __forceinline__ F8 ldg8(const float* p) {
+    return {__ldg(reinterpret_cast<const float4*>(p)), __ldg(reinterpret_cast<const float4*>(p + 4))};
+}
+__device__ __forceinline__ F8 ld8(const float* p) {
+    return {*reinterpret_cast<const float4*>(p), *reinterpret_cast<const float4*>(p + 4)};
+}
+__device__ __forceinline__ void st8(float* p, const float* o) {
+    *reinterpret_cast<float4*>(p) = make_float4(o[0], o[1], o[2], o[3]);
+    *reinterpret_cast<float4*>(p + 4) = make_float4(o[4], o[5], o[6], o[7]);
+}
+
 // acc + f·v over 8 elements, in element order.
-__device__ __forceinline__ float dot8(const float4& f0, const float4& f1, const uint4& v, float acc) {
-    acc = fmaf(f0.x, bf16_lo(v.x), acc);
-    acc = fmaf(f0.y, bf16_hi(v.x), acc);
-    acc = fmaf(f0.z, bf16_lo(v.y), acc);
-    acc = fmaf(f0.w, bf16_hi(v.y), acc);
-    acc = fmaf(f1.x, bf16_lo(v.z), acc);
-    acc = fmaf(f1.y, bf16_hi(v.z), acc);
-    acc = fmaf(f1.z, bf16_lo(v.w), acc);
-    acc = fmaf(f1.w, bf16_hi(v.w), acc);
+__device__ __forceinline__ float dot8(const float4& f0, const float4& f1, const F8& v, float acc) {
+    acc = fmaf(f0.x, v.lo.x, acc);
+    acc = fmaf(f0.y, v.lo.y, acc);
+    acc = fmaf(f0.z, v.lo.z, acc);
+    acc = fmaf(f0.w, v.lo.w, acc);
+    acc = fmaf(f1.x, v.hi.x, acc);
+    acc = fmaf(f1.y, v.hi.y, acc);
+    acc = fmaf(f1.z, v.hi.z, acc);
+    acc = fmaf(f1.w, v.hi.w, acc);
     return acc;
 }
 
-__device__ __forceinline__ float sumsq8(const uint4& v, float acc) {
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+__device__ __forceinline__ float sumsq8(const F8& v, float acc) {
+    const float f[8] = {v.lo.x, v.lo.y, v.lo.z, v.lo.w, v.hi.x, v.hi.y, v.hi.z, v.hi.w};
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        acc = fmaf(bf16_lo(w[i]), bf16_lo(w[i]), acc);
-        acc = fmaf(bf16_hi(w[i]), bf16_hi(w[i]), acc);
-    }
+    for (int i = 0; i < 8; ++i) acc = fmaf(f[i], f[i], acc);
     return acc;
 }
 
+__device__ __forceinline__ void unpack8(const F8& v, float* f) {
+    f[0] = v.lo.x;
+    f[1] = v.lo.y;
+    f[2] = v.lo.z;
+    f[3] = v.lo.w;
+    f[4] = v.hi.x;
+    f[5] = v.hi.y;
+    f[6] = v.hi.z;
+    f[7] = v.hi.w;
+}
+
+// 8 bf16 values (sub-block outputs, norm weights) to fp32.
 __device__ __forceinline__ void unpack8(const uint4& v, float* f) {
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -181,7 +206,7 @@ __device__ float sinkhorn4_lanes(float c, int iters, float eps) {
 }
 
 __global__ void __launch_bounds__(kPreThreads)
-    hc_pre_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ fn, const float* __restrict__ scale,
+    hc_pre_kernel(const float* __restrict__ X, const float* __restrict__ fn, const float* __restrict__ scale,
                   const float* __restrict__ base, __nv_bfloat16* __restrict__ x, float* __restrict__ pre_out,
                   float* __restrict__ post_out, float* __restrict__ comb_out, int64_t dim, int iters, float hc_eps,
                   float norm_eps) {
@@ -191,12 +216,12 @@ __global__ void __launch_bounds__(kPreThreads)
     __shared__ float pre_s[kHc];
     const int64_t t = blockIdx.x;
     const int64_t flat = kHc * dim;
-    const __nv_bfloat16* Xt = X + t * flat;
+    const float* Xt = X + t * flat;
     float acc[kMix + 1];  // [0, 24): fn·v, [24]: Σv²
 #pragma unroll
     for (int j = 0; j <= kMix; ++j) acc[j] = 0.0f;
     for (int64_t i = threadIdx.x; i < flat; i += kPreThreads) {
-        const float v = __bfloat162float(Xt[i]);
+        const float v = Xt[i];
         acc[kMix] = fmaf(v, v, acc[kMix]);
 #pragma unroll
         for (int j = 0; j < kMix; ++j) acc[j] = fmaf(fn[j * flat + i], v, acc[j]);
@@ -223,7 +248,7 @@ __global__ void __launch_bounds__(kPreThreads)
     for (int64_t d = threadIdx.x; d < dim; d += kPreThreads) {
         float v = 0.0f;
 #pragma unroll
-        for (int j = 0; j < kHc; ++j) v = fmaf(pre_s[j], __bfloat162float(Xt[j * dim + d]), v);
+        for (int j = 0; j < kHc; ++j) v = fmaf(pre_s[j], Xt[j * dim + d], v);
         x[t * dim + d] = __float2bfloat16(v);
     }
 }
@@ -233,7 +258,7 @@ __global__ void __launch_bounds__(kPreThreads)
 // 8-element chunks are spread evenly over its 8 warps.
 template <int TT>
 __global__ void __launch_bounds__(kMixThreads, 2)
-    hc_mix_partial_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ fn, float* __restrict__ part,
+    hc_mix_partial_kernel(const float* __restrict__ X, const float* __restrict__ fn, float* __restrict__ part,
                           int64_t n_tok, int64_t flat, int64_t slices) {
     __shared__ float red[kMixWarps][TT][kMix];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -242,7 +267,7 @@ __global__ void __launch_bounds__(kMixThreads, 2)
     const int64_t chunks = flat / 8, n_warps = slices * kMixWarps, gw = slice * kMixWarps + warp;
     const int64_t c_begin = gw * chunks / n_warps, c_end = (gw + 1) * chunks / n_warps;
     const float* f_row = fn + static_cast<int64_t>(lane < kMix ? lane : kMix - 1) * flat;
-    const __nv_bfloat16* Xt = X + t0 * flat;
+    const float* Xt = X + t0 * flat;
     float acc[TT];
 #pragma unroll
     for (int t = 0; t < TT; ++t) acc[t] = 0.0f;
@@ -265,7 +290,7 @@ __global__ void __launch_bounds__(kMixThreads, 2)
 #pragma unroll
         for (int t = 0; t < TT; ++t) {
             if (t < nt) {
-                const uint4 v = __ldg(reinterpret_cast<const uint4*>(Xt + t * flat + c * 8));  // broadcast
+                const F8 v = ldg8(Xt + t * flat + c * 8);  // broadcast
                 acc[t] = dot8(f0, f1, v, acc[t]);
             }
         }
@@ -288,12 +313,11 @@ __global__ void __launch_bounds__(kMixThreads, 2)
 // rsqrt, sigmoid (8 lanes), then the X warps collapse x = Σ_j pre_j·X_j while the last warp runs the
 // Sinkhorn (sinkhorn4_lanes) and writes comb.
 __global__ void __launch_bounds__(kFinThreads)
-    hc_pre_finish_kernel(const __nv_bfloat16* __restrict__ X, const float* __restrict__ part,
-                         const float* __restrict__ scale, const float* __restrict__ base, __nv_bfloat16* __restrict__ x,
-                         float* __restrict__ pre_out, float* __restrict__ post_out, float* __restrict__ comb_out,
-                         int64_t dim, int64_t slices, int iters, float hc_eps, float norm_eps,
-                         const __nv_bfloat16* __restrict__ rms_w, float rms_eps, uint8_t* __restrict__ xq,
-                         float* __restrict__ xs) {
+    hc_pre_finish_kernel(const float* __restrict__ X, const float* __restrict__ part, const float* __restrict__ scale,
+                         const float* __restrict__ base, __nv_bfloat16* __restrict__ x, float* __restrict__ pre_out,
+                         float* __restrict__ post_out, float* __restrict__ comb_out, int64_t dim, int64_t slices,
+                         int iters, float hc_eps, float norm_eps, const __nv_bfloat16* __restrict__ rms_w,
+                         float rms_eps, uint8_t* __restrict__ xq, float* __restrict__ xs) {
     dev::pdl_wait();
     dev::pdl_trigger();
     static_assert(kMix % kFinXWarps == 0, "each X warp sums kMix / kFinXWarps mixes");
@@ -304,17 +328,15 @@ __global__ void __launch_bounds__(kFinThreads)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const bool x_warp = warp < kFinXWarps;
     const int64_t t = blockIdx.x, flat = kHc * dim, dchunks = dim / 8;
-    const __nv_bfloat16* Xt = X + t * flat;
-    // [kFinCached][4] chunks of 8 bf16: this thread's d-chunks of every stream, loaded first so the
+    const float* Xt = X + t * flat;
+    // [kFinCached][4] chunks of 8 floats: this thread's d-chunks of every stream, loaded first so the
     // partial sums below overlap their latency. The Sinkhorn warp holds none.
-    uint4 xc[kFinCached][kHc];
+    F8 xc[kFinCached][kHc];
 #pragma unroll
     for (int i = 0; i < kFinCached; ++i) {
         const int64_t c = threadIdx.x + static_cast<int64_t>(i) * kFinXThreads;
 #pragma unroll
-        for (int j = 0; j < kHc; ++j)
-            xc[i][j] = x_warp && c < dchunks ? __ldg(reinterpret_cast<const uint4*>(Xt + j * dim + c * 8))
-                                             : make_uint4(0, 0, 0, 0);
+        for (int j = 0; j < kHc; ++j) xc[i][j] = x_warp && c < dchunks ? ldg8(Xt + j * dim + c * 8) : F8{};
     }
     // Partial mixes [24, slices] of this token: X warp w sums mixes w, w + 8, w + 16, its lanes striding
     // over the slices (coalesced, several loads in flight per lane), then a warp sum.
@@ -341,7 +363,7 @@ __global__ void __launch_bounds__(kFinThreads)
         for (int j = 0; j < kHc; ++j) sq = sumsq8(xc[i][j], sq);
     if (x_warp) {
         for (int64_t c = threadIdx.x + static_cast<int64_t>(kFinCached) * kFinXThreads; c < dchunks; c += kFinXThreads)
-            for (int j = 0; j < kHc; ++j) sq = sumsq8(__ldg(reinterpret_cast<const uint4*>(Xt + j * dim + c * 8)), sq);
+            for (int j = 0; j < kHc; ++j) sq = sumsq8(ldg8(Xt + j * dim + c * 8), sq);
     }
     sq = dev::block_sum(sq, sum_scratch);  // its barriers also publish mix_s
     const float r = 1.0f / sqrtf(sq / static_cast<float>(flat) + norm_eps);
@@ -437,7 +459,7 @@ __global__ void __launch_bounds__(kFinThreads)
     float pre[kHc];
 #pragma unroll
     for (int j = 0; j < kHc; ++j) pre[j] = pre_s[j];
-    auto collapse = [&](const uint4* v, int64_t c) {  // v: the 4 streams' chunk c
+    auto collapse = [&](const F8* v, int64_t c) {  // v: the 4 streams' chunk c
         float xs[kHc][8];
 #pragma unroll
         for (int j = 0; j < kHc; ++j) unpack8(v[j], xs[j]);
@@ -459,17 +481,16 @@ __global__ void __launch_bounds__(kFinThreads)
         if (c < dchunks) collapse(xc[i], c);
     }
     for (int64_t c = threadIdx.x + static_cast<int64_t>(kFinCached) * kFinXThreads; c < dchunks; c += kFinXThreads) {
-        uint4 v[kHc];
-        for (int j = 0; j < kHc; ++j) v[j] = __ldg(reinterpret_cast<const uint4*>(Xt + j * dim + c * 8));
+        F8 v[kHc];
+        for (int j = 0; j < kHc; ++j) v[j] = ldg8(Xt + j * dim + c * 8);
         collapse(v, c);
     }
 }
 
 // One thread per (token, 8-element d-chunk), 16-byte loads and stores. X_out may alias X (no
 // __restrict__, no read-only loads of X): each thread reads its 4 stream chunks before writing them.
-__global__ void hc_post_vec_kernel(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* X,
-                                   const float* __restrict__ post, const float* __restrict__ comb, __nv_bfloat16* X_out,
-                                   int64_t n_tok, int64_t dim) {
+__global__ void hc_post_vec_kernel(const __nv_bfloat16* __restrict__ a, const float* X, const float* __restrict__ post,
+                                   const float* __restrict__ comb, float* X_out, int64_t n_tok, int64_t dim) {
     dev::pdl_wait();
     dev::pdl_trigger();
     const int64_t dchunks = dim / 8;
@@ -478,7 +499,7 @@ __global__ void hc_post_vec_kernel(const __nv_bfloat16* __restrict__ a, const __
     const int64_t t = idx / dchunks, c = idx % dchunks;
     float xs[kHc][8], av[8];
 #pragma unroll
-    for (int j = 0; j < kHc; ++j) unpack8(*reinterpret_cast<const uint4*>(X + (t * kHc + j) * dim + c * 8), xs[j]);
+    for (int j = 0; j < kHc; ++j) unpack8(ld8(X + (t * kHc + j) * dim + c * 8), xs[j]);
     unpack8(__ldg(reinterpret_cast<const uint4*>(a + t * dim + c * 8)), av);
     float cm[kHc * kHc], pk[kHc];
 #pragma unroll
@@ -495,15 +516,13 @@ __global__ void hc_post_vec_kernel(const __nv_bfloat16* __restrict__ a, const __
             for (int j = 0; j < kHc; ++j) v = fmaf(cm[j * kHc + k], xs[j][e], v);
             o[e] = fmaf(pk[k], av[e], v);
         }
-        *reinterpret_cast<uint4*>(X_out + (t * kHc + k) * dim + c * 8) = make_uint4(
-            pack_bf16x2(o[0], o[1]), pack_bf16x2(o[2], o[3]), pack_bf16x2(o[4], o[5]), pack_bf16x2(o[6], o[7]));
+        st8(X_out + (t * kHc + k) * dim + c * 8, o);
     }
 }
 
 // One thread per (token, d): reads the 4 stream values before writing them, so in place is safe.
-__global__ void hc_post_kernel(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* X,
-                               const float* __restrict__ post, const float* __restrict__ comb, __nv_bfloat16* X_out,
-                               int64_t n_tok, int64_t dim) {
+__global__ void hc_post_kernel(const __nv_bfloat16* __restrict__ a, const float* X, const float* __restrict__ post,
+                               const float* __restrict__ comb, float* X_out, int64_t n_tok, int64_t dim) {
     dev::pdl_wait();
     dev::pdl_trigger();
     const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -511,7 +530,7 @@ __global__ void hc_post_kernel(const __nv_bfloat16* __restrict__ a, const __nv_b
     const int64_t t = idx / dim, d = idx % dim;
     float xs[kHc];
 #pragma unroll
-    for (int j = 0; j < kHc; ++j) xs[j] = __bfloat162float(X[(t * kHc + j) * dim + d]);
+    for (int j = 0; j < kHc; ++j) xs[j] = X[(t * kHc + j) * dim + d];
     const float av = __bfloat162float(a[t * dim + d]);
     const float* c = comb + t * kHc * kHc;
 #pragma unroll
@@ -519,13 +538,13 @@ __global__ void hc_post_kernel(const __nv_bfloat16* __restrict__ a, const __nv_b
         float v = 0.0f;
 #pragma unroll
         for (int j = 0; j < kHc; ++j) v = fmaf(c[j * kHc + k], xs[j], v);
-        X_out[(t * kHc + k) * dim + d] = __float2bfloat16(fmaf(post[t * kHc + k], av, v));
+        X_out[(t * kHc + k) * dim + d] = fmaf(post[t * kHc + k], av, v);
     }
 }
 
 template <int TT>
-void launch_mix_partial(const PrePlan& pl, const __nv_bfloat16* X, const float* fn, float* part, int64_t n_tok,
-                        int64_t flat, cudaStream_t stream) {
+void launch_mix_partial(const PrePlan& pl, const float* X, const float* fn, float* part, int64_t n_tok, int64_t flat,
+                        cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>(pl.tiles), static_cast<unsigned>(pl.slices));  // slices <= 528
     launch_pdl(hc_mix_partial_kernel<TT>, grid, kMixThreads, 0, stream, X, fn, part, n_tok, flat, pl.slices);
 }
@@ -550,11 +569,11 @@ void hc_pre_reference(const HcPreArgs& a, const HcDims& p, cudaStream_t stream) 
 
 }  // namespace
 
-void hc_pre_bf16(const HcPreArgs& a, const HcDims& p, cudaStream_t stream) {
-    ONECARD_CHECK(p.dim > 0 && p.sinkhorn_iters >= 1, "hc_pre_bf16: dim {} iters {}", p.dim, p.sinkhorn_iters);
+void hc_pre(const HcPreArgs& a, const HcDims& p, cudaStream_t stream) {
+    ONECARD_CHECK(p.dim > 0 && p.sinkhorn_iters >= 1, "hc_pre: dim {} iters {}", p.dim, p.sinkhorn_iters);
     ONECARD_CHECK(a.xq == nullptr || (a.rms_weight != nullptr && a.xs != nullptr && p.dim % 128 == 0 &&
                                       reinterpret_cast<uintptr_t>(a.xq) % 8 == 0),
-                  "hc_pre_bf16: the FP8 copy of x needs the fused norm, scales, dim % 128 == 0 ({}) and 8-byte "
+                  "hc_pre: the FP8 copy of x needs the fused norm, scales, dim % 128 == 0 ({}) and 8-byte "
                   "aligned bytes",
                   p.dim);
     const int64_t n_tok = a.n_tok;
@@ -569,10 +588,10 @@ void hc_pre_bf16(const HcPreArgs& a, const HcDims& p, cudaStream_t stream) {
     }
     const PrePlan pl = pre_plan(n_tok, p.dim);
     const size_t need = static_cast<size_t>(n_tok * pl.slices * kMix);
-    ONECARD_CHECK(a.scratch_floats >= need, "hc_pre_bf16: scratch of {} floats, {} tokens need {}", a.scratch_floats,
-                  n_tok, need);
+    ONECARD_CHECK(a.scratch_floats >= need, "hc_pre: scratch of {} floats, {} tokens need {}", a.scratch_floats, n_tok,
+                  need);
     const int64_t flat = kHc * p.dim;
-    const __nv_bfloat16* X = a.X;
+    const float* X = a.X;
     const float* fn = a.fn;
     float* scratch = a.scratch;
     switch (pl.tile) {
@@ -602,8 +621,8 @@ void hc_pre_bf16(const HcPreArgs& a, const HcDims& p, cudaStream_t stream) {
     CUDA_CHECK_LAUNCH("hc_pre_finish_kernel");
 }
 
-void hc_post_bf16(const __nv_bfloat16* a, const __nv_bfloat16* X, const float* post, const float* comb,
-                  __nv_bfloat16* X_out, int64_t n_tok, const HcDims& p, cudaStream_t stream) {
+void hc_post(const __nv_bfloat16* a, const float* X, const float* post, const float* comb, float* X_out, int64_t n_tok,
+             const HcDims& p, cudaStream_t stream) {
     const int64_t n = n_tok * p.dim;
     if (n == 0) return;
     if (p.dim % 8 == 0 && aligned16(a) && aligned16(X) && aligned16(X_out)) {

@@ -6,7 +6,8 @@
 // of tokens), then one block per token sums them, finishes the rsqrt/sigmoid/Sinkhorn and collapses X
 // (its Σv² comes from the same registers). Without a scratch (or for odd shapes) one block per token
 // does everything (the reference kernel). hc_post: X'_k = post_k·a + Σ_j comb[j,k]·X_j, element-wise.
-// Residual streams are bf16 between sub-blocks (REF); all mixing math is fp32.
+// Residual streams are fp32 between sub-blocks (REF keeps them in bf16; model/storage_points.h says why
+// onecard does not): the collapse x, the sub-block's input, is bf16. All mixing math is fp32.
 // Parity oracle: cpu::hc_mixes, cpu::hc_split_sinkhorn, cpu::hc_collapse, cpu::hc_post.
 #pragma once
 
@@ -26,16 +27,16 @@ struct HcDims {
 inline constexpr int64_t kHcStreams = 4;                            // hc_mult; the kernels are written for 4
 inline constexpr int64_t kHcMixes = (2 + kHcStreams) * kHcStreams;  // 24
 
-// Floats of device scratch hc_pre_bf16 needs for ANY n_tok <= max_tok (partial mixes [n, 24, slices];
+// Floats of device scratch hc_pre needs for ANY n_tok <= max_tok (partial mixes [n, 24, slices];
 // the slice count depends on n_tok). Allocate once for the largest step.
 size_t hc_pre_scratch_floats(int64_t max_tok, const HcDims& p);
 
 // One hc_pre call: its inputs, outputs, scratch and optional fusions, by name.
 struct HcPreArgs {
-    const __nv_bfloat16* X = nullptr;  // [n_tok, 4, D] bf16 residual streams
-    const float* fn = nullptr;         // [24, 4·D] fp32
-    const float* scale = nullptr;      // [3]
-    const float* base = nullptr;       // [24]
+    const float* X = nullptr;      // [n_tok, 4, D] fp32 residual streams
+    const float* fn = nullptr;     // [24, 4·D] fp32
+    const float* scale = nullptr;  // [3]
+    const float* base = nullptr;   // [24]
     int64_t n_tok = 0;
     __nv_bfloat16* x = nullptr;  // out [n_tok, D] bf16: the collapse (normalised when rms_weight is set)
     float* pre = nullptr;        // out [n_tok, 4]
@@ -55,10 +56,10 @@ struct HcPreArgs {
     uint8_t* xq = nullptr;  // [n_tok, D] E4M3
     float* xs = nullptr;    // [n_tok, D/128]
 };
-void hc_pre_bf16(const HcPreArgs& a, const HcDims& p, cudaStream_t stream);
+void hc_pre(const HcPreArgs& a, const HcDims& p, cudaStream_t stream);
 
-// X_out [n_tok, 4, D] = post·a + combᵀ·X; X_out may alias X. a [n_tok, D] bf16.
-void hc_post_bf16(const __nv_bfloat16* a, const __nv_bfloat16* X, const float* post, const float* comb,
-                  __nv_bfloat16* X_out, int64_t n_tok, const HcDims& p, cudaStream_t stream);
+// X_out [n_tok, 4, D] fp32 = post·a + combᵀ·X; X_out may alias X. a [n_tok, D] bf16.
+void hc_post(const __nv_bfloat16* a, const float* X, const float* post, const float* comb, float* X_out, int64_t n_tok,
+             const HcDims& p, cudaStream_t stream);
 
 }  // namespace onecard::cuda

@@ -15,6 +15,13 @@ namespace onecard::cuda {
 void rmsnorm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* weight, __nv_bfloat16* y, int64_t n_rows, int64_t dim,
                   float eps, cudaStream_t stream, int64_t ld_x = 0, int64_t ld_y = 0);
 
+// The same from fp32 rows (the residual streams, the head's hidden): y bf16 (the MTP block's hnorm) or
+// fp32 (the final norm before the head, which reads it through GpuLinears::bf16_f32). y may alias x.
+void rmsnorm_f32_to_bf16(const float* x, const __nv_bfloat16* weight, __nv_bfloat16* y, int64_t n_rows, int64_t dim,
+                         float eps, cudaStream_t stream);
+void rmsnorm_f32(const float* x, const __nv_bfloat16* weight, float* y, int64_t n_rows, int64_t dim, float eps,
+                 cudaStream_t stream);
+
 // One set of rows of rmsnorm_bf16_pair: x [n_rows, dim] (row stride ld_x, 0 = dim) -> y (ld_y) with w.
 struct RmsNormRows {
     const __nv_bfloat16* x = nullptr;
