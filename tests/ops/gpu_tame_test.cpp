@@ -25,11 +25,13 @@
 //  * TeacherForcedSubBlocksCatchPlantedFaults, the gate: every sub-block of every layer against the
 //    oracle fed the GPU's own input streams, judged against the clean probe's figures per sub-block.
 //    On the H200 (2026-12-03) it catches all 9, the weakest (RoPE off by one) at 2.8x its clean median.
-//  * WholeModelLogitsFaultTable: the final logits against issue 23's fixed bars, on the tame and on the
-//    default (random) drawing (gpu_model_test.cpp's floor-derived bars). There the chaos of 4 layers
-//    hides most faults: the tame model sees 2 of the 9 (the dropped ring row, the missing clamp), the
-//    random model 2 (the dropped ring row, the swapped weights). The test prints the table and holds
-//    the two the tame logits see (a regression guard), not the other seven.
+//  * WholeModelLogitsFaultTable: the final logits, on the tame and on the default (random) drawing. A
+//    fault is caught on the tame model when a row set fails issue 23's fixed bars or its median
+//    exceeds kLogitRatio x the clean probe's (the same bars relative to the path's own clean distance
+//    as the teacher-forced gate; the clean GPU sits at the oracle's one-ulp floor, ~2.7e-4, so the
+//    fixed 2e-2 sees only faults 70x that size). The random model is judged by gpu_model_test.cpp's
+//    floor-derived bars, to show what its floor test misses. H200, 2026-12-04: the tame logits see
+//    all 9 (the weakest, a skipped compressed entry, at 1.64x on the decode rows); the random model 3.
 #include "gpu_test_util.h"
 
 #ifdef ONECARD_HAVE_CUDA
@@ -58,10 +60,11 @@ namespace {
 
 constexpr int64_t kPrompt = 192;
 constexpr int64_t kGreedy = 32;
-constexpr double kMedianBar = 2e-2;                // issue 23: median per-position relative L2
-constexpr double kArgmaxBar = 0.99;                // issue 23: argmax agreement
-constexpr double kFloorTarget = 1e-3;              // issue 23: the tame model's one-ulp floor
-constexpr double kDecidedMargin = 3.0;             // decided rows: top-2 gap >= 3x the floor's largest logit move
+constexpr double kMedianBar = 2e-2;     // issue 23: median per-position relative L2
+constexpr double kArgmaxBar = 0.99;     // issue 23: argmax agreement
+constexpr double kFloorTarget = 1e-3;   // issue 23: the tame model's one-ulp floor
+constexpr double kDecidedMargin = 3.0;  // decided rows: top-2 gap >= 3x the floor's largest logit move
+constexpr double kLogitRatio = 1.5;     // a fault probe's logits: median above 1.5x the clean probe's on a row set
 constexpr int64_t kSlots = 40, kBlocksPerSeq = 2;  // a fresh slot per run; 512 tokens each
 
 // The CPU side (no GPU needed): a checkpoint, the oracle's logits, its floor and greedy run.
@@ -477,6 +480,12 @@ TEST(GpuTame, GreedyContinuationMatchesOracle) {
 struct Probe {
     Verdict prefill, decode;
     bool caught() const { return !prefill.pass || !decode.pass; }
+    // Caught against a clean probe of the same model: the fixed bars, or a median kLogitRatio x the
+    // clean one on either row set.
+    bool caught_against(const Probe& clean) const {
+        return caught() || prefill.a.median > kLogitRatio * clean.prefill.a.median ||
+               decode.a.median > kLogitRatio * clean.decode.a.median;
+    }
 };
 Probe probe(Gpu& g) {
     std::vector<int64_t> steps = {64, 61, 35};
@@ -491,18 +500,17 @@ Probe probe(Gpu& g) {
 struct Fault {
     const char* name;
     bool GpuFaultPlan::*flag;
-    bool tame_logits_see_it;  // the whole-model logit comparison on the tame model catches it (H200, 2026-12-02/03)
 };
 constexpr Fault kFaults[] = {
-    {"drop one KV entry per step (ring)", &GpuFaultPlan::drop_ring_row, true},
-    {"sliding window off by one", &GpuFaultPlan::window_off_by_one, false},
-    {"skip one compressed entry per step", &GpuFaultPlan::skip_compressed_entry, false},
-    {"stale indexer keys", &GpuFaultPlan::stale_indexer_keys, false},
-    {"FP8 block scale x2 (FNUZ trap)", &GpuFaultPlan::fp8_block_scale_x2, false},
-    {"missing SwiGLU clamp", &GpuFaultPlan::no_swiglu_clamp, true},
-    {"routing without the selection bias", &GpuFaultPlan::route_without_bias, false},
-    {"two experts' routing weights swapped", &GpuFaultPlan::swap_expert_weights, false},
-    {"RoPE position off by one (queries)", &GpuFaultPlan::rope_off_by_one, false},
+    {"drop one KV entry per step (ring)", &GpuFaultPlan::drop_ring_row},
+    {"sliding window off by one", &GpuFaultPlan::window_off_by_one},
+    {"skip one compressed entry per step", &GpuFaultPlan::skip_compressed_entry},
+    {"stale indexer keys", &GpuFaultPlan::stale_indexer_keys},
+    {"FP8 block scale x2 (FNUZ trap)", &GpuFaultPlan::fp8_block_scale_x2},
+    {"missing SwiGLU clamp", &GpuFaultPlan::no_swiglu_clamp},
+    {"routing without the selection bias", &GpuFaultPlan::route_without_bias},
+    {"two experts' routing weights swapped", &GpuFaultPlan::swap_expert_weights},
+    {"RoPE position off by one (queries)", &GpuFaultPlan::rope_off_by_one},
 };
 
 Probe probe_with(Gpu& g, const Fault& f) {
@@ -514,9 +522,10 @@ Probe probe_with(Gpu& g, const Fault& f) {
     return p;
 }
 
-// Each planted fault against the final logits: on the tame model by issue 23's bars, on the random
-// model by gpu_model_test.cpp's floor-derived bars, to show which ones a logit comparison misses (the
-// gate is TeacherForcedSubBlocksCatchPlantedFaults below).
+// Each planted fault against the final logits: on the tame model by issue 23's bars and relative to the
+// clean probe (Probe::caught_against), on the random model by gpu_model_test.cpp's floor-derived bars,
+// to show which ones that model's logit comparison misses. The sub-block gate is
+// TeacherForcedSubBlocksCatchPlantedFaults below.
 TEST(GpuTame, WholeModelLogitsFaultTable) {
     ONECARD_REQUIRE_GPU();
     Gpu& g = gpu();
@@ -529,23 +538,24 @@ TEST(GpuTame, WholeModelLogitsFaultTable) {
     EXPECT_FALSE(clean.caught()) << "the clean probe must meet the bars before faults mean anything";
     EXPECT_FALSE(clean_random.caught()) << "the random model's clean probe must meet its floor bars";
     std::printf(
-        "[gpu tame] fault table (median rel. L2 prefill / decode; tame bar %.0e; random-model bar from its floor)\n",
-        kMedianBar);
+        "[gpu tame] fault table (median rel. L2 prefill / decode; tame: bar %.0e or %.1fx the clean %.2e / %.2e; "
+        "random-model bar from its floor)\n",
+        kMedianBar, kLogitRatio, clean.prefill.a.median, clean.decode.a.median);
     for (const Fault& f : kFaults) {
         const Probe p = probe_with(g, f), q = probe_with(r, f);
         const std::string pre = std::string(f.name) + ": prefill", dec = std::string(f.name) + ": decode";
         print_verdict("fault", pre.c_str(), p.prefill);
         print_verdict("fault", dec.c_str(), p.decode);
-        std::printf("[gpu tame] | %-38s | tame %.2e / %.2e: %-6s | random %.2e / %.2e: %s |\n", f.name,
-                    p.prefill.a.median, p.decode.a.median, p.caught() ? "caught" : "MISSED", q.prefill.a.median,
-                    q.decode.a.median, q.caught() ? "caught" : "missed");
-        if (f.tame_logits_see_it) {
-            EXPECT_TRUE(p.caught()) << f.name << " passes the bars: prefill median " << p.prefill.a.median
-                                    << ", decode median " << p.decode.a.median << " (bar " << kMedianBar << ")";
-        }
+        std::printf("[gpu tame] | %-38s | tame %.2e / %.2e (x%.2f / x%.2f): %-6s | random %.2e / %.2e: %s |\n", f.name,
+                    p.prefill.a.median, p.decode.a.median, p.prefill.a.median / clean.prefill.a.median,
+                    p.decode.a.median / clean.decode.a.median, p.caught_against(clean) ? "caught" : "MISSED",
+                    q.prefill.a.median, q.decode.a.median, q.caught() ? "caught" : "missed");
+        EXPECT_TRUE(p.caught_against(clean))
+            << f.name << " passes the bars: prefill median " << p.prefill.a.median << ", decode median "
+            << p.decode.a.median << " (clean " << clean.prefill.a.median << " / " << clean.decode.a.median << ")";
     }
     // Faults off again: the models are back to the clean numbers (the FNUZ fault's scale restored).
-    EXPECT_FALSE(probe(g).caught());
+    EXPECT_FALSE(probe(g).caught_against(clean));
     g.model->check_integrity();
     r.model->check_integrity();
 }
