@@ -17,7 +17,9 @@
 // expert-path combination, two sequences in one step, hybrid host experts (half of every layer's
 // experts in host RAM), a 32-token greedy continuation. Prefix-cache hits are bit-identical to the
 // cold run through the same step shapes (gpu_prefix_cache_test.cpp), so they meet these bars exactly
-// when the cold paths here do. Speculation has no GPU path yet (issue 17).
+// when the cold paths here do. Speculation: the verify steps are a path here; the drafters run on the
+// tame model against their CPU oracles at these bars in gpu_mtp_test.cpp (MTP block) and
+// gpu_dspark_test.cpp (DSpark), and gpu_engine_spec_test.cpp checks the speculative engine's tokens.
 //
 // Planted faults (GpuFaultPlan, src/model_cuda/gpu_fault_plan.h), each in a probe — chunked prefill
 // 64 + 61 + 35 then 32 one-token decode steps, on a slot and KV blocks no other run used (so a stale
