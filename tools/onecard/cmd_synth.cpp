@@ -41,7 +41,7 @@ void add_cmd_synth(CLI::App& app) {
                     "target shard size in MB (default: tiny 2 MiB, small 32 MiB, flash 5 GB)");
     cmd->add_flag("--quiet", args->quiet, "no progress output");
     cmd->add_flag("--tame", args->opt.tame,
-                  "tame drawing rule: sub-blocks add a twentieth of their output to the residual stream, experts reach "
+                  "tame drawing rule: sub-blocks add 0.5% of their output to the residual stream, experts reach "
                   "the SwiGLU clamp (a non-chaotic model for tight GPU parity bars; src/model/synth.cpp)");
     cmd->add_flag("--config-only", args->config_only,
                   "write config.json and generation_config.json but no weights: a model directory for `serve "
