@@ -109,11 +109,10 @@ Role role_of(const std::string& name) {
 // so routers, indexers, compressors and attention compute what they compute on the default model.
 // The floor also needs the streams and the head unrounded: a bf16 rounding of the streams grows any
 // difference e to sqrt(e · 2^-8) per sub-block, whatever kTamePost is (model/storage_points.h; the GPU
-// keeps them in fp32 for that reason). Measured at the real per-layer Flash dims (4 layers, 192
-// tokens, one-ulp hc-bias nudge, the oracle with the GPU's storage points): kTamePost 0.05 gave 5.6e-3
-// with bf16 streams and head, 4.0e-3 with fp32 ones; 0.01: 2.5e-3 and 5.9e-4; 0.005 (this rule):
-// 2.5e-4 with fp32 streams and head (1.1e-3 with the head's two roundings back). Each sub-block still
-// moves the streams by ~0.5% of their size, tens of thousands of fp32 ulps: real work.
+// keeps them in fp32 for that reason; with bf16 ones and 0.05 the floor was 5.6e-3). Measured at the
+// real per-layer Flash dims by tests/tools/tame_floor.cpp (the oracle with the GPU's storage points):
+// kTamePost 0.05: 3.9e-3, 0.01: 5.8e-4, 0.005 (this rule): 2.5e-4, 0.0025: 1.1e-4. Each sub-block
+// still moves the streams by ~0.5% of their size, tens of thousands of fp32 ulps: real work.
 constexpr double kTamePost = 0.005;
 constexpr double kTameSwigluIn = 8.0;
 constexpr double kTameBiasGain = 4.0;
