@@ -54,6 +54,10 @@ public:
     // Per-call scratch grouped() needs on its GEMM path: one group's bf16 weights.
     static int64_t group_scratch_bytes(int64_t rows_per_group, int64_t k) { return rows_per_group * k * 2; }
 
+    // The cuBLAS handle of the bf16 linears, for the one fp32 GEMM outside them: hc_pre's mixes at prefill
+    // sizes (HcPreArgs::gemm).
+    cuda::Bf16Gemm& dense_gemm() { return bf16_gemm_; }
+
     // Rows up to which the GEMV path is used (beyond it the GEMM wins).
     static constexpr int64_t kGemvMaxRows = 32;
     // Tests: false sends every linear through the GEMMs (to check the two paths against each other).

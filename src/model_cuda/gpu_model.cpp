@@ -712,6 +712,7 @@ cuda::HcPreArgs GpuModel::hc_pre_args(const GpuHC& hc, const bf16* norm, SubBloc
     a.comb = b.comb;
     a.scratch = b.hc_scratch;
     a.scratch_floats = b.hc_scratch_floats;
+    a.gemm = &lin_->dense_gemm();
     a.rms_weight = norm;
     a.rms_eps = static_cast<float>(cfg_.rms_norm_eps);
     if (input == SubBlockInput::Fp8FromHcPre) {

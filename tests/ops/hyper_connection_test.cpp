@@ -4,16 +4,17 @@
 // collapse within half a bf16 ulp of the fp32 reference plus 1e-3 absolute; hc_post's fp32 streams
 // within 2^-20 relative plus 1e-6 (five fused terms in another order). Paths: the split-K path (partial mixes in a
 // scratch, then a per-token finish) at decode sizes n = 1, 7, 8, 64 and prefill sizes n = 300, 2048 at
-// the Flash width D = 4096 (tiles of 1..32 tokens, a partial last tile, 4..256 slices); the
-// scratch-less reference kernel; the fallback for a width that is not a multiple of 8 (hc_post's
-// scalar kernel too); a CUDA-graph replay of the split path; the fused FP8 copy of x (bytes equal to
-// quantize_fp8_1x128).
+// the Flash width D = 4096 (tiles of 1..32 tokens, a partial last tile, 4..256 slices); the fp32 GEMM
+// path of prefill steps (n = 512, 2048); the scratch-less reference kernel; the fallback for a width that is not a
+// multiple of 8 (hc_post's scalar kernel too); a CUDA-graph replay of the split path; the fused FP8 copy of x (bytes
+// equal to quantize_fp8_1x128).
 #include "gpu_test_util.h"
 
 #ifdef ONECARD_HAVE_CUDA
 
 #include "backend/cpu/hyper_connection.h"
 #include "backend/cpu/norm.h"
+#include "backend/cuda/ops/bf16_gemm.cuh"
 #include "backend/cuda/ops/fp8_quant.cuh"
 #include "backend/cuda/ops/hyper_connection.cuh"
 
@@ -46,7 +47,9 @@ std::vector<float> random_streams(std::mt19937& rng, size_t n) {
     return v;
 }
 
-enum class PrePath { kSplit, kNoScratch };
+// kSplit: the scratch (split-K kernel + finish); kGemm: the scratch and a cuBLAS handle (the mixes as one
+// fp32 GEMM from kHcGemmMinTokens tokens); kNoScratch: the reference kernel.
+enum class PrePath { kSplit, kGemm, kNoScratch };
 
 void check_hc(int64_t n_tok, int64_t dim, uint32_t seed, PrePath path = PrePath::kSplit) {
     std::mt19937 rng(seed);
@@ -106,10 +109,12 @@ void check_hc(int64_t n_tok, int64_t dim, uint32_t seed, PrePath path = PrePath:
     args.pre = dpre;
     args.post = dpost;
     args.comb = dcomb;
-    if (path == PrePath::kSplit) {
+    cuda::Bf16Gemm gemm(nullptr, 0);
+    if (path != PrePath::kNoScratch) {
         args.scratch = dscratch;
         args.scratch_floats = scratch_floats;
     }
+    if (path == PrePath::kGemm) args.gemm = &gemm;
     cuda::hc_pre(args, hd, s.get());
     s.sync();
     const auto g_pre = cuda::copy_to_host(dpre, pre.size());
@@ -201,6 +206,15 @@ TEST(CudaHyperConnection, FlashWidthPrefillSizesMatchCpu) {
     for (int64_t n : {300, 2048}) {
         SCOPED_TRACE(n);
         check_hc(n, 4096, static_cast<uint32_t>(80 + n));
+    }
+}
+
+// The mixes through the fp32 GEMM (what gpu_model passes for prefill steps), at its threshold and above.
+TEST(CudaHyperConnection, FlashWidthGemmPathMatchesCpu) {
+    ONECARD_REQUIRE_GPU();
+    for (int64_t n : {cuda::kHcGemmMinTokens, int64_t{2048}}) {
+        SCOPED_TRACE(n);
+        check_hc(n, 4096, static_cast<uint32_t>(90 + n), PrePath::kGemm);
     }
 }
 

@@ -88,4 +88,16 @@ void Bf16Gemm::run_grouped_columns(const __nv_bfloat16* x, const __nv_bfloat16* 
         to_int(groups * n, "groups*n"), n, to_int(groups, "groups"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+// The same layout in plain fp32: CUBLAS_COMPUTE_32F on fp32 inputs is an fp32 SGEMM (the handle's math
+// mode allows no TF32 and no reduced-precision reductions).
+void Bf16Gemm::run_f32(const float* x, const float* w, float* y, int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+    ONECARD_CHECK(m >= 0 && n > 0 && k > 0, "fp32 gemm: m {} n {} k {}", m, n, k);
+    if (m == 0) return;
+    CUBLAS_CHECK(cublasSetStream(impl_->handle, stream));
+    const float alpha = 1.0f, beta = 0.0f;
+    CUBLAS_CHECK(cublasGemmEx(impl_->handle, CUBLAS_OP_T, CUBLAS_OP_N, to_int(n, "n"), to_int(m, "m"), to_int(k, "k"),
+                              &alpha, w, CUDA_R_32F, to_int(k, "k"), x, CUDA_R_32F, to_int(k, "k"), &beta, y,
+                              CUDA_R_32F, to_int(n, "n"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 }  // namespace onecard::cuda

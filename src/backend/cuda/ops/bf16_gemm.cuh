@@ -1,8 +1,9 @@
 // bf16 GEMM through cuBLAS for the linears DeepSeek's reference keeps unquantised (wo_a, the
 // compressors' wkv/wgate, the indexer's weights_proj, the router gate, the LM head) and for the
 // dequantised expert matrices: y[m, n] = x[m, k] · W[n, k]ᵀ, bf16 inputs, fp32 accumulation
-// (CUBLAS_COMPUTE_32F, no TF32 or reduced-precision reductions), bf16 or fp32 output.
-// Parity oracle: cpu::matmul_nt on the same bf16-valued inputs.
+// (CUBLAS_COMPUTE_32F, no TF32 or reduced-precision reductions), bf16 or fp32 output. The same
+// handle also runs one plain fp32 GEMM: the hyper-connections' mixes at prefill sizes (run_f32).
+// Parity oracle: cpu::matmul_nt on the same bf16-valued inputs; run_f32: cpu::hc_mixes through hc_pre.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -32,6 +33,9 @@ public:
     // of x [m, groups·k]), W_g = w + g·n·k ([n, k] each), y_g = y + g·n (columns of y [m, groups·n]).
     void run_grouped_columns(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, GemmOut out, int64_t m, int64_t n,
                              int64_t k, int64_t groups, cudaStream_t stream);
+
+    // y [m, n] fp32 = x [m, k] fp32 · W [n, k]ᵀ fp32, dense rows, fp32 products and sums.
+    void run_f32(const float* x, const float* w, float* y, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
 
 private:
     struct Impl;

@@ -1,6 +1,7 @@
 #include "backend/cuda/ops/hyper_connection.cuh"
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops/bf16_gemm.cuh"
 #include "backend/cuda/ops/common.cuh"
 #include "backend/cuda/ops/fp8_quant.cuh"
 #include "backend/cuda/ops/pdl.cuh"
@@ -586,14 +587,27 @@ void hc_pre(const HcPreArgs& a, const HcDims& p, cudaStream_t stream) {
         if (a.xq != nullptr) quantize_fp8_1x128(a.x, a.xq, a.xs, n_tok, p.dim, ActScaleLayout::RowMajor, stream);
         return;
     }
-    const PrePlan pl = pre_plan(n_tok, p.dim);
-    const size_t need = static_cast<size_t>(n_tok * pl.slices * kMix);
-    ONECARD_CHECK(a.scratch_floats >= need, "hc_pre: scratch of {} floats, {} tokens need {}", a.scratch_floats, n_tok,
-                  need);
     const int64_t flat = kHc * p.dim;
     const float* X = a.X;
     const float* fn = a.fn;
     float* scratch = a.scratch;
+    if (a.gemm != nullptr && n_tok >= kHcGemmMinTokens) {
+        // The mixes as one GEMM, [n, 24] = one slice per token (hc_pre_scratch_floats covers it: every
+        // plan has at least one slice).
+        const size_t need = static_cast<size_t>(n_tok * kMix);
+        ONECARD_CHECK(a.scratch_floats >= need, "hc_pre: scratch of {} floats, {} tokens need {}", a.scratch_floats,
+                      n_tok, need);
+        a.gemm->run_f32(X, fn, scratch, n_tok, kMix, flat, stream);
+        launch_pdl(hc_pre_finish_kernel, static_cast<unsigned>(n_tok), kFinThreads, 0, stream, X, scratch, a.scale,
+                   a.base, a.x, a.pre, a.post, a.comb, p.dim, int64_t{1}, static_cast<int>(p.sinkhorn_iters), p.hc_eps,
+                   p.norm_eps, fuse_norm ? a.rms_weight : nullptr, a.rms_eps, a.xq, a.xs);
+        CUDA_CHECK_LAUNCH("hc_pre_finish_kernel");
+        return;
+    }
+    const PrePlan pl = pre_plan(n_tok, p.dim);
+    const size_t need = static_cast<size_t>(n_tok * pl.slices * kMix);
+    ONECARD_CHECK(a.scratch_floats >= need, "hc_pre: scratch of {} floats, {} tokens need {}", a.scratch_floats, n_tok,
+                  need);
     switch (pl.tile) {
         case 1:
             launch_mix_partial<1>(pl, X, fn, scratch, n_tok, flat, stream);
