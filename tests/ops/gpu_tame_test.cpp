@@ -13,8 +13,8 @@
 // oracle and on the plain fp32 reference and holds both to issue 23's 1e-3. That needs the GPU's fp32 residual streams
 // and head (model/storage_points.h): with bf16 ones the floor was 5.6e-3.
 //
-// Paths: plain and chunked prefill, decode through CUDA graphs, verify steps, every GEMV/GEMM x
-// expert-path combination, two sequences in one step, hybrid host experts (half of every layer's
+// Paths: plain and chunked prefill, a 512-token step (hc_pre's GEMM path), decode through CUDA graphs, verify steps,
+// every GEMV/GEMM x expert-path combination, two sequences in one step, hybrid host experts (half of every layer's
 // experts in host RAM), a 32-token greedy continuation. Prefix-cache hits are bit-identical to the
 // cold run through the same step shapes (gpu_prefix_cache_test.cpp), so they meet these bars exactly
 // when the cold paths here do. Speculation: the verify steps are a path here; the drafters run on the
@@ -38,6 +38,7 @@
 
 #ifdef ONECARD_HAVE_CUDA
 
+#include "backend/cuda/ops/hyper_connection.cuh"
 #include "backend/cuda/stream.h"
 #include "core/fp_formats.h"
 #include "engine/memory_plan.h"
@@ -443,6 +444,38 @@ TEST(GpuTame, TwoSequencesInOneStep) {
     }
     expect_parity(a_rows, 150, 10, "batched decode A");
     expect_parity(b_rows, 90, 10, "batched decode B");
+}
+
+// A 512-token step (the whole prompt twice and its first 128 tokens, three sequences): hc_pre forms
+// the mixes on its fp32 GEMM from kHcGemmMinTokens tokens, the path of prefill-sized steps, which the
+// other tests' steps (<= 192 tokens) never take. Every sequence's rows meet the oracle's bars.
+TEST(GpuTame, PrefillSizedStepTakesTheMixGemm) {
+    ONECARD_REQUIRE_GPU();
+    Gpu& g = gpu();
+    const Oracle& o = oracle();
+    const int64_t V = o.cfg.vocab_size;
+    const int64_t lens[3] = {kPrompt, kPrompt, 128};
+    static_assert(2 * kPrompt + 128 == 512 && 512 >= cuda::kHcGemmMinTokens, "one step on the GEMM path");
+    cuda::Stream s;
+    GpuStepSeq q[3];
+    const FreshSeq f[3] = {fresh_seq(g), fresh_seq(g), fresh_seq(g)};  // q's block tables view them
+    for (int i = 0; i < 3; ++i) {
+        q[i].slot = f[i].slot;
+        q[i].block_table = f[i].blocks;
+        q[i].tokens = std::span<const int32_t>(o.tokens).first(static_cast<size_t>(lens[i]));
+    }
+    const float* d = g.model->step(q, LogitRows::All, s.get());
+    std::vector<float> rows(static_cast<size_t>(512 * V));
+    s.sync();
+    cuda::copy_to_host(rows.data(), d, rows.size() * 4);
+    int64_t row0 = 0;
+    const char* names[3] = {"512-token step: sequence A", "512-token step: sequence B", "512-token step: sequence C"};
+    for (int i = 0; i < 3; ++i) {
+        expect_parity(std::vector<float>(rows.begin() + row0 * V, rows.begin() + (row0 + lens[i]) * V), 0, lens[i],
+                      names[i]);
+        row0 += lens[i];
+    }
+    g.model->check_integrity();
 }
 
 // The prompt, then kGreedy tokens each chosen by the GPU's own argmax (graphs on): the same tokens
