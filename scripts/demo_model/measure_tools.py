@@ -5,13 +5,18 @@ temperature 0; a request passes when the returned tool_calls equal the expected 
 any order, same name and JSON-equal arguments). Also reports name-only accuracy and, from /metrics, the
 MTP draft acceptance when the server speculates, and where the wrong calls fail (`failures`, per set:
 no call, a wrong call count, a wrong tool, wrong argument keys, or right keys with a wrong value).
+`exact_per_request` keeps every request's outcome in file order, so two checkpoints measured on the same
+requests compare pairwise: --against OTHER.json prints the discordant pairs and the exact two-sided
+sign-test (McNemar) p-value of the difference.
 
 Usage: measure_tools.py --url http://127.0.0.1:8000 --data DATA [--n 200] [--jobs 4] [--out FILE]
+                        [--against EARLIER_OUT.json]
 """
 
 import argparse
 import concurrent.futures as cf
 import json
+import math
 import re
 import urllib.request
 from pathlib import Path
@@ -73,6 +78,19 @@ def metrics(url):
     return vals
 
 
+def paired(mine: str, other: str) -> dict:
+    """Discordant pairs of two per-request outcome strings ('1' exact, '0' not) and the exact two-sided
+    sign-test p-value over them (McNemar's test, exact form)."""
+    if len(mine) != len(other):
+        raise SystemExit(f"--against: {len(other)} requests there, {len(mine)} here")
+    only_mine = sum(1 for x, y in zip(mine, other) if x == "1" and y == "0")
+    only_other = sum(1 for x, y in zip(mine, other) if x == "0" and y == "1")
+    n, k = only_mine + only_other, min(only_mine, only_other)
+    p = min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n) if n else 1.0
+    return {"both": sum(1 for x, y in zip(mine, other) if x == y == "1"), "only_this": only_mine,
+            "only_other": only_other, "sign_test_p": p}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", required=True)
@@ -80,6 +98,7 @@ def main():
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--jobs", type=int, default=4)
     ap.add_argument("--out", default="")
+    ap.add_argument("--against", default="", help="an earlier --out of another checkpoint on the same requests")
     a = ap.parse_args()
     rows = [json.loads(l) for l in open(Path(a.data) / "tool_eval.jsonl")][:a.n]
     before = metrics(a.url)
@@ -100,14 +119,16 @@ def main():
                                    "exact": sum(r[0] for r in res if r not in held) / max(len(res) - len(held), 1)},
            "mtp_draft_tokens": drafted, "mtp_accepted_tokens": accepted,
            "mtp_acceptance": accepted / drafted if drafted else None,
-           "failures": {},
+           "failures": {}, "exact_per_request": "".join("1" if r[0] else "0" for r in res),
            "examples": [{"ok": r[0], "expected": r[2]["expected"], "got": r[3]} for r in res[:20]]}
     for ok, _, row, got in res:
         if not ok:
             per_set = out["failures"].setdefault(row.get("set", "all"), {})
             why = failure(got, row["expected"])
             per_set[why] = per_set.get(why, 0) + 1
-    print(json.dumps({k: v for k, v in out.items() if k != "examples"}, indent=1))
+    if a.against:
+        out["paired"] = paired(out["exact_per_request"], json.loads(Path(a.against).read_text())["exact_per_request"])
+    print(json.dumps({k: v for k, v in out.items() if k not in ("examples", "exact_per_request")}, indent=1))
     if a.out:
         Path(a.out).write_text(json.dumps(out, indent=1))
 

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""The demo model's measurement helpers (scripts/demo_model): measure_tools.py's call comparison,
+failure classes and pairwise sign test, and soup.py's weight average (needs torch: without it in this
+python3 the file reruns itself under /usr/bin/python3 where Debian's python3-torch lives, else those
+tests are skipped, saying so)."""
+
+import os
+import subprocess
+import sys
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "demo_model"))
+import measure_tools  # noqa: E402
+
+try:
+    import torch
+except ImportError:  # soup.py needs torch; the rest does not
+    torch = None
+    other = "/usr/bin/python3"
+    if (os.path.realpath(sys.executable) != os.path.realpath(other) and os.path.exists(other) and
+            subprocess.run([other, "-c", "import torch"], capture_output=True).returncode == 0):
+        os.execv(other, [other, __file__] + sys.argv[1:])
+
+
+def call(name, **args):
+    return {"name": name, "arguments": args}
+
+
+class MeasureTools(unittest.TestCase):
+    def test_equal_ignores_call_order_not_values(self):
+        want = [call("a", x=1), call("b", y="z")]
+        self.assertTrue(measure_tools.equal([call("b", y="z"), call("a", x=1)], want))
+        self.assertFalse(measure_tools.equal([call("a", x=1), call("b", y="Z")], want))
+        self.assertFalse(measure_tools.equal([call("a", x=1)], want))
+        self.assertFalse(measure_tools.equal([call("a", x=1), call("a", x=1)], want))
+
+    def test_failure_names_the_first_difference(self):
+        want = [call("get_time", city="Lyon")]
+        self.assertEqual(measure_tools.failure([], want), "no call")
+        self.assertEqual(measure_tools.failure(want + want, want), "call count")
+        self.assertEqual(measure_tools.failure([call("get_weather", city="Lyon")], want), "tool")
+        self.assertEqual(measure_tools.failure([call("get_time", town="Lyon")], want), "argument keys")
+        self.assertEqual(measure_tools.failure([call("get_time", city="Lyons")], want), "argument values")
+
+    def test_paired_counts_discordant_requests_and_the_exact_sign_test(self):
+        p = measure_tools.paired("1100", "1010")
+        self.assertEqual((p["both"], p["only_this"], p["only_other"]), (1, 1, 1))
+        self.assertEqual(p["sign_test_p"], 1.0)
+        # 10 discordant pairs all one way: 2 * 0.5^10.
+        p = measure_tools.paired("1" * 10 + "0" * 5, "0" * 15)
+        self.assertAlmostEqual(p["sign_test_p"], 2 / 1024)
+        # 8 against 2 (round 6's average against round 4): 2 * (1 + 10 + 45) / 1024.
+        p = measure_tools.paired("1" * 8 + "0" * 2, "0" * 8 + "1" * 2)
+        self.assertAlmostEqual(p["sign_test_p"], 2 * 56 / 1024)
+        self.assertEqual(measure_tools.paired("111", "111")["sign_test_p"], 1.0)
+        with self.assertRaises(SystemExit):
+            measure_tools.paired("10", "101")
+
+
+@unittest.skipUnless(torch is not None, "soup.py needs torch, which this python3 lacks")
+class Soup(unittest.TestCase):
+    def setUp(self):
+        import soup
+        self.soup = soup
+        self.run = {"w": torch.tensor([1.0, 3.0]), "tid2eid": torch.tensor([[1, 2]])}
+        self.base = {"w": torch.tensor([3.0, 7.0]), "tid2eid": torch.tensor([[0, 0]])}
+
+    def test_blend_weights_floats_and_keeps_the_runs_integer_buffers(self):
+        out = self.soup.blend(self.run, self.base, 0.25)
+        self.assertTrue(torch.equal(out["w"], torch.tensor([2.5, 6.0])))
+        self.assertTrue(torch.equal(out["tid2eid"], self.run["tid2eid"]))
+        self.assertTrue(torch.equal(self.soup.blend(self.run, self.base, 1.0)["w"], self.run["w"]))
+        self.assertTrue(torch.equal(self.soup.blend(self.run, self.base, 0.0)["w"], self.base["w"]))
+
+    def test_blend_refuses_a_base_of_another_shape(self):
+        with self.assertRaises(SystemExit):
+            self.soup.blend(self.run, {"w": torch.zeros(3)}, 0.5)
+        with self.assertRaises(SystemExit):
+            self.soup.blend(self.run, {}, 0.5)
+
+
+if __name__ == "__main__":
+    unittest.main()
