@@ -11,7 +11,8 @@ Two numerics, as onecard's `--numerics`:
     FP8 indexer key) and, with `quantize_weights`, the checkpoint's FP8 128x128 / MXFP4 weight
     rounding. In training every rounding is straight-through (`ste`), i.e. fake quantisation.
 Parameter names are the official checkpoint names (dots as in `layers.3.attn.wq_a.weight`).
-Runs on PyTorch 1.13 and 2.x; no torch features newer than 1.13 are used.
+Runs on PyTorch 1.13 and 2.x; no torch features newer than 1.13 are used (the fused attention of
+train.py --fast calls torch >= 2.1's scaled_dot_product_attention and falls back to the same math).
 """
 
 import math
@@ -107,11 +108,14 @@ class Numerics:
     """What a forward pass simulates: mode "exact" or "reference"; `ste` makes roundings straight-
     through (training); `quantize_weights` rounds FP8/FP4 linears' weights as the export will."""
 
-    def __init__(self, mode: str = "exact", ste: bool = False, quantize_weights: bool = False):
+    def __init__(self, mode: str = "exact", ste: bool = False, quantize_weights: bool = False, sdpa: bool = False):
         assert mode in ("exact", "reference")
         self.reference = mode == "reference"
         self.ste = ste
         self.quantize_weights = quantize_weights
+        # Training speed only (train.py --fast): attention through torch's fused scaled_dot_product_attention
+        # (attend_fused) instead of dense masked logits. The same softmax, another summation order.
+        self.sdpa = sdpa
 
 
 class QLinear(nn.Module):
@@ -206,6 +210,38 @@ class Compressor(nn.Module):
         return apply_rope(entry, inv_freq, pos)
 
 
+def _sdpa_reference(q, k, v, mask, scale):
+    """What F.scaled_dot_product_attention computes (boolean mask: True = attend), for PyTorch < 2.1,
+    which lacks it or its `scale` argument (the CPU test machine's Debian torch is 1.13)."""
+    logits = torch.matmul(q, k.transpose(-1, -2)) * scale
+    return torch.matmul(torch.softmax(logits.masked_fill(~mask, float("-inf")), dim=-1), v)
+
+
+def attend_fused(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor, sink: torch.Tensor,
+                 scale: float) -> torch.Tensor:
+    """The attention of Attention.forward's dense path through one fused call: q [B, T, H, hd], keys
+    [B, S, hd] (keys are also the values), mask [B, T, S] bool, sink [H] -> o [B, T, H, hd].
+    The sink (a per-head logit with a zero value) becomes one more key: every query gets an extra
+    dimension holding 1, every real key 0 there, and the sink key sink_h / scale there and 0 elsewhere,
+    so its logit is exactly sink_h. 8 extra dimensions keep the width a multiple of 8 for the kernels."""
+    B, T, H, hd = q.shape
+    S = keys.shape[1]
+    pad = 8
+    qx = torch.cat((q, torch.ones_like(q[..., :1]), torch.zeros_like(q[..., :pad - 1])), dim=-1).transpose(1, 2)
+    kx = torch.cat((keys, torch.zeros_like(keys[..., :pad])), dim=-1).unsqueeze(1).expand(B, H, S, hd + pad)
+    sink_key = torch.zeros(B, H, 1, hd + pad, dtype=kx.dtype, device=kx.device)
+    sink_key[..., hd] = (sink / scale).to(kx.dtype).view(1, H, 1)
+    k_all = torch.cat((kx, sink_key), dim=2)  # [B, H, S + 1, hd + 8]; the values too (the sink's row is 0 below)
+    v_all = torch.cat((kx, torch.zeros_like(sink_key)), dim=2)
+    m = torch.cat((mask, torch.ones_like(mask[..., :1])), dim=-1).unsqueeze(1)  # [B, 1, T, S + 1]
+    fused = getattr(F, "scaled_dot_product_attention", None)
+    if fused is not None and tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 1):
+        o = fused(qx, k_all, v_all, attn_mask=m, scale=scale)
+    else:
+        o = _sdpa_reference(qx, k_all, v_all, m, scale)
+    return o[..., :hd].transpose(1, 2)  # [B, T, H, hd]
+
+
 def round_kv_format(kv: torch.Tensor, n_rope: int, ste: bool) -> torch.Tensor:
     """Reference numerics: a 512-like KV row as the 584-byte cache entry holds it."""
     nope = quant.fp8_act(kv[..., :-n_rope], 64, ste)
@@ -273,13 +309,16 @@ class Attention(nn.Module):
                 sel = visible[None].expand(B, T, E)
             keys = torch.cat((kv, entries), dim=1)
             mask = torch.cat((mask, sel), dim=2)
-        logits = torch.einsum("bthd,bsd->bhts", q, keys) * (hd ** -0.5)
-        logits = logits.masked_fill(~mask[:, None], float("-inf"))
-        sink = self.attn_sink.view(1, H, 1, 1).expand(B, H, T, 1)
-        p = torch.softmax(torch.cat((logits, sink), dim=-1), dim=-1)[..., :-1]
         if want_index_loss and self.indexer is not None and self._index_scores is not None:
             self._index_kl_from(q, keys[:, T:], visible)
-        o = torch.einsum("bhts,bsd->bthd", p, keys)
+        if num.sdpa:
+            o = attend_fused(q, keys, mask, self.attn_sink, hd ** -0.5)
+        else:
+            logits = torch.einsum("bthd,bsd->bhts", q, keys) * (hd ** -0.5)
+            logits = logits.masked_fill(~mask[:, None], float("-inf"))
+            sink = self.attn_sink.view(1, H, 1, 1).expand(B, H, T, 1)
+            p = torch.softmax(torch.cat((logits, sink), dim=-1), dim=-1)[..., :-1]
+            o = torch.einsum("bhts,bsd->bthd", p, keys)
         o = apply_rope(o, freqs, pos, inverse=True).flatten(-2)  # [B, T, H·hd]
         G, r = cfg.o_groups, cfg.o_lora_rank
         og = o.unflatten(-1, (G, H * hd // G))
@@ -359,7 +398,8 @@ class MoE(nn.Module):
     def forward(self, x, tokens, num: Numerics):
         cfg = self.cfg
         E, K = cfg.n_routed_experts, cfg.num_experts_per_tok
-        s = torch.sqrt(F.softplus(F.linear(x.float(), self.gate.weight.float())))  # [B, T, E]
+        with torch.autocast(device_type=x.device.type, enabled=False):  # the router in fp32 under --fast too
+            s = torch.sqrt(F.softplus(F.linear(x.float(), self.gate.weight.float())))  # [B, T, E]
         if self.hash_layer:
             idx = self.gate.tid2eid[tokens]
         else:

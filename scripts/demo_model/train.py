@@ -17,6 +17,9 @@ model, optimiser (and so the gate biases, which are buffers in the state dict), 
 data position are loaded from DIR/state.pt when it exists and saved there atomically every
 --save-every seconds and at the end, so a call killed at its time limit loses at most that much.
 The main loss is a weighted mean (data_tokens.py: prompt 0, completion 1, tool-call block 2).
+--fast (not yet run on the GPU: NEXT_RUN.md) runs the steps before the quantisation-aware phase under
+bf16 autocast (fp32 master weights; the router stays fp32) with the attention fused
+(dsv4_torch.attend_fused, torch's scaled_dot_product_attention with the sink as one more key).
 
 Writes OUT/model.pt (fp32 state dict), OUT/train_meta.json (config, steps), OUT/train_log.jsonl.
 """
@@ -150,6 +153,9 @@ def main():
     # Round 2's quantised and fp32 perplexities were equal to 0.1%, so a shorter QAT phase suffices.
     ap.add_argument("--qat-frac", type=float, default=0.15)
     ap.add_argument("--compile", action="store_true", help="torch.compile the main forward (eager on failure)")
+    ap.add_argument("--fast", action="store_true",
+                    help="steps before the quantisation-aware phase run under bf16 autocast with the fused attention "
+                         "(dsv4_torch.attend_fused); the QAT phase stays fp32 as before")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--resume", default="",
                     help="model.pt, or an official-format checkpoint directory (export.py's, e.g. models/demo, "
@@ -254,7 +260,8 @@ def main():
         if qat and qat_started is None:
             qat_started = step
             print(f"step {step}: quantisation-aware phase starts", flush=True)
-        num = Numerics("reference", ste=True, quantize_weights=True) if qat else Numerics("exact")
+        num = Numerics("reference", ste=True, quantize_weights=True) if qat else Numerics("exact", sdpa=a.fast)
+        mixed = a.fast and not qat and a.device == "cuda"
         lr = a.lr * min(1.0, (step + 1) / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
         for g in opt.param_groups:
             g["lr"] = lr
@@ -269,7 +276,8 @@ def main():
                 opt.zero_grad(set_to_none=True)
                 main_s, mtp_s, index_s = 0.0, 0.0, 0.0
                 for s in range(0, a.batch, micro):
-                    main_l, mtp_l, index_l = losses(fwd, model, ids[s:s + micro], w[s:s + micro], num, True)
+                    with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=mixed):
+                        main_l, mtp_l, index_l = losses(fwd, model, ids[s:s + micro], w[s:s + micro], num, True)
                     share = ids[s:s + micro].shape[0] / a.batch
                     loss = main_l / wsum + MTP_WEIGHT * mtp_l / wsum2 + INDEX_WEIGHT * share * index_l
                     loss.backward()
@@ -319,7 +327,8 @@ def main():
             "schedule_seconds": round(total, 1), "qat_from_step": qat_started, "epochs": epoch, "rows": n_rows,
             "train_tokens_per_epoch": int(n_tok), "params": n_params, "config": cfg_json, "seq": a.seq,
             "batch": a.batch, "micro": micro, "lr": a.lr, "call_weight": data_tokens.CALL_WEIGHT,
-            "compiled": fwd is not model, "device": torch.cuda.get_device_name() if a.device == "cuda" else "cpu"}
+            "compiled": fwd is not model, "fast": a.fast,
+            "device": torch.cuda.get_device_name() if a.device == "cuda" else "cpu"}
     (out / "train_meta.json").write_text(json.dumps(meta, indent=1))
     torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, out / "model.pt")
     print(f"trained {steps_here} steps in this call, {step} in all, {train_s / 60:.1f} min; saved {out / 'model.pt'}"

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The demo model's measurement helpers (scripts/demo_model): measure_tools.py's call comparison,
-failure classes and pairwise sign test, and soup.py's weight average (needs torch: without it in this
+"""The demo model's helpers (scripts/demo_model): measure_tools.py's call comparison, failure classes
+and pairwise sign test; soup.py's weight average; dsv4_torch.py's fused attention for train.py --fast
+against the dense path (these two need torch: without it in this
 python3 the file reruns itself under /usr/bin/python3 where Debian's python3-torch lives, else those
 tests are skipped, saying so)."""
 
@@ -78,6 +79,56 @@ class Soup(unittest.TestCase):
             self.soup.blend(self.run, {"w": torch.zeros(3)}, 0.5)
         with self.assertRaises(SystemExit):
             self.soup.blend(self.run, {}, 0.5)
+
+
+@unittest.skipUnless(torch is not None, "dsv4_torch.py needs torch, which this python3 lacks")
+class FusedAttention(unittest.TestCase):
+    """train.py --fast's attention (the sink as one more key, dsv4_torch.attend_fused) against the dense
+    masked path on a small model with every layer kind (SWA, CSA with the indexer, HCA): same logits,
+    indexer KL and gradients in fp32. On torch < 2.1 attend_fused runs its reference of the fused call,
+    so this checks the sink construction; the fused kernel itself runs on the GPU machine's torch."""
+
+    def setUp(self):
+        from dsv4_torch import Config, DeepSeekV4, Numerics, init_weights
+        self.Numerics = Numerics
+        cfg = Config(vocab_size=256, hidden_size=128, num_hidden_layers=4, num_attention_heads=2, head_dim=128,
+                     qk_rope_head_dim=64, q_lora_rank=128, o_groups=1, o_lora_rank=128, sliding_window=32,
+                     compress_ratios=[0, 4, 128, 0, 0], index_n_heads=2, index_head_dim=128, index_topk=4,
+                     n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=128, num_hash_layers=1)
+        torch.manual_seed(0)
+        self.model = DeepSeekV4(cfg)
+        init_weights(self.model, seed=3)
+        with torch.no_grad():  # init leaves the sinks at 0: give them values, so the sink key matters
+            for b in list(self.model.layers) + [m.block for m in self.model.mtp]:
+                b.attn.attn_sink.copy_(torch.tensor([1.5, -0.7]))
+        self.tokens = torch.randint(2, 256, (2, 160))  # 160 tokens: 40 CSA entries, one HCA entry
+
+    def run_path(self, sdpa):
+        self.model.zero_grad(set_to_none=True)
+        logits, _ = self.model(self.tokens, self.Numerics("exact", sdpa=sdpa), want_index_loss=True)
+        kl = torch.stack(self.model.index_losses()).mean()
+        (logits.square().mean() + kl).backward()
+        grads = {n: p.grad.clone() for n, p in self.model.named_parameters() if p.grad is not None}
+        return logits.detach(), kl.detach(), grads
+
+    def test_fused_path_matches_the_dense_path(self):
+        dense, kl_d, g_d = self.run_path(False)
+        fused, kl_f, g_f = self.run_path(True)
+        self.assertLess(((fused - dense).norm() / dense.norm()).item(), 1e-5)
+        self.assertLess(abs(kl_f.item() - kl_d.item()), 1e-6)
+        self.assertEqual(set(g_f), set(g_d))
+        for n in g_d:
+            scale = max(g_d[n].norm().item(), 1e-12)
+            self.assertLess((g_f[n] - g_d[n]).norm().item() / scale, 1e-4, n)
+        self.assertGreater(g_d["layers.0.attn.attn_sink"].abs().sum().item(), 0.0)
+
+    def test_bf16_autocast_stays_close(self):
+        dense, _, _ = self.run_path(False)
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            mixed, _ = self.model(self.tokens, self.Numerics("exact", sdpa=True))
+        mixed = mixed.detach().float()
+        self.assertTrue(torch.isfinite(mixed).all().item())
+        self.assertLess(((mixed - dense).norm() / dense.norm()).item(), 5e-2)
 
 
 if __name__ == "__main__":
