@@ -8,9 +8,9 @@ Sources:
     greetings and small talk, questions answered from a Brown paragraph, continuations, arithmetic,
     thinking and non-thinking answers, multi-turn history, exact-copy requests, and tool calls in DSML
     with tool results
-    (random tools from tool_gen.py; the HELD_OUT tools and unseen generated tools go to tool_eval.jsonl,
-    drawn from their own random stream, and 3% of the conversations, with other unseen tools, to the
-    test split).
+    (random tools from tool_gen.py, and with --natural-share its hand-written NATURAL tools; the
+    HELD_OUT tools and unseen generated tools go to tool_eval.jsonl, drawn from their own random
+    stream, and 3% of the conversations, with other unseen tools, to the test split).
 
 Output (DIR, default build-demo/data; kept out of git, rebuilt by this script):
   brown_{train,test}.jsonl   {"text"}                      plain text documents
@@ -21,6 +21,7 @@ Output (DIR, default build-demo/data; kept out of git, rebuilt by this script):
   tokenizer_corpus.txt       text the BPE tokenizer is trained on (train splits only)
 
 Usage: make_data.py --onecard build-cpu/onecard [--out DIR] [--chats N] [--seed S] [--eval-from OLD/tool_eval.jsonl]
+                    [--natural-share S]
 """
 
 import argparse
@@ -234,6 +235,9 @@ def main():
     ap.add_argument("--tool-weight", type=float, default=9.0,
                     help="weight of tool conversations among the kinds (9 of 19.5 = 46%%)")
     ap.add_argument("--echo-weight", type=float, default=1.5, help="weight of exact-copy requests (conv_echo)")
+    ap.add_argument("--natural-share", type=float, default=0.0,
+                    help="share of the training tool conversations whose tool is one of tool_gen.NATURAL (hand-written "
+                         "descriptions, natural request phrasings; default 0: none, the data of rounds 3-6)")
     ap.add_argument("--tool-eval", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--eval-from", default=None,
@@ -268,9 +272,13 @@ def main():
         held_names = {t.get("function", t)["name"] for row in kept_eval for t in row["request"].get("tools", [])}
         train_tools = [t for t in train_tools if t["name"] not in held_names]
     train_names = {t["name"] for t in train_tools}
+    natural_names = sorted(tool_gen.NATURAL)
+    if a.eval_from:  # a kept held-out set's tools stay unseen, NATURAL ones included
+        natural_names = [n for n in natural_names if n not in held_names]
     # Held-out generated tools: names no training tool has, values mostly real words and numbers.
-    test_tools = [tool_gen.random_tool(r, exclude=train_names) for _ in range(500)]
-    eval_tools = [tool_gen.random_tool(r, exclude=train_names, realistic_values=True) for _ in range(300)]
+    unseen = train_names | set(natural_names) if a.natural_share > 0 else train_names
+    test_tools = [tool_gen.random_tool(r, exclude=unseen) for _ in range(500)]
+    eval_tools = [tool_gen.random_tool(r, exclude=unseen, realistic_values=True) for _ in range(300)]
 
     kinds = [("greeting", conv_greeting, 1), ("continue", conv_continue, 3), ("about", conv_about, 2),
              ("math", conv_math, 1.5), ("multiturn", conv_multiturn, 1.5), ("tools", None, a.tool_weight),
@@ -288,7 +296,10 @@ def main():
             jobs.append((split, kind, msgs, final, None, thinking, thought, None, None))
         else:
             tools = train_tools if split == "train" else test_tools
-            msgs, schemas, final, thought, calls = conv_tools(r, src_text, tools)
+            target = None
+            if split == "train" and a.natural_share > 0 and r.random() < a.natural_share:
+                target = tool_gen.natural_tool(r.choice(natural_names))
+            msgs, schemas, final, thought, calls = conv_tools(r, src_text, tools, target_tool=target)
             jobs.append((split, "tools", msgs, final, schemas, thinking, thought, calls, None))
     # Held-out tool requests: each HELD_OUT tool equally often, then unseen generated tools; both modes.
     # Their own random stream, so the evaluation set does not move when the training mix changes.

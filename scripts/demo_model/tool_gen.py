@@ -197,6 +197,128 @@ def _num(r):
     return r.choice([r.randint(1, 900), round(r.uniform(1, 500), r.choice([1, 2]))])
 
 
+def _airport(r):
+    return r.choice(["LIS", "DEN", "OSL", "CAI", "HND", "LIM", "NBO", "BER", "MAD", "SEA", "CDG", "YYZ", "SYD", "BOM"])
+
+
+def _flight(r):
+    return f"{r.choice(['TP', 'LH', 'BA', 'AF', 'UA', 'DL', 'KL', 'IB'])}{r.randint(10, 9999)}"
+
+
+# Realistic tools for TRAINING (make_data.py --natural-weight): hand-written descriptions and natural
+# request templates, as a user would phrase them, in the HELD_OUT layout. Round 6's named held-out tools
+# failed on the tool choice for 23 of 100 requests while generated tools, whose requests training's
+# templates cover, rarely did: training asked only in phrasings built from the tool's name. None of these
+# shares a domain with a HELD_OUT tool (weather, time, timers, stocks, currencies, arithmetic, web
+# search, email, translation, reminders), so the held-out set still measures unseen tools.
+NATURAL = {
+    "get_air_quality": ("Get the air quality index for a city", [
+        ("city", "string", "City name", lambda r: r.choice(CITIES), "in {v}", True)],
+        ["What is the air quality {m}?", "How clean is the air {m}?", "Tell me the air quality {m}."]),
+    "get_flight_status": ("Get the status of a flight", [
+        ("flight_number", "string", "Flight number", _flight, "{v}", True)],
+        ["What is the status of flight {m}?", "Is flight {m} on time?", "Check flight {m} for me."]),
+    "search_hotels": ("Search for hotels in a city", [
+        ("city", "string", "City name", lambda r: r.choice(CITIES), "in {v}", True),
+        ("guests", "integer", "Number of guests", lambda r: r.randint(1, 6), "for {v} guests", False)],
+        ["Find me a hotel {m}.", "Are there hotels {m}?", "Search for hotels {m}."]),
+    "book_table": ("Book a table at a restaurant", [
+        ("restaurant", "string", "Restaurant name", lambda r: f"{r.choice(NAMES)}'s {r.choice(WORDS).title()}",
+         "at {v}", True),
+        ("people", "integer", "Number of people", lambda r: r.randint(1, 12), "for {v} people", True)],
+        ["Book a table {m}.", "Reserve a table {m}, please.", "Can you get us a table {m}?"]),
+    "track_package": ("Track a package by its tracking number", [
+        ("tracking_number", "string", "Tracking number", _code, "{v}", True)],
+        ["Where is my package {m}?", "Track package {m}.", "What is the status of parcel {m}?"]),
+    "get_news": ("Get the latest news headlines on a topic", [
+        ("topic", "string", "News topic", _phrase, "about {v}", True)],
+        ["What is the latest news {m}?", "Show me the headlines {m}.", "Any news {m}?"]),
+    "define_word": ("Look up the definition of a word", [
+        ("word", "string", "The word", lambda r: r.choice(WORDS), "{v}", True)],
+        ["What does {m} mean?", "Define the word {m}.", "Give me the meaning of {m}."]),
+    "play_song": ("Play a song by title", [
+        ("title", "string", "Song title", lambda r: _phrase(r).title(), "{v}", True)],
+        ["Play {m}.", "Put on the song {m}.", "I want to hear {m}."]),
+    "find_recipe": ("Find a recipe that uses an ingredient", [
+        ("ingredient", "string", "Main ingredient", lambda r: r.choice(WORDS), "with {v}", True)],
+        ["Find me a recipe {m}.", "What can I cook {m}?", "Give me a recipe {m}."]),
+    "get_traffic": ("Get the traffic conditions on a route", [
+        ("origin", "string", "Start of the route", lambda r: r.choice(CITIES), "from {v}", True),
+        ("destination", "string", "End of the route", lambda r: r.choice(CITIES), "to {v}", True)],
+        ["How is the traffic {m}?", "Is there traffic {m}?", "Check the traffic {m}."]),
+    "find_parking": ("Find free parking near a place", [
+        ("place", "string", "Place name", lambda r: f"{r.choice(WORDS).title()} {r.choice(['Square', 'Street', 'Park'])}",
+         "near {v}", True)],
+        ["Where can I park {m}?", "Find parking {m}.", "Is there free parking {m}?"]),
+    "get_showtimes": ("Get the showtimes of a movie", [
+        ("movie", "string", "Movie title", lambda r: _phrase(r).title(), "{v}", True)],
+        ["When is {m} playing?", "Show me the showtimes for {m}.", "What are the showtimes for {m}?"]),
+    "set_thermostat": ("Set the thermostat to a temperature", [
+        ("temperature", "number", "Target temperature", lambda r: r.choice([r.randint(15, 28), r.randint(15, 27) + 0.5]),
+         "to {v} degrees", True)],
+        ["Set the thermostat {m}.", "Make it {m} in here.", "Change the heating {m}."]),
+    "turn_on_lights": ("Turn on the lights in a room", [
+        ("room", "string", "Room name", lambda r: r.choice(["kitchen", "bedroom", "hall", "garage", "office", "attic"]),
+         "in the {v}", True)],
+        ["Turn on the lights {m}.", "Switch the lights on {m}.", "Lights on {m}, please."]),
+    "add_calendar_event": ("Add an event to the calendar", [
+        ("title", "string", "Event title", lambda r: _phrase(r).capitalize(), "called {v}", True),
+        ("date", "string", "Date as YYYY-MM-DD", _date, "on {v}", True)],
+        ["Add an event {m} to my calendar.", "Create a calendar event {m}.", "Schedule an event {m}."]),
+    "read_file": ("Read the contents of a file", [
+        ("path", "string", "File path", _path, "{v}", True)],
+        ["Show me what is in {m}.", "Read the file {m}.", "Open {m} and show it."]),
+    "get_order_status": ("Get the status of an order", [
+        ("order_id", "string", "Order id", _code, "{v}", True)],
+        ["Where is my order {m}?", "What is the status of order {m}?", "Check order {m}."]),
+    "get_distance": ("Get the distance between two cities", [
+        ("origin", "string", "First city", lambda r: r.choice(CITIES), "from {v}", True),
+        ("destination", "string", "Second city", lambda r: r.choice(CITIES), "to {v}", True)],
+        ["How far is it {m}?", "What is the distance {m}?", "How many kilometres {m}?"]),
+    "get_population": ("Get the population of a country", [
+        ("country", "string", "Country name", lambda r: r.choice(COUNTRIES), "of {v}", True)],
+        ["What is the population {m}?", "How big is the population {m}?", "Tell me the population {m}."]),
+    "get_tide_times": ("Get the tide times for a harbour", [
+        ("harbour", "string", "Harbour name", lambda r: r.choice(CITIES), "at {v}", True)],
+        ["When is high tide {m}?", "What are the tide times {m}?", "Show the tides {m}."]),
+    "book_taxi": ("Book a taxi to an address", [
+        ("address", "string", "Pickup address", lambda r: f"{r.randint(1, 200)} {r.choice(WORDS).title()} Street",
+         "from {v}", True)],
+        ["Get me a taxi {m}.", "Book a cab {m}.", "I need a taxi {m}."]),
+    "count_steps": ("Get the number of steps walked on a day", [
+        ("date", "string", "Date as YYYY-MM-DD", _date, "on {v}", True)],
+        ["How many steps did I walk {m}?", "Show my step count {m}.", "What was my step count {m}?"]),
+    "find_book": ("Find a book by its author", [
+        ("author", "string", "Author name", lambda r: f"{r.choice(NAMES)} {r.choice(WORDS).title()}", "by {v}", True)],
+        ["Find books {m}.", "What books are there {m}?", "Search for a book {m}."]),
+    "get_uv_index": ("Get the UV index for a city", [
+        ("city", "string", "City name", lambda r: r.choice(CITIES), "in {v}", True)],
+        ["What is the UV index {m}?", "How strong is the sun {m}?", "Tell me the UV level {m}."]),
+    "cancel_booking": ("Cancel a booking by its reference", [
+        ("reference", "string", "Booking reference", _code, "{v}", True)],
+        ["Cancel booking {m}.", "Please cancel my reservation {m}.", "I want to cancel {m}."]),
+    "get_flight_price": ("Get the cheapest flight price between airports", [
+        ("from_airport", "string", "Departure airport code", _airport, "from {v}", True),
+        ("to_airport", "string", "Arrival airport code", _airport, "to {v}", True)],
+        ["How much is a flight {m}?", "Find the cheapest flight {m}.", "What does it cost to fly {m}?"]),
+    "check_balance": ("Check the balance of a bank account", [
+        ("account", "string", "Account name", lambda r: r.choice(["checking", "savings", "joint", "travel"]),
+         "of my {v} account", True)],
+        ["What is the balance {m}?", "Tell me the balance {m}.", "Check the balance {m}."]),
+    "rate_movie": ("Rate a movie from 1 to 5", [
+        ("movie", "string", "Movie title", lambda r: _phrase(r).title(), "{v}", True),
+        ("stars", "integer", "Rating from 1 to 5", lambda r: r.randint(1, 5), "{v} stars", True)],
+        ["Rate {m}.", "Give {m}.", "I want to rate {m}."]),
+}
+
+
+def natural_tool(name):
+    """A NATURAL tool as make_call takes it (asks fixed, mentions from its parameters)."""
+    desc, params, asks = NATURAL[name]
+    ps = [{"name": p, "type": t, "desc": d, "gen": g, "say": s, "required": req} for p, t, d, g, s, req in params]
+    return {"name": name, "desc": desc, "params": ps, "asks": asks}
+
+
 def _gen_name(r, exclude):
     """A tool name in one of several snake_case styles; never a HELD_OUT name or one in `exclude`."""
     while True:

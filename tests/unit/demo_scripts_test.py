@@ -13,6 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "demo_model"))
 import measure_tools  # noqa: E402
+import tool_gen  # noqa: E402
 
 try:
     import torch
@@ -57,6 +58,35 @@ class MeasureTools(unittest.TestCase):
         self.assertEqual(measure_tools.paired("111", "111")["sign_test_p"], 1.0)
         with self.assertRaises(SystemExit):
             measure_tools.paired("10", "101")
+
+
+class NaturalTools(unittest.TestCase):
+    """make_data.py --natural-share's tools: unseen by the held-out set, and their requests hold every
+    argument value verbatim (what make_call promises, so the call is copyable from the request)."""
+
+    def test_no_natural_tool_shares_a_name_or_a_domain_word_with_a_held_out_one(self):
+        self.assertFalse(set(tool_gen.NATURAL) & set(tool_gen.HELD_OUT))
+        for name in tool_gen.NATURAL:
+            for word in ("weather", "time", "timer", "stock", "currency", "calculate", "web", "email", "translate",
+                         "reminder"):
+                self.assertNotIn(word, name.split("_"), name)
+
+    def test_requests_hold_every_value_and_the_schema_its_parameters(self):
+        import random
+        r = random.Random(11)
+        for name in sorted(tool_gen.NATURAL):
+            tool = tool_gen.natural_tool(name)
+            schema = tool_gen.tool_schema(tool)["function"]
+            self.assertEqual(set(schema["parameters"]["properties"]), {p["name"] for p in tool["params"]})
+            for _ in range(20):
+                text, call = tool_gen.make_call(r, tool)
+                self.assertEqual(call["name"], name)
+                self.assertNotIn("{", text, text)
+                for p in tool["params"]:
+                    if p["required"]:
+                        self.assertIn(p["name"], call["arguments"], text)
+                for v in call["arguments"].values():
+                    self.assertIn(tool_gen._show(v), text, name)
 
 
 @unittest.skipUnless(torch is not None, "soup.py needs torch, which this python3 lacks")
