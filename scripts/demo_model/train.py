@@ -216,6 +216,7 @@ def main():
         perm, pos = torch.randperm(n_rows), 0
 
     fwd = model
+    fast = a.fast  # cleared if a --fast step fails (then the plain fp32 path, as without the flag)
     if a.compile:
         try:
             fwd = torch.compile(model)
@@ -260,8 +261,6 @@ def main():
         if qat and qat_started is None:
             qat_started = step
             print(f"step {step}: quantisation-aware phase starts", flush=True)
-        num = Numerics("reference", ste=True, quantize_weights=True) if qat else Numerics("exact", sdpa=a.fast)
-        mixed = a.fast and not qat and a.device == "cuda"
         lr = a.lr * min(1.0, (step + 1) / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
         for g in opt.param_groups:
             g["lr"] = lr
@@ -272,11 +271,13 @@ def main():
         w = w_all_t[idx].to(a.device, non_blocking=True)
         wsum, wsum2 = w[:, 1:].sum().clamp_min(1.0), w[:, 2:].sum().clamp_min(1.0)
         while True:
+            num = Numerics("reference", ste=True, quantize_weights=True) if qat else Numerics("exact", sdpa=fast)
+            mixed = fast and not qat and a.device == "cuda"
             try:
                 opt.zero_grad(set_to_none=True)
                 main_s, mtp_s, index_s = 0.0, 0.0, 0.0
                 for s in range(0, a.batch, micro):
-                    with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=mixed):
+                    with torch.autocast(device_type=a.device, dtype=torch.bfloat16, enabled=mixed):
                         main_l, mtp_l, index_l = losses(fwd, model, ids[s:s + micro], w[s:s + micro], num, True)
                     share = ids[s:s + micro].shape[0] / a.batch
                     loss = main_l / wsum + MTP_WEIGHT * mtp_l / wsum2 + INDEX_WEIGHT * share * index_l
@@ -287,7 +288,7 @@ def main():
                 break
             except Exception as e:  # noqa: BLE001 (out of memory or a compiled forward's failure)
                 oom, msg = is_oom(e), f"{type(e).__name__}: {str(e)[:300]}"
-                if not (oom and micro > 1) and fwd is model:
+                if not (oom and micro > 1) and fwd is model and not (fast and not qat):
                     raise
             # Past the except block, the traceback and the activations its frames hold are released.
             main_l = mtp_l = index_l = loss = None
@@ -297,6 +298,9 @@ def main():
             if oom and micro > 1:
                 micro //= 2
                 print(f"step {step}: out of memory; {micro} rows per forward from now on", flush=True)
+            elif fast and not qat:  # --fast is the newest path: drop it before giving up the compiled forward
+                fast = False
+                print(f"WARNING: --fast step failed ({msg}); fp32 and dense attention from now on", flush=True)
             else:
                 print(f"WARNING: compiled forward failed ({msg}); eager from now on", flush=True)
                 fwd = model
@@ -327,7 +331,7 @@ def main():
             "schedule_seconds": round(total, 1), "qat_from_step": qat_started, "epochs": epoch, "rows": n_rows,
             "train_tokens_per_epoch": int(n_tok), "params": n_params, "config": cfg_json, "seq": a.seq,
             "batch": a.batch, "micro": micro, "lr": a.lr, "call_weight": data_tokens.CALL_WEIGHT,
-            "compiled": fwd is not model, "fast": a.fast,
+            "compiled": fwd is not model, "fast": fast,
             "device": torch.cuda.get_device_name() if a.device == "cuda" else "cpu"}
     (out / "train_meta.json").write_text(json.dumps(meta, indent=1))
     torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, out / "model.pt")
