@@ -210,11 +210,20 @@ class Compressor(nn.Module):
         return apply_rope(entry, inv_freq, pos)
 
 
-def _sdpa_reference(q, k, v, mask, scale):
+def _fused_attention():
+    """F.scaled_dot_product_attention where it takes `scale` (torch >= 2.1), else None."""
+    major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+    return getattr(F, "scaled_dot_product_attention", None) if (major, minor) >= (2, 1) else None
+
+
+_FUSED = _fused_attention()
+
+
+def _sdpa_reference(q, k, v, attn_mask, scale):
     """What F.scaled_dot_product_attention computes (boolean mask: True = attend), for PyTorch < 2.1,
     which lacks it or its `scale` argument (the CPU test machine's Debian torch is 1.13)."""
     logits = torch.matmul(q, k.transpose(-1, -2)) * scale
-    return torch.matmul(torch.softmax(logits.masked_fill(~mask, float("-inf")), dim=-1), v)
+    return torch.matmul(torch.softmax(logits.masked_fill(~attn_mask, float("-inf")), dim=-1), v)
 
 
 def attend_fused(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor, sink: torch.Tensor,
@@ -234,11 +243,7 @@ def attend_fused(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor, sink: 
     k_all = torch.cat((kx, sink_key), dim=2)  # [B, H, S + 1, hd + 8]; the values too (the sink's row is 0 below)
     v_all = torch.cat((kx, torch.zeros_like(sink_key)), dim=2)
     m = torch.cat((mask, torch.ones_like(mask[..., :1])), dim=-1).unsqueeze(1)  # [B, 1, T, S + 1]
-    fused = getattr(F, "scaled_dot_product_attention", None)
-    if fused is not None and tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 1):
-        o = fused(qx, k_all, v_all, attn_mask=m, scale=scale)
-    else:
-        o = _sdpa_reference(qx, k_all, v_all, m, scale)
+    o = (_FUSED or _sdpa_reference)(qx, k_all, v_all, attn_mask=m, scale=scale)
     return o[..., :hd].transpose(1, 2)  # [B, T, H, hd]
 
 

@@ -5,8 +5,8 @@ temperature 0; a request passes when the returned tool_calls equal the expected 
 any order, same name and JSON-equal arguments). Also reports name-only accuracy and, from /metrics, the
 MTP draft acceptance when the server speculates, and where the wrong calls fail (`failures`, per set:
 no call, a wrong call count, a wrong tool, wrong argument keys, or right keys with a wrong value).
-`exact_per_request` keeps every request's outcome in file order, so two checkpoints measured on the same
-requests compare pairwise: --against OTHER.json prints the discordant pairs and the exact two-sided
+`completion_tokens` sums the tokens the server generated. `exact_per_request` keeps every request's
+outcome in file order, so two checkpoints measured on the same requests compare pairwise: --against OTHER.json prints the discordant pairs and the exact two-sided
 sign-test (McNemar) p-value of the difference.
 
 Usage: measure_tools.py --url http://127.0.0.1:8000 --data DATA [--n 200] [--jobs 4] [--out FILE]
@@ -105,8 +105,11 @@ def main():
 
     def one(row):
         body = dict(row["request"], temperature=0, max_tokens=300)
-        got = calls_of(post(a.url, body))
-        return equal(got, row["expected"]), bool(got) and got[0]["name"] == row["expected"][0]["name"], row, got
+        resp = post(a.url, body)
+        got = calls_of(resp)
+        ok = equal(got, row["expected"])
+        named_right = bool(got) and got[0]["name"] == row["expected"][0]["name"]
+        return ok, named_right, row, got, resp.get("usage", {}).get("completion_tokens", 0)
 
     res = list(cf.ThreadPoolExecutor(a.jobs).map(one, rows))
     after = metrics(a.url)
@@ -117,11 +120,11 @@ def main():
            "named_held_out_tools": {"n": len(held), "exact": sum(r[0] for r in held) / max(len(held), 1)},
            "generated_unseen_tools": {"n": len(res) - len(held),
                                    "exact": sum(r[0] for r in res if r not in held) / max(len(res) - len(held), 1)},
-           "mtp_draft_tokens": drafted, "mtp_accepted_tokens": accepted,
+           "completion_tokens": sum(r[4] for r in res), "mtp_draft_tokens": drafted, "mtp_accepted_tokens": accepted,
            "mtp_acceptance": accepted / drafted if drafted else None,
            "failures": {}, "exact_per_request": "".join("1" if r[0] else "0" for r in res),
            "examples": [{"ok": r[0], "expected": r[2]["expected"], "got": r[3]} for r in res[:20]]}
-    for ok, _, row, got in res:
+    for ok, _, row, got, _ in res:
         if not ok:
             per_set = out["failures"].setdefault(row.get("set", "all"), {})
             why = failure(got, row["expected"])

@@ -314,9 +314,7 @@ NATURAL = {
 
 def natural_tool(name):
     """A NATURAL tool as make_call takes it (asks fixed, mentions from its parameters)."""
-    desc, params, asks = NATURAL[name]
-    ps = [{"name": p, "type": t, "desc": d, "gen": g, "say": s, "required": req} for p, t, d, g, s, req in params]
-    return {"name": name, "desc": desc, "params": ps, "asks": asks}
+    return _table_tool(NATURAL, name)
 
 
 def _gen_name(r, exclude):
@@ -405,10 +403,15 @@ def random_tool(r: random.Random, exclude=frozenset(), realistic_values=False):
     return {"name": name, "desc": _describe(name), "params": params, "asks": None}
 
 
-def held_out_tool(name):
-    desc, params, asks = HELD_OUT[name]
+def _table_tool(table, name):
+    """A tool of a hand-written table (HELD_OUT, NATURAL): (description, params, asks) -> the tool dict."""
+    desc, params, asks = table[name]
     ps = [{"name": p, "type": t, "desc": d, "gen": g, "say": s, "required": req} for p, t, d, g, s, req in params]
     return {"name": name, "desc": desc, "params": ps, "asks": asks}
+
+
+def held_out_tool(name):
+    return _table_tool(HELD_OUT, name)
 
 
 def tool_schema(tool):

@@ -1,14 +1,14 @@
 // The tame model's one-ulp floor on the CPU oracle at the real per-layer Flash dims (issue 23): the
-// checkpoint gpu_tame_test.cpp writes (4 layers, 16 experts top-6, vocab 1024, moe_inter 1024,
-// index_topk 32, seed 424242), a 192-token prompt, every hc bias one fp32 ulp up. Prints the median,
+// checkpoint gpu_tame_test.cpp writes (support/flash_dims.h: 4 layers, 16 experts top-6, index_topk 32,
+// seed 424242), a 192-token prompt, every hc bias one fp32 ulp up. Prints the median,
 // worst and argmax of the per-position relative L2 of the logits. Not a test (minutes per run on two
 // cores): the numbers behind the tame rule's post weight (src/model/synth.cpp) and docs/results.md.
 //   tame_floor [POST_SCALE [ORACLE]]
 //     POST_SCALE: the rule's post weight times this (default 1: 0.005)
 //     ORACLE: gpu (the GPU's storage points, what the parity tests compare against; default) or fp32
 #include "model/deepseek_v4.h"
-#include "model/synth.h"
 #include "model/weights.h"
+#include "support/flash_dims.h"
 #include "support/test_support.h"
 
 #include <cmath>
@@ -29,18 +29,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     test::TempDir dir("tame_floor");
-    SynthOptions o;
-    o.preset = SynthPreset::Flash;
-    o.seed = 424242;
-    o.layers = 4;
-    o.experts = 16;
-    o.experts_per_tok = 6;
-    o.vocab = 1024;
-    o.moe_inter = 1024;
-    o.index_topk = 32;
-    o.tame = true;
-    const ModelConfig cfg = synth_config(o);
-    synth_write(cfg, o.seed, dir.path(), synth_default_shard_bytes(SynthPreset::Flash), false, 0, true);
+    const ModelConfig cfg = test::write_flash_dims_checkpoint(dir.path(), 424242, 16, 32, /*tame=*/true);
     const Checkpoint ckpt = Checkpoint::open(dir.path());
     ModelWeights w = bind_weights(cfg, ckpt);
     // Post entries [hc, 2·hc) of every block's hc biases: 2·sigmoid(b) scaled by post_scale (left
