@@ -6,7 +6,8 @@ two can be encoded separately and concatenated: added tokens split the text firs
 those of the whole string. The loss covers the completion only. Brown paragraphs are BOS + text with
 the loss on the text.
 
-Loss weights (float32): 0 on the prompt (never predicted), 1 on the completion, CALL_WEIGHT on the
+Loss weights (float32): 0 on the prompt (never predicted) except the earlier assistant turns a row's
+"spans" name (make_data.py --multi-call), 1 on the completion and those turns, CALL_WEIGHT on the
 DSML tool-call block (from the first "｜DSML｜" to the end of the completion: the tool name and
 arguments, the part held-out tools test). "｜DSML｜" is an added token, so encoding the text before
 it and the block separately gives the ids of the whole string, as with the prompt/completion split.
@@ -29,6 +30,26 @@ def split_call(completion: str):
     the block is "" when there is no call."""
     i = completion.find(DSML)
     return (completion, "") if i < 0 else (completion[:i], completion[i:])
+
+
+def segments(chat: dict):
+    """[(text, loss weight)] of a rendered chat row whose concatenation is prompt + completion: the prompt
+    at 0 except its "spans" (earlier assistant turns, make_data.py --multi-call) and the completion, each
+    at 1 with its tool-call block at CALL_WEIGHT. Every boundary falls after an added token (<think>,
+    </think>, EOS) or before one (DSML), so encoding the pieces one by one gives the whole string's ids."""
+    out, at, prompt = [], 0, chat["prompt"]
+
+    def trained(text):
+        before, block = split_call(text)
+        out.extend([(before, 1.0), (block, CALL_WEIGHT)])
+
+    for start, end in chat.get("spans", []):
+        out.append((prompt[at:start], 0.0))
+        trained(prompt[start:end])
+        at = end
+    out.append((prompt[at:], 0.0))
+    trained(chat["completion"])
+    return out
 
 
 class Encoder:
@@ -69,8 +90,10 @@ class Encoder:
 def load_examples(data: Path, enc: Encoder, split: str, max_len: int):
     """[(ids np.int32, weights np.float32, kind)] of one split ("train" / "test"); longer ones are dropped."""
     out = []
-    brown = [json.loads(l)["text"] for l in open(data / f"brown_{split}.jsonl")]
-    chats = [json.loads(l) for l in open(data / f"chat_{split}.jsonl")]
+    with open(data / f"brown_{split}.jsonl") as f:
+        brown = [json.loads(line)["text"] for line in f]
+    with open(data / f"chat_{split}.jsonl") as f:
+        chats = [json.loads(line) for line in f]
     bos = enc.added[BOS]
     for ids in enc.encode_batch(brown):
         ids = [bos] + ids
@@ -81,18 +104,17 @@ def load_examples(data: Path, enc: Encoder, split: str, max_len: int):
             if s == 0:
                 m[0] = 0
             out.append((np.array(piece, np.int32), m, "brown"))
-    parts = [split_call(c["completion"]) for c in chats]
-    p_ids = enc.encode_batch([c["prompt"] for c in chats])
-    c_ids = enc.encode_batch([p[0] for p in parts])
-    k_ids = enc.encode_batch([p[1] for p in parts])
-    dropped = 0
-    for c, p, q, k in zip(chats, p_ids, c_ids, k_ids):
-        if len(p) + len(q) + len(k) > max_len:
+    segs = [segments(c) for c in chats]
+    flat = enc.encode_batch([text for sg in segs for text, _ in sg])
+    dropped, at = 0, 0
+    for c, sg in zip(chats, segs):
+        pieces = flat[at:at + len(sg)]
+        at += len(sg)
+        if sum(len(p) for p in pieces) > max_len:
             dropped += 1
             continue
-        w = np.concatenate([np.zeros(len(p), np.float32), np.ones(len(q), np.float32),
-                            np.full(len(k), CALL_WEIGHT, np.float32)])
-        out.append((np.array(p + q + k, np.int32), w, c["kind"]))
+        w = np.concatenate([np.full(len(p), wt, np.float32) for p, (_, wt) in zip(pieces, sg)])
+        out.append((np.array([t for p in pieces for t in p], np.int32), w, c["kind"]))
     return out, dropped
 
 

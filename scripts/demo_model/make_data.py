@@ -14,14 +14,15 @@ Sources:
 
 Output (DIR, default build-demo/data; kept out of git, rebuilt by this script):
   brown_{train,test}.jsonl   {"text"}                      plain text documents
-  chat_{train,test}.jsonl    {"prompt", "completion", "kind"} rendered strings; the loss is on the
-                             completion (the final assistant turn, ending with the EOS token)
+  chat_{train,test}.jsonl    {"prompt", "completion", "kind"[, "spans"]} rendered strings; the loss is on
+                             the completion (the final assistant turn, ending with the EOS token) and on
+                             the prompt's "spans" [[start, end], ...] (earlier assistant turns, --multi-call)
   tool_eval.jsonl            {"prompt", "expected"} held-out tool requests (unseen tools) for the
                              exact tool-call accuracy
   tokenizer_corpus.txt       text the BPE tokenizer is trained on (train splits only)
 
 Usage: make_data.py --onecard build-cpu/onecard [--out DIR] [--chats N] [--seed S] [--eval-from OLD/tool_eval.jsonl]
-                    [--natural-share S]
+                    [--natural-share S] [--multi-call P]
 """
 
 import argparse
@@ -167,12 +168,26 @@ def _tool_call_msg(call):
     return {"type": "function", "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])}}
 
 
-def conv_tools(r, paras, tools, target_tool=None, stage=None):
+def _earlier_exchange(r, offered):
+    """A finished earlier request of the conversation (make_data.py --multi-call): the request, the call
+    with its reasoning, the tool's result and the answer, to one of the offered tools."""
+    tool = r.choice(offered)
+    text, call = tool_gen.make_call(r, tool)
+    res, answer = tool_gen.tool_result(r, call)
+    call_msg = {"role": "assistant", "content": "", "reasoning_content": tool_gen.thought_for(tool, [call]),
+                "tool_calls": [_tool_call_msg(call)]}
+    return [{"role": "user", "content": text}, call_msg,
+            {"role": "tool", "tool_call_id": "call_0", "content": json.dumps(res)},
+            {"role": "assistant", "content": answer, "reasoning_content": "The tool answered. I report the result."}]
+
+
+def conv_tools(r, paras, tools, target_tool=None, stage=None, earlier=0):
     """A tool conversation; returns (request messages, tools schema list, final assistant, thought,
     expected calls or None). stage: "call" (target = the tool call), "answer" (target = the answer
     after the tool result), "none" (a request no tool serves: answered directly). At most two other
     tools are offered and the system prompt is rare, so the schemas and the request stay well inside
-    the 512-token window at the call (copy_distance.py measures it)."""
+    the 512-token window at the call (copy_distance.py measures it). `earlier` finished requests to the
+    same tools come first (their turns are trained on too: main() finds their spans)."""
     tool = target_tool or r.choice(tools)
     others = [t for t in r.sample(tools, min(len(tools), r.choice([0, 1, 1, 2]))) if t["name"] != tool["name"]]
     # Distractors go while the schemas pass SCHEMA_CHARS, so the distance from the call back to its
@@ -183,10 +198,12 @@ def conv_tools(r, paras, tools, target_tool=None, stage=None):
     r.shuffle(offered)
     schemas = [tool_gen.tool_schema(t) for t in offered]
     stage = stage or r.choices(["call", "answer", "none", "parallel"], [8, 2, 1, 1])[0]
-    sys_msg = [{"role": "system", "content": r.choice(SYSTEMS)}] if r.random() < 0.2 else []
+    head = [{"role": "system", "content": r.choice(SYSTEMS)}] if r.random() < 0.2 else []
+    for _ in range(earlier):
+        head = head + _earlier_exchange(r, offered)
     if stage == "none":
         msgs, ans, thought = r.choice([conv_math, conv_greeting])(r, paras)
-        return sys_msg + msgs, schemas, ans, "No tool is needed for this. " + thought, []
+        return head + msgs, schemas, ans, "No tool is needed for this. " + thought, []
     text, call = tool_gen.make_call(r, tool)
     calls = [call]
     if stage == "parallel":
@@ -197,10 +214,10 @@ def conv_tools(r, paras, tools, target_tool=None, stage=None):
     call_msg = {"role": "assistant", "content": "", "tool_calls": [_tool_call_msg(c) for c in calls]}
     user = [{"role": "user", "content": text}]
     if stage in ("call", "parallel"):
-        return sys_msg + user, schemas, call_msg, thought, calls
+        return head + user, schemas, call_msg, thought, calls
     res, answer = tool_gen.tool_result(r, call)
     call_msg["reasoning_content"] = thought
-    history = sys_msg + user + [call_msg, {"role": "tool", "tool_call_id": "call_0", "content": json.dumps(res)}]
+    history = head + user + [call_msg, {"role": "tool", "tool_call_id": "call_0", "content": json.dumps(res)}]
     return history, schemas, {"role": "assistant", "content": answer}, "The tool answered. I report the result.", None
 
 
@@ -213,6 +230,37 @@ def render_all(onecard, requests):
     out = [json.loads(l) for l in p.stdout.decode().splitlines()]
     assert len(out) == len(requests), f"render-chat returned {len(out)} prompts for {len(requests)} requests"
     return out
+
+
+def earlier_spans(onecard, jobs, rendered):
+    """{job index: [[start, end], ...]}: the character spans, inside the rendered prompt, of the earlier
+    assistant turns of the training tool conversations that have finished requests before the final one
+    (--multi-call), each from the end of the prompt that turn answers (render(messages[:j]), which ends
+    with <think> or </think>) to the end of that turn (render(messages[:j + 1]), which ends with EOS).
+    Both must be prefixes of the whole conversation, so each span is exactly what the model generates
+    after that prompt; a turn that fails the check is not trained on (counted and printed)."""
+    want, reqs = [], []
+    for i, (split, kind, msgs, final, schemas, thinking, thought, calls, _) in enumerate(jobs):
+        if split != "train" or kind != "tools" or sum(m["role"] == "user" for m in msgs) < 2:
+            continue
+        for j, m in enumerate(msgs):
+            if m["role"] == "assistant":
+                for cut in (j, j + 1):
+                    req, _ = example_requests(msgs[:cut], final, schemas, thinking, thought)
+                    reqs.append(req)
+                want.append(i)
+    out = render_all(onecard, reqs) if reqs else []
+    spans, bad = {}, 0
+    for n, i in enumerate(want):
+        before, through = out[2 * n], out[2 * n + 1]
+        prompt = rendered[2 * i]
+        if prompt.startswith(through) and through.startswith(before) and len(through) > len(before):
+            spans.setdefault(i, []).append([len(before), len(through)])
+        else:
+            bad += 1
+    print(f"multi-call: {len(spans)} conversations, {len(want) - bad} earlier turns trained on, {bad} not "
+          f"(their rendering is not a prefix of the conversation)")
+    return spans
 
 
 def example_requests(messages, final, tools, thinking, thought):
@@ -238,6 +286,9 @@ def main():
     ap.add_argument("--natural-share", type=float, default=0.0,
                     help="share of the training tool conversations whose tool is one of tool_gen.NATURAL (hand-written "
                          "descriptions, natural request phrasings; default 0: none, the data of rounds 3-6)")
+    ap.add_argument("--multi-call", type=float, default=0.0,
+                    help="share of the training tool conversations that first hold a finished request to the same "
+                         "tools, every assistant turn of them trained on (default 0: none, the data of rounds 3-6)")
     ap.add_argument("--tool-eval", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--eval-from", default=None,
@@ -299,7 +350,10 @@ def main():
             target = None
             if split == "train" and a.natural_share > 0 and r.random() < a.natural_share:
                 target = tool_gen.natural_tool(r.choice(natural_names))
-            msgs, schemas, final, thought, calls = conv_tools(r, src_text, tools, target_tool=target)
+            # One earlier request, not two: with two, 7% of the final calls sat more than the 512-token window
+            # after their tool's schema (onecard tokenize, the demo BPE; one: the schema stays in the window).
+            earlier = 1 if split == "train" and a.multi_call > 0 and r.random() < a.multi_call else 0
+            msgs, schemas, final, thought, calls = conv_tools(r, src_text, tools, target_tool=target, earlier=earlier)
             jobs.append((split, "tools", msgs, final, schemas, thinking, thought, calls, None))
     # Held-out tool requests: each HELD_OUT tool equally often, then unseen generated tools; both modes.
     # Their own random stream, so the evaluation set does not move when the training mix changes.
@@ -316,6 +370,7 @@ def main():
     for split, kind, msgs, final, schemas, thinking, thought, calls, _ in jobs:
         reqs.extend(example_requests(msgs, final, schemas, thinking, thought))
     rendered = render_all(a.onecard, reqs)
+    spans = earlier_spans(a.onecard, jobs, rendered) if a.multi_call > 0 else {}
     files = {s: open(out / f"chat_{s}.jsonl", "w") for s in ("train", "test")}
     ev = open(out / "tool_eval.jsonl", "w")
     counts = {}
@@ -328,8 +383,10 @@ def main():
             ev.write(json.dumps({"prompt": prompt, "expected": calls, "thinking": thinking, "set": ev_set,
                                  "request": reqs[2 * i]}, ensure_ascii=False) + "\n")
         else:
-            files[split].write(json.dumps({"prompt": prompt, "completion": completion, "kind": kind},
-                                          ensure_ascii=False) + "\n")
+            row = {"prompt": prompt, "completion": completion, "kind": kind}
+            if spans.get(i):
+                row["spans"] = spans[i]
+            files[split].write(json.dumps(row, ensure_ascii=False) + "\n")
     for row in kept_eval:
         ev.write(json.dumps(row, ensure_ascii=False) + "\n")
         counts[("eval", "tool_eval")] = counts.get(("eval", "tool_eval"), 0) + 1

@@ -16,7 +16,8 @@ quantisation-aware phase in its last --qat-frac), --minutes this call's share; w
 model, optimiser (and so the gate biases, which are buffers in the state dict), step, elapsed time and
 data position are loaded from DIR/state.pt when it exists and saved there atomically every
 --save-every seconds and at the end, so a call killed at its time limit loses at most that much.
-The main loss is a weighted mean (data_tokens.py: prompt 0, completion 1, tool-call block 2).
+The main loss is a weighted mean (data_tokens.py: prompt 0, completion and a --multi-call row's earlier
+assistant turns 1, tool-call blocks 2).
 --fast (not yet run on the GPU: NEXT_RUN.md) runs the steps before the quantisation-aware phase under
 bf16 autocast (fp32 master weights; the router stays fp32) with the attention fused
 (dsv4_torch.attend_fused, torch's scaled_dot_product_attention with the sink as one more key).

