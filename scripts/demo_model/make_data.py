@@ -241,6 +241,8 @@ def earlier_spans(onecard, jobs, rendered):
     after that prompt; a turn that fails the check is not trained on (counted and printed)."""
     want, reqs = [], []
     for i, (split, kind, msgs, final, schemas, thinking, thought, calls, _) in enumerate(jobs):
+        # A tool conversation has one user request unless --multi-call put an earlier one first (a tool's
+        # result comes back as role "tool"), so two user turns mark exactly those conversations.
         if split != "train" or kind != "tools" or sum(m["role"] == "user" for m in msgs) < 2:
             continue
         for j, m in enumerate(msgs):

@@ -153,7 +153,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=100)
     # Round 2's quantised and fp32 perplexities were equal to 0.1%, so a shorter QAT phase suffices.
     ap.add_argument("--qat-frac", type=float, default=0.15)
-    ap.add_argument("--compile", action="store_true", help="torch.compile the main forward (eager on failure)")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the main forward before the quantisation-aware phase (eager on failure, "
+                         "and in that phase)")
     ap.add_argument("--fast", action="store_true",
                     help="steps before the quantisation-aware phase run under bf16 autocast with the fused attention "
                          "(dsv4_torch.attend_fused); the QAT phase stays fp32 as before")
@@ -274,12 +276,17 @@ def main():
         while True:
             num = Numerics("reference", ste=True, quantize_weights=True) if qat else Numerics("exact", sdpa=fast)
             mixed = fast and not qat and a.device == "cuda"
+            # The quantisation-aware steps run eagerly: compiling their graph too would cost minutes of a
+            # phase that lasts a few, so a last call can keep --compile for its steps before that phase
+            # (their graph loads from the machine's inductor cache in seconds).
+            step_fwd = model if qat else fwd
             try:
                 opt.zero_grad(set_to_none=True)
                 main_s, mtp_s, index_s = 0.0, 0.0, 0.0
                 for s in range(0, a.batch, micro):
                     with torch.autocast(device_type=a.device, dtype=torch.bfloat16, enabled=mixed):
-                        main_l, mtp_l, index_l = losses(fwd, model, ids[s:s + micro], w[s:s + micro], num, True)
+                        main_l, mtp_l, index_l = losses(step_fwd, model, ids[s:s + micro], w[s:s + micro], num,
+                                                        True)
                     share = ids[s:s + micro].shape[0] / a.batch
                     loss = main_l / wsum + MTP_WEIGHT * mtp_l / wsum2 + INDEX_WEIGHT * share * index_l
                     loss.backward()
@@ -289,7 +296,7 @@ def main():
                 break
             except Exception as e:  # noqa: BLE001 (out of memory or a compiled forward's failure)
                 oom, msg = is_oom(e), f"{type(e).__name__}: {str(e)[:300]}"
-                if not (oom and micro > 1) and fwd is model and not (fast and not qat):
+                if not (oom and micro > 1) and step_fwd is model and not (fast and not qat):
                     raise
             # Past the except block, the traceback and the activations its frames hold are released.
             main_l = mtp_l = index_l = loss = None
