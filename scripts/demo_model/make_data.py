@@ -22,7 +22,7 @@ Output (DIR, default build-demo/data; kept out of git, rebuilt by this script):
   tokenizer_corpus.txt       text the BPE tokenizer is trained on (train splits only)
 
 Usage: make_data.py --onecard build-cpu/onecard [--out DIR] [--chats N] [--seed S] [--eval-from OLD/tool_eval.jsonl]
-                    [--natural-share S] [--multi-call P]
+                    [--natural-share S] [--multi-call P] [--loose-asks P]
 """
 
 import argparse
@@ -168,11 +168,11 @@ def _tool_call_msg(call):
     return {"type": "function", "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])}}
 
 
-def _earlier_exchange(r, offered):
+def _earlier_exchange(r, offered, loose):
     """A finished earlier request of the conversation (make_data.py --multi-call): the request, the call
     with its reasoning, the tool's result and the answer, to one of the offered tools."""
     tool = r.choice(offered)
-    text, call = tool_gen.make_call(r, tool)
+    text, call = tool_gen.make_call(r, tool, loose)
     res, answer = tool_gen.tool_result(r, call)
     call_msg = {"role": "assistant", "content": "", "reasoning_content": tool_gen.thought_for(tool, [call]),
                 "tool_calls": [_tool_call_msg(call)]}
@@ -181,13 +181,14 @@ def _earlier_exchange(r, offered):
             {"role": "assistant", "content": answer, "reasoning_content": "The tool answered. I report the result."}]
 
 
-def conv_tools(r, paras, tools, target_tool=None, stage=None, earlier=0):
+def conv_tools(r, paras, tools, target_tool=None, stage=None, earlier=0, loose=0.0):
     """A tool conversation; returns (request messages, tools schema list, final assistant, thought,
     expected calls or None). stage: "call" (target = the tool call), "answer" (target = the answer
     after the tool result), "none" (a request no tool serves: answered directly). At most two other
     tools are offered and the system prompt is rare, so the schemas and the request stay well inside
     the 512-token window at the call (copy_distance.py measures it). `earlier` finished requests to the
-    same tools come first (their turns are trained on too: main() finds their spans)."""
+    same tools come first (their turns are trained on too: main() finds their spans). `loose`: make_call's
+    (requests for a retrieval tool by its object alone, --loose-asks)."""
     tool = target_tool or r.choice(tools)
     others = [t for t in r.sample(tools, min(len(tools), r.choice([0, 1, 1, 2]))) if t["name"] != tool["name"]]
     # Distractors go while the schemas pass SCHEMA_CHARS, so the distance from the call back to its
@@ -200,14 +201,14 @@ def conv_tools(r, paras, tools, target_tool=None, stage=None, earlier=0):
     stage = stage or r.choices(["call", "answer", "none", "parallel"], [8, 2, 1, 1])[0]
     head = [{"role": "system", "content": r.choice(SYSTEMS)}] if r.random() < 0.2 else []
     for _ in range(earlier):
-        head = head + _earlier_exchange(r, offered)
+        head = head + _earlier_exchange(r, offered, loose)
     if stage == "none":
         msgs, ans, thought = r.choice([conv_math, conv_greeting])(r, paras)
         return head + msgs, schemas, ans, "No tool is needed for this. " + thought, []
-    text, call = tool_gen.make_call(r, tool)
+    text, call = tool_gen.make_call(r, tool, loose)
     calls = [call]
     if stage == "parallel":
-        text2, call2 = tool_gen.make_call(r, tool)
+        text2, call2 = tool_gen.make_call(r, tool, loose)
         text = f"{text} Also: {text2[0].lower()}{text2[1:]}"
         calls.append(call2)
     thought = tool_gen.thought_for(tool, calls)
@@ -291,6 +292,10 @@ def main():
     ap.add_argument("--multi-call", type=float, default=0.0,
                     help="share of the training tool conversations that first hold a finished request to the same "
                          "tools, every assistant turn of them trained on (default 0: none, the data of rounds 3-6)")
+    ap.add_argument("--loose-asks", type=float, default=0.0,
+                    help="probability that a training request for a generated retrieval tool (get_/find_/show_... "
+                         "names) asks by the tool's object alone, another verb or none ('Show me the tide status "
+                         "...' for get_tide_status); default 0: the requests of rounds 3-6")
     ap.add_argument("--tool-eval", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--eval-from", default=None,
@@ -355,7 +360,8 @@ def main():
             # One earlier request, not two: with two, 7% of the final calls sat more than the 512-token window
             # after their tool's schema (onecard tokenize, the demo BPE; one: the schema stays in the window).
             earlier = 1 if split == "train" and a.multi_call > 0 and r.random() < a.multi_call else 0
-            msgs, schemas, final, thought, calls = conv_tools(r, src_text, tools, target_tool=target, earlier=earlier)
+            msgs, schemas, final, thought, calls = conv_tools(r, src_text, tools, target_tool=target, earlier=earlier,
+                                                              loose=a.loose_asks if split == "train" else 0.0)
             jobs.append((split, "tools", msgs, final, schemas, thinking, thought, calls, None))
     # Held-out tool requests: each HELD_OUT tool equally often, then unseen generated tools; both modes.
     # Their own random stream, so the evaluation set does not move when the training mix changes.

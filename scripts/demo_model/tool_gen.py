@@ -435,9 +435,19 @@ def _show(v):
     return str(v)
 
 
-def make_call(r: random.Random, tool):
+# Verbs that only fetch something: a request for such a tool may say another one, or none.
+RETRIEVE = {"get", "fetch", "lookup", "find", "search", "check", "list", "show", "query"}
+# make_call(loose=...): requests naming a retrieval tool's object without its verb ({o}: "tide status"
+# for get_tide_status), as users ask for get_stock_price with "Show me the stock price of ...".
+LOOSE_ASKS = ["Show me the {o} {m}.", "Look up the {o} {m}.", "Find the {o} {m}, please.", "I would like the {o} {m}.",
+              "Could you check the {o} {m}?", "Tell me the {o} {m}.", "Give me the {o} {m}."]
+
+
+def make_call(r: random.Random, tool, loose=0.0):
     """(user request text, call dict {name, arguments}) for `tool` with random values; every value is
-    written in the request verbatim; optional parameters are mentioned (and passed) half the time."""
+    written in the request verbatim; optional parameters are mentioned (and passed) half the time.
+    loose: the probability that a generated tool whose name starts with a RETRIEVE verb is asked for by
+    its object alone (LOOSE_ASKS); 0 draws nothing more, so the requests stay as before."""
     args, mentions = {}, []
     for p in tool["params"]:
         if p["required"] or r.random() < 0.5:
@@ -452,6 +462,9 @@ def make_call(r: random.Random, tool):
         return r.choice(tool["asks"]).format(m=" ".join(mentions)), {"name": name, "arguments": args}
     action = desc[0].lower() + desc[1:]
     m = r.choice([" ".join(mentions), ", ".join(mentions), " and ".join(mentions)])
+    words = name.split("_")
+    if loose > 0 and words[0] in RETRIEVE and len(words) > 1 and r.random() < loose:
+        return r.choice(LOOSE_ASKS).format(o=" ".join(words[1:]), m=m), {"name": name, "arguments": args}
     style = r.randrange(8)
     if style == 0:
         text = f"Use {name} {m}."

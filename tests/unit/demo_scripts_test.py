@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The demo model's helpers (scripts/demo_model): measure_tools.py's call comparison, failure classes
-and pairwise sign test; measure_spec.py's per-kind acceptance against a stub server; make_data.py
---multi-call's trained spans and data_tokens.py's weights on them (with ONECARD_BIN, the onecard binary
+and pairwise sign test; measure_spec.py's per-kind acceptance against a stub server; tool_gen's loose
+requests (--loose-asks); make_data.py --multi-call's trained spans and data_tokens.py's weights on them (with ONECARD_BIN, the onecard binary
 that renders and tokenizes: the real encoder and BPE); soup.py's weight average; dsv4_torch.py's fused
 attention for train.py --fast against the dense path (numpy and torch: without torch in this python3 the
 file reruns itself under /usr/bin/python3 where Debian's python3-torch lives, else those tests are
@@ -304,6 +304,47 @@ class MultiCallData(unittest.TestCase):
                     self.assertEqual(r["prompt"][b - len(EOS):b], EOS)
                 pieces = [t for text, _ in data_tokens.segments(r) if text for t in ids(text)]
                 self.assertEqual(pieces, ids(r["prompt"] + r["completion"]))
+
+
+class LooseAsks(unittest.TestCase):
+    """make_call(loose=1): a generated retrieval tool (get_/find_/show_...) is asked for by its object alone
+    with every value verbatim; other tools keep the usual requests."""
+
+    def tools(self, want_retrieve):
+        import random
+        r = random.Random(3)
+        tool_gen.set_vocab(["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"])
+        found = []
+        while len(found) < 20:
+            t = tool_gen.random_tool(r)
+            words = t["name"].split("_")
+            if (words[0] in tool_gen.RETRIEVE and len(words) > 1) == want_retrieve:
+                found.append(t)
+        return found
+
+    def test_retrieval_tools_are_asked_by_their_object(self):
+        import random
+        r = random.Random(4)
+        starts = tuple(a.split("{o}")[0] for a in tool_gen.LOOSE_ASKS)
+        for tool in self.tools(True):
+            text, call = tool_gen.make_call(r, tool, loose=1.0)
+            self.assertEqual(call["name"], tool["name"])
+            obj = " ".join(tool["name"].split("_")[1:])  # the name without its verb
+            self.assertTrue(any(text.startswith(start + obj + " ") for start in starts), text)
+            for v in call["arguments"].values():
+                if not isinstance(v, bool):
+                    self.assertIn(tool_gen._show(v), text)
+
+    def test_other_tools_keep_their_requests(self):
+        import random
+        for tool in self.tools(False):
+            a, b = random.Random(5), random.Random(5)
+            self.assertEqual(tool_gen.make_call(a, tool, loose=1.0), tool_gen.make_call(b, tool))
+            self.assertEqual(a.getstate(), b.getstate())
+        for tool in self.tools(True):  # loose 0 draws nothing more
+            a, b = random.Random(6), random.Random(6)
+            text, _ = tool_gen.make_call(a, tool, loose=0.0)
+            self.assertEqual((text, a.getstate()), (tool_gen.make_call(b, tool)[0], b.getstate()))
 
 
 @unittest.skipUnless(torch is not None, "soup.py needs torch, which this python3 lacks")
