@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The demo model's helpers (scripts/demo_model): measure_tools.py's call comparison, failure classes
 and pairwise sign test; measure_spec.py's per-kind acceptance against a stub server; tool_gen's loose
-requests (--loose-asks); make_data.py --multi-call's trained spans and data_tokens.py's weights on them (with ONECARD_BIN, the onecard binary
+requests (--loose-asks); first_errors.py's classes; make_data.py --multi-call's trained spans and data_tokens.py's weights on them (with ONECARD_BIN, the onecard binary
 that renders and tokenizes: the real encoder and BPE); soup.py's weight average; dsv4_torch.py's fused
 attention for train.py --fast against the dense path (numpy and torch: without torch in this python3 the
 file reruns itself under /usr/bin/python3 where Debian's python3-torch lives, else those tests are
@@ -304,6 +304,20 @@ class MultiCallData(unittest.TestCase):
                     self.assertEqual(r["prompt"][b - len(EOS):b], EOS)
                 pieces = [t for text, _ in data_tokens.segments(r) if text for t in ids(text)]
                 self.assertEqual(pieces, ids(r["prompt"] + r["completion"]))
+
+
+class FirstErrors(unittest.TestCase):
+    def test_classify_names_what_is_being_written(self):
+        import first_errors
+        call = '\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="'
+        self.assertEqual(first_errors.classify(call), "tool name")
+        self.assertEqual(first_errors.classify(call + 'get_st'), "tool name")
+        after = call + 'get_time">\n<｜DSML｜parameter name="'
+        self.assertEqual(first_errors.classify(after + 'ci'), "param name")
+        self.assertEqual(first_errors.classify(after + 'city" string="true">Be'), "value")
+        self.assertEqual(first_errors.classify(after + 'n" string="false">'), "value")
+        self.assertEqual(first_errors.classify(after + 'city" string="true">Oslo</｜DSML｜parameter>\n'), "structure")
+        self.assertEqual(first_errors.classify("\n\n"), "structure")
 
 
 class LooseAsks(unittest.TestCase):
