@@ -71,6 +71,14 @@ def load_model(ckpt: Path) -> DeepSeekV4:
     return model
 
 
+def load_weights(path: Path) -> dict:
+    """A state dict from an official-format checkpoint directory (dequantised) or a train.py model.pt."""
+    path = Path(path)
+    if path.is_dir():
+        return load_model(path).state_dict()
+    return torch.load(path, map_location="cpu")
+
+
 # ---- encoders (numpy, bit-exact with src/model/quantize.cpp) ---------------------------------
 
 def _ue8m0_bytes(amax: np.ndarray, fmt_max: float) -> np.ndarray:

@@ -6,18 +6,22 @@ thinking-mode thought names the tool a few tokens before the call); likewise fro
 argument value back to the request. A sliding-window layer sees 512 tokens back (train.SHAPES), so
 distances beyond that can only be bridged by the compressed layers.
 
-Tokens: the trained tokenizer.json through the `tokenizers` library when given and importable;
-otherwise two proxies: characters / 4, and word pieces (a letter run with its leading space, up to
+Tokens: the trained tokenizer.json through the `tokenizers` library when given and importable, or
+through `onecard tokenize` with --onecard (one process per prefix: use a --limit of a few hundred);
+and always two proxies: characters / 4, and word pieces (a letter run with its leading space, up to
 3 digits, or one other character, as a byte-level BPE on this corpus roughly splits).
 
-Usage: copy_distance.py --data DIR [--tokenizer tokenizer.json] [--file chat_train.jsonl] [--limit N]
+Usage: copy_distance.py --data DIR [--tokenizer tokenizer.json [--onecard BIN]] [--file chat_train.jsonl]
+                        [--limit N]
 """
 
 import argparse
 import bisect
 import json
 import re
+import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 DSML = "｜DSML｜"
 INVOKE = re.compile(r"<" + DSML + r'invoke name="([^"]*)">')
@@ -43,17 +47,31 @@ def spans(text, prompt_len):
     return out
 
 
+class OnecardTokenizer:
+    """encode_batch through `onecard tokenize` (the same BPE as the tokenizers library; tokenizer_parity)."""
+
+    def __init__(self, onecard, tokenizer):
+        self.cmd = [onecard, "tokenize", "--tokenizer", str(tokenizer)]
+
+    def encode_batch(self, texts, add_special_tokens=False):
+        return [SimpleNamespace(ids=json.loads(subprocess.run(self.cmd, input=t.encode(), capture_output=True,
+                                                              check=True).stdout)) for t in texts]
+
+
 class Counter:
     """Token position of a character offset: the real tokenizer, or the proxies."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, onecard=""):
         self.tok = None
         if tokenizer:
             try:
                 from tokenizers import Tokenizer
                 self.tok = Tokenizer.from_file(str(tokenizer))
             except ImportError:
-                print("tokenizers is not installed: proxies only")
+                if onecard:
+                    self.tok = OnecardTokenizer(onecard, tokenizer)
+                else:
+                    print("tokenizers is not installed (and no --onecard): proxies only")
 
     def positions(self, text, offsets):
         """{"chars/4": [...], "pieces": [...], "tokens": [...] (with a tokenizer)} for the offsets."""
@@ -80,10 +98,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
     ap.add_argument("--tokenizer", default="")
+    ap.add_argument("--onecard", default="", help="onecard binary: its tokenizer when `tokenizers` is missing")
     ap.add_argument("--file", default="chat_train.jsonl")
     ap.add_argument("--limit", type=int, default=5000, help="tool conversations to measure")
     a = ap.parse_args()
-    counter = Counter(a.tokenizer)
+    counter = Counter(a.tokenizer, a.onecard)
     dist = {}
     n_rows = 0
     for line in open(Path(a.data) / a.file, encoding="utf-8"):

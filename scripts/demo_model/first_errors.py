@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_data import tool_call_msg  # noqa: E402  (the training data's form of a call)
 
 
 def classify(written: str) -> str:
@@ -58,8 +59,7 @@ def main():
     rows = [r for r in rows if not r["thinking"]]
     reqs = []
     for r in rows:
-        calls = [{"type": "function", "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
-                 for c in r["expected"]]
+        calls = [tool_call_msg(c) for c in r["expected"]]
         msgs = r["request"]["messages"] + [{"role": "assistant", "content": "", "tool_calls": calls}]
         reqs.append({**r["request"], "messages": msgs})
     full = [json.loads(line) for line in

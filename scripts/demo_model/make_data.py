@@ -164,8 +164,16 @@ def conv_multiturn(r, paras):
 SCHEMA_CHARS = 900
 
 
-def _tool_call_msg(call):
+ANSWER_THOUGHT = "The tool answered. I report the result."
+
+
+def tool_call_msg(call):
+    """An OpenAI tool_calls entry for a call dict {name, arguments}."""
     return {"type": "function", "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])}}
+
+
+def _tool_msg(result):
+    return {"role": "tool", "tool_call_id": "call_0", "content": json.dumps(result)}
 
 
 def _earlier_exchange(r, offered, loose):
@@ -175,10 +183,9 @@ def _earlier_exchange(r, offered, loose):
     text, call = tool_gen.make_call(r, tool, loose)
     res, answer = tool_gen.tool_result(r, call)
     call_msg = {"role": "assistant", "content": "", "reasoning_content": tool_gen.thought_for(tool, [call]),
-                "tool_calls": [_tool_call_msg(call)]}
+                "tool_calls": [tool_call_msg(call)]}
     return [{"role": "user", "content": text}, call_msg,
-            {"role": "tool", "tool_call_id": "call_0", "content": json.dumps(res)},
-            {"role": "assistant", "content": answer, "reasoning_content": "The tool answered. I report the result."}]
+            _tool_msg(res), {"role": "assistant", "content": answer, "reasoning_content": ANSWER_THOUGHT}]
 
 
 def conv_tools(r, paras, tools, target_tool=None, stage=None, earlier=0, loose=0.0):
@@ -212,14 +219,14 @@ def conv_tools(r, paras, tools, target_tool=None, stage=None, earlier=0, loose=0
         text = f"{text} Also: {text2[0].lower()}{text2[1:]}"
         calls.append(call2)
     thought = tool_gen.thought_for(tool, calls)
-    call_msg = {"role": "assistant", "content": "", "tool_calls": [_tool_call_msg(c) for c in calls]}
+    call_msg = {"role": "assistant", "content": "", "tool_calls": [tool_call_msg(c) for c in calls]}
     user = [{"role": "user", "content": text}]
     if stage in ("call", "parallel"):
         return head + user, schemas, call_msg, thought, calls
     res, answer = tool_gen.tool_result(r, call)
     call_msg["reasoning_content"] = thought
-    history = head + user + [call_msg, {"role": "tool", "tool_call_id": "call_0", "content": json.dumps(res)}]
-    return history, schemas, {"role": "assistant", "content": answer}, "The tool answered. I report the result.", None
+    history = head + user + [call_msg, _tool_msg(res)]
+    return history, schemas, {"role": "assistant", "content": answer}, ANSWER_THOUGHT, None
 
 
 # ---- rendering ----------------------------------------------------------------------------------

@@ -18,27 +18,16 @@ import argparse
 import concurrent.futures as cf
 import json
 import sys
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure_tools import metrics  # noqa: E402  (one reader of the spec-decode counters)
+from measure_tools import acceptance, metrics, post  # noqa: E402  (one client of the server and its counters)
 
 
 def complete(url, prompt, max_tokens):
     body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "add_special_tokens": False}
-    req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=600) as r:
-        resp = json.loads(r.read())
+    resp = post(url, body, "/v1/completions")
     return resp["choices"][0]["text"], resp.get("usage", {}).get("completion_tokens", 0)
-
-
-def acceptance(before, after):
-    drafted = after["spec_decode_num_draft_tokens_total"] - before["spec_decode_num_draft_tokens_total"]
-    accepted = after["spec_decode_num_accepted_tokens_total"] - before["spec_decode_num_accepted_tokens_total"]
-    return {"draft_tokens": drafted, "accepted_tokens": accepted,
-            "acceptance": round(accepted / drafted, 4) if drafted else None}
 
 
 def main():

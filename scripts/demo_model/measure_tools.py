@@ -6,8 +6,9 @@ any order, same name and JSON-equal arguments). Also reports name-only accuracy 
 MTP draft acceptance when the server speculates, and where the wrong calls fail (`failures`, per set:
 no call, a wrong call count, a wrong tool, wrong argument keys, or right keys with a wrong value).
 `completion_tokens` sums the tokens the server generated. `exact_per_request` keeps every request's
-outcome in file order, so two checkpoints measured on the same requests compare pairwise: --against OTHER.json prints the discordant pairs and the exact two-sided
-sign-test (McNemar) p-value of the difference.
+outcome in file order, so two checkpoints measured on the same requests compare pairwise: --against
+OTHER.json prints the discordant pairs and the exact two-sided sign-test (McNemar) p-value of the
+difference.
 
 Usage: measure_tools.py --url http://127.0.0.1:8000 --data DATA [--n 200] [--jobs 4] [--out FILE]
                         [--against EARLIER_OUT.json]
@@ -22,8 +23,8 @@ import urllib.request
 from pathlib import Path
 
 
-def post(url, body):
-    req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(),
+def post(url, body, path="/v1/chat/completions"):
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=600) as r:
         return json.loads(r.read())
@@ -78,6 +79,14 @@ def metrics(url):
     return vals
 
 
+def acceptance(before, after):
+    """Draft tokens, accepted tokens and their ratio between two metrics() readings."""
+    drafted = after["spec_decode_num_draft_tokens_total"] - before["spec_decode_num_draft_tokens_total"]
+    accepted = after["spec_decode_num_accepted_tokens_total"] - before["spec_decode_num_accepted_tokens_total"]
+    return {"draft_tokens": drafted, "accepted_tokens": accepted,
+            "acceptance": round(accepted / drafted, 4) if drafted else None}
+
+
 def paired(mine: str, other: str) -> dict:
     """Discordant pairs of two per-request outcome strings ('1' exact, '0' not) and the exact two-sided
     sign-test p-value over them (McNemar's test, exact form)."""
@@ -114,14 +123,13 @@ def main():
     res = list(cf.ThreadPoolExecutor(a.jobs).map(one, rows))
     after = metrics(a.url)
     held = [r for r in res if r[2].get("set") == "named"]
-    drafted = after["spec_decode_num_draft_tokens_total"] - before["spec_decode_num_draft_tokens_total"]
-    accepted = after["spec_decode_num_accepted_tokens_total"] - before["spec_decode_num_accepted_tokens_total"]
+    spec = acceptance(before, after)
     out = {"n": len(res), "exact": sum(r[0] for r in res) / len(res), "name": sum(r[1] for r in res) / len(res),
            "named_held_out_tools": {"n": len(held), "exact": sum(r[0] for r in held) / max(len(held), 1)},
            "generated_unseen_tools": {"n": len(res) - len(held),
                                    "exact": sum(r[0] for r in res if r not in held) / max(len(res) - len(held), 1)},
-           "completion_tokens": sum(r[4] for r in res), "mtp_draft_tokens": drafted, "mtp_accepted_tokens": accepted,
-           "mtp_acceptance": accepted / drafted if drafted else None,
+           "completion_tokens": sum(r[4] for r in res), "mtp_draft_tokens": spec["draft_tokens"],
+           "mtp_accepted_tokens": spec["accepted_tokens"], "mtp_acceptance": spec["acceptance"],
            "failures": {}, "exact_per_request": "".join("1" if r[0] else "0" for r in res),
            "examples": [{"ok": r[0], "expected": r[2]["expected"], "got": r[3]} for r in res[:20]]}
     for ok, _, row, got, _ in res:

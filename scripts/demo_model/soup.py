@@ -24,12 +24,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import checkpoint_io  # noqa: E402
 
 
-def load_base(path: Path) -> dict:
-    if path.is_dir():
-        return checkpoint_io.load_model(path).state_dict()
-    return torch.load(path, map_location="cpu")
-
-
 def blend(run: dict, base: dict, alpha: float) -> dict:
     out = {}
     for k, v in run.items():
@@ -52,7 +46,7 @@ def main():
     if not 0.0 <= a.alpha <= 1.0:
         raise SystemExit("soup: --alpha must lie in [0, 1]")
     run, out = Path(a.run), Path(a.out)
-    weights = blend(torch.load(run / "model.pt", map_location="cpu"), load_base(Path(a.base)), a.alpha)
+    weights = blend(torch.load(run / "model.pt", map_location="cpu"), checkpoint_io.load_weights(Path(a.base)), a.alpha)
     out.mkdir(parents=True, exist_ok=True)
     torch.save(weights, out / "model.pt")
     for f in ("train_meta.json", "tokenizer.json"):

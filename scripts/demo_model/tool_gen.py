@@ -205,7 +205,7 @@ def _flight(r):
     return f"{r.choice(['TP', 'LH', 'BA', 'AF', 'UA', 'DL', 'KL', 'IB'])}{r.randint(10, 9999)}"
 
 
-# Realistic tools for TRAINING (make_data.py --natural-weight): hand-written descriptions and natural
+# Realistic tools for TRAINING (make_data.py --natural-share): hand-written descriptions and natural
 # request templates, as a user would phrase them, in the HELD_OUT layout. Round 6's named held-out tools
 # failed on the tool choice for 23 of 100 requests while generated tools, whose requests training's
 # templates cover, rarely did: training asked only in phrasings built from the tool's name. None of these

@@ -191,10 +191,7 @@ def main():
               f"{'; missing ' + str(missing) if missing else ''}{'; unexpected ' + str(unexpected) if unexpected else ''}",
               flush=True)
     elif a.resume:
-        if Path(a.resume).is_dir():
-            model.load_state_dict(checkpoint_io.load_model(Path(a.resume)).state_dict(), strict=False)
-        else:
-            model.load_state_dict(torch.load(a.resume, map_location="cpu"), strict=False)
+        model.load_state_dict(checkpoint_io.load_weights(Path(a.resume)), strict=False)
         print(f"resumed from {a.resume}", flush=True)
     model.to(a.device)
     n_params = sum(p.numel() for p in model.parameters())

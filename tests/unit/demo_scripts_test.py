@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """The demo model's helpers (scripts/demo_model): measure_tools.py's call comparison, failure classes
 and pairwise sign test; measure_spec.py's per-kind acceptance against a stub server; tool_gen's loose
-requests (--loose-asks); first_errors.py's classes; make_data.py --multi-call's trained spans and data_tokens.py's weights on them (with ONECARD_BIN, the onecard binary
-that renders and tokenizes: the real encoder and BPE); soup.py's weight average; dsv4_torch.py's fused
-attention for train.py --fast against the dense path (numpy and torch: without torch in this python3 the
-file reruns itself under /usr/bin/python3 where Debian's python3-torch lives, else those tests are
-skipped, saying so)."""
+requests (--loose-asks); first_errors.py's classes; data_stats.py; make_data.py --multi-call's trained
+spans and data_tokens.py's weights on them (with ONECARD_BIN, the onecard binary that renders and
+tokenizes: the real encoder and BPE); soup.py's weight average; dsv4_torch.py's fused attention for
+train.py --fast against the dense path (numpy and torch: without torch in this python3 the file reruns
+itself under /usr/bin/python3 where Debian's python3-torch lives, else those tests are skipped, saying
+so)."""
 
 import json
 import os
@@ -226,6 +227,18 @@ class TrainedSpans(unittest.TestCase):
         plain = dict(row)
         del plain["spans"]
         self.assertEqual([w for t, w in data_tokens.segments(plain) if t], [0.0, 1.0, data_tokens.CALL_WEIGHT])
+
+    def test_data_stats_counts_the_trained_text_and_calls(self):
+        import data_stats
+        row = self.row()
+        plain = {"prompt": "<｜User｜>hi<｜Assistant｜></think>", "completion": "Hello." + EOS, "kind": "greeting"}
+        got = data_stats.stats([row, plain])
+        total = sum(len(r["prompt"]) + len(r["completion"]) for r in (row, plain))
+        trained = 2 * len(CALL) + len("Done." + EOS) + len("Hello." + EOS)
+        self.assertEqual(got["rows"], 2)
+        self.assertEqual(got["rows_with_trained_earlier_turns"], 1)
+        self.assertEqual(got["trained_char_share"], round(trained / total, 4))
+        self.assertEqual(got["tool_calls_per_million_chars"], round(2 / total * 1e6, 1))
 
     def test_load_examples_puts_the_weights_on_those_tokens(self):
         import data_tokens
