@@ -14,8 +14,10 @@ it and the block separately gives the ids of the whole string, as with the promp
 """
 
 import json
+import os
 import random
 import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -53,19 +55,28 @@ def segments(chat: dict):
 
 
 class Encoder:
-    """tokenizer.json -> ids, through the `tokenizers` library when present; otherwise only a
-    merge-free byte-level file (tokenizer_build.py bytes) is accepted, encoded here directly."""
+    """tokenizer.json -> ids, through the `tokenizers` library when present, else through `onecard tokenize
+    --jsonl` when the ONECARD_BIN environment variable names the binary (the CPU machine, which lacks the
+    library: both implement the same byte-level BPE, and the e2e tests check onecard's against the
+    library's ids); otherwise only a merge-free byte-level file (tokenizer_build.py bytes) is accepted,
+    encoded here directly."""
 
     def __init__(self, path: Path):
         j = json.loads(Path(path).read_text())
+        self.path = Path(path)
         self.added = {a["content"]: a["id"] for a in j["added_tokens"]}
         self.vocab_size = max(list(j["model"]["vocab"].values()) + list(self.added.values())) + 1
+        self.onecard = None
         try:
             from tokenizers import Tokenizer
             self.tok = Tokenizer.from_file(str(path))
         except ImportError:
             self.tok = None
-            assert not j["model"]["merges"], "without the tokenizers library only a merge-free tokenizer works"
+            if j["model"]["merges"] and os.environ.get("ONECARD_BIN"):
+                self.onecard = os.environ["ONECARD_BIN"]
+                return
+            assert not j["model"]["merges"], ("without the tokenizers library only a merge-free tokenizer works, "
+                                              "unless ONECARD_BIN names the onecard binary")
             from tokenizer_build import byte_alphabet
             self.byte_ids = [j["model"]["vocab"][c] for c in byte_alphabet()]
             self.split = re.compile("(" + "|".join(re.escape(s) for s in sorted(self.added, key=len, reverse=True)) + ")")
@@ -73,6 +84,8 @@ class Encoder:
     def encode(self, text: str) -> list:
         if self.tok is not None:
             return self.tok.encode(text, add_special_tokens=False).ids
+        if self.onecard is not None:
+            return self.encode_batch([text])[0]
         ids = []
         for part in self.split.split(text):
             if part in self.added:
@@ -84,6 +97,12 @@ class Encoder:
     def encode_batch(self, texts: list) -> list:
         if self.tok is not None:
             return [e.ids for e in self.tok.encode_batch(texts, add_special_tokens=False)]
+        if self.onecard is not None:
+            lines = "".join(json.dumps(t) + "\n" for t in texts)
+            out = subprocess.run([self.onecard, "tokenize", "--tokenizer", str(self.path), "--jsonl"], input=lines,
+                                 capture_output=True, text=True, check=True).stdout.splitlines()
+            assert len(out) == len(texts), f"onecard tokenize --jsonl: {len(out)} lines for {len(texts)} texts"
+            return [json.loads(o) for o in out]
         return [self.encode(t) for t in texts]
 
 

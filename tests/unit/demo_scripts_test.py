@@ -312,10 +312,15 @@ class MultiCallData(unittest.TestCase):
                 out = subprocess.run([ONECARD, "tokenize", "--tokenizer", str(tok)], input=text.encode(),
                                      capture_output=True, check=True).stdout
                 return json.loads(out)
+            # data_tokens.Encoder without the tokenizers library: every piece through one `onecard tokenize
+            # --jsonl` process; each conversation must match the single-text command on the whole string.
+            enc = data_tokens.Encoder(tok)
+            self.assertIsNotNone(enc.onecard)
             for r in spanned[:6]:
                 for a, b in r["spans"]:
                     self.assertEqual(r["prompt"][b - len(EOS):b], EOS)
-                pieces = [t for text, _ in data_tokens.segments(r) if text for t in ids(text)]
+                texts = [text for text, _ in data_tokens.segments(r) if text]
+                pieces = [t for p in enc.encode_batch(texts) for t in p]
                 self.assertEqual(pieces, ids(r["prompt"] + r["completion"]))
 
 

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <unistd.h>
@@ -54,6 +55,30 @@ TEST_F(TokenizerCli, EncodeThenDecodeRoundTrips) {
     const Result plain = run_cli(tok_arg() + " --no-special", "<｜User｜>");
     const auto plain_ids = nlohmann::json::parse(plain.out).get<std::vector<int32_t>>();
     EXPECT_EQ(std::find(plain_ids.begin(), plain_ids.end(), 128803), plain_ids.end());
+}
+
+// --jsonl: each line a JSON string, each output line the ids encode() gives that string (special tokens,
+// escaped newlines and non-ASCII included); a line that is not a JSON string names its number.
+TEST_F(TokenizerCli, JsonlEncodesOneTextPerLine) {
+    const std::vector<std::string> texts = {"Hello! 毕老师！", "", "<｜User｜>x\r\n  y", "plain"};
+    std::string lines;
+    for (const auto& t : texts) lines += nlohmann::json(t).dump() + "\n";
+    const Result r = run_cli(tok_arg() + " --jsonl", lines);
+    ASSERT_EQ(r.rc, 0) << r.out;
+    const auto tok = Tokenizer::from_file(test::v3_tokenizer_path());
+    std::istringstream out(r.out);
+    std::string line;
+    size_t n = 0;
+    for (; std::getline(out, line); ++n) {
+        ASSERT_LT(n, texts.size()) << r.out;
+        EXPECT_EQ(nlohmann::json::parse(line).get<std::vector<int32_t>>(), tok.encode(texts[n])) << texts[n];
+    }
+    EXPECT_EQ(n, texts.size());
+    const Result bad = run_cli(tok_arg() + " --jsonl", "\"ok\"\n[1, 2]\n");
+    EXPECT_NE(bad.rc, 0);
+    EXPECT_NE(bad.out.find("line 2 must be a JSON string"), std::string::npos) << bad.out;
+    const Result both = run_cli(tok_arg() + " --jsonl --decode", "[1]");
+    EXPECT_NE(both.rc, 0);
 }
 
 TEST_F(TokenizerCli, BadInputIsAClearError) {
