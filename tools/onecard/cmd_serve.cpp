@@ -15,12 +15,13 @@
 #include "model/expert_profile.h"
 #include "model/weights.h"
 #include "onecard/engine.h"
+#include "serve_compat_flags.h"
 #include "serve_demo.h"
 #include "serve_front_flags.h"
 #include "serve_plan.h"
 #include "serve_prefix_cache.h"
+#include "serve_signals.h"
 #include "server/access_control.h"
-#include "server/config_file.h"
 #include "server/generation_config.h"
 #include "server/openai_server.h"
 #include "server/speculative_config.h"
@@ -39,7 +40,6 @@
 #include <nlohmann/json.hpp>
 
 #include <pthread.h>
-#include <unistd.h>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -97,54 +97,6 @@ struct ServeArgs {
     std::string compat_value;            // target of the accepted-and-ignored vLLM options with a value
 };
 
-// vLLM flags accepted with no effect here, each named in one startup line when given. Every one of
-// them is either what onecard does anyway or does not change what a client gets back.
-constexpr const char* kIgnoredVllmFlags[] = {
-    "--trust-remote-code",
-    "--enable-auto-tool-choice",
-    "--disable-log-requests",
-    "--disable-log-stats",
-    "--enforce-eager",
-    "--enable-chunked-prefill",
-    "--no-enable-chunked-prefill",
-    "--swap-space",
-    "--block-size",
-    "--download-dir",
-    "--tokenizer-mode",
-    "--distributed-executor-backend",
-    "--disable-fastapi-docs",
-    "--tool-call-parser",
-    "--reasoning-parser",
-    "--kv-cache-dtype",
-    "--dtype",
-    "--tensor-parallel-size",
-    "--pipeline-parallel-size",
-    "--data-parallel-size",
-    "--chat-template",
-};
-
-// Applies a JSON or YAML config file to every option the command line and environment left unset.
-void apply_config_file(CLI::App* cmd, const std::string& path) {
-    for (const server::ConfigValue& cv : server::read_config_file(path)) {
-        const std::string name = server::config_key_to_flag(cv.key);
-        // vLLM's YAML names the model as `model:`; the positional argument has no flag name.
-        CLI::Option* opt = cmd->get_option_no_throw("--" + name);
-        ONECARD_CHECK(opt != nullptr && name != "config", "--config '{}': unknown option '{}'", path, cv.key);
-        if (opt->count() > 0) continue;  // the command line or environment wins
-        // A boolean flag set to false in the file is simply not set.
-        // (--enable-prefix-caching and --new-requests-first default to on: false there turns them off.)
-        if (opt->get_expected_max() == 0 && cv.values.size() == 1 && cv.values[0] == "false" &&
-            name != "enable-prefix-caching" && name != "new-requests-first")
-            continue;
-        for (const auto& v : cv.values) opt->add_result(v);
-        try {
-            opt->run_callback();
-        } catch (const CLI::Error& e) {
-            fail("--config '{}': option '{}': {}", path, cv.key, e.what());
-        }
-    }
-}
-
 // The vLLM-only flags: refused when they ask for what onecard would not do, otherwise named once.
 void apply_vllm_flags(CLI::App* cmd, ServeArgs& a) {
     if (!a.model_positional.empty()) {
@@ -156,32 +108,11 @@ void apply_vllm_flags(CLI::App* cmd, ServeArgs& a) {
     const server::LogLevel level = server::parse_log_level(a.vllm.log_level);
     // Access-log lines are info-level: above info (warning, error, critical) they are off.
     if (level > server::LogLevel::Info || a.disable_uvicorn_access_log) a.no_access_log = true;
-    std::vector<std::string> ignored;
-    for (const char* f : kIgnoredVllmFlags)
-        if (cmd->get_option(f)->count() > 0) ignored.emplace_back(f);
-    std::fputs(server::ignored_flags_line(ignored).c_str(), stderr);
-}
-
-// --allowed-origins takes vLLM's JSON list ('["https://a.example"]') or plain origins, repeatable.
-std::vector<std::string> parse_allowed_origins(const std::vector<std::string>& given) {
-    std::vector<std::string> out;
-    for (const auto& g : given) {
-        if (!g.empty() && g.front() == '[') {
-            nlohmann::json j;
-            try {
-                j = nlohmann::json::parse(g);
-            } catch (const nlohmann::json::exception&) {
-                fail("serve: --allowed-origins '{}': not a JSON list of origins", g);
-            }
-            for (const auto& o : j) {
-                ONECARD_CHECK(o.is_string(), "serve: --allowed-origins '{}': not a JSON list of origins", g);
-                out.push_back(o.get<std::string>());
-            }
-        } else {
-            out.push_back(g);
-        }
-    }
-    return out;
+    // The checked vLLM flags whose accepted values are what onecard does anyway (registered below).
+    const std::vector<std::string> checked = {
+        "--tool-call-parser",     "--reasoning-parser",       "--kv-cache-dtype",     "--dtype",
+        "--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size", "--chat-template"};
+    std::fputs(server::ignored_flags_line(no_effect_vllm_flags_given(cmd, checked)).c_str(), stderr);
 }
 
 // `onecard serve` exits with this when it cannot listen on --host/--port (98 = EADDRINUSE on Linux).
@@ -193,56 +124,6 @@ constexpr int kExitCannotListen = 98;
 // with a 52K-token prompt among decoding streams (docs/results.md, 2026-12-03): 512-token steps
 // prefill it at 2.1K tok/s with 0.56 s decode gaps at worst, 2048-token steps at 1.4K tok/s with 1.0 s.
 constexpr int64_t kAllGpuStepTokens = 512;
-
-// What SIGTERM/SIGINT do when a thread that does not block them takes them: serve's own signal thread
-// (block_stop_signals) or a thread started before main() could block them (OpenBLAS's pool, started in
-// a library constructor). The kernel hands a process-directed signal to such a thread whenever the main
-// thread is not in sigwait(): while the model loads. A signal handler has no context argument, hence
-// these two process-wide values (set once on the main thread before loading; lock-free atomics are
-// async-signal-safe).
-std::atomic<bool> g_serving{false};
-pthread_t g_main_thread;
-
-void on_stop_signal(int sig) {
-    if (g_serving.load()) {
-        pthread_kill(g_main_thread, sig);  // pending on the main thread, whose sigwait() takes it
-        return;
-    }
-    // Still loading: nothing to drain and nothing half-written that the next start does not clean up
-    // (a disk KV tier's temp files), so stop at once, saying so, with a clean exit status.
-    static const char msg[] = "serve: stop signal while loading: stopped before serving\n";
-    ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
-    (void)ignored;
-    _exit(0);
-}
-
-void block_stop_signals(sigset_t& set) {
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    // Blocked here, so every thread started from now on inherits the mask and only sigwait() sees them;
-    // threads started before main() (OpenBLAS's) run on_stop_signal instead of dying of the signal.
-    g_main_thread = pthread_self();
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);
-    // And one thread of our own that takes them whatever else runs: with OPENBLAS_NUM_THREADS=1 (or
-    // any BLAS without a pool) no thread started before main(), every thread blocked the signals, and a
-    // stop signal during the load stayed pending until serving began (found by the ASan suite, which
-    // runs with one BLAS thread). It runs on_stop_signal like any such thread, for the process's life.
-    std::thread([] {
-        sigset_t mine;
-        sigemptyset(&mine);
-        sigaddset(&mine, SIGINT);
-        sigaddset(&mine, SIGTERM);
-        pthread_sigmask(SIG_UNBLOCK, &mine, nullptr);
-        for (;;) pause();
-    }).detach();
-    std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
-}
 
 // Whether to run on the GPU: --device cuda insists (and fails with the reason), auto uses a GPU when
 // there is one and the CUDA kernels take the model's shape, cpu never. `why` says why not.
@@ -646,7 +527,7 @@ void run_serve(CLI::App* cmd, ServeArgs& a) {
     std::fflush(stdout);
 
     int sig = 0;
-    g_serving = true;  // from here a stop signal drains (on_stop_signal forwards it to this sigwait)
+    mark_serving();  // from here a stop signal drains (its handler forwards it to this sigwait)
     sigwait(&stop_signals, &sig);
     std::fprintf(stderr, "serve: signal %d: draining (up to %.1fs; a second signal cancels what is left)\n", sig,
                  a.shutdown_timeout);
@@ -850,17 +731,11 @@ void add_cmd_serve(CLI::App& app) {
     cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", a->enable_prefix_caching,
                   "automatic prefix caching (default on; the CUDA backend and the CPU backend in reference "
                   "numerics have it)");
-    for (const char* f :
-         {"--trust-remote-code", "--enable-auto-tool-choice", "--disable-log-requests", "--disable-log-stats",
-          "--enforce-eager", "--enable-chunked-prefill", "--no-enable-chunked-prefill", "--disable-fastapi-docs"})
-        cmd->add_flag(f, a->compat_bool, "vLLM: accepted, no effect in onecard")->group("vLLM compatibility");
+    add_no_effect_vllm_flags(cmd, a->compat_bool, a->compat_value);
     cmd->add_option("--load-format", a->load_format,
                     "vLLM: auto | safetensors (the checkpoint's weights) or dummy (random weights of config.json's "
                     "shape made on the GPU, for benchmarks; --seed picks them)")
         ->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
-    for (const char* f :
-         {"--swap-space", "--block-size", "--download-dir", "--tokenizer-mode", "--distributed-executor-backend"})
-        cmd->add_option(f, a->compat_value, "vLLM: accepted, no effect in onecard")->group("vLLM compatibility");
     // Environment: ONECARD_<FLAG> for every flag (--max-model-len -> ONECARD_MAX_MODEL_LEN).
     for (CLI::Option* opt : cmd->get_options()) {
         if (opt->get_lnames().empty() || opt->get_lnames()[0] == "help") continue;
