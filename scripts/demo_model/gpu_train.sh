@@ -59,6 +59,12 @@ for s in ["<｜User｜>", "<｜Assistant｜>", "<think>", "</think>", "｜DSML�
     if len(t.encode(s, add_special_tokens=False).ids) != 1:
         print("WARNING: not one token:", s)
 print("tokenizer ok:", t.get_vocab_size(), "ids;", len(text), "chars ->", len(ids), "tokens")
+# respace.py's promise, checked with the library that trains (onecard's BPE is checked in CI): a word's
+# tokens after a space are its tokens alone, but for the first.
+words = "Boston Italian assignments directional cherished Houston Vienna untouched weather".split()
+enc = lambda s: t.encode(s, add_special_tokens=False).ids
+bad = [w for w in words if enc(" " + w)[1:] not in (enc(w)[1:], enc(w))]
+print("space-consistent words:", len(words) - len(bad), "of", len(words), bad)
 PY
 [ $? -eq 0 ] || echo "tokenizer check could not run"
 echo "tokenizer: $(( $(date +%s) - t0 )) s"
@@ -71,8 +77,14 @@ fi
 # A warm start: CARRY_DIR/model.pt (fp32 weights), or CARRY_DIR/init_path naming an official-format
 # checkpoint in the repository (e.g. models/demo; train.py dequantises it). Used only while KEEP_DIR
 # has no state.pt (train.py prefers the state).
+# With CARRY_DIR/respace (make_carry.sh RESPACE=1) that checkpoint is first carried over to the carry's
+# tokenizer (respace.py model: the twins' rows copied from their space-led tokens').
 resume=""
 [ -f $carry/init_path ] && resume="--resume $repo/$(cat $carry/init_path)"
+if [ -f $carry/init_path ] && [ -f $carry/respace ]; then
+    python3 $S/respace.py model --ckpt $repo/$(cat $carry/init_path) --tokenizer run/tokenizer.json --out $work/init \
+        && resume="--resume $work/init/model.pt" || { echo "respace.py model failed"; exit 1; }
+fi
 [ -f $carry/model.pt ] && resume="--resume $carry/model.pt"
 python3 $S/train.py --data data --tokenizer run/tokenizer.json --out run --minutes $minutes \
     --total-minutes $total_minutes --stop-at $stop_at $final $keep_args $resume ${TRAIN_ARGS:-} 2>&1 | tee run/train_stdout.log

@@ -5,7 +5,10 @@
 # With INIT (an exported demo checkpoint in the repository, e.g. models/demo) the run starts warm:
 # its path goes to init_path (gpu_train.sh passes it to train.py --resume, which dequantises it; the
 # tracked tree travels with the carry) and its tokenizer to tokenizer.json (so the device builds no new one).
-# Usage: make_carry.sh DATA_DIR [INIT]   (run from anywhere; writes under the repository root)
+# With RESPACE=1 (and INIT) the run starts from INIT carried over to respace.py's tokenizer: tokenizer.json
+# is respace.py's rebuild of INIT's, and the marker file `respace` tells gpu_train.sh to carry the weights
+# over (respace.py model) before the first call trains.
+# Usage: [RESPACE=1] make_carry.sh DATA_DIR [INIT]   (run from anywhere; writes under the repository root)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 data=$(realpath "$1")
@@ -19,7 +22,14 @@ files=$(cd "$data" && ls brown_train.jsonl brown_test.jsonl chat_train.jsonl cha
 tar -cf - -C "$data" $files | xz -T2 -6 > "$dst/data.tar.xz"
 if [ -n "${2:-}" ]; then  # a path inside the repository, which travels anyway: recorded, not copied
     (cd "$root" && realpath --relative-to=. "$2") > "$dst/init_path"
-    cp "$2/tokenizer.json" "$dst/tokenizer.json"
+    if [ "${RESPACE:-0}" = 1 ]; then
+        python3 "$root/scripts/demo_model/respace.py" tokenizer "$2/tokenizer.json" "$dst/tokenizer.json"
+        touch "$dst/respace"
+    else
+        cp "$2/tokenizer.json" "$dst/tokenizer.json"
+    fi
+elif [ "${RESPACE:-0}" = 1 ]; then
+    echo "RESPACE=1 needs INIT (the checkpoint whose tokenizer and weights are carried over)"; exit 1
 fi
 du -sh "$dst" "$dst/data.tar.xz"
 size=$(du -sm "$dst" | cut -f1)

@@ -5,7 +5,8 @@ onecard). Examples come from DATA/chat_test.jsonl (loss on the completion) and D
 (loss on the text after BOS), tokenised by `onecard tokenize` with the checkpoint's tokenizer.
 
 Usage: measure_ppl.py --onecard B --ckpt models/demo --data DATA [--model-pt RUN/model.pt] [--n 100]
-Prints and writes (--out) JSON: per source, tokens and perplexity for each model.
+Prints and writes (--out) JSON: per source, tokens and perplexity for each model, and bits per byte of
+the scored text (which, unlike perplexity per token, compares checkpoints with different tokenizers).
 """
 
 import argparse
@@ -25,6 +26,12 @@ def tokenize(onecard, ckpt, text):
     p = subprocess.run([onecard, "tokenize", "--tokenizer", str(ckpt)], input=text.encode(), capture_output=True,
                        check=True)
     return json.loads(p.stdout)
+
+
+def token_byte_lengths(ckpt):
+    """UTF-8 length of each id's text in the checkpoint's tokenizer.json."""
+    from tokenizer_build import token_bytes
+    return {i: len(b) for i, b in token_bytes(json.loads((Path(ckpt) / "tokenizer.json").read_text())).items()}
 
 
 def nll_from_logits(logits, ids, mask):
@@ -64,6 +71,7 @@ def main():
         torch_model.load_state_dict(torch.load(a.model_pt, map_location="cpu"), strict=False)
         torch_model.eval()
     acc = {}
+    nbytes = token_byte_lengths(a.ckpt)
     with tempfile.TemporaryDirectory() as tmp:
         for i, (src, ids, mask) in enumerate(examples):
             tf, out = Path(tmp) / "t.txt", Path(tmp) / "l.npy"
@@ -71,9 +79,11 @@ def main():
             subprocess.run([a.onecard, "logits", "--model", str(a.ckpt), "--tokens-file", str(tf), "--numerics",
                             "reference", "--out", str(out)], check=True, capture_output=True)
             n, k = nll_from_logits(np.load(out), ids, mask)
-            s = acc.setdefault(src, {"onecard_reference_nll": 0.0, "torch_fp32_nll": 0.0, "tokens": 0.0})
+            s = acc.setdefault(src, {"onecard_reference_nll": 0.0, "torch_fp32_nll": 0.0, "tokens": 0.0,
+                                     "bytes": 0})
             s["onecard_reference_nll"] += n
             s["tokens"] += k
+            s["bytes"] += sum(nbytes[t] for t, m in zip(ids[1:], mask[1:]) if m)
             if torch_model is not None:
                 with torch.no_grad():
                     lg, _ = torch_model(torch.tensor([ids]), Numerics("exact"))
@@ -81,7 +91,9 @@ def main():
     res = {}
     for src, s in acc.items():
         res[src] = {"tokens": int(s["tokens"]), "examples": sum(1 for e in examples if e[0] == src),
-                    "ppl_onecard_quantised_checkpoint": math.exp(s["onecard_reference_nll"] / s["tokens"])}
+                    "ppl_onecard_quantised_checkpoint": math.exp(s["onecard_reference_nll"] / s["tokens"]),
+                    "bytes": s["bytes"],
+                    "bits_per_byte_onecard_quantised_checkpoint": s["onecard_reference_nll"] / s["bytes"] / math.log(2)}
         if torch_model is not None:
             res[src]["ppl_torch_fp32"] = math.exp(s["torch_fp32_nll"] / s["tokens"])
     print(json.dumps(res, indent=1))

@@ -34,6 +34,15 @@ def byte_alphabet():
     return [table[b] for b in range(256)]
 
 
+def token_bytes(tok: dict) -> dict:
+    """id -> the bytes it stands for, for a byte-level tokenizer.json dict (added tokens: their UTF-8 text)."""
+    byte_of = {c: b for b, c in enumerate(byte_alphabet())}
+    out = {i: bytes(byte_of[c] for c in t) for t, i in tok["model"]["vocab"].items() if all(c in byte_of for c in t)}
+    for a in tok["added_tokens"]:
+        out[a["id"]] = a["content"].encode()
+    return out
+
+
 def extract_template(v4_json: Path, out: Path):
     j = json.loads(v4_json.read_text())
     # Reserved placeholders (V3 <｜place▁holder▁no▁N｜>, V4 <|place_holder_mm_span_N|>) are left out.

@@ -379,6 +379,105 @@ class LooseAsks(unittest.TestCase):
             self.assertEqual((text, a.getstate()), (tool_gen.make_call(b, tool)[0], b.getstate()))
 
 
+def _bpe(word: str, merges: list) -> list:
+    """Reference byte-pair encoding of one pre-token (symbols already in the byte-level alphabet): the
+    lowest-ranked adjacent pair merges first, as the tokenizers library and onecard apply them."""
+    rank = {tuple(m.split(" ")): i for i, m in enumerate(merges)}
+    syms = list(word)
+    while True:
+        pairs = [(rank[(a, b)], i) for i, (a, b) in enumerate(zip(syms, syms[1:])) if (a, b) in rank]
+        if not pairs:
+            return syms
+        _, i = min(pairs)
+        syms[i:i + 2] = [syms[i] + syms[i + 1]]
+
+
+class Respace(unittest.TestCase):
+    """respace.py: every word tokenises with its leading space as without it, but for the first token;
+    old ids keep their meaning, and the model's rows follow the tokens."""
+
+    # A BPE as training learns it: the space joins "B" first, so " Boston" is one token while "Boston"
+    # alone is "B" + "os" + "to" + "n" (the `different` class of copy_align.py).
+    MERGES = ["Ġ B", "o s", "ĠB os", "t o", "ĠBos to", "ĠBosto n", "B o", "Ġ o"]
+
+    def tiny(self):
+        symbols = ["<｜begin▁of▁sentence｜>", "Ġ", "B", "o", "s", "t", "n"]
+        made = [m.replace(" ", "") for m in self.MERGES]
+        vocab = {t: i for i, t in enumerate(dict.fromkeys(symbols + made))}
+        return {"added_tokens": [{"id": 0, "content": symbols[0]}],
+                "model": {"vocab": vocab, "merges": list(self.MERGES)}}
+
+    def test_a_word_keeps_its_tokens_behind_the_space(self):
+        import respace
+        old = self.tiny()
+        new, twins = respace.respace(old)
+        self.assertEqual(twins, ["Bos", "Bosto", "Boston"])
+        for t, i in old["model"]["vocab"].items():
+            self.assertEqual(new["model"]["vocab"][t], i)
+        self.assertEqual(_bpe("ĠBoston", old["model"]["merges"]), ["ĠBoston"])
+        self.assertEqual(_bpe("Boston", old["model"]["merges"]), ["B", "os", "to", "n"])
+        merges = new["model"]["merges"]
+        for w in ("Boston", "Bos", "Boss", "Bonn", "oston", "Bot", "onto"):
+            bare, spaced = _bpe(w, merges), _bpe("Ġ" + w, merges)
+            self.assertIn(spaced, (["Ġ"] + bare, ["Ġ" + bare[0]] + bare[1:]), w)
+            for t in bare + spaced:
+                self.assertIn(t, new["model"]["vocab"])
+        self.assertEqual(_bpe("ĠBoston", merges), ["ĠBoston"])  # still one token in running text
+        self.assertEqual(_bpe("Boston", merges), ["Boston"])   # and one in a DSML value
+
+    def test_copy_align_names_the_three_cases(self):
+        import copy_align
+        import tokenizer_build
+        tok = self.tiny()
+        import respace
+        for t, ok in ((tok, "different"), (respace.respace(tok)[0], "first-differs")):
+            tb = tokenizer_build.token_bytes(t)
+            enc = {w: [t["model"]["vocab"][x] for x in _bpe(w, t["model"]["merges"])] for w in ("ĠBoston", "Boston")}
+            self.assertEqual(copy_align.classify(enc["ĠBoston"], enc["Boston"], "Boston", tb), ok)
+            self.assertEqual(copy_align.classify(enc["Boston"], enc["Boston"], "Boston", tb), "same")
+            self.assertEqual(copy_align.classify(enc["Boston"], enc["Boston"], "Bonn", tb), "absent")
+
+    @unittest.skipUnless(torch is not None, "respace.carry_model needs torch, which this python3 lacks")
+    def test_the_model_rows_follow_the_tokens(self):
+        import respace
+        old = self.tiny()
+        new, twins = respace.respace(old)
+        n_old, n_new = len(old["model"]["vocab"]), len(new["model"]["vocab"])
+        state = {"embed": torch.randn(n_old, 4), "head": torch.randn(n_old, 4),
+                 "layers.0.ffn.gate.tid2eid": torch.arange(2 * n_old).view(n_old, 2), "norm": torch.ones(4)}
+        out = respace.carry_model(state, old, new)
+        self.assertEqual(out["embed"].shape[0], n_new)
+        self.assertTrue(torch.equal(out["embed"][:n_old], state["embed"]))
+        self.assertTrue(torch.equal(out["head"][:n_old], state["head"]))
+        for z in twins:
+            i, j = new["model"]["vocab"][z], old["model"]["vocab"]["Ġ" + z]
+            self.assertTrue(torch.equal(out["embed"][i], state["embed"][j]))
+            self.assertTrue(torch.equal(out["layers.0.ffn.gate.tid2eid"][i], state["layers.0.ffn.gate.tid2eid"][j]))
+            self.assertTrue(torch.allclose(out["head"][i], state["head"].mean(0)))
+        self.assertTrue(torch.equal(out["norm"], state["norm"]))
+
+    @unittest.skipUnless(ONECARD and os.path.exists(ONECARD), "needs ONECARD_BIN (ctest sets it)")
+    def test_the_demo_tokenizer_respaced_through_onecard(self):
+        import data_tokens
+        import respace
+        path = Path(__file__).resolve().parents[2] / "models" / "demo" / "tokenizer.json"
+        words = ("Boston Italian French Madrid assignments directional cherished Sharp Houston Vienna mutilated "
+                 "untouched biochemical weather price symbol Denver German growth intellect abstractions the a "
+                 "reminder translate").split()
+
+        def violations(tok_path):
+            enc = data_tokens.Encoder(tok_path)
+            bare, spaced = enc.encode_batch(words), enc.encode_batch([" " + w for w in words])
+            space = enc.encode(" ")
+            return [w for w, b, s in zip(words, bare, spaced) if s != space + b and s[1:] != b[1:]]
+        with tempfile.TemporaryDirectory() as d:
+            new, _ = respace.respace(json.loads(path.read_text()))
+            out = Path(d) / "tokenizer.json"
+            out.write_text(json.dumps(new, ensure_ascii=False))
+            self.assertEqual(violations(out), [])
+        self.assertGreater(len(violations(path)), 5)  # the shipped tokenizer spells most of them differently
+
+
 @unittest.skipUnless(torch is not None, "soup.py needs torch, which this python3 lacks")
 class Soup(unittest.TestCase):
     def setUp(self):
