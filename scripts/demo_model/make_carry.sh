@@ -8,11 +8,12 @@
 # With RESPACE=1 (and INIT) the run starts from INIT carried over to respace.py's tokenizer: tokenizer.json
 # is respace.py's rebuild of INIT's, and the marker file `respace` tells gpu_train.sh to carry the weights
 # over (respace.py model) before the first call trains.
-# Usage: [RESPACE=1] make_carry.sh DATA_DIR [INIT]   (run from anywhere; writes under the repository root)
+# Usage: [RESPACE=1] [CARRY_NAME=demo-train] [PYTHON=python3] make_carry.sh DATA_DIR [INIT]
+#   (run from anywhere; writes .carry/CARRY_NAME under the repository root; PYTHON needs numpy with RESPACE)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 data=$(realpath "$1")
-dst=$root/.carry/demo-train
+dst=$root/.carry/${CARRY_NAME:-demo-train}
 rm -rf "$dst"; mkdir -p "$dst/scripts" "$dst/golden"
 cp "$root"/scripts/demo_model/*.py "$root"/scripts/demo_model/*.sh "$root"/scripts/demo_model/*.json "$dst/scripts/"
 cp "$root/scripts/golden/ckpt_reader.py" "$dst/scripts/"
@@ -23,7 +24,10 @@ tar -cf - -C "$data" $files | xz -T2 -6 > "$dst/data.tar.xz"
 if [ -n "${2:-}" ]; then  # a path inside the repository, which travels anyway: recorded, not copied
     (cd "$root" && realpath --relative-to=. "$2") > "$dst/init_path"
     if [ "${RESPACE:-0}" = 1 ]; then
-        python3 "$root/scripts/demo_model/respace.py" tokenizer "$2/tokenizer.json" "$dst/tokenizer.json"
+        # Tokens DATA's training text never uses are dropped (the checkpoint stays under 20 MB); the data
+        # is tokenised by onecard here (ONECARD_BIN, default build/onecard) when python lacks `tokenizers`.
+        ONECARD_BIN=${ONECARD_BIN:-$root/build/onecard} ${PYTHON:-python3} "$root/scripts/demo_model/respace.py" tokenizer \
+            "$2/tokenizer.json" "$dst/tokenizer.json" --prune-with "$data"
         touch "$dst/respace"
     else
         cp "$2/tokenizer.json" "$dst/tokenizer.json"

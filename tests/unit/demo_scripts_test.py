@@ -425,6 +425,31 @@ class Respace(unittest.TestCase):
         self.assertEqual(_bpe("ĠBoston", merges), ["ĠBoston"])  # still one token in running text
         self.assertEqual(_bpe("Boston", merges), ["Boston"])   # and one in a DSML value
 
+    def test_prune_drops_what_the_data_never_makes(self):
+        import respace
+        import tokenizer_build
+        new, _ = respace.respace(self.tiny())
+        v = new["model"]["vocab"]
+        used = [v[t] for w in ("ĠBoston", "Bos") for t in _bpe(w, new["model"]["merges"])]
+        out = respace.prune(new, used)
+        kept = out["model"]["vocab"]
+        self.assertEqual(sorted(kept.values()), list(range(len(kept))))
+        # "Ġo" and "Bo" make nothing " Boston" or "Bos" need; the chain to "Boston" and every byte stay.
+        self.assertNotIn("Ġo", kept)
+        self.assertNotIn("Bo", kept)
+        for t in ("Bos", "Bosto", "Boston", "ĠBoston", "os", "to", "n"):
+            self.assertIn(t, kept)
+        # A byte no text used stays too: any input must still tokenise.
+        rich = json.loads(json.dumps(new))
+        rich["model"]["vocab"]["Ā"] = len(v)
+        self.assertIn("Ā", respace.prune(rich, used)["model"]["vocab"])
+        self.assertIn("Ā", tokenizer_build.byte_alphabet())
+        self.assertEqual(out["added_tokens"][0]["id"], kept["<｜begin▁of▁sentence｜>"])
+        for w in ("ĠBoston", "Bos", "Boston"):
+            self.assertEqual(_bpe(w, out["model"]["merges"]), _bpe(w, new["model"]["merges"]))
+        for m in out["model"]["merges"]:
+            self.assertTrue(all(p in kept for p in m.split(" ")) and m.replace(" ", "") in kept, m)
+
     def test_copy_align_names_the_three_cases(self):
         import copy_align
         import tokenizer_build
@@ -455,6 +480,12 @@ class Respace(unittest.TestCase):
             self.assertTrue(torch.equal(out["layers.0.ffn.gate.tid2eid"][i], state["layers.0.ffn.gate.tid2eid"][j]))
             self.assertTrue(torch.allclose(out["head"][i], state["head"].mean(0)))
         self.assertTrue(torch.equal(out["norm"], state["norm"]))
+        # After pruning, rows follow the token strings, not the ids.
+        pruned = respace.prune(new, [new["model"]["vocab"][t] for t in ("ĠBoston", "Bos")])
+        out = respace.carry_model(state, old, pruned)
+        for t, i in pruned["model"]["vocab"].items():
+            j = old["model"]["vocab"].get(t, old["model"]["vocab"].get("Ġ" + t))
+            self.assertTrue(torch.equal(out["embed"][i], state["embed"][j]), t)
 
     @unittest.skipUnless(ONECARD and os.path.exists(ONECARD), "needs ONECARD_BIN (ctest sets it)")
     def test_the_demo_tokenizer_respaced_through_onecard(self):
