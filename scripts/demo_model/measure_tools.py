@@ -8,7 +8,8 @@ no call, a wrong call count, a wrong tool, wrong argument keys, or right keys wi
 `completion_tokens` sums the tokens the server generated. `exact_per_request` keeps every request's
 outcome in file order, so two checkpoints measured on the same requests compare pairwise: --against
 OTHER.json prints the discordant pairs and the exact two-sided sign-test (McNemar) p-value of the
-difference.
+difference. `examples` keeps every request's expected and returned calls (for the wrong values' analysis:
+a swapped slot, a truncated copy).
 
 Usage: measure_tools.py --url http://127.0.0.1:8000 --data DATA [--n 200] [--jobs 4] [--out FILE]
                         [--against EARLIER_OUT.json]
@@ -131,7 +132,7 @@ def main():
            "completion_tokens": sum(r[4] for r in res), "mtp_draft_tokens": spec["draft_tokens"],
            "mtp_accepted_tokens": spec["accepted_tokens"], "mtp_acceptance": spec["acceptance"],
            "failures": {}, "exact_per_request": "".join("1" if r[0] else "0" for r in res),
-           "examples": [{"ok": r[0], "expected": r[2]["expected"], "got": r[3]} for r in res[:20]]}
+           "examples": [{"ok": r[0], "expected": r[2]["expected"], "got": r[3]} for r in res]}
     for ok, _, row, got, _ in res:
         if not ok:
             per_set = out["failures"].setdefault(row.get("set", "all"), {})
