@@ -18,21 +18,14 @@ Usage: copy_align.py --onecard B --tokenizer T --data DATA [--results R.json ...
 import argparse
 import collections
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import data_tokens  # noqa: E402
 from tokenizer_build import token_bytes  # noqa: E402
 
 ORDER = ["same", "first-differs", "different", "absent"]
-
-
-def encode(onecard, tokenizer, texts):
-    lines = "".join(json.dumps(t) + "\n" for t in texts)
-    out = subprocess.run([onecard, "tokenize", "--tokenizer", str(tokenizer), "--jsonl"], input=lines,
-                         capture_output=True, text=True, check=True).stdout.splitlines()
-    return [json.loads(o) for o in out]
 
 
 def request_tokens(message_ids, value: str, tb: dict):
@@ -82,8 +75,9 @@ def main():
     tb = token_bytes(json.loads(Path(a.tokenizer).read_text()))
     messages = [[m["content"] for m in r["request"]["messages"] if m["role"] == "user"][-1] for r in rows]
     values = [[value_text(v) for call in r["expected"] for v in call["arguments"].values()] for r in rows]
-    msg_ids = encode(a.onecard, a.tokenizer, messages)
-    val_ids = iter(encode(a.onecard, a.tokenizer, [v for vs in values for v in vs]))
+    enc = data_tokens.Encoder(Path(a.tokenizer), a.onecard)
+    msg_ids = enc.encode_batch(messages)
+    val_ids = iter(enc.encode_batch([v for vs in values for v in vs]))
     classes, shown = [], 0
     for ids, vs in zip(msg_ids, values):
         cs = []

@@ -7,7 +7,7 @@ argument value back to the request. A sliding-window layer sees 512 tokens back 
 distances beyond that can only be bridged by the compressed layers.
 
 Tokens: the trained tokenizer.json through the `tokenizers` library when given and importable, or
-through `onecard tokenize` with --onecard (one process per prefix: use a --limit of a few hundred);
+through `onecard tokenize --jsonl` with --onecard (data_tokens.Encoder);
 and always two proxies: characters / 4, and word pieces (a letter run with its leading space, up to
 3 digits, or one other character, as a byte-level BPE on this corpus roughly splits).
 
@@ -19,9 +19,7 @@ import argparse
 import bisect
 import json
 import re
-import subprocess
 from pathlib import Path
-from types import SimpleNamespace
 
 DSML = "｜DSML｜"
 INVOKE = re.compile(r"<" + DSML + r'invoke name="([^"]*)">')
@@ -47,31 +45,17 @@ def spans(text, prompt_len):
     return out
 
 
-class OnecardTokenizer:
-    """encode_batch through `onecard tokenize` (the same BPE as the tokenizers library; tokenizer_parity)."""
-
-    def __init__(self, onecard, tokenizer):
-        self.cmd = [onecard, "tokenize", "--tokenizer", str(tokenizer)]
-
-    def encode_batch(self, texts, add_special_tokens=False):
-        return [SimpleNamespace(ids=json.loads(subprocess.run(self.cmd, input=t.encode(), capture_output=True,
-                                                              check=True).stdout)) for t in texts]
-
-
 class Counter:
     """Token position of a character offset: the real tokenizer, or the proxies."""
 
     def __init__(self, tokenizer, onecard=""):
         self.tok = None
         if tokenizer:
+            import data_tokens  # here: the proxies alone need no numpy
             try:
-                from tokenizers import Tokenizer
-                self.tok = Tokenizer.from_file(str(tokenizer))
-            except ImportError:
-                if onecard:
-                    self.tok = OnecardTokenizer(onecard, tokenizer)
-                else:
-                    print("tokenizers is not installed (and no --onecard): proxies only")
+                self.tok = data_tokens.Encoder(Path(tokenizer), onecard or None)
+            except RuntimeError as e:
+                print(f"{e}: proxies only")
 
     def positions(self, text, offsets):
         """{"chars/4": [...], "pieces": [...], "tokens": [...] (with a tokenizer)} for the offsets."""
@@ -79,8 +63,7 @@ class Counter:
         ends = [m.end() for m in PIECE.finditer(text)]
         res["pieces"] = [bisect.bisect_right(ends, o) for o in offsets]
         if self.tok is not None:
-            encs = self.tok.encode_batch([text[:o] for o in offsets], add_special_tokens=False)
-            res["tokens"] = [len(e.ids) for e in encs]
+            res["tokens"] = [len(ids) for ids in self.tok.encode_batch([text[:o] for o in offsets])]
         return res
 
 

@@ -55,13 +55,12 @@ def segments(chat: dict):
 
 
 class Encoder:
-    """tokenizer.json -> ids, through the `tokenizers` library when present, else through `onecard tokenize
-    --jsonl` when the ONECARD_BIN environment variable names the binary (the CPU machine, which lacks the
-    library: both implement the same byte-level BPE, and the e2e tests check onecard's against the
-    library's ids); otherwise only a merge-free byte-level file (tokenizer_build.py bytes) is accepted,
-    encoded here directly."""
+    """tokenizer.json -> ids: through the `tokenizers` library when present; else through `onecard tokenize
+    --jsonl` when `onecard` or the ONECARD_BIN environment variable names the binary (the CPU machine lacks
+    the library; both implement the same byte-level BPE, and the e2e tests check onecard's ids against the
+    library's); else, for a merge-free byte-level file only (tokenizer_build.py bytes), encoded here."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, onecard=None):
         j = json.loads(Path(path).read_text())
         self.path = Path(path)
         self.added = {a["content"]: a["id"] for a in j["added_tokens"]}
@@ -72,11 +71,13 @@ class Encoder:
             self.tok = Tokenizer.from_file(str(path))
         except ImportError:
             self.tok = None
-            if j["model"]["merges"] and os.environ.get("ONECARD_BIN"):
-                self.onecard = os.environ["ONECARD_BIN"]
+            onecard = onecard or os.environ.get("ONECARD_BIN")
+            if j["model"]["merges"] and onecard:
+                self.onecard = onecard
                 return
-            assert not j["model"]["merges"], ("without the tokenizers library only a merge-free tokenizer works, "
-                                              "unless ONECARD_BIN names the onecard binary")
+            if j["model"]["merges"]:
+                raise RuntimeError("without the tokenizers library only a merge-free tokenizer works, unless the "
+                                   "onecard binary is given (ONECARD_BIN)")
             from tokenizer_build import byte_alphabet
             self.byte_ids = [j["model"]["vocab"][c] for c in byte_alphabet()]
             self.split = re.compile("(" + "|".join(re.escape(s) for s in sorted(self.added, key=len, reverse=True)) + ")")

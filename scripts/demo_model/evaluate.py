@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dsv4_torch import Config, DeepSeekV4, Numerics  # noqa: E402
+import checkpoint_io  # noqa: E402
 import data_tokens  # noqa: E402
 
 DSML = "｜DSML｜"
@@ -165,23 +166,30 @@ def tool_accuracy(model, data, enc, tokenizer_path, num, device, limit, max_new=
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", required=True, help="model.pt from train.py (its train_meta.json beside it)")
+    ap.add_argument("--model", required=True,
+                    help="model.pt from train.py (its train_meta.json beside it), or an exported checkpoint directory")
     ap.add_argument("--data", required=True)
     ap.add_argument("--tokenizer", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--tool-limit", type=int, default=200)
     ap.add_argument("--ppl-limit", type=int, default=2000)
     ap.add_argument("--max-new", type=int, default=200)
+    ap.add_argument("--seq", type=int, default=0,
+                    help="longest held-out example (default: the run's training length; 1024 for a checkpoint), "
+                         "so runs trained at different lengths score the same examples")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = ap.parse_args()
     t0 = time.time()
-    meta = json.loads((Path(a.model).parent / "train_meta.json").read_text())
-    cfg = Config(**meta["config"])
-    model = DeepSeekV4(cfg)
-    model.load_state_dict(torch.load(a.model, map_location="cpu"), strict=False)
+    if Path(a.model).is_dir():  # an exported checkpoint (e.g. models/demo), dequantised
+        model, seq = checkpoint_io.load_model(Path(a.model)), 1024
+    else:
+        meta = json.loads((Path(a.model).parent / "train_meta.json").read_text())
+        model, seq = DeepSeekV4(Config(**meta["config"])), meta["seq"]
+        model.load_state_dict(torch.load(a.model, map_location="cpu"), strict=False)
+    seq = a.seq or seq
     model.to(a.device).eval()
     enc = data_tokens.Encoder(Path(a.tokenizer))
-    test, _ = data_tokens.load_examples(Path(a.data), enc, "test", meta["seq"] + 1)
+    test, _ = data_tokens.load_examples(Path(a.data), enc, "test", seq + 1)
     res = {}
     for name, num in (("fp32", Numerics("exact")), ("quantised", Numerics("reference", quantize_weights=True))):
         for kind in ("brown", "chat"):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where a demo checkpoint first goes wrong on the held-out tool requests, teacher-forced (written for
 onecard): each non-thinking request of DATA/tool_eval.jsonl is rendered with its expected call by
-`onecard render-chat`, tokenized by `onecard tokenize` with the checkpoint's tokenizer, and run through
+`onecard render-chat`, tokenized with the checkpoint's tokenizer (data_tokens.Encoder), and run through
 the PyTorch model (dsv4_torch, exact numerics) once; the first completion token whose argmax is not the
 expected token is classified by what is being written there (`classify`): the tool name, a parameter
 name, a value, or the DSML around them. No grammar: a first error in a tool name the grammar would
@@ -37,6 +37,7 @@ def classify(written: str) -> str:
 def main():
     import torch
     import checkpoint_io
+    import data_tokens
     from dsv4_torch import Numerics
     ap = argparse.ArgumentParser()
     ap.add_argument("--onecard", required=True)
@@ -48,9 +49,6 @@ def main():
 
     def run(args, text):
         return subprocess.run([a.onecard, *args], input=text.encode(), capture_output=True, check=True).stdout.decode()
-
-    def tok(text):
-        return json.loads(run(["tokenize", "--tokenizer", a.ckpt], text))
 
     def dec(ids):
         return run(["tokenize", "--tokenizer", a.ckpt, "--decode"], json.dumps(ids))
@@ -66,11 +64,14 @@ def main():
             run(["render-chat", "--variant", "v4", "--jsonl"],
                 "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in reqs)).splitlines()]
     model = checkpoint_io.load_model(Path(a.ckpt)).eval()
-    counts, detail = {}, []
     for r, text in zip(rows, full):
         if not text.startswith(r["prompt"]):
             raise SystemExit("the rendered call does not extend the stored prompt: another encoder?")
-        p_ids, c_ids = tok(r["prompt"]), tok(text[len(r["prompt"]):])
+    enc = data_tokens.Encoder(Path(a.ckpt) / "tokenizer.json", a.onecard)
+    ids = iter(enc.encode_batch([t for r, text in zip(rows, full) for t in (r["prompt"], text[len(r["prompt"]):])]))
+    counts, detail = {}, []
+    for r in rows:
+        p_ids, c_ids = next(ids), next(ids)
         with torch.no_grad():
             logits, _ = model(torch.tensor([p_ids + c_ids])[:, :-1], Numerics("exact"))
         probs = torch.softmax(logits[0, len(p_ids) - 1:], -1)  # [completion tokens, vocab]

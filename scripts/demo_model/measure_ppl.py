@@ -2,7 +2,8 @@
 """Held-out perplexity of the exported demo checkpoint through `onecard logits` (reference numerics),
 and of the fp32 training model (model.pt, PyTorch exact numerics) on the same examples (written for
 onecard). Examples come from DATA/chat_test.jsonl (loss on the completion) and DATA/brown_test.jsonl
-(loss on the text after BOS), tokenised by `onecard tokenize` with the checkpoint's tokenizer.
+(loss on the text after BOS), tokenised with the checkpoint's tokenizer (data_tokens.Encoder: onecard's
+BPE through `onecard tokenize --jsonl`, or the tokenizers library where it is installed).
 
 Usage: measure_ppl.py --onecard B --ckpt models/demo --data DATA [--model-pt RUN/model.pt] [--n 100]
 Prints and writes (--out) JSON: per source, tokens and perplexity for each model, and bits per byte of
@@ -20,12 +21,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-
-def tokenize(onecard, ckpt, text):
-    p = subprocess.run([onecard, "tokenize", "--tokenizer", str(ckpt)], input=text.encode(), capture_output=True,
-                       check=True)
-    return json.loads(p.stdout)
+import data_tokens  # noqa: E402
 
 
 def token_byte_lengths(ckpt):
@@ -54,14 +50,16 @@ def main():
     a = ap.parse_args()
     data = Path(a.data)
     examples = []
-    for line in list(open(data / "chat_test.jsonl"))[:a.n]:
-        d = json.loads(line)
-        p, c = tokenize(a.onecard, a.ckpt, d["prompt"]), tokenize(a.onecard, a.ckpt, d["completion"])
+    enc = data_tokens.Encoder(Path(a.ckpt) / "tokenizer.json", a.onecard)
+    chats = [json.loads(line) for line in list(open(data / "chat_test.jsonl"))[:a.n]]
+    brown = [json.loads(line)["text"] for line in list(open(data / "brown_test.jsonl"))[:a.n]]
+    ids = enc.encode_batch([t for d in chats for t in (d["prompt"], d["completion"])] + brown)
+    for i in range(len(chats)):
+        p, c = ids[2 * i], ids[2 * i + 1]
         examples.append(("chat", p + c, [0] * len(p) + [1] * len(c)))
-    for line in list(open(data / "brown_test.jsonl"))[:a.n]:
-        ids = [0] + tokenize(a.onecard, a.ckpt, json.loads(line)["text"])
-        ids = ids[:1024]
-        examples.append(("brown", ids, [0] + [1] * (len(ids) - 1)))
+    for b in ids[2 * len(chats):]:
+        b = ([0] + b)[:1024]
+        examples.append(("brown", b, [0] + [1] * (len(b) - 1)))
     torch_model = None
     if a.model_pt:
         import torch

@@ -4,12 +4,12 @@ each request (OpenAI chat with tools, thinking on or off as generated) goes to U
 temperature 0; a request passes when the returned tool_calls equal the expected calls exactly (same count,
 any order, same name and JSON-equal arguments). Also reports name-only accuracy and, from /metrics, the
 MTP draft acceptance when the server speculates, and where the wrong calls fail (`failures`, per set:
-no call, a wrong call count, a wrong tool, wrong argument keys, or right keys with a wrong value).
+no call, a wrong call count, a wrong tool, wrong argument keys, or right keys with a wrong value) and
+what those wrong values are (`wrong_values`: another slot's value, a part of it, misspelt, ...).
 `completion_tokens` sums the tokens the server generated. `exact_per_request` keeps every request's
 outcome in file order, so two checkpoints measured on the same requests compare pairwise: --against
 OTHER.json prints the discordant pairs and the exact two-sided sign-test (McNemar) p-value of the
-difference. `examples` keeps every request's expected and returned calls (for the wrong values' analysis:
-a swapped slot, a truncated copy).
+difference. `examples` keeps every request's expected and returned calls.
 
 Usage: measure_tools.py --url http://127.0.0.1:8000 --data DATA [--n 200] [--jobs 4] [--out FILE]
                         [--against EARLIER_OUT.json]
@@ -68,6 +68,40 @@ def failure(got, want):
            zip(sorted(got, key=lambda c: c["name"]), sorted(want, key=lambda c: c["name"]))):
         return "argument keys"
     return "argument values"
+
+
+def _edits(a: str, b: str) -> int:
+    """Levenshtein distance."""
+    d = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, d[0] = d[0], i
+        for j, cb in enumerate(b, 1):
+            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (ca != cb))
+    return d[-1]
+
+
+def wrong_values(got, want, message):
+    """For an "argument values" failure: what each wrong value is, against the expected call and the user's
+    message: "other slot" (another parameter's expected value), "part" (a part of the value or the value
+    with more), "misspelt" (edit distance at most a quarter of its length), "other span" (other text of
+    the message), or "other"."""
+    out = []
+    for g, w in zip(sorted(got, key=lambda c: c["name"]), sorted(want, key=lambda c: c["name"])):
+        for k, v in w["arguments"].items():
+            got_v, want_v = str(g["arguments"][k]), str(v)
+            if g["arguments"][k] == v:
+                continue
+            if got_v in [str(x) for kk, x in w["arguments"].items() if kk != k]:
+                out.append("other slot")
+            elif got_v and (got_v in want_v or want_v in got_v):
+                out.append("part")
+            elif _edits(want_v, got_v) <= max(1, len(want_v) // 4):
+                out.append("misspelt")
+            elif got_v and got_v in message:
+                out.append("other span")
+            else:
+                out.append("other")
+    return out
 
 
 def metrics(url):
@@ -131,13 +165,18 @@ def main():
                                    "exact": sum(r[0] for r in res if r not in held) / max(len(res) - len(held), 1)},
            "completion_tokens": sum(r[4] for r in res), "mtp_draft_tokens": spec["draft_tokens"],
            "mtp_accepted_tokens": spec["accepted_tokens"], "mtp_acceptance": spec["acceptance"],
-           "failures": {}, "exact_per_request": "".join("1" if r[0] else "0" for r in res),
+           "failures": {}, "wrong_values": {}, "exact_per_request": "".join("1" if r[0] else "0" for r in res),
            "examples": [{"ok": r[0], "expected": r[2]["expected"], "got": r[3]} for r in res]}
     for ok, _, row, got, _ in res:
         if not ok:
             per_set = out["failures"].setdefault(row.get("set", "all"), {})
             why = failure(got, row["expected"])
             per_set[why] = per_set.get(why, 0) + 1
+            if why == "argument values":
+                message = [m["content"] for m in row["request"]["messages"] if m["role"] == "user"][-1]
+                values = out["wrong_values"].setdefault(row.get("set", "all"), {})
+                for kind in wrong_values(got, row["expected"], message):
+                    values[kind] = values.get(kind, 0) + 1
     if a.against:
         out["paired"] = paired(out["exact_per_request"], json.loads(Path(a.against).read_text())["exact_per_request"])
     print(json.dumps({k: v for k, v in out.items() if k not in ("examples", "exact_per_request")}, indent=1))
