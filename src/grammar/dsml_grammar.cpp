@@ -49,6 +49,8 @@ const std::set<std::string> kRefusedParamsKeywords = {"anyOf",
 // its first: no marker can straddle the value's end either.
 const std::vector<std::string_view> kValueMarkers = {dsv4::kDsml, dsv4::kEos};
 constexpr RawChars kJsonInDsml = RawChars::kNoFullwidthBar;
+// The encoder writes non-string values with json.dumps's ", " and ": " (json_fragments.h).
+constexpr Separators kSepInDsml = Separators::kSpaceOptional;
 
 // DsmlParser reads a tag (attributes included) only up to 4 KB; names from the request stay well
 // below that.
@@ -135,6 +137,36 @@ bool raw_string_ok(const ojson& schema) {
     return true;
 }
 
+// The values of a property that only lists them (`const`, or `enum`, with no `type` or one that allows
+// strings) which may also be written raw, string="true": its string values without NUL or a value
+// marker. The model writes strings raw by habit, and a string enum is no reason to make it write JSON
+// (told to, the demo model picked the other value of a two-value enum, having copied it right raw).
+// Empty: none (the JSON form, which holds every value, stays allowed either way).
+std::vector<std::string> raw_choices(const ojson& schema) {
+    if (!schema.is_object()) return {};
+    for (const char* k : {"$ref", "anyOf", "oneOf", "allOf", "not"})
+        if (schema.contains(k)) return {};
+    if (const auto t = schema.find("type"); t != schema.end()) {
+        const bool strings = (t->is_string() && *t == "string") ||
+                             (t->is_array() && std::find(t->begin(), t->end(), ojson("string")) != t->end());
+        if (!strings) return {};
+    }
+    std::vector<ojson> values;
+    if (const auto c = schema.find("const"); c != schema.end())
+        values = {*c};
+    else if (const auto e = schema.find("enum"); e != schema.end() && e->is_array())
+        values.assign(e->begin(), e->end());
+    std::vector<std::string> out;
+    for (const auto& v : values) {
+        if (!v.is_string()) continue;
+        std::string text = v.get<std::string>();
+        bool ok = text.find('\0') == std::string::npos;
+        for (const auto marker : kValueMarkers) ok = ok && text.find(marker) == std::string::npos;
+        if (ok && std::find(out.begin(), out.end(), text) == out.end()) out.push_back(std::move(text));
+    }
+    return out;
+}
+
 // from --raw parameter text, then its closing tag--> to.
 void add_raw_value(Grammar& g, uint32_t from, uint32_t to) {
     const uint32_t end = g.add_node();
@@ -163,7 +195,8 @@ void add_free_invoke(const std::shared_ptr<Grammar>& g, const DsmlTool& tool, ui
 }
 
 // Parameter `name` at c: its open tag with string="false" and a JSON value of rule `value`, or (when
-// `schema` allows any plain string) string="true" and raw text; then the closing tag, to `to`.
+// `schema` allows any plain string, or lists string values) string="true" and raw text (any, or one
+// of those values); then the closing tag, to `to`.
 // `name_rule`, when set, writes the name instead (an extra parameter's, quotes included).
 void add_parameter(const std::shared_ptr<Grammar>& g, uint32_t c, const std::string& name,
                    std::optional<uint32_t> name_rule, const ojson& schema, uint32_t value, uint32_t to) {
@@ -183,6 +216,11 @@ void add_parameter(const std::shared_ptr<Grammar>& g, uint32_t c, const std::str
         const uint32_t raw = g->add_node();
         g->add_literal(named, head + " string=\"true\">", raw);
         add_raw_value(*g, raw, to);
+    } else if (const auto choices = raw_choices(schema); !choices.empty()) {
+        const uint32_t raw = g->add_node();
+        g->add_literal(named, head + " string=\"true\">", raw);
+        const std::string close = fmt::format("</{}parameter>", dsv4::kDsml);
+        for (const auto& choice : choices) g->add_literal(raw, choice + close, to);
     }
 }
 
@@ -208,8 +246,8 @@ void add_invoke(const std::shared_ptr<Grammar>& g, const DsmlTool& tool, size_t 
     for (size_t i = 0; i < n; ++i) {
         const Param& pr = params.declared[i];
         names.push_back(pr.name);
-        const uint32_t value = add_json_schema_rule(g, tool.parameters, *pr.schema,
-                                                    fmt::format("{}/properties/{}", where, pr.name), kJsonInDsml);
+        const uint32_t value = add_json_schema_rule(
+            g, tool.parameters, *pr.schema, fmt::format("{}/properties/{}", where, pr.name), kJsonInDsml, kSepInDsml);
         const uint32_t c = g->add_node();
         g->add_eps(a[i], c);
         g->add_literal(b[i], "\n", c);
@@ -228,8 +266,8 @@ void add_invoke(const std::shared_ptr<Grammar>& g, const DsmlTool& tool, size_t 
         // not prevented (DsmlParser keeps the first). m: after an extra parameter.
         const uint32_t name_rule = g->add_rule(where + " (extra parameter name)");
         add_string_excluding(*g, g->rule(name_rule).start, g->rule(name_rule).end, names, kJsonInDsml);
-        const uint32_t value =
-            add_json_schema_rule(g, tool.parameters, *params.extra, where + "/additionalProperties", kJsonInDsml);
+        const uint32_t value = add_json_schema_rule(g, tool.parameters, *params.extra, where + "/additionalProperties",
+                                                    kJsonInDsml, kSepInDsml);
         const uint32_t c = g->add_node(), m = g->add_node();
         g->add_eps(a[n], c);
         g->add_literal(b[n], "\n", c);

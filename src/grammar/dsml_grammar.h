@@ -10,8 +10,9 @@
 // - One parameter per property, in `properties` order; required ones mandatory, optional ones may be
 //   left out. additionalProperties as in json_schema.h: absent or false, no other parameters; true or
 //   a schema, extra ones after the declared (names without escapes, '"' or U+FF5C, none declared).
-// - A value is written string="false" (its JSON text); a plain string (no bounds, format, enum...)
-//   may also be written raw, string="true", as the model was trained to.
+// - A value is written string="false" (its JSON text: compact, or with json.dumps's ", " and ": " as
+//   the encoder writes it); a plain string (no bounds, format...) may also be written raw,
+//   string="true", as the model was trained to, and so may the string values of a const or enum.
 // - Nothing in a value can end or break the markup for the server's DsmlParser: JSON strings write
 //   U+FF5C "｜" as \uff5c; raw values hold no NUL, "｜DSML｜" or end-of-sentence text (dsml_grammar.cpp
 //   says why this is enough). Tool and parameter names that cannot be written in a tag are refused.

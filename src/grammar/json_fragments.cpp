@@ -427,7 +427,12 @@ bool add_string_format(Grammar& g, uint32_t from, uint32_t to, std::string_view 
     return true;
 }
 
-uint32_t any_value_rule(Grammar& g, std::optional<uint32_t>& cached, RawChars raw) {
+void add_separator(Grammar& g, uint32_t from, uint32_t to, char c, Separators sep) {
+    g.add_literal(from, std::string(1, c), to);
+    if (sep == Separators::kSpaceOptional) g.add_literal(from, std::string(1, c) + " ", to);
+}
+
+uint32_t any_value_rule(Grammar& g, std::optional<uint32_t>& cached, RawChars raw, Separators sep) {
     if (cached) return *cached;
     const uint32_t value = g.add_rule("any value");
     cached = value;
@@ -444,10 +449,10 @@ uint32_t any_value_rule(Grammar& g, std::optional<uint32_t>& cached, RawChars ra
         g.add_literal(s, "{", open);
         g.add_literal(open, "}", e);
         g.add_call(open, str, key);
-        g.add_literal(key, ":", colon);
+        add_separator(g, key, colon, ':', sep);
         g.add_call(colon, value, member);
         const uint32_t comma = g.add_node();
-        g.add_literal(member, ",", comma);
+        add_separator(g, member, comma, ',', sep);
         g.add_call(comma, str, key);
         g.add_literal(member, "}", e);
     }
@@ -457,7 +462,7 @@ uint32_t any_value_rule(Grammar& g, std::optional<uint32_t>& cached, RawChars ra
         g.add_literal(s, "[", open);
         g.add_literal(open, "]", e);
         g.add_call(open, value, item);
-        g.add_literal(item, ",", comma);
+        add_separator(g, item, comma, ',', sep);
         g.add_call(comma, value, item);
         g.add_literal(item, "]", e);
     }

@@ -1,6 +1,7 @@
 // Building blocks of JSON grammars: the lexical pieces (one string character, bounded strings,
 // numbers, integers in a range, string formats, the any-value rule) added to a Grammar between two
-// nodes. Everything is compact JSON: no insignificant whitespace anywhere (see json_schema.h).
+// nodes. No insignificant whitespace anywhere but, where Separators allows it, the one space after
+// ',' and ':' (see json_schema.h).
 #pragma once
 
 #include "grammar/grammar.h"
@@ -20,6 +21,20 @@ enum class RawChars : uint8_t {
     // written \uff5c instead, the value is the same and the markup stays whole.
     kNoFullwidthBar,
 };
+
+// What may follow the ',' and ':' between JSON tokens.
+enum class Separators : uint8_t {
+    kCompact,  // nothing: compact JSON
+    // One optional space: compact JSON or Python's json.dumps separators (", " and ": "), which the
+    // official chat encoder writes non-string DSML tool arguments with (dsv4-model.md §9.3). A model
+    // trained on those expects to write them: held to the compact form, the demo model wrote
+    // ["converted",", "] for ["converted", "wholly"] (the space it wanted after the comma was refused,
+    // so it opened the next string at once). One space at most, so no output can loop on whitespace.
+    kSpaceOptional,
+};
+
+// from --`c` (',' or ':') and, with kSpaceOptional, an optional ' '--> to.
+void add_separator(Grammar& g, uint32_t from, uint32_t to, char c, Separators sep);
 
 // from --one JSON string character--> to: an unescaped code point as valid UTF-8 (no overlongs or
 // surrogates; '"', '\\' and controls below 0x20 excluded), or an escape (\" \\ \/ \b \f \n \r \t,
@@ -55,8 +70,9 @@ void add_integer(Grammar& g, uint32_t from, uint32_t to, std::optional<int64_t> 
 bool add_string_format(Grammar& g, uint32_t from, uint32_t to, std::string_view format);
 
 // The rule for any JSON value (objects with any string keys, arrays, strings, numbers, literals).
-// Creates it on first use; `cached` holds its id between calls (one `raw` per `cached`).
-uint32_t any_value_rule(Grammar& g, std::optional<uint32_t>& cached, RawChars raw = RawChars::kAll);
+// Creates it on first use; `cached` holds its id between calls (one `raw` and `sep` per `cached`).
+uint32_t any_value_rule(Grammar& g, std::optional<uint32_t>& cached, RawChars raw = RawChars::kAll,
+                        Separators sep = Separators::kCompact);
 
 // `json_text` (valid JSON) with every U+FF5C written \uff5c when `raw` is kNoFullwidthBar: the
 // same value, as a literal the grammar may emit. (In JSON text that character occurs only inside

@@ -50,8 +50,8 @@ const std::set<std::string_view> kRefused = {"pattern",
 class Compiler {
 public:
     explicit Compiler(const ojson& root, std::shared_ptr<Grammar> g = std::make_shared<Grammar>(),
-                      RawChars raw = RawChars::kAll)
-        : root_(root), g_(std::move(g)), raw_(raw) {}
+                      RawChars raw = RawChars::kAll, Separators sep = Separators::kCompact)
+        : root_(root), g_(std::move(g)), raw_(raw), sep_(sep) {}
 
     std::shared_ptr<const Grammar> run() {
         g_->set_root(rule_for(root_, "#"));
@@ -108,7 +108,30 @@ private:
     // A value's compact JSON text as the grammar writes it (see RawChars).
     std::string compact(const ojson& v) const { return json_literal(v.dump(), raw_); }
 
-    uint32_t any_rule() { return any_value_rule(*g_, any_, raw_); }
+    // A structured value's text in json.dumps's layout (", " and ": "), for separators that allow it.
+    // Recursion is bounded by check_schema_depth.
+    std::string spaced(const ojson& v) const {
+        if (!v.is_structured()) return compact(v);
+        std::string s = v.is_array() ? "[" : "{";
+        bool first = true;
+        for (const auto& [k, x] : v.items()) {
+            if (!first) s += ", ";
+            first = false;
+            if (v.is_object()) s += compact(ojson(k)) + ": ";
+            s += spaced(x);
+        }
+        return s + (v.is_array() ? "]" : "}");
+    }
+
+    // from --a const or enum value--> to: its compact text, or json.dumps's where sep_ allows it.
+    void add_value_literal(uint32_t from, const ojson& v, uint32_t to) {
+        const std::string c = compact(v);
+        g_->add_literal(from, c, to);
+        if (sep_ == Separators::kSpaceOptional && v.is_structured())
+            if (const std::string s = spaced(v); s != c) g_->add_literal(from, s, to);
+    }
+
+    uint32_t any_rule() { return any_value_rule(*g_, any_, raw_, sep_); }
 
     uint32_t string_rule() {
         if (!string_) {
@@ -148,7 +171,7 @@ private:
             return;
         }
         if (s.contains("const")) {
-            g_->add_literal(from, compact(s["const"]), to);
+            add_value_literal(from, s["const"], to);
             return;
         }
         if (s.contains("enum")) {
@@ -157,7 +180,7 @@ private:
             // With a sibling `type`, values of other types are left out (they would not validate).
             std::set<std::string> seen;
             for (const auto& v : e)
-                if (enum_value_has_type(v, s) && seen.insert(compact(v)).second) g_->add_literal(from, compact(v), to);
+                if (enum_value_has_type(v, s) && seen.insert(compact(v)).second) add_value_literal(from, v, to);
             if (seen.empty()) refuse("enum", path, "no enum value has the schema's type");
             return;
         }
@@ -364,12 +387,14 @@ private:
         for (const auto& [name, sub] : props.items()) {
             names.push_back(name);
             const uint32_t value = rule_for(sub, path + "/properties/" + name);
-            const std::string key = compact(ojson(name)) + ":";
-            const uint32_t ka = g_->add_node(), kb = g_->add_node();
-            g_->add_literal(a[i], key, ka);
-            g_->add_call(ka, value, b[i + 1]);
-            g_->add_literal(b[i], "," + key, kb);
-            g_->add_call(kb, value, b[i + 1]);
+            const std::string key = compact(ojson(name));
+            // a[i] --key--> k; b[i] --,--> comma --key--> k; k --:--> v --value--> b[i + 1]
+            const uint32_t comma = g_->add_node(), k = g_->add_node(), v = g_->add_node();
+            add_separator(*g_, b[i], comma, ',', sep_);
+            g_->add_literal(a[i], key, k);
+            g_->add_literal(comma, key, k);
+            add_separator(*g_, k, v, ':', sep_);
+            g_->add_call(v, value, b[i + 1]);
             if (!required.count(name)) {
                 g_->add_eps(a[i], a[i + 1]);
                 g_->add_eps(b[i], b[i + 1]);
@@ -387,10 +412,10 @@ private:
             // a[n] --key:value--> m; b[n] --,key:value--> m; m --,key:value--> m; m --}--> to
             const uint32_t m = g_->add_node(), k1 = g_->add_node(), c1 = g_->add_node(), comma = g_->add_node();
             g_->add_call(a[n], key_rule, k1);
-            g_->add_literal(b[n], ",", comma);
-            g_->add_literal(m, ",", comma);
+            add_separator(*g_, b[n], comma, ',', sep_);
+            add_separator(*g_, m, comma, ',', sep_);
             g_->add_call(comma, key_rule, k1);
-            g_->add_literal(k1, ":", c1);
+            add_separator(*g_, k1, c1, ':', sep_);
             g_->add_call(c1, value, m);
             g_->add_literal(m, "}", to);
         }
@@ -434,14 +459,14 @@ private:
                 uint32_t at = p[i];
                 if (i > 0) {
                     at = g_->add_node();
-                    g_->add_literal(p[i], ",", at);
+                    add_separator(*g_, p[i], at, ',', sep_);
                 }
                 g_->add_call(at, element(i), p[i + 1]);
             }
         }
         if (!hi) {
             const uint32_t comma = g_->add_node();
-            g_->add_literal(p[k], ",", comma);
+            add_separator(*g_, p[k], comma, ',', sep_);
             g_->add_call(comma, element(k), p[k]);
         }
     }
@@ -449,6 +474,7 @@ private:
     const ojson& root_;
     std::shared_ptr<Grammar> g_;
     RawChars raw_;
+    Separators sep_;
     std::map<const ojson*, uint32_t> memo_;  // sub-schema (by address in root_) -> its rule
     int rule_depth_ = 0;                     // rule_for calls open on the stack
     std::optional<uint32_t> any_, string_, number_;
@@ -475,9 +501,10 @@ std::shared_ptr<const Grammar> compile_json_schema(const nlohmann::ordered_json&
 }
 
 uint32_t add_json_schema_rule(const std::shared_ptr<Grammar>& g, const nlohmann::ordered_json& root,
-                              const nlohmann::ordered_json& sub, const std::string& path, RawChars raw) {
+                              const nlohmann::ordered_json& sub, const std::string& path, RawChars raw,
+                              Separators sep) {
     check_schema_depth(root);  // `sub` lies inside `root`; $refs may reach any part of it
-    return Compiler(root, g, raw).embed(sub, path);
+    return Compiler(root, g, raw, sep).embed(sub, path);
 }
 
 std::shared_ptr<const Grammar> compile_json_schema_text(std::string_view schema_text) {

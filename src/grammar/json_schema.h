@@ -4,7 +4,9 @@
 //
 // Output policy (what the grammar generates; every such document validates against the schema):
 // - Compact JSON, no insignificant whitespace anywhere. A model cannot loop on whitespace (the known
-//   failure of grammars that allow it), masks stay small, and the bytes are deterministic.
+//   failure of grammars that allow it), masks stay small, and the bytes are deterministic. Embedded
+//   in DSML (add_json_schema_rule with Separators::kSpaceOptional), the one space Python's json.dumps
+//   writes after ',' and ':' may follow them too (json_fragments.h says why).
 // - Object properties in `properties` order; required ones mandatory, optional ones may be left out.
 //   additionalProperties absent is read as false (as OpenAI strict mode and xgrammar do: output
 //   without extra keys is valid either way). With true or a schema, extra keys come after the
@@ -62,10 +64,12 @@ std::shared_ptr<const Grammar> compile_json_schema(const nlohmann::ordered_json&
 // Embedding JSON values in other text (the DSML tool-call grammar, dsml_grammar.h): compiles `sub`
 // into `g` and returns the rule matching one value of it. `sub` must be `root` or lie inside it:
 // $refs resolve against `root`, and `path` names the rule in diagnostics. `raw` says which code
-// points the value's strings (keys, enum and const literals included) may hold unescaped. Throws
-// SchemaError. The caller sets the root and runs g->check_integrity() once the whole grammar is built.
+// points the value's strings (keys, enum and const literals included) may hold unescaped, `sep` what
+// may follow ',' and ':' (in enum and const values too). Throws SchemaError. The caller sets
+// the root and runs g->check_integrity() once the whole grammar is built.
 uint32_t add_json_schema_rule(const std::shared_ptr<Grammar>& g, const nlohmann::ordered_json& root,
-                              const nlohmann::ordered_json& sub, const std::string& path, RawChars raw);
+                              const nlohmann::ordered_json& sub, const std::string& path, RawChars raw,
+                              Separators sep = Separators::kCompact);
 // Parses `schema_text` (throws SchemaError with keyword "" when it is not JSON) and compiles it.
 std::shared_ptr<const Grammar> compile_json_schema_text(std::string_view schema_text);
 

@@ -150,6 +150,9 @@ public:
         return o + "\"";
     }
 
+    // A separator as the encoder (json.dumps: ", " and ": ") or compact JSON writes it.
+    std::string sep(char c) { return coin() ? std::string(1, c) : std::string(1, c) + " "; }
+
     // A literal as the grammar writes it: compact JSON, U+FF5C as \uff5c.
     static std::string literal(const ojson& v) {
         std::string s = v.dump();
@@ -180,7 +183,7 @@ public:
                 json a = json::array();
                 out += "[";
                 for (size_t i = 0, n = pick(3); i < n; ++i) {
-                    if (i) out += ",";
+                    if (i) out += sep(',');
                     a.push_back(any(out, depth + 1));
                 }
                 out += "]";
@@ -191,7 +194,7 @@ public:
                 out += "{";
                 for (size_t i = 0, n = pick(3); i < n; ++i) {
                     const std::string k = text(2) + std::to_string(i);  // distinct keys
-                    out += (i ? "," : "") + json_string(k) + ":";
+                    out += (i ? sep(',') : "") + json_string(k) + sep(':');
                     o[k] = any(out, depth + 1);
                 }
                 out += "}";
@@ -221,9 +224,12 @@ public:
             ps.push_back(param("short", false, json_string(s)));
         }
         if (coin()) {
+            // A string value may be written raw unless it holds markup ("</｜DSML｜parameter>").
             const ojson& v = schema["properties"]["pick"]["enum"][pick(3)];
             args["pick"] = json::parse(v.dump());
-            ps.push_back(param("pick", false, literal(v)));
+            const std::string s = v.get<std::string>();
+            const bool raw = s.find("｜DSML｜") == std::string::npos && coin();
+            ps.push_back(param("pick", raw, raw ? s : literal(v)));
         }
         if (coin()) {
             const ojson& v = schema["properties"]["fixed"]["const"];
@@ -238,12 +244,12 @@ public:
             if (coin()) {
                 const std::string s = text(3);
                 o["s"] = s;
-                v += "\"s\":" + json_string(s);
+                v += "\"s\"" + sep(':') + json_string(s);
             }
             for (size_t i = pick(keys.size()), n = pick(3); n > 0 && i < keys.size(); ++i, --n) {
                 const std::string s = text(2);
                 o[keys[i]] = s;
-                v += (v.size() > 1 ? "," : "") + json(keys[i]).dump() + ":" + json_string(s);
+                v += (v.size() > 1 ? sep(',') : "") + json(keys[i]).dump() + sep(':') + json_string(s);
             }
             args["obj"] = o;
             ps.push_back(param("obj", false, v + "}"));
@@ -254,7 +260,7 @@ public:
             for (size_t i = 0, n = pick(4); i < n; ++i) {
                 const std::string s = text(2);
                 a.push_back(s);
-                v += (i ? "," : "") + json_string(s);
+                v += (i ? sep(',') : "") + json_string(s);
             }
             args["list"] = a;
             ps.push_back(param("list", false, v + "]"));

@@ -4,6 +4,7 @@
 #include "grammar/dsml_grammar.h"
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
+#include "tokenizer/chat_json.h"
 #include "tokenizer/dsml_parser.h"
 
 #include <gtest/gtest.h>
@@ -98,6 +99,84 @@ TEST(GrammarDsml, PlainStringsMayBeWrittenRaw) {
     ASSERT_EQ(pc.tool_calls.size(), 1u) << pc.content;
     EXPECT_EQ(nlohmann::json::parse(pc.tool_calls[0].arguments),
               nlohmann::json({{"text", "Paris, \"France\" \\ 巴黎"}}));
+}
+
+std::string raw_param(const std::string& name, const std::string& v) {
+    return "<｜DSML｜parameter name=\"" + name + "\" string=\"true\">" + v + "</｜DSML｜parameter>";
+}
+
+ojson arguments_of(const std::string& text) {
+    DsmlParser parser;
+    ParsedCompletion pc;
+    for (const auto& ev : parser.push(text + "<｜end▁of▁sentence｜>")) apply_event(pc, ev);
+    for (const auto& ev : parser.finish()) apply_event(pc, ev);
+    EXPECT_TRUE(parser.warnings().empty()) << text;
+    return pc.tool_calls.size() == 1 ? ojson::parse(pc.tool_calls[0].arguments) : ojson();
+}
+
+// The chat encoder writes a non-string argument with json.dumps (", " and ": "); the model learnt that
+// layout, so the grammar must allow it (and the compact one), but no other whitespace.
+TEST(GrammarDsml, JsonValuesMayUseTheEncodersSeparators) {
+    const std::vector<DsmlTool> t = {{"f", ojson::parse(R"({"type":"object","properties":{
+          "tags":{"type":"array","items":{"type":"string"}},
+          "box":{"type":"object","properties":{"w":{"type":"integer"},"h":{"type":"number"}},"required":["w"]},
+          "any":{},
+          "mode":{"enum":[{"a":[1,2]},"fast"]}},"required":["tags"]})")}};
+    const auto m = masks_of(compile_dsml_tool_calls(t, true));
+    const std::vector<ojson> args = {
+        ojson::parse(R"({"tags":["Boston","New York"]})"),
+        ojson::parse(R"({"tags":[],"box":{"w":3,"h":1.5}})"),
+        ojson::parse(R"({"tags":["x"],"any":{"k":[1,{"z":null}],"s":"a, b: c"}})"),
+        ojson::parse(R"({"tags":["x"],"mode":{"a":[1,2]}})"),
+    };
+    for (const auto& a : args) {
+        std::vector<std::pair<std::string, std::string>> spaced, compact;
+        for (const auto& [k, v] : a.items()) {
+            spaced.emplace_back(k, py_json_dumps(v));  // what the encoder writes
+            compact.emplace_back(k, v.dump());
+        }
+        for (const auto& params : {spaced, compact}) {
+            const std::string text = kOpen + invoke("f", params) + kClose;
+            EXPECT_TRUE(complete(m, text)) << text;
+            EXPECT_EQ(arguments_of(text), a) << text;
+        }
+    }
+    for (const char* bad : {R"(["a",  "b"])", R"(["a" ,"b"])", R"([ "a"])", "[\"a\",\n\"b\"]", "[\"a\",\t\"b\"]"})
+        EXPECT_FALSE(complete(m, kOpen + invoke("f", {{"tags", bad}}) + kClose)) << bad;
+    EXPECT_FALSE(complete(m, kOpen + invoke("f", {{"tags", "[]"}, {"box", R"({"w" : 1})"}}) + kClose));
+    EXPECT_FALSE(complete(m, kOpen + invoke("f", {{"tags", "[]"}, {"box", R"({"w": 1, })"}}) + kClose));
+    // response_format's JSON (json_schema.h) stays compact.
+    const auto plain = masks_of(compile_json_schema(ojson::parse(R"({"type":"array","items":{"type":"integer"}})")));
+    EXPECT_TRUE(complete(plain, "[1,2]"));
+    EXPECT_FALSE(complete(plain, "[1, 2]"));
+}
+
+// The string values of an enum or const may be written raw too (string="true"), but only those; the
+// JSON form stays allowed, and values that hold markup only in it.
+TEST(GrammarDsml, EnumAndConstStringsMayBeWrittenRaw) {
+    const std::vector<DsmlTool> t = {{"f", ojson::parse(R"({"type":"object","properties":{
+          "kind":{"type":"string","enum":["blackened","mutilated","black"]},
+          "mixed":{"enum":[7,"seven","a｜DSML｜b",null]},
+          "fixed":{"const":"v1"},
+          "num":{"type":"integer","enum":[1,2]}}})")}};
+    const auto m = masks_of(compile_dsml_tool_calls(t, true));
+    const std::string head = kOpen + "<｜DSML｜invoke name=\"f\">\n", tail = "\n</｜DSML｜invoke>" + kClose;
+    for (const char* v : {"blackened", "mutilated", "black"}) {
+        const std::string text = head + raw_param("kind", v) + tail;
+        EXPECT_TRUE(complete(m, text)) << v;
+        EXPECT_EQ(arguments_of(text), ojson({{"kind", v}}));
+        EXPECT_TRUE(complete(m, kOpen + invoke("f", {{"kind", std::string("\"") + v + "\""}}) + kClose)) << v;
+    }
+    for (const char* v : {"blacken", "Black", "blackenedx", "", " black"})
+        EXPECT_FALSE(complete(m, head + raw_param("kind", v) + tail)) << v;
+    EXPECT_TRUE(complete(m, head + raw_param("mixed", "seven") + tail));
+    EXPECT_TRUE(complete(m, kOpen + invoke("f", {{"mixed", "7"}}) + kClose));
+    EXPECT_FALSE(complete(m, head + raw_param("mixed", "7") + tail)) << "7 is a number: JSON only";
+    EXPECT_FALSE(complete(m, head + raw_param("mixed", "a｜DSML｜b") + tail)) << "markup: JSON only";
+    EXPECT_TRUE(complete(m, kOpen + invoke("f", {{"mixed", R"("a\uff5cDSML\uff5cb")"}}) + kClose));
+    EXPECT_TRUE(complete(m, head + raw_param("fixed", "v1") + tail));
+    EXPECT_FALSE(complete(m, head + raw_param("fixed", "v2") + tail));
+    EXPECT_FALSE(complete(m, head + raw_param("num", "1") + tail)) << "an integer enum has no raw form";
 }
 
 TEST(GrammarDsml, RejectsWhatBreaksTheToolsOrTheirSchemas) {
