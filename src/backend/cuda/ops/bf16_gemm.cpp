@@ -56,21 +56,11 @@ Bf16Gemm::~Bf16Gemm() {
     if (impl_ && impl_->handle) cublasDestroy(impl_->handle);
 }
 
-// Row-major y[m, n] = x[m, k] · W[n, k]ᵀ is column-major yᵀ[n, m] = W'ᵀ · x' where W' is W read as a
-// column-major [k, n] matrix (ld k) and x' is x read as column-major [k, m] (ld ld_x): op(A) = T on
-// the weight, op(B) = N on the activations, and yᵀ column-major [n, m] with ld ld_y is y row-major.
 void Bf16Gemm::run(const __nv_bfloat16* x, int64_t ld_x, const __nv_bfloat16* w, void* y, GemmOut out, int64_t ld_y,
                    int64_t m, int64_t n, int64_t k, cudaStream_t stream, float beta) {
     if (ld_x == 0) ld_x = k;
     if (ld_y == 0) ld_y = n;
-    ONECARD_CHECK(m >= 0 && n > 0 && k > 0 && ld_x >= k && ld_y >= n, "bf16 gemm: m {} n {} k {} ld_x {} ld_y {}", m, n,
-                  k, ld_x, ld_y);
-    if (m == 0) return;
-    CUBLAS_CHECK(cublasSetStream(impl_->handle, stream));
-    const float alpha = 1.0f;
-    CUBLAS_CHECK(cublasGemmEx(impl_->handle, CUBLAS_OP_T, CUBLAS_OP_N, to_int(n, "n"), to_int(m, "m"), to_int(k, "k"),
-                              &alpha, w, CUDA_R_16BF, to_int(k, "k"), x, CUDA_R_16BF, to_int(ld_x, "ld_x"), &beta, y,
-                              out_type(out), to_int(ld_y, "ld_y"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    gemm_nt(x, ld_x, w, CUDA_R_16BF, y, out_type(out), ld_y, m, n, k, stream, beta);
 }
 
 // Group g reads columns [g·k, (g+1)·k) of x (row stride groups·k), its own [n, k] weight, and writes
@@ -91,13 +81,24 @@ void Bf16Gemm::run_grouped_columns(const __nv_bfloat16* x, const __nv_bfloat16* 
 // The same layout in plain fp32: CUBLAS_COMPUTE_32F on fp32 inputs is an fp32 SGEMM (the handle's math
 // mode allows no TF32 and no reduced-precision reductions).
 void Bf16Gemm::run_f32(const float* x, const float* w, float* y, int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
-    ONECARD_CHECK(m >= 0 && n > 0 && k > 0, "fp32 gemm: m {} n {} k {}", m, n, k);
+    gemm_nt(x, k, w, CUDA_R_32F, y, CUDA_R_32F, n, m, n, k, stream, 0.0f);
+}
+
+// Row-major y[m, n] = x[m, k] · W[n, k]ᵀ is column-major yᵀ[n, m] = W'ᵀ · x' where W' is W read as a
+// column-major [k, n] matrix (ld k) and x' is x read as column-major [k, m] (ld ld_x): op(A) = T on
+// the weight, op(B) = N on the activations, and yᵀ column-major [n, m] with ld ld_y is y row-major.
+// x and W share `in_type`; the compute type is always CUBLAS_COMPUTE_32F.
+void Bf16Gemm::gemm_nt(const void* x, int64_t ld_x, const void* w, cudaDataType_t in_type, void* y,
+                       cudaDataType_t y_type, int64_t ld_y, int64_t m, int64_t n, int64_t k, cudaStream_t stream,
+                       float beta) {
+    ONECARD_CHECK(m >= 0 && n > 0 && k > 0 && ld_x >= k && ld_y >= n, "gemm: m {} n {} k {} ld_x {} ld_y {}", m, n, k,
+                  ld_x, ld_y);
     if (m == 0) return;
     CUBLAS_CHECK(cublasSetStream(impl_->handle, stream));
-    const float alpha = 1.0f, beta = 0.0f;
+    const float alpha = 1.0f;
     CUBLAS_CHECK(cublasGemmEx(impl_->handle, CUBLAS_OP_T, CUBLAS_OP_N, to_int(n, "n"), to_int(m, "m"), to_int(k, "k"),
-                              &alpha, w, CUDA_R_32F, to_int(k, "k"), x, CUDA_R_32F, to_int(k, "k"), &beta, y,
-                              CUDA_R_32F, to_int(n, "n"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                              &alpha, w, in_type, to_int(k, "k"), x, in_type, to_int(ld_x, "ld_x"), &beta, y, y_type,
+                              to_int(ld_y, "ld_y"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace onecard::cuda

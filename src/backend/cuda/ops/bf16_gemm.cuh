@@ -8,6 +8,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <library_types.h>
 
 #include <cstdint>
 #include <memory>
@@ -38,6 +39,10 @@ public:
     void run_f32(const float* x, const float* w, float* y, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
 
 private:
+    // The one cublasGemmEx call both forms make: y = x · Wᵀ in the layout described at its definition.
+    void gemm_nt(const void* x, int64_t ld_x, const void* w, cudaDataType_t in_type, void* y, cudaDataType_t y_type,
+                 int64_t ld_y, int64_t m, int64_t n, int64_t k, cudaStream_t stream, float beta);
+
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

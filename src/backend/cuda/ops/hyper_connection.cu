@@ -591,46 +591,44 @@ void hc_pre(const HcPreArgs& a, const HcDims& p, cudaStream_t stream) {
     const float* X = a.X;
     const float* fn = a.fn;
     float* scratch = a.scratch;
+    // The mixes land in scratch as [n, slices, 24] partial sums; the finish kernel adds the slices.
+    int64_t slices = 1;
     if (a.gemm != nullptr && n_tok >= kHcGemmMinTokens) {
-        // The mixes as one GEMM, [n, 24] = one slice per token (hc_pre_scratch_floats covers it: every
-        // plan has at least one slice).
+        // One GEMM, one slice per token (hc_pre_scratch_floats covers it: every plan has at least one slice).
         const size_t need = static_cast<size_t>(n_tok * kMix);
         ONECARD_CHECK(a.scratch_floats >= need, "hc_pre: scratch of {} floats, {} tokens need {}", a.scratch_floats,
                       n_tok, need);
         a.gemm->run_f32(X, fn, scratch, n_tok, kMix, flat, stream);
-        launch_pdl(hc_pre_finish_kernel, static_cast<unsigned>(n_tok), kFinThreads, 0, stream, X, scratch, a.scale,
-                   a.base, a.x, a.pre, a.post, a.comb, p.dim, int64_t{1}, static_cast<int>(p.sinkhorn_iters), p.hc_eps,
-                   p.norm_eps, fuse_norm ? a.rms_weight : nullptr, a.rms_eps, a.xq, a.xs);
-        CUDA_CHECK_LAUNCH("hc_pre_finish_kernel");
-        return;
+    } else {
+        const PrePlan pl = pre_plan(n_tok, p.dim);
+        slices = pl.slices;
+        const size_t need = static_cast<size_t>(n_tok * pl.slices * kMix);
+        ONECARD_CHECK(a.scratch_floats >= need, "hc_pre: scratch of {} floats, {} tokens need {}", a.scratch_floats,
+                      n_tok, need);
+        switch (pl.tile) {
+            case 1:
+                launch_mix_partial<1>(pl, X, fn, scratch, n_tok, flat, stream);
+                break;
+            case 2:
+                launch_mix_partial<2>(pl, X, fn, scratch, n_tok, flat, stream);
+                break;
+            case 4:
+                launch_mix_partial<4>(pl, X, fn, scratch, n_tok, flat, stream);
+                break;
+            case 8:
+                launch_mix_partial<8>(pl, X, fn, scratch, n_tok, flat, stream);
+                break;
+            case 16:
+                launch_mix_partial<16>(pl, X, fn, scratch, n_tok, flat, stream);
+                break;
+            default:
+                launch_mix_partial<kMaxTile>(pl, X, fn, scratch, n_tok, flat, stream);
+                break;
+        }
+        CUDA_CHECK_LAUNCH("hc_mix_partial_kernel");
     }
-    const PrePlan pl = pre_plan(n_tok, p.dim);
-    const size_t need = static_cast<size_t>(n_tok * pl.slices * kMix);
-    ONECARD_CHECK(a.scratch_floats >= need, "hc_pre: scratch of {} floats, {} tokens need {}", a.scratch_floats, n_tok,
-                  need);
-    switch (pl.tile) {
-        case 1:
-            launch_mix_partial<1>(pl, X, fn, scratch, n_tok, flat, stream);
-            break;
-        case 2:
-            launch_mix_partial<2>(pl, X, fn, scratch, n_tok, flat, stream);
-            break;
-        case 4:
-            launch_mix_partial<4>(pl, X, fn, scratch, n_tok, flat, stream);
-            break;
-        case 8:
-            launch_mix_partial<8>(pl, X, fn, scratch, n_tok, flat, stream);
-            break;
-        case 16:
-            launch_mix_partial<16>(pl, X, fn, scratch, n_tok, flat, stream);
-            break;
-        default:
-            launch_mix_partial<kMaxTile>(pl, X, fn, scratch, n_tok, flat, stream);
-            break;
-    }
-    CUDA_CHECK_LAUNCH("hc_mix_partial_kernel");
     launch_pdl(hc_pre_finish_kernel, static_cast<unsigned>(n_tok), kFinThreads, 0, stream, X, scratch, a.scale, a.base,
-               a.x, a.pre, a.post, a.comb, p.dim, pl.slices, static_cast<int>(p.sinkhorn_iters), p.hc_eps, p.norm_eps,
+               a.x, a.pre, a.post, a.comb, p.dim, slices, static_cast<int>(p.sinkhorn_iters), p.hc_eps, p.norm_eps,
                fuse_norm ? a.rms_weight : nullptr, a.rms_eps, a.xq, a.xs);
     CUDA_CHECK_LAUNCH("hc_pre_finish_kernel");
 }
