@@ -497,7 +497,9 @@ class Respace(unittest.TestCase):
             self.assertTrue(torch.equal(out["embed"][i], state["embed"][j]), t)
 
     @unittest.skipUnless(ONECARD and os.path.exists(ONECARD), "needs ONECARD_BIN (ctest sets it)")
-    def test_the_demo_tokenizer_respaced_through_onecard(self):
+    def test_the_shipped_demo_tokenizer_keeps_the_rule_through_onecard(self):
+        # models/demo (round 7 on) ships a respaced tokenizer: a word written without its leading space
+        # (a DSML value) is the same tokens as after one, but for the first. Respacing it again keeps that.
         import data_tokens
         import respace
         path = Path(__file__).resolve().parents[2] / "models" / "demo" / "tokenizer.json"
@@ -510,8 +512,7 @@ class Respace(unittest.TestCase):
             out = Path(d) / "tokenizer.json"
             out.write_text(json.dumps(new, ensure_ascii=False))
             self.assertEqual(respace.breaking_the_rule(data_tokens.Encoder(out), words), [])
-        # The shipped tokenizer spells most of them differently.
-        self.assertGreater(len(respace.breaking_the_rule(data_tokens.Encoder(path), words)), 5)
+        self.assertEqual(respace.breaking_the_rule(data_tokens.Encoder(path), words), [])
 
 
 @unittest.skipUnless(torch is not None, "soup.py needs torch, which this python3 lacks")
