@@ -22,7 +22,7 @@ Output (DIR, default build-demo/data; kept out of git, rebuilt by this script):
   tokenizer_corpus.txt       text the BPE tokenizer is trained on (train splits only)
 
 Usage: make_data.py --onecard build-cpu/onecard [--out DIR] [--chats N] [--seed S] [--eval-from OLD/tool_eval.jsonl]
-                    [--natural-share S] [--multi-call P] [--loose-asks P]
+                    [--natural-share S] [--multi-call P] [--loose-asks P] [--name-verbs]
 """
 
 import argparse
@@ -303,6 +303,10 @@ def main():
                     help="probability that a training request for a generated retrieval tool (get_/find_/show_... "
                          "names) asks by the tool's object alone, another verb or none ('Show me the tide status "
                          "...' for get_tide_status); default 0: the requests of rounds 3-6")
+    ap.add_argument("--name-verbs", action="store_true",
+                    help="training tool names may also begin with tool_gen.HELD_OUT_VERBS (convert, send, set, "
+                         "translate, calculate: the held-out names' verbs that VERBS lacks); default: the names "
+                         "of rounds 3-7")
     ap.add_argument("--tool-eval", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--eval-from", default=None,
@@ -329,7 +333,8 @@ def main():
         for w in re.findall(r"\b[a-z]{3,12}\b", t):
             counts_w[w] = counts_w.get(w, 0) + 1
     tool_gen.set_vocab([w for w, n in counts_w.items() if n >= 2])
-    train_tools = [tool_gen.random_tool(r) for _ in range(a.tools)]
+    verbs = tool_gen.VERBS + (tool_gen.HELD_OUT_VERBS if a.name_verbs else [])
+    train_tools = [tool_gen.random_tool(r, verbs=verbs) for _ in range(a.tools)]
     kept_eval = []
     if a.eval_from:
         kept_eval = [json.loads(line) for line in open(a.eval_from)]

@@ -347,6 +347,33 @@ class FirstErrors(unittest.TestCase):
         self.assertEqual(first_errors.classify("\n\n"), "structure")
 
 
+class NameVerbs(unittest.TestCase):
+    """random_tool(verbs=...): training names may begin with the held-out names' verbs (make_data.py
+    --name-verbs), never spelling a held-out name; the default draws exactly what it did before."""
+
+    def test_held_out_verbs_begin_names_but_no_held_out_name_is_made(self):
+        import random
+        tool_gen.set_vocab(["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"])
+        r = random.Random(5)
+        verbs = tool_gen.VERBS + tool_gen.HELD_OUT_VERBS
+        tools = [tool_gen.random_tool(r, verbs=verbs) for _ in range(3000)]
+        first = {t["name"].split("_")[0] for t in tools}
+        for v in tool_gen.HELD_OUT_VERBS:
+            self.assertIn(v, first)
+        self.assertFalse({t["name"] for t in tools} & set(tool_gen.HELD_OUT))
+        send = next(t for t in tools if t["name"].startswith("send_"))
+        self.assertTrue(send["desc"].startswith("Send the "), send["desc"])
+
+    def test_default_names_are_unchanged(self):
+        import random
+        tool_gen.set_vocab(["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"])
+        r1, r2 = random.Random(7), random.Random(7)
+        plain = [tool_gen.random_tool(r1) for _ in range(500)]
+        given = [tool_gen.random_tool(r2, verbs=tool_gen.VERBS) for _ in range(500)]
+        self.assertEqual([(t["name"], t["desc"]) for t in plain], [(t["name"], t["desc"]) for t in given])
+        self.assertFalse({t["name"].split("_")[0] for t in plain} & set(tool_gen.HELD_OUT_VERBS))
+
+
 class LooseAsks(unittest.TestCase):
     """make_call(loose=1): a generated retrieval tool (get_/find_/show_...) is asked for by its object alone
     with every value verbatim; other tools keep the usual requests."""
