@@ -123,6 +123,26 @@ Params params_of(const DsmlTool& tool, const std::string& where) {
     return out;
 }
 
+// `schema` with its local $refs followed, so that a parameter whose schema is a $ref to a plain string
+// or a string enum (pydantic writes enums as $defs) may be written raw like one spelled out. The JSON
+// compiler has already accepted the schema (a $ref beside annotations only); a $ref left unresolved
+// (not local, dangling, or a cycle past the hop limit) stays a $ref, which the raw forms refuse.
+const ojson& follow_refs(const ojson& root, const ojson& schema) {
+    const ojson* s = &schema;
+    for (int hops = 0; hops < 64 && s->is_object(); ++hops) {
+        const auto r = s->find("$ref");
+        if (r == s->end() || !r->is_string()) break;
+        const std::string ref = r->get<std::string>();
+        if (ref.empty() || ref[0] != '#') break;
+        try {
+            s = &root.at(ojson::json_pointer(ref.substr(1)));
+        } catch (const std::exception&) {
+            break;
+        }
+    }
+    return *s;
+}
+
 // A property the model may write raw (string="true", its trained habit for strings): a plain string
 // schema, nothing that bounds or shapes the text (those need the JSON form, where the grammar can
 // count and check).
@@ -251,7 +271,7 @@ void add_invoke(const std::shared_ptr<Grammar>& g, const DsmlTool& tool, size_t 
         const uint32_t c = g->add_node();
         g->add_eps(a[i], c);
         g->add_literal(b[i], "\n", c);
-        add_parameter(g, c, pr.name, std::nullopt, *pr.schema, value, b[i + 1]);
+        add_parameter(g, c, pr.name, std::nullopt, follow_refs(tool.parameters, *pr.schema), value, b[i + 1]);
         if (!pr.required) {
             g->add_eps(a[i], a[i + 1]);
             g->add_eps(b[i], b[i + 1]);
@@ -272,7 +292,7 @@ void add_invoke(const std::shared_ptr<Grammar>& g, const DsmlTool& tool, size_t 
         g->add_eps(a[n], c);
         g->add_literal(b[n], "\n", c);
         g->add_literal(m, "\n", c);
-        add_parameter(g, c, "", name_rule, *params.extra, value, m);
+        add_parameter(g, c, "", name_rule, follow_refs(tool.parameters, *params.extra), value, m);
         g->add_literal(m, close, to);
     }
 }

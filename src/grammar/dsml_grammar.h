@@ -12,7 +12,8 @@
 //   a schema, extra ones after the declared (names without escapes, '"' or U+FF5C, none declared).
 // - A value is written string="false" (its JSON text: compact, or with json.dumps's ", " and ": " as
 //   the encoder writes it); a plain string (no bounds, format...) may also be written raw,
-//   string="true", as the model was trained to, and so may the string values of a const or enum.
+//   string="true", as the model was trained to, and so may the string values of a const or enum
+//   (also behind local $refs).
 // - Nothing in a value can end or break the markup for the server's DsmlParser: JSON strings write
 //   U+FF5C "｜" as \uff5c; raw values hold no NUL, "｜DSML｜" or end-of-sentence text (dsml_grammar.cpp
 //   says why this is enough). Tool and parameter names that cannot be written in a tag are refused.

@@ -179,6 +179,24 @@ TEST(GrammarDsml, EnumAndConstStringsMayBeWrittenRaw) {
     EXPECT_FALSE(complete(m, head + raw_param("num", "1") + tail)) << "an integer enum has no raw form";
 }
 
+// The same through local $refs (pydantic writes enums as $defs): raw where the target allows it.
+TEST(GrammarDsml, RawFormsFollowLocalRefs) {
+    const std::vector<DsmlTool> t = {{"f", ojson::parse(R"({"type":"object",
+          "$defs":{"Color":{"type":"string","enum":["red","green"]},"Name":{"type":"string"},
+                   "Alias":{"$ref":"#/$defs/Color"},"Short":{"type":"string","maxLength":3}},
+          "properties":{"color":{"$ref":"#/$defs/Color"},"name":{"$ref":"#/$defs/Name","description":"who"},
+                        "alias":{"$ref":"#/$defs/Alias"},"short":{"$ref":"#/$defs/Short"}}})")}};
+    const auto m = masks_of(compile_dsml_tool_calls(t, true));
+    const std::string head = kOpen + "<｜DSML｜invoke name=\"f\">\n", tail = "\n</｜DSML｜invoke>" + kClose;
+    EXPECT_TRUE(complete(m, head + raw_param("color", "green") + tail));
+    EXPECT_FALSE(complete(m, head + raw_param("color", "blue") + tail));
+    EXPECT_TRUE(complete(m, head + raw_param("name", "Ada Lovelace") + tail));
+    EXPECT_TRUE(complete(m, head + raw_param("alias", "red") + tail)) << "a $ref to a $ref";
+    EXPECT_FALSE(complete(m, head + raw_param("short", "abc") + tail)) << "a bounded string only as JSON";
+    EXPECT_TRUE(complete(m, kOpen + invoke("f", {{"short", "\"abc\""}}) + kClose));
+    EXPECT_EQ(arguments_of(head + raw_param("color", "green") + tail), ojson({{"color", "green"}}));
+}
+
 TEST(GrammarDsml, RejectsWhatBreaksTheToolsOrTheirSchemas) {
     const auto m = masks_of(compile_dsml_tool_calls(tools(), false));
     const std::vector<std::string> bad = {
