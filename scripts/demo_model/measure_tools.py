@@ -137,13 +137,21 @@ def paired(mine: str, other: str) -> dict:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--url", required=True)
-    ap.add_argument("--data", required=True)
+    ap.add_argument("--url")
+    ap.add_argument("--data")
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--jobs", type=int, default=4)
     ap.add_argument("--out", default="")
     ap.add_argument("--against", default="", help="an earlier --out of another checkpoint on the same requests")
+    ap.add_argument("--pair", nargs=2, metavar=("A", "B"),
+                    help="no requests: compare two earlier --out files on the same requests (A's 'only_this')")
     a = ap.parse_args()
+    if a.pair:
+        runs = [json.loads(Path(f).read_text())["exact_per_request"] for f in a.pair]
+        print(json.dumps(paired(*runs), indent=1))
+        return
+    if not a.url or not a.data:
+        ap.error("--url and --data are required (or --pair A B)")
     rows = [json.loads(l) for l in open(Path(a.data) / "tool_eval.jsonl")][:a.n]
     before = metrics(a.url)
 

@@ -132,13 +132,9 @@ const ojson& follow_refs(const ojson& root, const ojson& schema) {
     for (int hops = 0; hops < 64 && s->is_object(); ++hops) {
         const auto r = s->find("$ref");
         if (r == s->end() || !r->is_string()) break;
-        const std::string ref = r->get<std::string>();
-        if (ref.empty() || ref[0] != '#') break;
-        try {
-            s = &root.at(ojson::json_pointer(ref.substr(1)));
-        } catch (const std::exception&) {
-            break;
-        }
+        const ojson* target = find_local_ref(root, r->get<std::string>());
+        if (!target) break;
+        s = target;
     }
     return *s;
 }

@@ -1,6 +1,7 @@
 #include "grammar/json_schema.h"
 
 #include "grammar/json_fragments.h"
+#include "tokenizer/chat_json.h"
 
 #include <cmath>
 #include <map>
@@ -97,38 +98,21 @@ private:
     const ojson& resolve(const std::string& ref, const std::string& path) const {
         if (ref.empty() || ref[0] != '#')
             refuse("$ref", path, fmt::format("only local references (#...) are supported, not '{}'", ref));
-        try {
-            const auto ptr = ojson::json_pointer(ref.substr(1));
-            return root_.at(ptr);
-        } catch (const std::exception&) {
-            refuse("$ref", path, fmt::format("'{}' does not resolve", ref));
-        }
+        const ojson* target = find_local_ref(root_, ref);
+        if (!target) refuse("$ref", path, fmt::format("'{}' does not resolve", ref));
+        return *target;
     }
 
     // A value's compact JSON text as the grammar writes it (see RawChars).
     std::string compact(const ojson& v) const { return json_literal(v.dump(), raw_); }
 
-    // A structured value's text in json.dumps's layout (", " and ": "), for separators that allow it.
-    // Recursion is bounded by check_schema_depth.
-    std::string spaced(const ojson& v) const {
-        if (!v.is_structured()) return compact(v);
-        std::string s = v.is_array() ? "[" : "{";
-        bool first = true;
-        for (const auto& [k, x] : v.items()) {
-            if (!first) s += ", ";
-            first = false;
-            if (v.is_object()) s += compact(ojson(k)) + ": ";
-            s += spaced(x);
-        }
-        return s + (v.is_array() ? "]" : "}");
-    }
-
-    // from --a const or enum value--> to: its compact text, or json.dumps's where sep_ allows it.
+    // from --a const or enum value--> to: its compact text, or, where sep_ allows it, the text the chat
+    // encoder writes (json.dumps: ", ", ": " and Python's float repr).
     void add_value_literal(uint32_t from, const ojson& v, uint32_t to) {
         const std::string c = compact(v);
         g_->add_literal(from, c, to);
-        if (sep_ == Separators::kSpaceOptional && v.is_structured())
-            if (const std::string s = spaced(v); s != c) g_->add_literal(from, s, to);
+        if (sep_ == Separators::kSpaceOptional)
+            if (const std::string s = json_literal(py_json_dumps(v), raw_); s != c) g_->add_literal(from, s, to);
     }
 
     uint32_t any_rule() { return any_value_rule(*g_, any_, raw_, sep_); }
@@ -481,6 +465,15 @@ private:
 };
 
 }  // namespace
+
+const nlohmann::ordered_json* find_local_ref(const nlohmann::ordered_json& root, const std::string& ref) {
+    if (ref.empty() || ref[0] != '#') return nullptr;
+    try {
+        return &root.at(ojson::json_pointer(ref.substr(1)));
+    } catch (const std::exception&) {
+        return nullptr;
+    }
+}
 
 void check_schema_depth(const nlohmann::ordered_json& schema) {
     std::vector<std::pair<const ojson*, int>> todo = {{&schema, 0}};  // (value, containers around it)

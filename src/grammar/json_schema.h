@@ -46,6 +46,10 @@ inline constexpr uint64_t kMaxUnrolledCount = 512;
 inline constexpr int kMaxSchemaJsonDepth = 128;
 inline constexpr int kMaxSchemaRuleDepth = 256;
 
+// The schema a local reference ("#/$defs/x", a JSON pointer after '#') names inside `root`, or nullptr
+// when `ref` is not local or does not resolve.
+const nlohmann::ordered_json* find_local_ref(const nlohmann::ordered_json& root, const std::string& ref);
+
 // Throws SchemaError when `schema` opens more than kMaxSchemaJsonDepth nested containers. Iterative.
 void check_schema_depth(const nlohmann::ordered_json& schema);
 

@@ -79,6 +79,16 @@ class MeasureTools(unittest.TestCase):
         with self.assertRaises(SystemExit):
             measure_tools.paired("10", "101")
 
+    def test_pair_compares_two_saved_runs_without_a_server(self):
+        with tempfile.TemporaryDirectory() as d:
+            a, b = Path(d) / "a.json", Path(d) / "b.json"
+            a.write_text(json.dumps({"exact_per_request": "1101"}))
+            b.write_text(json.dumps({"exact_per_request": "1000"}))
+            out = subprocess.run([sys.executable, str(Path(measure_tools.__file__)), "--pair", str(a), str(b)],
+                                 capture_output=True, text=True, check=True).stdout
+        self.assertEqual({k: v for k, v in json.loads(out).items() if k != "sign_test_p"},
+                         {"both": 1, "only_this": 2, "only_other": 0})
+
 
 class NaturalTools(unittest.TestCase):
     """make_data.py --natural-share's tools: unseen by the held-out set, and their requests hold every
