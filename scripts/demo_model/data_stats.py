@@ -34,7 +34,7 @@ def stats(rows):
         spanned += "spans" in row
         if row.get("kind") == "tools":
             names.update(SCHEMA_NAME.findall(row["prompt"]))
-    generated = [n for n in names if n not in tool_gen.NATURAL]
+    generated = [n for n in names if n not in tool_gen.NATURAL and n not in tool_gen.NATURAL_EXTRA]
     retrieve = [n for n in generated if n.split("_")[0] in tool_gen.RETRIEVE and "_" in n]
     return {"rows": len(rows), "rows_with_trained_earlier_turns": spanned,
             "trained_char_share": round(trained / max(total, 1), 4),

@@ -8,7 +8,8 @@ Sources:
     greetings and small talk, questions answered from a Brown paragraph, continuations, arithmetic,
     thinking and non-thinking answers, multi-turn history, exact-copy requests, and tool calls in DSML
     with tool results
-    (random tools from tool_gen.py, and with --natural-share its hand-written NATURAL tools; the
+    (random tools from tool_gen.py, and with --natural-share its hand-written NATURAL tools, with
+    --natural-extra its NATURAL_EXTRA ones too; the
     HELD_OUT tools and unseen generated tools go to tool_eval.jsonl, drawn from their own random
     stream, and 3% of the conversations, with other unseen tools, to the test split).
 
@@ -22,10 +23,12 @@ Output (DIR, default build-demo/data; kept out of git, rebuilt by this script):
   tokenizer_corpus.txt       text the BPE tokenizer is trained on (train splits only)
 
 Usage: make_data.py --onecard build-cpu/onecard [--out DIR] [--chats N] [--seed S] [--eval-from OLD/tool_eval.jsonl]
-                    [--natural-share S] [--multi-call P] [--loose-asks P] [--name-verbs]
+                    [--natural-share S] [--multi-call P] [--loose-asks P] [--name-verbs] [--hard-values P]
+                    [--bare-first P] [--natural-extra]
 """
 
 import argparse
+import functools
 import json
 import random
 import re
@@ -97,6 +100,19 @@ def _sentences(text):
     return [s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if len(s.strip()) > 3]
 
 
+def _alpha_runs(sentence):
+    """The runs of 3+ consecutive purely alphabetic words of a sentence (tool_gen._sentence's source)."""
+    runs, cur = [], []
+    for w in sentence.split() + [""]:
+        if w.isascii() and w.isalpha():
+            cur.append(w)
+            continue
+        if len(cur) >= 3:
+            runs.append(cur)
+        cur = []
+    return runs
+
+
 def conv_greeting(r, paras):
     return [{"role": "user", "content": r.choice(GREETINGS)}], {"role": "assistant", "content": r.choice(GREETING_REPLIES)}, \
         "The user greets me. I will introduce myself."
@@ -137,12 +153,14 @@ EXTRACT_ASKS = ["My {k} is {v}. What is my {k}?", "Note that the {k} is {v}. Tel
                 "The {k} we use is {v}, remember it. Which {k} do we use?", "Here is the {k}: {v}. Say the {k} again."]
 
 
-def conv_echo(r, paras):
+def conv_echo(r, paras, hard=False):
     """Exact copying (round 4): repeat or pick out a string from the request, the skill a tool call's
-    arguments need (names, codes, e-mails, made-up words, numbers, phrases)."""
+    arguments need (names, codes, e-mails, made-up words, numbers, phrases); hard: tool_gen.HARD_VALUES too."""
     gens = [tool_gen.word, tool_gen.madeup, tool_gen._code, tool_gen._email, tool_gen._phrase, tool_gen._date,
             tool_gen._path, lambda r: str(r.randint(1, 99999)), lambda r: r.choice(tool_gen.TICKERS + tool_gen.CITIES),
             lambda r: " ".join(tool_gen.word(r) for _ in range(r.randint(2, 5)))]
+    if hard:
+        gens = gens + tool_gen.HARD_VALUES
     v = r.choice(gens)(r)
     if r.random() < 0.5:
         return [{"role": "user", "content": r.choice(ECHO_ASKS).format(v=v)}], {"role": "assistant", "content": v}, \
@@ -176,11 +194,11 @@ def _tool_msg(result):
     return {"role": "tool", "tool_call_id": "call_0", "content": json.dumps(result)}
 
 
-def _earlier_exchange(r, offered, loose):
+def _earlier_exchange(r, offered, loose, bare):
     """A finished earlier request of the conversation (make_data.py --multi-call): the request, the call
     with its reasoning, the tool's result and the answer, to one of the offered tools."""
     tool = r.choice(offered)
-    text, call = tool_gen.make_call(r, tool, loose)
+    text, call = tool_gen.make_call(r, tool, loose, bare)
     res, answer = tool_gen.tool_result(r, call)
     call_msg = {"role": "assistant", "content": "", "reasoning_content": tool_gen.thought_for(tool, [call]),
                 "tool_calls": [tool_call_msg(call)]}
@@ -188,14 +206,15 @@ def _earlier_exchange(r, offered, loose):
             _tool_msg(res), {"role": "assistant", "content": answer, "reasoning_content": ANSWER_THOUGHT}]
 
 
-def conv_tools(r, paras, tools, target_tool=None, stage=None, earlier=0, loose=0.0):
+def conv_tools(r, paras, tools, target_tool=None, stage=None, earlier=0, loose=0.0, bare=0.0):
     """A tool conversation; returns (request messages, tools schema list, final assistant, thought,
     expected calls or None). stage: "call" (target = the tool call), "answer" (target = the answer
     after the tool result), "none" (a request no tool serves: answered directly). At most two other
     tools are offered and the system prompt is rare, so the schemas and the request stay well inside
     the 512-token window at the call (copy_distance.py measures it). `earlier` finished requests to the
-    same tools come first (their turns are trained on too: main() finds their spans). `loose`: make_call's
-    (requests for a retrieval tool by its object alone, --loose-asks)."""
+    same tools come first (their turns are trained on too: main() finds their spans). `loose` and `bare`:
+    make_call's (requests for a retrieval tool by its object alone, --loose-asks; a first value mentioned
+    alone, --bare-first)."""
     tool = target_tool or r.choice(tools)
     others = [t for t in r.sample(tools, min(len(tools), r.choice([0, 1, 1, 2]))) if t["name"] != tool["name"]]
     # Distractors go while the schemas pass SCHEMA_CHARS, so the distance from the call back to its
@@ -208,14 +227,14 @@ def conv_tools(r, paras, tools, target_tool=None, stage=None, earlier=0, loose=0
     stage = stage or r.choices(["call", "answer", "none", "parallel"], [8, 2, 1, 1])[0]
     head = [{"role": "system", "content": r.choice(SYSTEMS)}] if r.random() < 0.2 else []
     for _ in range(earlier):
-        head = head + _earlier_exchange(r, offered, loose)
+        head = head + _earlier_exchange(r, offered, loose, bare)
     if stage == "none":
         msgs, ans, thought = r.choice([conv_math, conv_greeting])(r, paras)
         return head + msgs, schemas, ans, "No tool is needed for this. " + thought, []
-    text, call = tool_gen.make_call(r, tool, loose)
+    text, call = tool_gen.make_call(r, tool, loose, bare)
     calls = [call]
     if stage == "parallel":
-        text2, call2 = tool_gen.make_call(r, tool, loose)
+        text2, call2 = tool_gen.make_call(r, tool, loose, bare)
         text = f"{text} Also: {text2[0].lower()}{text2[1:]}"
         calls.append(call2)
     thought = tool_gen.thought_for(tool, calls)
@@ -307,6 +326,17 @@ def main():
                     help="training tool names may also begin with tool_gen.HELD_OUT_VERBS (convert, send, set, "
                          "translate, calculate: the held-out names' verbs that VERBS lacks); default: the names "
                          "of rounds 3-7")
+    ap.add_argument("--natural-extra", action="store_true",
+                    help="the --natural-share tools are drawn from tool_gen.NATURAL_EXTRA too (26 more hand-written "
+                         "tools); default: NATURAL's 28, as in rounds 5-8")
+    ap.add_argument("--hard-values", type=float, default=0.0,
+                    help="probability that a generated training tool's string parameter takes its values from "
+                         "tool_gen.HARD_VALUES (capital-letter codes, Brown sentence fragments, varied e-mail "
+                         "addresses and arithmetic), which the copy requests (echo) then draw from too; default 0: "
+                         "the values of rounds 3-8")
+    ap.add_argument("--bare-first", type=float, default=0.0,
+                    help="probability that a training request mentions a generated tool's first (string) parameter "
+                         "by its value alone, without the parameter's name; default 0: the requests of rounds 3-8")
     ap.add_argument("--tool-eval", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--eval-from", default=None,
@@ -334,7 +364,9 @@ def main():
             counts_w[w] = counts_w.get(w, 0) + 1
     tool_gen.set_vocab([w for w, n in counts_w.items() if n >= 2])
     verbs = tool_gen.VERBS + (tool_gen.HELD_OUT_VERBS if a.name_verbs else [])
-    train_tools = [tool_gen.random_tool(r, verbs=verbs) for _ in range(a.tools)]
+    if a.hard_values > 0:
+        tool_gen.set_runs(run for _, t in brown_train for s in _sentences(t) for run in _alpha_runs(s))
+    train_tools = [tool_gen.random_tool(r, verbs=verbs, hard=a.hard_values) for _ in range(a.tools)]
     kept_eval = []
     if a.eval_from:
         kept_eval = [json.loads(line) for line in open(a.eval_from)]
@@ -342,7 +374,7 @@ def main():
         held_names = {t.get("function", t)["name"] for row in kept_eval for t in row["request"].get("tools", [])}
         train_tools = [t for t in train_tools if t["name"] not in held_names]
     train_names = {t["name"] for t in train_tools}
-    natural_names = sorted(tool_gen.NATURAL)
+    natural_names = sorted(tool_gen.NATURAL) + (sorted(tool_gen.NATURAL_EXTRA) if a.natural_extra else [])
     if a.eval_from:  # a kept held-out set's tools stay unseen, NATURAL ones included
         natural_names = [n for n in natural_names if n not in held_names]
     # Held-out generated tools: names no training tool has, values mostly real words and numbers.
@@ -352,7 +384,7 @@ def main():
 
     kinds = [("greeting", conv_greeting, 1), ("continue", conv_continue, 3), ("about", conv_about, 2),
              ("math", conv_math, 1.5), ("multiturn", conv_multiturn, 1.5), ("tools", None, a.tool_weight),
-             ("echo", conv_echo, a.echo_weight)]
+             ("echo", functools.partial(conv_echo, hard=a.hard_values > 0), a.echo_weight)]
     jobs = []
     for i in range(a.chats):
         split = "test" if r.random() < 0.03 else "train"
@@ -373,7 +405,8 @@ def main():
             # after their tool's schema (onecard tokenize, the demo BPE; one: the schema stays in the window).
             earlier = 1 if split == "train" and a.multi_call > 0 and r.random() < a.multi_call else 0
             msgs, schemas, final, thought, calls = conv_tools(r, src_text, tools, target_tool=target, earlier=earlier,
-                                                              loose=a.loose_asks if split == "train" else 0.0)
+                                                              loose=a.loose_asks if split == "train" else 0.0,
+                                                              bare=a.bare_first if split == "train" else 0.0)
             jobs.append((split, "tools", msgs, final, schemas, thinking, thought, calls, None))
     # Held-out tool requests: each HELD_OUT tool equally often, then unseen generated tools; both modes.
     # Their own random stream, so the evaluation set does not move when the training mix changes.

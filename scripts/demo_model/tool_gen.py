@@ -84,6 +84,69 @@ def _expr(r):
     return f"{r.randint(2, 999)} {r.choice('+-*/')} {r.randint(2, 99)}"
 
 
+# Values that are hard to copy (make_data.py --hard-values), the kinds the held-out named tools' values got
+# wrong in round 7 (docs/results.md, 2026-12-05; 35 of its 100 named requests): upper-case codes split into
+# one token a letter (AAPL -> APL, USD -> CDA), whole sentences cut to one word ("the meeting is moved to
+# Friday" -> "moved"), e-mail addresses losing their dots and domain, arithmetic losing its spaces
+# ("461 / 58" -> "46158"). Training drew these rarely and from short fixed lists; these generators draw
+# them at random, so the model learns to copy the form rather than memorise the list.
+RUNS = []  # runs of 3+ alphabetic Brown words (set_runs), the source of sentence-like values
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+TLDS = ["com", "org", "net", "io", "de", "co.uk", "fr", "edu"]
+
+
+def set_runs(runs):
+    """Word lists (3+ alphabetic words each, from the Brown training split) for _sentence."""
+    global RUNS
+    RUNS = [run for run in runs if len(run) >= 3]
+
+
+def _acronym(r):
+    """2-5 capital letters, a third of them with a letter doubled ('AAPL', 'XQQ')."""
+    letters = [r.choice(LETTERS) for _ in range(r.randint(2, 5))]
+    if r.random() < 0.33:
+        i = r.randrange(len(letters))
+        letters.insert(i, letters[i])
+    return "".join(letters[:5])
+
+
+def _caps_code(r):
+    """Capitals and digits mixed ('B2B', 'XK7', 'A320Q')."""
+    return "".join(r.choice(LETTERS) if r.random() < 0.6 else str(r.randint(0, 9)) for _ in range(r.randint(3, 6)))
+
+
+def _sentence(r):
+    """3-7 consecutive words of a Brown sentence ('the meeting is moved to Friday'-like text)."""
+    if not RUNS:
+        return " ".join(word(r) for _ in range(r.randint(3, 7)))
+    run = r.choice(RUNS)
+    n = min(len(run), r.randint(3, 7))
+    i = r.randint(0, len(run) - n)
+    return " ".join(run[i:i + n])
+
+
+def _email_varied(r):
+    """An e-mail address in one of several forms and domains."""
+    first, other = r.choice(NAMES).lower(), word(r)
+    local = r.choice([f"{first}.{other}", f"{first}{r.randint(1, 99)}", f"{first}_{other}", f"{other}.{first}",
+                      f"{first[0]}.{other}"])
+    return f"{local}@{r.choice([word(r), 'example', 'mail', 'work'])}.{r.choice(TLDS)}"
+
+
+def _expr_varied(r):
+    """Arithmetic with one or two operators, decimals and brackets sometimes ('(3 + 4) * 7', '12.5 / 4')."""
+    def num():
+        return str(r.randint(1, 999)) if r.random() < 0.8 else f"{r.randint(1, 99)}.{r.randint(1, 9)}"
+    a, b, op = num(), num(), r.choice("+-*/")
+    if r.random() < 0.5:
+        return f"{a} {op} {b}"
+    c, op2 = num(), r.choice("+-*/")
+    return f"({a} {op} {b}) {op2} {c}" if r.random() < 0.4 else f"{a} {op} {b} {op2} {c}"
+
+
+HARD_VALUES = [_acronym, _caps_code, _sentence, _email_varied, _expr_varied]
+
+
 # Realistic parameters: name -> (type, description, value generator, mention template).
 REAL = {
     "city": ("string", "The city name", lambda r: r.choice(CITIES), "in {v}"),
@@ -318,9 +381,125 @@ NATURAL = {
 }
 
 
+def _ip(r):
+    return ".".join(str(r.randint(1, 254)) for _ in range(4))
+
+
+def _postcode(r):
+    a, b, n = r.choice(LETTERS), r.choice(LETTERS), r.randint(1, 29)
+    m, c, d = r.randint(1, 9), r.choice(LETTERS), r.choice(LETTERS)
+    return f"{a}{b}{n} {m}{c}{d}"
+
+
+def _team(r):
+    return f"{r.choice(CITIES)} {r.choice(['Rovers', 'United', 'Lions', 'Hawks', 'Rangers', 'Tigers'])}"
+
+
+# More realistic tools for TRAINING (make_data.py --natural-extra), as NATURAL: 28 hand-written tools are
+# few to learn from what a request means which tool, so round 7's named held-out tools still called a wrong
+# tool 19 times in 100. These widen the domains and the phrasings: requests that start with another verb
+# than the name's or with none ("Volume to 7, please"), a main value said alone, values hard to copy
+# (HARD_VALUES' forms). Some names begin with the held-out names' verbs (convert_units, send_gift_card,
+# set_volume: make_data.py --name-verbs' reason) but none shares a domain with a HELD_OUT tool.
+NATURAL_EXTRA = {
+    "convert_units": ("Convert a quantity from one unit to another", [
+        ("value", "number", "The quantity", lambda r: _num(r), "{v}", True),
+        ("from_unit", "string", "Unit to convert from", lambda r: r.choice(UNITS), "{v}", True),
+        ("to_unit", "string", "Unit to convert to", lambda r: r.choice(UNITS), "to {v}", True)],
+        ["Convert {m}.", "How much is {m}?", "Change {m}, please.", "What is {m}?"]),
+    "set_volume": ("Set the speaker volume", [
+        ("level", "integer", "Volume level from 0 to 10", lambda r: r.randint(0, 10), "to {v}", True)],
+        ["Set the volume {m}.", "Turn the volume {m}.", "Volume {m}, please.", "Change the sound level {m}."]),
+    "send_gift_card": ("Send a gift card to a person", [
+        ("recipient", "string", "Who gets the card", lambda r: r.choice(NAMES), "to {v}", True),
+        ("amount", "number", "Value of the card", lambda r: _num(r), "worth {v}", True)],
+        ["Send a gift card {m}.", "Give a gift card {m}.", "I want to gift a card {m}."]),
+    "get_bus_times": ("Get the next departures from a bus stop", [
+        ("stop_code", "string", "Bus stop code", lambda r: r.choice([_caps_code(r), _acronym(r)]), "{v}", True)],
+        ["When is the next bus at stop {m}?", "Bus times for stop {m}.", "Show departures from stop {m}."]),
+    "lookup_ip": ("Find where an IP address is located", [
+        ("address", "string", "IPv4 address", _ip, "{v}", True)],
+        ["Where is {m}?", "Look up the IP {m}.", "Which country is {m} in?"]),
+    "get_score": ("Get the latest score of a sports team", [
+        ("team", "string", "Team name", _team, "{v}", True)],
+        ["How did {m} do?", "What was the score of {m}?", "Did {m} win?"]),
+    "check_spelling": ("Check the spelling of a sentence", [
+        ("text", "string", "The sentence", _sentence, "{v}", True)],
+        ["Check the spelling of {m}.", "Is this spelt right: {m}", "Proofread {m}."]),
+    "summarize_text": ("Summarise a piece of text", [
+        ("text", "string", "The text", _sentence, "{v}", True),
+        ("sentences", "integer", "How many sentences", lambda r: r.randint(1, 5), "in {v} sentences", False)],
+        ["Summarise {m}.", "Give me the gist of {m}.", "Shorten {m}."]),
+    "get_lyrics": ("Get the lyrics of a song", [
+        ("song", "string", "Song title", lambda r: _phrase(r).title(), "{v}", True),
+        ("artist", "string", "Singer or band", lambda r: f"{r.choice(NAMES)} {r.choice(WORDS).title()}", "by {v}",
+         False)],
+        ["Show me the lyrics of {m}.", "What are the words to {m}?", "Find the lyrics for {m}."]),
+    "order_pizza": ("Order a pizza for delivery", [
+        ("topping", "string", "Main topping", lambda r: r.choice(WORDS), "with {v}", True),
+        ("size", "enum", "Pizza size", ["small", "medium", "large"], "in size {v}", True)],
+        ["Order a pizza {m}.", "I want a pizza {m}.", "Get me a pizza {m}."]),
+    "find_synonym": ("Find words with the same meaning", [
+        ("word", "string", "The word", lambda r: r.choice(WORDS), "{v}", True)],
+        ["What is another word for {m}?", "Give me a synonym of {m}.", "Which words mean {m}?"]),
+    "get_pollen_count": ("Get today's pollen count for a city", [
+        ("city", "string", "City name", lambda r: r.choice(CITIES), "in {v}", True)],
+        ["Is the pollen bad {m}?", "What is the pollen count {m}?", "How much pollen is there {m}?"]),
+    "get_earthquakes": ("List recent earthquakes in a country", [
+        ("country", "string", "Country name", lambda r: r.choice(COUNTRIES), "in {v}", True),
+        ("min_magnitude", "number", "Smallest magnitude", lambda r: round(r.uniform(2, 7), 1), "above {v}", False)],
+        ["Were there earthquakes {m}?", "List the earthquakes {m}.", "Any quakes {m}?"]),
+    "get_tax_rate": ("Get the sales tax rate of a country", [
+        ("country", "string", "Country name", lambda r: r.choice(COUNTRIES), "in {v}", True)],
+        ["What is the sales tax {m}?", "How high is the tax rate {m}?", "Tell me the VAT {m}."]),
+    "lookup_postcode": ("Find the street and town of a postcode", [
+        ("postcode", "string", "The postcode", _postcode, "{v}", True)],
+        ["Where is postcode {m}?", "Look up {m}.", "Which town has the postcode {m}?"]),
+    "get_airport_info": ("Get information about an airport", [
+        ("code", "string", "Three-letter airport code", _airport, "{v}", True)],
+        ["Tell me about airport {m}.", "What airport is {m}?", "Where is {m} airport?"]),
+    "count_words": ("Count the words in a text", [
+        ("text", "string", "The text", _sentence, "in {v}", True)],
+        ["How many words are {m}?", "Count the words {m}.", "Word count {m}, please."]),
+    "call_contact": ("Start a phone call to a contact", [
+        ("name", "string", "Contact name", lambda r: r.choice(NAMES), "{v}", True)],
+        ["Call {m}.", "Phone {m}, please.", "Ring {m} for me."]),
+    "open_app": ("Open an app on the phone", [
+        ("app", "string", "App name", lambda r: r.choice(WORDS).title() + r.choice(["", "", " Pro", " Plus"]), "{v}",
+         True)],
+        ["Open {m}.", "Launch {m}.", "Start the app {m}."]),
+    "get_fuel_price": ("Get the average fuel price in a city", [
+        ("city", "string", "City name", lambda r: r.choice(CITIES), "in {v}", True),
+        ("fuel", "enum", "Fuel type", ["petrol", "diesel", "electric"], "for {v}", False)],
+        ["How much is fuel {m}?", "What does petrol cost {m}?", "Fuel prices {m}, please."]),
+    "check_domain": ("Check whether an internet domain name is free to register", [
+        ("domain", "string", "Domain name", lambda r: f"{word(r)}.{r.choice(TLDS)}", "{v}", True)],
+        ["Is {m} available?", "Can I still register {m}?", "Check the domain {m}."]),
+    "share_location": ("Share my location with a contact", [
+        ("contact", "string", "Contact name", lambda r: r.choice(NAMES), "with {v}", True),
+        ("hours", "integer", "For how many hours", lambda r: r.randint(1, 12), "for {v} hours", False)],
+        ["Share my location {m}.", "Let {m} see where I am.", "Send my location {m}."]),
+    "find_pharmacy": ("Find an open pharmacy near a place", [
+        ("place", "string", "Place or city", lambda r: r.choice(CITIES), "in {v}", True)],
+        ["Is there a pharmacy open {m}?", "Find a chemist {m}.", "Where can I buy medicine {m}?"]),
+    "get_train_departures": ("Get the next trains between two stations", [
+        ("origin", "string", "Departure station", lambda r: r.choice(CITIES), "from {v}", True),
+        ("destination", "string", "Arrival station", lambda r: r.choice(CITIES), "to {v}", True)],
+        ["When is the next train {m}?", "Trains {m}, please.", "Show me trains {m}."]),
+    "get_word_origin": ("Get the origin of a word", [
+        ("word", "string", "The word", lambda r: r.choice(WORDS), "{v}", True)],
+        ["Where does the word {m} come from?", "What is the origin of {m}?", "Etymology of {m}, please."]),
+    "log_expense": ("Record an expense in the budget", [
+        ("amount", "number", "Amount spent", lambda r: _num(r), "{v}", True),
+        ("category", "string", "Spending category", lambda r: r.choice(["food", "rent", "travel", "books", "fun"]),
+         "for {v}", True)],
+        ["I spent {m}.", "Log {m}.", "Add an expense of {m}."]),
+}
+
+
 def natural_tool(name):
-    """A NATURAL tool as make_call takes it (asks fixed, mentions from its parameters)."""
-    return _table_tool(NATURAL, name)
+    """A NATURAL (or NATURAL_EXTRA) tool as make_call takes it (asks fixed, mentions from its parameters)."""
+    return _table_tool(NATURAL if name in NATURAL else NATURAL_EXTRA, name)
 
 
 def _gen_name(r, exclude, verbs):
@@ -364,9 +543,10 @@ def _real_param(r, used):
     return {"name": p, "type": t, "desc": d, "gen": gen, "say": say}
 
 
-def _gen_param(r, realistic_values):
+def _gen_param(r, realistic_values, hard=0.0):
     """A parameter with a generated name; its values are vocabulary words (copy-forcing) or, with
-    realistic_values, mostly real words, names, cities and numbers."""
+    realistic_values, mostly real words, names, cities and numbers. hard: the probability that a string
+    parameter's values come from HARD_VALUES instead (0 draws nothing more)."""
     pname = word(r) if r.random() < 0.5 else f"{word(r)}_{r.choice(['id', 'name', 'code', 'value', 'text', word(r)])}"
     kind = r.choices(["string", "integer", "number", "enum", "boolean", "array"], [7, 2, 1, 1.2, 0.5, 0.6])[0]
     spoken = pname.replace("_", " ")
@@ -376,6 +556,8 @@ def _gen_param(r, realistic_values):
                  lambda r: str(r.randint(1, 99999))]
         w = [3, 2, 2, 1, 1, 0.5] if not realistic_values else [3, 2, 0.4, 1, 2, 0.5]
         gen = r.choices(pools, w)[0]
+        if hard > 0 and r.random() < hard:
+            gen = r.choice(HARD_VALUES)
         return {"name": pname, "type": "string", "desc": f"The {spoken}", "gen": gen, "say": say}
     if kind == "integer":
         hi = r.choice([10, 100, 5000])
@@ -394,14 +576,14 @@ def _gen_param(r, realistic_values):
             "gen": lambda r: [word(r) for _ in range(r.randint(2, 3))], "say": say}
 
 
-def random_tool(r: random.Random, exclude=frozenset(), realistic_values=False, verbs=tuple(VERBS)):
+def random_tool(r: random.Random, exclude=frozenset(), realistic_values=False, verbs=tuple(VERBS), hard=0.0):
     """A tool never in HELD_OUT (nor in `exclude`), with 1-3 parameters, realistic or generated; `verbs`
-    are the verbs its name may begin with."""
+    are the verbs its name may begin with; `hard`: _gen_param's."""
     name = _gen_name(r, exclude, list(verbs))
     n = r.choice([1, 1, 2, 2, 2, 3])
     params, used = [], set()
     while len(params) < n:
-        p = _real_param(r, used) if r.random() < 0.4 else _gen_param(r, realistic_values)
+        p = _real_param(r, used) if r.random() < 0.4 else _gen_param(r, realistic_values, hard)
         if p["name"] in used:
             continue
         used.add(p["name"])
@@ -411,9 +593,16 @@ def random_tool(r: random.Random, exclude=frozenset(), realistic_values=False, v
 
 
 def _table_tool(table, name):
-    """A tool of a hand-written table (HELD_OUT, NATURAL): (description, params, asks) -> the tool dict."""
+    """A tool of a hand-written table (HELD_OUT, NATURAL, NATURAL_EXTRA): (description, params, asks) -> the
+    tool dict; an "enum" parameter holds its values where the others hold their value generator."""
     desc, params, asks = table[name]
-    ps = [{"name": p, "type": t, "desc": d, "gen": g, "say": s, "required": req} for p, t, d, g, s, req in params]
+    ps = []
+    for p, t, d, g, s, req in params:
+        if t == "enum":
+            ps.append({"name": p, "type": t, "desc": d, "enum": g, "gen": lambda r, vals=g: r.choice(vals), "say": s,
+                       "required": req})
+        else:
+            ps.append({"name": p, "type": t, "desc": d, "gen": g, "say": s, "required": req})
     return {"name": name, "desc": desc, "params": ps, "asks": asks}
 
 
@@ -450,11 +639,14 @@ LOOSE_ASKS = ["Show me the {o} {m}.", "Look up the {o} {m}.", "Find the {o} {m},
               "Could you check the {o} {m}?", "Tell me the {o} {m}.", "Give me the {o} {m}."]
 
 
-def make_call(r: random.Random, tool, loose=0.0):
+def make_call(r: random.Random, tool, loose=0.0, bare=0.0):
     """(user request text, call dict {name, arguments}) for `tool` with random values; every value is
     written in the request verbatim; optional parameters are mentioned (and passed) half the time.
     loose: the probability that a generated tool whose name starts with a RETRIEVE verb is asked for by
-    its object alone (LOOSE_ASKS); 0 draws nothing more, so the requests stay as before."""
+    its object alone (LOOSE_ASKS); 0 draws nothing more, so the requests stay as before.
+    bare: the probability that a generated tool's first parameter, when it is a string, is mentioned by
+    its value alone ("Please translate the text happy birthday into Italian" -> "... happy birthday, ..."),
+    as users mention the main argument (the held-out translate_text, calculate); 0 draws nothing more."""
     args, mentions = {}, []
     for p in tool["params"]:
         if p["required"] or r.random() < 0.5:
@@ -465,6 +657,10 @@ def make_call(r: random.Random, tool, loose=0.0):
             else:
                 mentions.append(p["say"].format(v=_show(v)))
     name, desc = tool["name"], tool["desc"]
+    first = tool["params"][0]
+    if (bare > 0 and not tool["asks"] and first["type"] == "string" and first["name"] in args
+            and r.random() < bare):
+        mentions[0] = _show(args[first["name"]])
     if tool["asks"]:
         return r.choice(tool["asks"]).format(m=" ".join(mentions)), {"name": name, "arguments": args}
     action = desc[0].lower() + desc[1:]

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The demo model's helpers (scripts/demo_model): measure_tools.py's call comparison, failure classes
 and pairwise sign test; measure_spec.py's per-kind acceptance against a stub server; tool_gen's loose
-requests (--loose-asks); first_errors.py's classes; data_stats.py; make_data.py --multi-call's trained
+requests (--loose-asks), hard values (--hard-values, --bare-first) and hand-written tools (NATURAL,
+NATURAL_EXTRA); first_errors.py's classes; data_stats.py; make_data.py --multi-call's trained
 spans and data_tokens.py's weights on them (with ONECARD_BIN, the onecard binary that renders and
 tokenizes: the real encoder and BPE); soup.py's weight average; dsv4_torch.py's fused attention for
 train.py --fast against the dense path (numpy and torch: without torch in this python3 the file reruns
@@ -96,7 +97,8 @@ class NaturalTools(unittest.TestCase):
 
     def test_no_natural_tool_shares_a_name_or_a_domain_word_with_a_held_out_one(self):
         self.assertFalse(set(tool_gen.NATURAL) & set(tool_gen.HELD_OUT))
-        for name in tool_gen.NATURAL:
+        self.assertFalse(set(tool_gen.NATURAL_EXTRA) & (set(tool_gen.HELD_OUT) | set(tool_gen.NATURAL)))
+        for name in list(tool_gen.NATURAL) + list(tool_gen.NATURAL_EXTRA):
             for word in ("weather", "time", "timer", "stock", "currency", "calculate", "web", "email", "translate",
                          "reminder"):
                 self.assertNotIn(word, name.split("_"), name)
@@ -104,10 +106,13 @@ class NaturalTools(unittest.TestCase):
     def test_requests_hold_every_value_and_the_schema_its_parameters(self):
         import random
         r = random.Random(11)
-        for name in sorted(tool_gen.NATURAL):
+        for name in sorted(tool_gen.NATURAL) + sorted(tool_gen.NATURAL_EXTRA):
             tool = tool_gen.natural_tool(name)
             schema = tool_gen.tool_schema(tool)["function"]
             self.assertEqual(set(schema["parameters"]["properties"]), {p["name"] for p in tool["params"]})
+            for p in tool["params"]:
+                if p["type"] == "enum":  # a table's enum holds its values, which the schema lists
+                    self.assertEqual(schema["parameters"]["properties"][p["name"]]["enum"], p["enum"])
             for _ in range(20):
                 text, call = tool_gen.make_call(r, tool)
                 self.assertEqual(call["name"], name)
@@ -423,6 +428,82 @@ class LooseAsks(unittest.TestCase):
             a, b = random.Random(6), random.Random(6)
             text, _ = tool_gen.make_call(a, tool, loose=0.0)
             self.assertEqual((text, a.getstate()), (tool_gen.make_call(b, tool)[0], b.getstate()))
+
+
+class HardValues(unittest.TestCase):
+    """random_tool(hard=...) and make_call(bare=...) (make_data.py --hard-values, --bare-first): the hard
+    values take their forms, every value stays verbatim in the request, a bare first value is said without
+    its parameter's name, and 0 draws exactly what was drawn before."""
+
+    VOCAB = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
+
+    def setUp(self):
+        tool_gen.set_vocab(self.VOCAB)
+        tool_gen.set_runs([["the", "meeting", "is", "moved", "to", "Friday"], ["too", "short"]])
+
+    def test_forms(self):
+        import random
+        import re
+        r = random.Random(1)
+        self.assertEqual(tool_gen.RUNS, [["the", "meeting", "is", "moved", "to", "Friday"]])
+        doubled = 0
+        for _ in range(300):
+            a = tool_gen._acronym(r)
+            self.assertRegex(a, r"^[A-Z]{2,5}$")
+            doubled += bool(re.search(r"(.)\1", a))
+            self.assertRegex(tool_gen._caps_code(r), r"^[A-Z0-9]{3,6}$")
+            self.assertRegex(tool_gen._email_varied(r), r"^[a-z0-9._]+@[a-z]+\.[a-z.]+$")
+            self.assertRegex(tool_gen._expr_varied(r), r"^\(?[0-9.]+ [-+*/] [0-9.]+\)?( [-+*/] [0-9.]+)?$")
+            words = tool_gen._sentence(r).split()
+            self.assertTrue(3 <= len(words) <= 6, words)
+            self.assertIn(" ".join(words), "the meeting is moved to Friday")
+        self.assertGreater(doubled, 60)  # a third are drawn with a doubled letter, some random ones repeat too
+
+    def test_hard_string_parameters_draw_hard_values_and_requests_hold_them(self):
+        import random
+        r = random.Random(2)
+        tools = [tool_gen.random_tool(r, hard=1.0) for _ in range(400)]
+        generated = [p for t in tools for p in t["params"] if p["name"] not in tool_gen.REAL
+                     and p["type"] == "string"]
+        self.assertGreater(len(generated), 50)
+        for p in generated:
+            self.assertIn(p["gen"], tool_gen.HARD_VALUES, p["name"])
+        for t in tools:
+            for bare in (0.0, 1.0):
+                text, call = tool_gen.make_call(r, t, bare=bare)
+                for v in call["arguments"].values():
+                    if not isinstance(v, bool):
+                        self.assertIn(tool_gen._show(v), text)
+
+    def test_a_bare_first_value_is_said_without_its_name(self):
+        import random
+        tool = {"name": "send_golf", "desc": "Send the golf", "asks": None, "params": [
+            {"name": "note", "type": "string", "desc": "x", "gen": lambda r: "Hello there", "say": "saying {v}",
+             "required": True},
+            {"name": "days", "type": "integer", "desc": "y", "gen": lambda r: 3, "say": "for {v} days",
+             "required": True}]}
+        for seed in range(20):
+            text, call = tool_gen.make_call(random.Random(seed), tool, bare=1.0)
+            self.assertNotIn("saying", text)
+            self.assertIn("Hello there", text)
+            self.assertIn("for 3 days", text)
+            self.assertEqual(call["arguments"], {"note": "Hello there", "days": 3})
+        tool["params"].reverse()  # a number first is never bare
+        text, _ = tool_gen.make_call(random.Random(0), tool, bare=1.0)
+        self.assertIn("for 3 days", text)
+
+    def test_zero_draws_nothing_more(self):
+        import random
+        a, b = random.Random(9), random.Random(9)
+        plain = [tool_gen.random_tool(a) for _ in range(300)]
+        given = [tool_gen.random_tool(b, hard=0.0) for _ in range(300)]
+        self.assertEqual([(t["name"], [p["name"] for p in t["params"]]) for t in plain],
+                         [(t["name"], [p["name"] for p in t["params"]]) for t in given])
+        self.assertEqual(a.getstate(), b.getstate())
+        for t in plain[:50]:
+            a, b = random.Random(3), random.Random(3)
+            self.assertEqual(tool_gen.make_call(a, t), tool_gen.make_call(b, t, bare=0.0))
+            self.assertEqual(a.getstate(), b.getstate())
 
 
 def _bpe(word: str, merges: list) -> list:
