@@ -8,8 +8,12 @@ name, a value, or the DSML around them. No grammar: a first error in a tool name
 reject is still counted, so this says what the model prefers, not what `serve --strict-tools-all` returns.
 Thinking-mode requests are left out (their expected reasoning is not in tool_eval.jsonl).
 
+With --weights RUN/model.pt (train.py's fp32 state dict) the checkpoint's own weights are replaced by the
+training model's, so the two runs side by side say what the export's rounding (FP8, MXFP4) costs. A request
+with no first error is one greedy decoding writes exactly as expected.
+
 Usage (python3 with torch): first_errors.py --onecard build/onecard --ckpt models/demo --data DATA [--n 200]
-                            [--out FILE]
+                            [--weights RUN/model.pt] [--out FILE]
 """
 
 import argparse
@@ -44,6 +48,8 @@ def main():
     ap.add_argument("--ckpt", required=True)
     ap.add_argument("--data", required=True)
     ap.add_argument("--n", type=int, default=200, help="the first N rows of tool_eval.jsonl (thinking ones skipped)")
+    ap.add_argument("--weights", default="",
+                    help="train.py's model.pt to run instead of the checkpoint's weights (same shape and tokenizer)")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
 
@@ -64,6 +70,10 @@ def main():
             run(["render-chat", "--variant", "v4", "--jsonl"],
                 "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in reqs)).splitlines()]
     model = checkpoint_io.load_model(Path(a.ckpt)).eval()
+    if a.weights:
+        missing, unexpected = model.load_state_dict(torch.load(a.weights, map_location="cpu"), strict=False)
+        if missing or unexpected:
+            raise SystemExit(f"{a.weights} does not fit {a.ckpt}: missing {missing[:5]}, unexpected {unexpected[:5]}")
     for r, text in zip(rows, full):
         if not text.startswith(r["prompt"]):
             raise SystemExit("the rendered call does not extend the stored prompt: another encoder?")
