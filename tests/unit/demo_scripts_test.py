@@ -98,6 +98,10 @@ class NaturalTools(unittest.TestCase):
     def test_no_natural_tool_shares_a_name_or_a_domain_word_with_a_held_out_one(self):
         self.assertFalse(set(tool_gen.NATURAL) & set(tool_gen.HELD_OUT))
         self.assertFalse(set(tool_gen.NATURAL_EXTRA) & (set(tool_gen.HELD_OUT) | set(tool_gen.NATURAL)))
+        fixtures = Path(__file__).resolve().parents[2] / "tools" / "onecard" / "data" / "tool_fixtures.json"
+        validate_tools = set(json.loads(fixtures.read_text())["tools"])
+        self.assertIn("get_weather", validate_tools)  # the file is what this reads it as
+        self.assertFalse(set(tool_gen.NATURAL_EXTRA) & validate_tools)
         for name in list(tool_gen.NATURAL) + list(tool_gen.NATURAL_EXTRA):
             for word in ("weather", "time", "timer", "stock", "currency", "calculate", "web", "email", "translate",
                          "reminder"):
