@@ -2,13 +2,16 @@
 """What a make_data.py training set holds, in the figures NEXT_RUN.md quotes (written for onecard): the
 share of the chat text that carries the loss (data_tokens.segments: completions, and the earlier turns
 of --multi-call rows), the tool calls trained on per million characters, the rows with trained earlier
-turns, and the share of the generated training tools whose name starts with a retrieval verb (the tools
---loose-asks rephrases; tool_gen.RETRIEVE). Characters, not tokens: no tokenizer needed.
+turns, the share of the generated training tools whose name starts with a retrieval verb (the tools
+--loose-asks rephrases; tool_gen.RETRIEVE), the calls to NATURAL_EXTRA tools and to `onecard validate`'s
+fixture tools (--natural-extra, --avoid-validate-tools), and how many raw values of the rows' final calls
+take a copy-hard form (value_form: --hard-values' kinds). Characters, not tokens: no tokenizer needed.
 
-Usage (python3 with numpy, for data_tokens): data_stats.py --data DIR [--file chat_train.jsonl]
+Usage (python3 with numpy, for data_tokens): data_stats.py --data DIR [--file chat_train.jsonl] [--rows N]
 """
 
 import argparse
+import itertools
 import json
 import re
 import sys
@@ -19,12 +22,38 @@ import data_tokens  # noqa: E402
 import tool_gen  # noqa: E402
 
 SCHEMA_NAME = re.compile(r'\{"name": "([^"]+)", "description"')
+CALL_NAME = re.compile(r'invoke name="([^"]*)"')
+RAW_VALUE = re.compile(r'string="true">([^<]*)</｜DSML｜parameter>')
+VALIDATE_FIXTURES = Path(__file__).resolve().parents[2] / "tools/onecard/data/tool_fixtures.json"
+
+
+def value_form(v: str) -> str:
+    """The copy-hard form a raw call value takes (make_data.py --hard-values' kinds), or ''."""
+    if re.fullmatch(r"[A-Z0-9]{2,6}", v) and sum(c.isupper() for c in v) >= 2:
+        return "capital_codes"
+    if "@" in v:
+        return "email_addresses"
+    if re.search(r"\d [-+*/] \d", v):
+        return "arithmetic"
+    if len(v.split()) >= 4:
+        return "values_of_4_plus_words"
+    return ""
 
 
 def stats(rows):
-    total = trained = calls = spanned = 0
+    total = trained = calls = spanned = raw_values = 0
     names = set()
+    forms = dict.fromkeys(("capital_codes", "email_addresses", "arithmetic", "values_of_4_plus_words"), 0)
+    called = {"natural_extra": 0, "validate_fixture_tools": 0}
+    fixtures = set(json.loads(VALIDATE_FIXTURES.read_text())["tools"])
     for row in rows:
+        for name in CALL_NAME.findall(row["prompt"] + row["completion"]):
+            called["natural_extra"] += name in tool_gen.NATURAL_EXTRA
+            called["validate_fixture_tools"] += name in fixtures
+        for v in RAW_VALUE.findall(row["completion"]):
+            raw_values += 1
+            if form := value_form(v):
+                forms[form] += 1
         for text, weight in data_tokens.segments(row):
             total += len(text)
             if weight > 0:
@@ -40,16 +69,18 @@ def stats(rows):
             "trained_char_share": round(trained / max(total, 1), 4),
             "tool_calls_per_million_chars": round(calls / max(total, 1) * 1e6, 1),
             "generated_tool_names": len(generated),
-            "retrieval_share_of_generated": round(len(retrieve) / max(len(generated), 1), 4)}
+            "retrieval_share_of_generated": round(len(retrieve) / max(len(generated), 1), 4),
+            "calls_to": called, "raw_values_in_final_calls": raw_values, "value_forms": forms}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
     ap.add_argument("--file", default="chat_train.jsonl")
+    ap.add_argument("--rows", type=int, default=0, help="only the first N rows (default: all)")
     a = ap.parse_args()
     with open(Path(a.data) / a.file, encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f]
+        rows = [json.loads(line) for line in itertools.islice(f, a.rows or None)]
     print(json.dumps(stats(rows), indent=1))
 
 

@@ -102,13 +102,13 @@ def _sentences(text):
 
 
 def _alpha_runs(sentence):
-    """The runs of 3+ consecutive purely alphabetic words of a sentence (tool_gen._sentence's source)."""
+    """The maximal runs of consecutive purely alphabetic words of a sentence (tool_gen.set_runs)."""
     runs, cur = [], []
     for w in sentence.split() + [""]:
         if w.isascii() and w.isalpha():
             cur.append(w)
             continue
-        if len(cur) >= 3:
+        if cur:
             runs.append(cur)
         cur = []
     return runs
@@ -370,22 +370,20 @@ def main():
             counts_w[w] = counts_w.get(w, 0) + 1
     tool_gen.set_vocab([w for w, n in counts_w.items() if n >= 2])
     verbs = tool_gen.VERBS + (tool_gen.HELD_OUT_VERBS if a.name_verbs else [])
-    if a.hard_values > 0:
-        tool_gen.set_runs(run for _, t in brown_train for s in _sentences(t) for run in _alpha_runs(s))
+    # Sentence-like values (HARD_VALUES, some NATURAL_EXTRA tools); no random draws.
+    tool_gen.set_runs(run for _, t in brown_train for s in _sentences(t) for run in _alpha_runs(s))
     train_tools = [tool_gen.random_tool(r, verbs=verbs, hard=a.hard_values) for _ in range(a.tools)]
-    validate_names = set(json.loads(VALIDATE_FIXTURES.read_text())["tools"]) if a.avoid_validate_tools else set()
-    train_tools = [t for t in train_tools if t["name"] not in validate_names]
+    # Names no training tool may have, hand-written ones included: validate's fixture tools
+    # (--avoid-validate-tools) and every tool a kept held-out prompt offers (the target and its distractors).
+    kept_out = set(json.loads(VALIDATE_FIXTURES.read_text())["tools"]) if a.avoid_validate_tools else set()
     kept_eval = []
     if a.eval_from:
         kept_eval = [json.loads(line) for line in open(a.eval_from)]
-        # Every tool an evaluation prompt offers (the target and its distractors) stays unseen.
-        held_names = {t.get("function", t)["name"] for row in kept_eval for t in row["request"].get("tools", [])}
-        train_tools = [t for t in train_tools if t["name"] not in held_names]
+        kept_out |= {t.get("function", t)["name"] for row in kept_eval for t in row["request"].get("tools", [])}
+    train_tools = [t for t in train_tools if t["name"] not in kept_out]
     train_names = {t["name"] for t in train_tools}
     natural_names = sorted(tool_gen.NATURAL) + (sorted(tool_gen.NATURAL_EXTRA) if a.natural_extra else [])
-    natural_names = [n for n in natural_names if n not in validate_names]
-    if a.eval_from:  # a kept held-out set's tools stay unseen, NATURAL ones included
-        natural_names = [n for n in natural_names if n not in held_names]
+    natural_names = [n for n in natural_names if n not in kept_out]
     # Held-out generated tools: names no training tool has, values mostly real words and numbers.
     unseen = train_names | set(natural_names) if a.natural_share > 0 else train_names
     test_tools = [tool_gen.random_tool(r, exclude=unseen) for _ in range(500)]

@@ -9,10 +9,13 @@ what those wrong values are (`wrong_values`: another slot's value, a part of it,
 `completion_tokens` sums the tokens the server generated. `exact_per_request` keeps every request's
 outcome in file order, so two checkpoints measured on the same requests compare pairwise: --against
 OTHER.json prints the discordant pairs and the exact two-sided sign-test (McNemar) p-value of the
-difference. `examples` keeps every request's expected and returned calls.
+difference. `examples` keeps every request's expected and returned calls; `breakdown` the exact calls by
+set and thinking mode and per named tool.
 
 Usage: measure_tools.py --url http://127.0.0.1:8000 --data DATA [--n 200] [--jobs 4] [--out FILE]
                         [--against EARLIER_OUT.json]
+       measure_tools.py --pair A.json B.json                  (two saved runs, paired)
+       measure_tools.py --breakdown RUN.json --data DATA      (a saved run's breakdown)
 """
 
 import argparse
@@ -135,6 +138,23 @@ def paired(mine: str, other: str) -> dict:
             "only_other": only_other, "sign_test_p": p}
 
 
+def breakdown(per_request: str, rows) -> dict:
+    """Exact calls ('1' of a per-request outcome string) by set and thinking mode, and per named tool
+    (the expected first call's name), over the tool_eval.jsonl rows they were measured on."""
+    if len(per_request) != len(rows):
+        raise SystemExit(f"--breakdown: {len(per_request)} outcomes, {len(rows)} requests")
+    modes, tools = {}, {}
+    for ok, row in zip(per_request, rows):
+        key = f"{row.get('set', 'all')}/{'thinking' if row['thinking'] else 'plain'}"
+        cells = [modes.setdefault(key, {"exact": 0, "n": 0})]
+        if row.get("set") == "named":
+            cells.append(tools.setdefault(row["expected"][0]["name"], {"exact": 0, "n": 0}))
+        for cell in cells:
+            cell["exact"] += ok == "1"
+            cell["n"] += 1
+    return {"by_mode": dict(sorted(modes.items())), "named_by_tool": dict(sorted(tools.items()))}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--url")
@@ -145,7 +165,16 @@ def main():
     ap.add_argument("--against", default="", help="an earlier --out of another checkpoint on the same requests")
     ap.add_argument("--pair", nargs=2, metavar=("A", "B"),
                     help="no requests: compare two earlier --out files on the same requests (A's 'only_this')")
+    ap.add_argument("--breakdown", metavar="RUN",
+                    help="no requests: an earlier --out's exact calls by set and mode and per named tool (with --data)")
     a = ap.parse_args()
+    if a.breakdown:
+        if not a.data:
+            ap.error("--breakdown needs --data (the requests RUN was measured on)")
+        rows = [json.loads(l) for l in open(Path(a.data) / "tool_eval.jsonl")]
+        per_request = json.loads(Path(a.breakdown).read_text())["exact_per_request"]
+        print(json.dumps(breakdown(per_request, rows[:len(per_request)]), indent=1))
+        return
     if a.pair:
         runs = [json.loads(Path(f).read_text())["exact_per_request"] for f in a.pair]
         print(json.dumps(paired(*runs), indent=1))
@@ -185,6 +214,7 @@ def main():
                 values = out["wrong_values"].setdefault(row.get("set", "all"), {})
                 for kind in wrong_values(got, row["expected"], message):
                     values[kind] = values.get(kind, 0) + 1
+    out["breakdown"] = breakdown(out["exact_per_request"], rows)
     if a.against:
         out["paired"] = paired(out["exact_per_request"], json.loads(Path(a.against).read_text())["exact_per_request"])
     print(json.dumps({k: v for k, v in out.items() if k not in ("examples", "exact_per_request")}, indent=1))

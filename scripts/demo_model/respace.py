@@ -25,7 +25,7 @@ reads as its space-led token (embedding and hash routes copied) and starts with 
 
 Usage: respace.py tokenizer OLD.json NEW.json [--prune-with DATA]
        respace.py model --ckpt models/demo --tokenizer NEW.json --out RUN
-       respace.py check OLD.json NEW.json --data DATA   (the rule and token counts on DATA's held-out text)
+       respace.py check OLD.json NEW.json --data DATA [--train-rows N]   (the rule and token counts on DATA's held-out text)
 """
 
 import argparse
@@ -133,21 +133,31 @@ def breaking_the_rule(enc, words):
     return [w for w, b, s in zip(words, bare, spaced) if s != space + b and (len(s) != len(b) or s[1:] != b[1:])]
 
 
-def check(old: Path, new: Path, data: Path):
+def check(old: Path, new: Path, data: Path, train_rows: int = 0):
     """Prints, for each tokenizer, how many distinct words of DATA's held-out text break the rule (" w" is
-    not " " + w's tokens nor w's tokens with a space-led first one), and the held-out text's token counts."""
+    not " " + w's tokens nor w's tokens with a space-led first one), and the held-out text's token counts;
+    with train_rows, the same for the distinct words of the first train_rows training chats (a tokenizer
+    pruned with older data, met with new data)."""
+    import itertools
     import re
     import data_tokens
-    brown = [json.loads(line)["text"] for line in open(data / "brown_test.jsonl")]
-    chats = [json.loads(line) for line in open(data / "chat_test.jsonl")]
+    brown = [json.loads(line)["text"] for line in (data / "brown_test.jsonl").read_text().splitlines()]
+    chats = [json.loads(line) for line in (data / "chat_test.jsonl").read_text().splitlines()]
     chats = [c["prompt"] + c["completion"] for c in chats]
     words = sorted({w for t in brown + chats for w in re.findall(r"[A-Za-z]+", t)})
-    out = {"words": len(words)}
+    train_words = []
+    if train_rows:
+        with open(data / "chat_train.jsonl") as f:
+            rows = (json.loads(line) for line in itertools.islice(f, train_rows))
+            train_words = sorted({w for c in rows for w in re.findall(r"[A-Za-z]+", c["prompt"] + c["completion"])})
+    out = {"words": len(words)} | ({"train_words": len(train_words)} if train_rows else {})
     for name, path in (("old", old), ("new", new)):
         enc = data_tokens.Encoder(path)
         out[name] = {"words_breaking_the_rule": len(breaking_the_rule(enc, words)),
                      "chat_tokens": sum(map(len, enc.encode_batch(chats))),
                      "brown_tokens": sum(map(len, enc.encode_batch(brown)))}
+        if train_rows:
+            out[name]["train_words_breaking_the_rule"] = len(breaking_the_rule(enc, train_words))
     print(json.dumps(out, indent=1))
 
 
@@ -168,9 +178,11 @@ def main():
     c.add_argument("old")
     c.add_argument("new")
     c.add_argument("--data", required=True, help="a make_data.py directory (brown_test.jsonl, chat_test.jsonl)")
+    c.add_argument("--train-rows", type=int, default=0,
+                   help="also the words of DATA's first N training chats (chat_train.jsonl)")
     a = ap.parse_args()
     if a.cmd == "check":
-        check(Path(a.old), Path(a.new), Path(a.data))
+        check(Path(a.old), Path(a.new), Path(a.data), a.train_rows)
         return
     if a.cmd == "tokenizer":
         old = json.loads(Path(a.old).read_text())

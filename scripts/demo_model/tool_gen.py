@@ -96,7 +96,7 @@ TLDS = ["com", "org", "net", "io", "de", "co.uk", "fr", "edu"]
 
 
 def set_runs(runs):
-    """Word lists (3+ alphabetic words each, from the Brown training split) for _sentence."""
+    """Word lists (runs of alphabetic words from the Brown training split) for _sentence: those of 3+."""
     global RUNS
     RUNS = [run for run in runs if len(run) >= 3]
 
@@ -116,9 +116,10 @@ def _caps_code(r):
 
 
 def _sentence(r):
-    """3-7 consecutive words of a Brown sentence ('the meeting is moved to Friday'-like text)."""
+    """3-7 consecutive words of a Brown sentence ('the meeting is moved to Friday'-like text); set_runs
+    first."""
     if not RUNS:
-        return " ".join(word(r) for _ in range(r.randint(3, 7)))
+        raise RuntimeError("tool_gen._sentence: no word runs (call set_runs)")
     run = r.choice(RUNS)
     n = min(len(run), r.randint(3, 7))
     i = r.randint(0, len(run) - n)
@@ -416,7 +417,7 @@ NATURAL_EXTRA = {
         ("amount", "number", "Value of the card", lambda r: _num(r), "worth {v}", True)],
         ["Send a gift card {m}.", "Give a gift card {m}.", "I want to gift a card {m}."]),
     "get_bus_times": ("Get the next departures from a bus stop", [
-        ("stop_code", "string", "Bus stop code", lambda r: r.choice([_caps_code(r), _acronym(r)]), "{v}", True)],
+        ("stop_code", "string", "Bus stop code", lambda r: r.choice([_caps_code, _acronym])(r), "{v}", True)],
         ["When is the next bus at stop {m}?", "Bus times for stop {m}.", "Show departures from stop {m}."]),
     "lookup_ip": ("Find where an IP address is located", [
         ("address", "string", "IPv4 address", _ip, "{v}", True)],

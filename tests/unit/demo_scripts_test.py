@@ -80,6 +80,24 @@ class MeasureTools(unittest.TestCase):
         with self.assertRaises(SystemExit):
             measure_tools.paired("10", "101")
 
+    def test_breakdown_by_set_mode_and_named_tool(self):
+        rows = [{"set": "named", "thinking": True, "expected": [call("get_time")]},
+                {"set": "named", "thinking": False, "expected": [call("get_time")]},
+                {"set": "named", "thinking": False, "expected": [call("calculate")]},
+                {"set": "generated", "thinking": True, "expected": [call("xy")]}]
+        got = measure_tools.breakdown("1101", rows)
+        self.assertEqual(got["by_mode"], {"generated/thinking": {"exact": 1, "n": 1},
+                                          "named/plain": {"exact": 1, "n": 2}, "named/thinking": {"exact": 1, "n": 1}})
+        self.assertEqual(got["named_by_tool"], {"calculate": {"exact": 0, "n": 1}, "get_time": {"exact": 2, "n": 2}})
+        with self.assertRaises(SystemExit):
+            measure_tools.breakdown("11", rows)
+        with tempfile.TemporaryDirectory() as d:  # the same from a saved run, without a server
+            (Path(d) / "tool_eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            (Path(d) / "run.json").write_text(json.dumps({"exact_per_request": "1101"}))
+            out = subprocess.run([sys.executable, str(Path(measure_tools.__file__)), "--breakdown",
+                                  str(Path(d) / "run.json"), "--data", d], capture_output=True, text=True, check=True)
+        self.assertEqual(json.loads(out.stdout), got)
+
     def test_pair_compares_two_saved_runs_without_a_server(self):
         with tempfile.TemporaryDirectory() as d:
             a, b = Path(d) / "a.json", Path(d) / "b.json"
@@ -94,6 +112,9 @@ class MeasureTools(unittest.TestCase):
 class NaturalTools(unittest.TestCase):
     """make_data.py --natural-share's tools: unseen by the held-out set, and their requests hold every
     argument value verbatim (what make_call promises, so the call is copyable from the request)."""
+
+    def setUp(self):
+        tool_gen.set_runs([["the", "report", "is", "ready", "for", "Monday"]])  # NATURAL_EXTRA's sentences
 
     def test_no_natural_tool_shares_a_name_or_a_domain_word_with_a_held_out_one(self):
         self.assertFalse(set(tool_gen.NATURAL) & set(tool_gen.HELD_OUT))
@@ -267,6 +288,22 @@ class TrainedSpans(unittest.TestCase):
         self.assertEqual(got["rows_with_trained_earlier_turns"], 1)
         self.assertEqual(got["trained_char_share"], round(trained / total, 4))
         self.assertEqual(got["tool_calls_per_million_chars"], round(2 / total * 1e6, 1))
+
+    def test_data_stats_counts_value_forms_and_called_tools(self):
+        import data_stats
+
+        def param(v):
+            return f'<｜DSML｜parameter name="p" string="true">{v}</｜DSML｜parameter>'
+        values = ["AAPL", "B2B", "x1", "anna.b@mail.org", "3 + 4 * 2", "the man went home", "one two three", "b2b"]
+        body = "".join(param(v) for v in values)
+        call = f'<｜DSML｜invoke name="convert_measurement">{body}</｜DSML｜invoke>'
+        earlier = '<｜DSML｜invoke name="get_weather">' + param("WXYZ") + "</｜DSML｜invoke>"  # not a final call
+        row = {"prompt": "<｜User｜>q" + earlier, "completion": call + EOS, "kind": "tools"}
+        got = data_stats.stats([row])
+        self.assertEqual(got["calls_to"], {"natural_extra": 1, "validate_fixture_tools": 1})
+        self.assertEqual(got["raw_values_in_final_calls"], len(values))
+        self.assertEqual(got["value_forms"], {"capital_codes": 2, "email_addresses": 1, "arithmetic": 1,
+                                              "values_of_4_plus_words": 1})
 
     def test_load_examples_puts_the_weights_on_those_tokens(self):
         import data_tokens
@@ -462,6 +499,9 @@ class HardValues(unittest.TestCase):
             self.assertTrue(3 <= len(words) <= 6, words)
             self.assertIn(" ".join(words), "the meeting is moved to Friday")
         self.assertGreater(doubled, 60)  # a third are drawn with a doubled letter, some random ones repeat too
+        tool_gen.set_runs([["too", "short"]])
+        with self.assertRaises(RuntimeError):  # no runs: an error, not some other kind of value
+            tool_gen._sentence(r)
 
     def test_hard_string_parameters_draw_hard_values_and_requests_hold_them(self):
         import random
@@ -635,6 +675,27 @@ class Respace(unittest.TestCase):
             out.write_text(json.dumps(new, ensure_ascii=False))
             self.assertEqual(respace.breaking_the_rule(data_tokens.Encoder(out), words), [])
         self.assertEqual(respace.breaking_the_rule(data_tokens.Encoder(path), words), [])
+
+    @unittest.skipUnless(ONECARD and os.path.exists(ONECARD), "needs ONECARD_BIN (ctest sets it)")
+    def test_check_counts_the_first_training_rows_words(self):
+        import contextlib
+        import io
+        import respace
+        path = Path(__file__).resolve().parents[2] / "models" / "demo" / "tokenizer.json"
+        with tempfile.TemporaryDirectory() as d:
+            data = Path(d)
+            (data / "brown_test.jsonl").write_text(json.dumps({"text": "The river."}) + "\n")
+            (data / "chat_test.jsonl").write_text(json.dumps({"prompt": "Hi", "completion": " there"}) + "\n")
+            train = [{"prompt": "AAPL to", "completion": " XQQZ"}, {"prompt": "to", "completion": " Seattle"},
+                     {"prompt": "unread", "completion": "words"}]
+            (data / "chat_train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train))
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):
+                respace.check(path, path, data, train_rows=2)
+        got = json.loads(printed.getvalue())
+        self.assertEqual(got["words"], 4)  # The, river, Hi, there
+        self.assertEqual(got["train_words"], 4)  # AAPL, to, XQQZ, Seattle: the third row is past --train-rows
+        self.assertEqual(got["new"]["train_words_breaking_the_rule"], 0)
 
 
 @unittest.skipUnless(torch is not None, "soup.py needs torch, which this python3 lacks")
