@@ -216,6 +216,7 @@ private:
     void tick(const char* label, cudaStream_t s);   // profiling: time since the last tick goes to label
     void record_streams(int64_t point, cudaStream_t s);  // set_stream_recording: X into recorded_[point]
     void drop_graphs();
+    // The two sub-layers of a block (gpu_model_sublayers.cpp).
     void attention(const StepPlan& p, const GpuBlock& b, const __nv_bfloat16* xn, __nv_bfloat16* out, cudaStream_t s);
     void moe(const StepPlan& p, const GpuBlock& b, const __nv_bfloat16* xn, __nv_bfloat16* out, cudaStream_t s);
 
