@@ -13,6 +13,10 @@
 // EOS: at any point of the free phase (a text answer, even one ending in part of the trigger); after
 // the trigger only when the grammar can end. Tokens without bytes (special tokens) break a partial
 // match: their text is not the trigger's.
+// The guard (optional, a suffix of the trigger: the DSML marker "｜DSML｜" without its '<') may appear
+// in the free phase only as the trigger's end. Without it a stray "</｜DSML｜parameter>" in free text
+// starts no block, so the parser hands it to the client as content: markup a strict request must
+// never show (onecard validate's no_dsml gate caught the demo model writing one).
 #pragma once
 
 #include "engine/token_constraint.h"
@@ -24,28 +28,46 @@
 
 namespace onecard {
 
+// A byte pattern's KMP automaton: the match state is how many of its bytes end the text so far.
+class BytePattern {
+public:
+    explicit BytePattern(std::string pattern);
+
+    const std::string& text() const { return p_; }
+    size_t size() const { return p_.size(); }
+    // The transition: k bytes matched, then byte b. Returns the new match length (size(): complete).
+    size_t next(size_t k, uint8_t b) const;
+    // Where `bytes` completes the pattern from match state k: the offset just past the pattern's
+    // last byte in `bytes`, or npos (then *k_out, if given, is the match state after `bytes`). An
+    // empty pattern never completes.
+    size_t completes_at(size_t k, std::string_view bytes, size_t* k_out = nullptr) const;
+
+private:
+    std::string p_;
+    std::vector<size_t> fail_;  // [size + 1] KMP failure function
+};
+
 // Immutable, built once per vocabulary and trigger (a scan of the vocabulary), shared by every
-// request and grammar over that vocabulary: the trigger, its KMP table, and the tokens that can
-// complete it from some partial match.
+// request and grammar over that vocabulary: the trigger and the guard (header comment), their
+// automata, and the tokens that can complete either from some partial match.
 class TriggerTokens {
 public:
-    TriggerTokens(std::shared_ptr<const grammar::TokenTrie> trie, std::string trigger);
+    TriggerTokens(std::shared_ptr<const grammar::TokenTrie> trie, std::string trigger, std::string guard = {});
 
-    const std::string& trigger() const { return trigger_; }
+    const std::string& trigger() const { return trigger_.text(); }
     const grammar::TokenTrie& trie() const { return *trie_; }
-    // The KMP transition: k bytes of the trigger matched, then byte b. Returns the new match length
-    // (trigger().size(): the trigger is complete).
-    size_t next(size_t k, uint8_t b) const;
-    // Where `bytes` completes the trigger from match state k: the offset just past the trigger's
-    // last byte in `bytes`, or npos (then *k_out, if given, is the match state after `bytes`).
-    size_t completes_at(size_t k, std::string_view bytes, size_t* k_out = nullptr) const;
+    const BytePattern& guard() const { return guard_; }  // empty: no guard
+    // BytePattern::completes_at of the trigger.
+    size_t completes_at(size_t k, std::string_view bytes, size_t* k_out = nullptr) const {
+        return trigger_.completes_at(k, bytes, k_out);
+    }
     const std::vector<int32_t>& candidates() const { return candidates_; }
 
 private:
     std::shared_ptr<const grammar::TokenTrie> trie_;
-    std::string trigger_;
-    std::vector<size_t> fail_;         // [trigger size + 1] KMP failure function
-    std::vector<int32_t> candidates_;  // tokens that complete the trigger from some state
+    BytePattern trigger_;
+    BytePattern guard_;
+    std::vector<int32_t> candidates_;  // tokens that complete the trigger or the guard from some state
 };
 
 class TriggeredConstraint : public TokenConstraint {
@@ -66,11 +88,15 @@ public:
 private:
     // The grammar's input when `bytes` completes the trigger at `end`: the trigger, then the rest.
     std::string grammar_input(std::string_view bytes, size_t end) const;
+    // Free phase: whether `bytes` writes the guard anywhere but as the trigger's end (trigger_end: where
+    // they complete the trigger, or npos).
+    bool breaks_guard(std::string_view bytes, size_t trigger_end) const;
 
     std::shared_ptr<const TriggerTokens> trigger_;
     int64_t vocab_size_;
     grammar::GrammarMatcher matcher_;  // untouched until the trigger
     size_t k_ = 0;                     // free phase: trigger bytes matched at the end of the output
+    size_t g_ = 0;                     // free phase: guard bytes matched at the end of the output
     bool triggered_ = false;
 };
 

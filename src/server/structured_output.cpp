@@ -25,7 +25,9 @@ void init_grammars(OpenAIServer::State& s) {
         auto dsml_trie = grammar::TokenTrie::from_tokenizer(s.tokenizer, {std::string(dsv4::kDsml)});
         s.dsml_grammars = std::make_unique<grammar::GrammarCache>(dsml_trie, kGrammarCacheCapacity);
         // The parser's marker of tool-call markup: where a strict call's grammar takes over under "auto".
-        s.dsml_trigger = std::make_shared<const TriggerTokens>(dsml_trie, fmt::format("<{}", dsv4::kDsml));
+        // Guarded: "｜DSML｜" may start only that marker (a stray "</｜DSML｜parameter>" would be content).
+        s.dsml_trigger =
+            std::make_shared<const TriggerTokens>(dsml_trie, fmt::format("<{}", dsv4::kDsml), std::string(dsv4::kDsml));
     });
 }
 

@@ -2,7 +2,9 @@
 // text passes untouched; once the output's bytes spell the DSML marker, however tokens split it, the
 // rest must be the DSML tool-call block, a strict tool's arguments held to its schema (refused at the
 // first bad byte), a non-strict tool's free; a token that would complete the marker into bytes the
-// grammar refuses is masked already in the free phase.
+// grammar refuses is masked already in the free phase. With a guard (the marker without its '<', as
+// the server builds it), free text may write "｜DSML｜" only as the marker's end.
+#include "core/error.h"
 #include "engine/triggered_constraint.h"
 #include "grammar/dsml_grammar.h"
 #include "tokenizer/dsml_parser.h"
@@ -41,7 +43,9 @@ struct Fixture {
     std::shared_ptr<const TriggerTokens> trigger = std::make_shared<const TriggerTokens>(t, kMarker);
     std::shared_ptr<const grammar::TokenMasks> masks =
         std::make_shared<const grammar::TokenMasks>(grammar::compile_dsml_tool_calls(tools(), false, false), t);
+    std::shared_ptr<const TriggerTokens> guarded = std::make_shared<const TriggerTokens>(t, kMarker, "｜DSML｜");
     TriggeredConstraint make() const { return TriggeredConstraint(trigger, masks, kVocab); }
+    TriggeredConstraint make_guarded() const { return TriggeredConstraint(guarded, masks, kVocab); }
 };
 
 bool allowed(TriggeredConstraint& c, int32_t token) {
@@ -183,6 +187,56 @@ TEST(TriggeredConstraint, TheMarkerIsFoundHoweverTokensSplitIt) {
     }
 }
 
+TEST(TriggeredConstraint, TheGuardRefusesMarkupOutsideTheMarker) {
+    Fixture f;
+    {  // "</" then ｜DSML｜ (a stray closing tag the parser would pass on as content): refused
+        auto c = f.make_guarded();
+        ASSERT_TRUE(c.accept('<'));
+        ASSERT_TRUE(c.accept('/'));
+        EXPECT_FALSE(allowed(c, kDsmlTok));
+        EXPECT_FALSE(allowed(c, kMarkerBlock));
+        EXPECT_FALSE(c.accept(kDsmlTok));
+        c.check_integrity();
+    }
+    {  // the unguarded trigger lets it through, as before
+        auto c = f.make();
+        ASSERT_TRUE(c.accept('<'));
+        ASSERT_TRUE(c.accept('/'));
+        EXPECT_TRUE(allowed(c, kDsmlTok));
+        EXPECT_TRUE(c.accept(kDsmlTok));
+        EXPECT_FALSE(c.triggered());
+    }
+    {  // at the start, and byte by byte: refused at the guard's last byte
+        auto c = f.make_guarded();
+        EXPECT_FALSE(allowed(c, kDsmlTok));
+        EXPECT_FALSE(allowed(c, kMarkerBogus));  // plain text without the guard (previous test)
+        const std::string text = "a ｜DSML｜";
+        EXPECT_EQ(feed_bytes(c, text), text.size() - 1);
+    }
+    {  // as the marker's end it is the trigger: the block follows
+        auto c = f.make_guarded();
+        ASSERT_TRUE(c.accept(kTextLt));
+        EXPECT_TRUE(allowed(c, kDsmlTok));
+        ASSERT_TRUE(c.accept(kDsmlTok));
+        EXPECT_TRUE(c.triggered());
+        const std::string rest = call("get_weather", {{"city", "\"Rome\""}, {"days", "1"}}).substr(kMarker.size());
+        EXPECT_EQ(feed_bytes(c, rest), rest.size());
+        EXPECT_TRUE(c.matcher().is_complete());
+    }
+    {  // free text that only starts the guard passes, and a special token resets the partial match
+        auto c = f.make_guarded();
+        const std::string part = "｜DSML";
+        EXPECT_EQ(feed_bytes(c, part), part.size());
+        ASSERT_TRUE(c.accept(kSpecial));
+        const std::string after = "｜ ok";
+        EXPECT_EQ(feed_bytes(c, after), after.size());
+        EXPECT_FALSE(c.triggered());
+        EXPECT_TRUE(c.can_terminate());
+    }
+    // The guard must end the trigger: otherwise the trigger's end would not be told apart.
+    EXPECT_THROW(TriggerTokens(f.t, kMarker, "DSML"), Error);
+}
+
 TEST(TriggeredConstraint, CandidatesAreTheTokensThatCanCompleteTheMarker) {
     Fixture f;
     const auto& cand = f.trigger->candidates();
@@ -192,6 +246,9 @@ TEST(TriggeredConstraint, CandidatesAreTheTokensThatCanCompleteTheMarker) {
     EXPECT_EQ(std::find(cand.begin(), cand.end(), kTextLt), cand.end());
     EXPECT_EQ(std::find(cand.begin(), cand.end(), static_cast<int32_t>('<')), cand.end());
     EXPECT_LE(cand.size(), 4u);
+    // With the guard, the tokens that can complete "｜DSML｜" too: the same four here.
+    const auto& guarded = f.guarded->candidates();
+    EXPECT_EQ(guarded, cand);
 }
 
 }  // namespace
