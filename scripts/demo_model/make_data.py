@@ -343,6 +343,10 @@ def main():
     ap.add_argument("--bare-first", type=float, default=0.0,
                     help="probability that a training request mentions a generated tool's first (string) parameter "
                          "by its value alone, without the parameter's name; default 0: the requests of rounds 3-8")
+    ap.add_argument("--shaped-tools", type=float, default=0.0,
+                    help="probability that a generated training tool is a tool_gen.shaped_tool (codes said "
+                         "'from A to B', a recipient said 'to X', a phrase said alone before 'into F'); default 0: "
+                         "the tools of rounds 3-8")
     ap.add_argument("--tool-eval", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--eval-from", default=None,
@@ -372,7 +376,8 @@ def main():
     verbs = tool_gen.VERBS + (tool_gen.HELD_OUT_VERBS if a.name_verbs else [])
     # Sentence-like values (HARD_VALUES, some NATURAL_EXTRA tools); no random draws.
     tool_gen.set_runs(run for _, t in brown_train for s in _sentences(t) for run in _alpha_runs(s))
-    train_tools = [tool_gen.random_tool(r, verbs=verbs, hard=a.hard_values) for _ in range(a.tools)]
+    train_tools = [tool_gen.shaped_tool(r, verbs=verbs) if a.shaped_tools > 0 and r.random() < a.shaped_tools
+                   else tool_gen.random_tool(r, verbs=verbs, hard=a.hard_values) for _ in range(a.tools)]
     # Names no training tool may have, hand-written ones included: validate's fixture tools
     # (--avoid-validate-tools) and every tool a kept held-out prompt offers (the target and its distractors).
     kept_out = set(json.loads(VALIDATE_FIXTURES.read_text())["tools"]) if a.avoid_validate_tools else set()

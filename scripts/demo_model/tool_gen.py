@@ -594,6 +594,80 @@ def random_tool(r: random.Random, exclude=frozenset(), realistic_values=False, v
     return {"name": name, "desc": _describe(name, verbs), "params": params, "asks": None}
 
 
+# Shaped tools (make_data.py --shaped-tools): generated names, but the argument layouts round 8's named
+# held-out failures share, each asked with its values side by side as users say them. Round 8 merged two
+# codes said together ("from USD to CAD" -> "CDAD"), kept the request's word before a recipient ("text
+# anna@...") and cut a phrase said alone before "into". The codes are random capitals (never a CURRENCIES
+# or TICKERS code), the recipients e-mail addresses or names, the phrases Brown word runs: copying is
+# taught, no held-out value is.
+SHAPE_NOUNS = ["code", "station", "port", "zone", "node", "account", "hub", "depot", "gate", "region", "site"]
+INTO = ["PDF", "Markdown", "HTML", "CSV", "plain text", "bullet points", "a table", "JSON", "slides", "a summary"]
+
+
+def _caps3(r):
+    """Three capital letters, never a CURRENCIES or TICKERS code."""
+    while True:
+        c = "".join(r.choice(LETTERS) for _ in range(3))
+        if c not in CURRENCIES and c not in TICKERS:
+            return c
+
+
+def _shape_asks(name, verbs, shape):
+    """Requests led by the name's verb ("Move {m}.", "Please move {m}."; a 'to' shape names the object:
+    "Please send the bravo note {m}."), or by its description when the name has no verb."""
+    parts = name.split("_")
+    if parts[0] in verbs and len(parts) > 1:
+        v, obj = parts[0], " ".join(parts[1:])
+        if shape == "to":
+            return [f"Please {v} the {obj} {{m}}.", f"{v.capitalize()} a {obj} {{m}}.", f"Can you {v} the {obj} {{m}}?"]
+        return [f"{v.capitalize()} {{m}}.", f"Please {v} {{m}}.", f"Can you {v} {{m}}?", f"I want to {v} {{m}}."]
+    action = _describe(name, verbs)
+    return [f"{action} {{m}}.", f"Please {action[0].lower()}{action[1:]} {{m}}."]
+
+
+def shaped_tool(r: random.Random, exclude=frozenset(), verbs=tuple(VERBS)):
+    """A generated tool of one of three shapes (comment above), asked with make_call's `asks` path:
+    'pair': [a number,] from_N and to_N, three-capital codes said "from A to B" (the same code a tenth of
+    the time); 'to': a parameter named "to" (an e-mail address or a name, said "to X") and a phrase;
+    'into': a phrase said alone, then a format said "into F"."""
+    name = _gen_name(r, exclude, list(verbs))
+    shape = r.choice(["pair", "to", "into"])
+    params = []
+    if shape == "pair":
+        noun = r.choice(SHAPE_NOUNS)
+        if r.random() < 0.5:
+            params.append({"name": r.choice(["quantity", "size", "total", "weight", "points", "value"]),
+                           "type": "number", "desc": "How much", "gen": _num, "say": "{v}", "required": True})
+        pair = {}
+
+        def src(r, pair=pair):
+            pair["from"] = _caps3(r)
+            return pair["from"]
+
+        def dst(r, pair=pair):
+            return pair.get("from", "") if r.random() < 0.1 and pair.get("from") else _caps3(r)
+        params += [{"name": f"from_{noun}", "type": "string", "desc": f"The {noun} to start from", "gen": src,
+                    "say": "from {v}", "required": True},
+                   {"name": f"to_{noun}", "type": "string", "desc": f"The {noun} to go to", "gen": dst,
+                    "say": "to {v}", "required": True}]
+    elif shape == "to":
+        what = r.choice(["subject", "title", "note", "message", "topic", "caption"])
+        params = [{"name": "to", "type": "string", "desc": "Who receives it",
+                   "gen": lambda r: _email_varied(r) if r.random() < 0.7 else r.choice(NAMES), "say": "to {v}",
+                   "required": True},
+                  {"name": what, "type": "string", "desc": f"The {what}", "gen": _sentence,
+                   "say": f"with {what} {{v}}", "required": True}]
+    else:
+        what = r.choice(["content", "body", "passage", "source_text", "input"])
+        params = [{"name": what, "type": "string", "desc": "The text", "gen": _sentence, "say": "{v}",
+                   "required": True},
+                  {"name": r.choice(["output_format", "target_format", "style", "layout"]), "type": "string",
+                   "desc": "What to turn it into", "gen": lambda r: r.choice(INTO), "say": "into {v}",
+                   "required": True}]
+    return {"name": name, "desc": _describe(name, verbs), "params": params, "asks": _shape_asks(name, verbs, shape),
+            "shape": shape}
+
+
 def _table_tool(table, name):
     """A tool of a hand-written table (HELD_OUT, NATURAL, NATURAL_EXTRA): (description, params, asks) -> the
     tool dict; an "enum" parameter holds its values where the others hold their value generator."""

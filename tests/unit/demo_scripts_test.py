@@ -550,6 +550,47 @@ class HardValues(unittest.TestCase):
             self.assertEqual(a.getstate(), b.getstate())
 
 
+class ShapedTools(unittest.TestCase):
+    """tool_gen.shaped_tool (make_data.py --shaped-tools): the three argument layouts round 8's named
+    failures share, asked with every value verbatim and side by side, random codes never a held-out one."""
+
+    def setUp(self):
+        tool_gen.set_vocab(["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"])
+        tool_gen.set_runs([["the", "meeting", "is", "moved", "to", "Friday"], ["we", "will", "be", "late", "now"]])
+
+    def test_each_shape_says_its_values_side_by_side(self):
+        import random
+        r = random.Random(5)
+        verbs = tool_gen.VERBS + tool_gen.HELD_OUT_VERBS
+        seen, same_code = set(), 0
+        for _ in range(600):
+            t = tool_gen.shaped_tool(r, exclude={"convert_alpha"}, verbs=verbs)
+            self.assertNotIn(t["name"], tool_gen.HELD_OUT)
+            self.assertNotEqual(t["name"], "convert_alpha")
+            seen.add(t["shape"])
+            text, call = tool_gen.make_call(r, t, loose=1.0, bare=1.0)  # asks: neither applies
+            args = call["arguments"]
+            self.assertEqual(set(args), {p["name"] for p in t["params"]})
+            for v in args.values():
+                self.assertIn(tool_gen._show(v), text)
+            self.assertEqual(tool_gen.tool_schema(t)["function"]["parameters"]["required"], list(args))
+            if t["shape"] == "pair":
+                src, dst = (args[k] for k in args if k.startswith(("from_", "to_")))
+                for c in (src, dst):
+                    self.assertRegex(c, r"^[A-Z]{3}$")
+                    self.assertNotIn(c, tool_gen.CURRENCIES + tool_gen.TICKERS)
+                self.assertIn(f"from {src} to {dst}", text)
+                same_code += src == dst
+            elif t["shape"] == "to":
+                self.assertIn(f" to {args['to']} with ", text)
+            else:
+                phrase, into = list(args.values())
+                self.assertIn(f" {phrase} into {into}", text)
+                self.assertIn(into, tool_gen.INTO)
+        self.assertEqual(seen, {"pair", "to", "into"})
+        self.assertGreater(same_code, 5)  # "from MXN to MXN" happens in the held-out set too
+
+
 def _bpe(word: str, merges: list) -> list:
     """Reference byte-pair encoding of one pre-token (symbols already in the byte-level alphabet): the
     lowest-ranked adjacent pair merges first, as the tokenizers library and onecard apply them."""
