@@ -14,7 +14,7 @@ set and thinking mode and per named tool.
 
 Usage: measure_tools.py --url http://127.0.0.1:8000 --data DATA [--n 200] [--jobs 4] [--out FILE]
                         [--against EARLIER_OUT.json]
-       measure_tools.py --pair A.json B.json                  (two saved runs, paired)
+       measure_tools.py --pair A.json B.json [--data DIR]     (two saved runs, paired; per set with --data)
        measure_tools.py --breakdown RUN.json --data DATA      (a saved run's breakdown)
 """
 
@@ -138,6 +138,17 @@ def paired(mine: str, other: str) -> dict:
             "only_other": only_other, "sign_test_p": p}
 
 
+def paired_by_set(mine: str, other: str, rows) -> dict:
+    """paired() within each set of the tool_eval.jsonl rows ('named', 'generated') the runs were measured on."""
+    if not len(mine) == len(other) == len(rows):
+        raise SystemExit(f"--pair: {len(mine)} and {len(other)} outcomes, {len(rows)} requests")
+    sets = {}
+    for i, row in enumerate(rows):
+        sets.setdefault(row.get("set", "all"), []).append(i)
+    return {name: paired("".join(mine[i] for i in idx), "".join(other[i] for i in idx))
+            for name, idx in sorted(sets.items())}
+
+
 def breakdown(per_request: str, rows) -> dict:
     """Exact calls ('1' of a per-request outcome string) by set and thinking mode, and per named tool
     (the expected first call's name), over the tool_eval.jsonl rows they were measured on."""
@@ -164,7 +175,8 @@ def main():
     ap.add_argument("--out", default="")
     ap.add_argument("--against", default="", help="an earlier --out of another checkpoint on the same requests")
     ap.add_argument("--pair", nargs=2, metavar=("A", "B"),
-                    help="no requests: compare two earlier --out files on the same requests (A's 'only_this')")
+                    help="no requests: compare two earlier --out files on the same requests (A's 'only_this'); "
+                         "with --data, per set too")
     ap.add_argument("--breakdown", metavar="RUN",
                     help="no requests: an earlier --out's exact calls by set and mode and per named tool (with --data)")
     a = ap.parse_args()
@@ -177,7 +189,11 @@ def main():
         return
     if a.pair:
         runs = [json.loads(Path(f).read_text())["exact_per_request"] for f in a.pair]
-        print(json.dumps(paired(*runs), indent=1))
+        out = paired(*runs)
+        if a.data:  # and per set
+            rows = [json.loads(l) for l in open(Path(a.data) / "tool_eval.jsonl")][:len(runs[0])]
+            out["by_set"] = paired_by_set(*runs, rows)
+        print(json.dumps(out, indent=1))
         return
     if not a.url or not a.data:
         ap.error("--url and --data are required (or --pair A B)")

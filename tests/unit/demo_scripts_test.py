@@ -80,6 +80,15 @@ class MeasureTools(unittest.TestCase):
         with self.assertRaises(SystemExit):
             measure_tools.paired("10", "101")
 
+    def test_paired_by_set_splits_the_requests_by_their_set(self):
+        rows = [{"set": "named"}, {"set": "generated"}, {"set": "named"}, {"set": "generated"}]
+        got = measure_tools.paired_by_set("1101", "0110", rows)
+        self.assertEqual(got["named"], measure_tools.paired("10", "01"))
+        self.assertEqual(got["generated"], measure_tools.paired("11", "10"))
+        self.assertEqual((got["generated"]["both"], got["generated"]["only_this"]), (1, 1))
+        with self.assertRaises(SystemExit):
+            measure_tools.paired_by_set("11", "11", rows)
+
     def test_breakdown_by_set_mode_and_named_tool(self):
         rows = [{"set": "named", "thinking": True, "expected": [call("get_time")]},
                 {"set": "named", "thinking": False, "expected": [call("get_time")]},

@@ -11,14 +11,17 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace onecard {
 namespace {
 
 using ojson = nlohmann::ordered_json;
 
 const std::string kMarker = "<｜DSML｜";
-constexpr int32_t kDsmlTok = 256, kTextLt = 257, kMarkerBlock = 258, kMarkerBogus = 259, kSpecial = 260;
-constexpr int64_t kVocab = 264;  // 261..263: padding ids past the trie
+constexpr int32_t kDsmlTok = 256, kTextLt = 257, kMarkerBlock = 258, kMarkerBogus = 259, kSpecial = 260,
+                  kTextGuard = 261;
+constexpr int64_t kVocab = 264;  // 262..263: padding ids past the trie
 
 std::shared_ptr<const grammar::TokenTrie> trie() {
     std::vector<std::string> v;
@@ -28,6 +31,7 @@ std::shared_ptr<const grammar::TokenTrie> trie() {
     v.push_back("｜DSML｜tool_calls>\n");  // 258: completes the marker and goes on into the block
     v.push_back("｜DSML｜bogus");          // 259: completes the marker into bytes no block has
     v.push_back("");                       // 260: a special token (no bytes)
+    v.push_back("a｜DSML｜");              // 261: the guard after text, never the marker's end
     return std::make_shared<const grammar::TokenTrie>(std::move(v));
 }
 
@@ -206,6 +210,12 @@ TEST(TriggeredConstraint, TheGuardRefusesMarkupOutsideTheMarker) {
         EXPECT_TRUE(c.accept(kDsmlTok));
         EXPECT_FALSE(c.triggered());
     }
+    {  // a token that holds the guard after text: free text unguarded, refused guarded
+        auto plain = f.make(), guarded = f.make_guarded();
+        EXPECT_TRUE(allowed(plain, kTextGuard));
+        EXPECT_FALSE(allowed(guarded, kTextGuard));
+        EXPECT_FALSE(guarded.accept(kTextGuard));
+    }
     {  // at the start, and byte by byte: refused at the guard's last byte
         auto c = f.make_guarded();
         EXPECT_FALSE(allowed(c, kDsmlTok));
@@ -246,9 +256,13 @@ TEST(TriggeredConstraint, CandidatesAreTheTokensThatCanCompleteTheMarker) {
     EXPECT_EQ(std::find(cand.begin(), cand.end(), kTextLt), cand.end());
     EXPECT_EQ(std::find(cand.begin(), cand.end(), static_cast<int32_t>('<')), cand.end());
     EXPECT_LE(cand.size(), 4u);
-    // With the guard, the tokens that can complete "｜DSML｜" too: the same four here.
-    const auto& guarded = f.guarded->candidates();
-    EXPECT_EQ(guarded, cand);
+    EXPECT_EQ(std::find(cand.begin(), cand.end(), kTextGuard), cand.end());  // never completes the marker
+    // With the guard, the tokens that can complete "｜DSML｜" too: those four and the one that ends in it.
+    std::vector<int32_t> guarded = f.guarded->candidates(), want = cand;
+    want.push_back(kTextGuard);
+    std::sort(guarded.begin(), guarded.end());
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(guarded, want);
 }
 
 }  // namespace
