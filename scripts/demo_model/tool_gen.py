@@ -602,6 +602,19 @@ def random_tool(r: random.Random, exclude=frozenset(), realistic_values=False, v
 # taught, no held-out value is.
 SHAPE_NOUNS = ["code", "station", "port", "zone", "node", "account", "hub", "depot", "gate", "region", "site"]
 INTO = ["PDF", "Markdown", "HTML", "CSV", "plain text", "bullet points", "a table", "JSON", "slides", "a summary"]
+# Round 9 (make_data.py --shapes, new shapes): 'send' and 'todo' name what they send or keep with a plain
+# noun and are asked with its article ("Send an invite to ...", "Add a chore to ... on ..."): round 9 still
+# began two recipients with the request's "an" ("Please send an email to sofia@..." -> "an sofia@...") and
+# kept or cut the "to" before a reminder's text. The nouns stay out of the held-out tools' domains (no
+# e-mail, mail or reminder).
+SEND_VERBS = ["send", "share", "forward", "deliver", "post", "notify"]
+SEND_NOUNS = ["invite", "update", "alert", "order", "offer", "outline", "memo", "letter", "note", "message", "card",
+              "notice", "agenda", "announcement", "estimate", "itinerary", "image", "receipt", "greeting"]
+TODO_VERBS = ["create", "add", "set", "schedule", "save", "book", "start"]
+TODO_NOUNS = ["task", "todo", "chore", "alarm", "entry", "errand", "appointment", "item", "event", "deadline",
+              "alert", "booking", "intention", "objective", "outing"]
+SHAPES_ROUND9 = ("pair", "to", "into")
+SHAPES = SHAPES_ROUND9 + ("send", "todo")
 
 
 def _caps3(r):
@@ -610,6 +623,47 @@ def _caps3(r):
         c = "".join(r.choice(LETTERS) for _ in range(3))
         if c not in CURRENCIES and c not in TICKERS:
             return c
+
+
+def _article(noun):
+    return ("an " if noun[0] in "aeiou" else "a ") + noun
+
+
+def _noun_asks(verb, noun):
+    """Requests for a 'send' or 'todo' shape: the verb, the noun with its article, then the values
+    ("Please share an invite to ..."), or the noun alone ("Invite to ..."), as the held-out send_email's
+    "Email to ...". """
+    a = _article(noun)
+    return [f"{verb.capitalize()} {a} {{m}}.", f"Please {verb} {a} {{m}}.", f"Can you {verb} {a} {{m}}?",
+            f"I need to {verb} {a} {{m}}.", f"{noun.capitalize()} {{m}}."]
+
+
+def _noun_tool(r, exclude, verbs, shape):
+    """A 'send' or 'todo' shaped tool: (name, asks, params)."""
+    verb_pool = SEND_VERBS if shape == "send" else TODO_VERBS
+    # HELD_OUT_VERBS (send, set) only where make_data.py --name-verbs allows them.
+    verb_pool = [v for v in verb_pool if v in verbs or v not in HELD_OUT_VERBS]
+    while True:
+        verb = r.choice(verb_pool)
+        noun = r.choice(SEND_NOUNS if shape == "send" else TODO_NOUNS)
+        name = f"{verb}_{noun}"
+        if name not in HELD_OUT and name not in exclude:
+            break
+    if shape == "send":
+        what = r.choice(["subject", "title", "topic", "caption", "headline"])
+        params = [{"name": "to", "type": "string", "desc": "Who receives it",
+                   "gen": lambda r: _email_varied(r) if r.random() < 0.8 else r.choice(NAMES), "say": "to {v}",
+                   "required": True},
+                  {"name": what, "type": "string", "desc": f"The {what}",
+                   "gen": lambda r: (r.choice(WORDS).capitalize() + " " + r.choice(WORDS)) if r.random() < 0.5
+                   else _sentence(r), "say": f"with {what} {{v}}", "required": True}]
+    else:
+        params = [{"name": r.choice(["text", "task", "title", "what", "label", "description"]), "type": "string",
+                   "desc": "What it is for", "gen": lambda r: _phrase(r) if r.random() < 0.5 else _sentence(r),
+                   "say": "to {v}", "required": True},
+                  {"name": r.choice(["date", "day", "due", "when", "due_date"]), "type": "string",
+                   "desc": "Date as YYYY-MM-DD", "gen": _date, "say": "on {v}", "required": True}]
+    return name, _noun_asks(verb, noun), params
 
 
 def _shape_asks(name, verbs, shape):
@@ -625,13 +679,24 @@ def _shape_asks(name, verbs, shape):
     return [f"{action} {{m}}.", f"Please {action[0].lower()}{action[1:]} {{m}}."]
 
 
-def shaped_tool(r: random.Random, exclude=frozenset(), verbs=tuple(VERBS)):
-    """A generated tool of one of three shapes (comment above), asked with make_call's `asks` path:
+def shaped_tool(r: random.Random, exclude=frozenset(), verbs=tuple(VERBS), shapes=SHAPES_ROUND9):
+    """A generated tool of one of `shapes` (comments above), asked with make_call's `asks` path:
     'pair': [a number,] from_N and to_N, three-capital codes said "from A to B" (the same code a tenth of
     the time); 'to': a parameter named "to" (an e-mail address or a name, said "to X") and a phrase;
-    'into': a phrase said alone, then a format said "into F"."""
-    name = _gen_name(r, exclude, list(verbs))
-    shape = r.choice(["pair", "to", "into"])
+    'into': a phrase said alone, then a format said "into F"; 'send': verb_noun, a recipient "to X" and a
+    subject, asked with the noun's article; 'todo': verb_noun, a phrase "to P" and a date "on D".
+    The default, round 9's three, draws as round 9 did."""
+    if any(s not in SHAPES for s in shapes):
+        raise ValueError(f"shaped_tool: unknown shape in {shapes}; known: {SHAPES}")
+    if tuple(shapes) == SHAPES_ROUND9:
+        name = _gen_name(r, exclude, list(verbs))  # round 9's draw order, kept for its data recipe
+        shape = r.choice(list(SHAPES_ROUND9))
+    else:
+        shape = r.choice(list(shapes))
+        if shape in ("send", "todo"):
+            name, asks, params = _noun_tool(r, exclude, verbs, shape)
+            return {"name": name, "desc": _describe(name, verbs), "params": params, "asks": asks, "shape": shape}
+        name = _gen_name(r, exclude, list(verbs))
     params = []
     if shape == "pair":
         noun = r.choice(SHAPE_NOUNS)

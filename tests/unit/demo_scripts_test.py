@@ -599,6 +599,40 @@ class ShapedTools(unittest.TestCase):
         self.assertEqual(seen, {"pair", "to", "into"})
         self.assertGreater(same_code, 5)  # "from MXN to MXN" happens in the held-out set too
 
+    def test_send_and_todo_say_the_noun_with_its_article(self):
+        import random
+        r = random.Random(6)
+        seen, an, verbs_seen = set(), 0, set()
+        for _ in range(400):
+            t = tool_gen.shaped_tool(r, verbs=tool_gen.VERBS, shapes=("send", "todo"))
+            seen.add(t["shape"])
+            verb, noun = t["name"].split("_", 1)
+            verbs_seen.add(verb)
+            self.assertIn(noun, tool_gen.SEND_NOUNS + tool_gen.TODO_NOUNS)
+            self.assertNotIn(verb, tool_gen.HELD_OUT_VERBS)  # send and set need --name-verbs
+            text, call = tool_gen.make_call(r, t)
+            args = call["arguments"]
+            self.assertEqual(set(args), {p["name"] for p in t["params"]})
+            article = "an" if noun[0] in "aeiou" else "a"
+            self.assertTrue(f"{article} {noun} " in text or text.startswith(noun.capitalize() + " "), text)
+            an += article == "an"
+            first, second = list(args.values())
+            if t["shape"] == "send":
+                self.assertEqual(list(args)[0], "to")
+                self.assertIn(f" to {first} with ", text)
+            else:
+                self.assertRegex(second, r"^\d{4}-\d\d-\d\d$")
+                self.assertIn(f" to {first} on {second}", text)
+        self.assertEqual(seen, {"send", "todo"})
+        self.assertGreater(an, 20)
+        r = random.Random(7)
+        names = {tool_gen.shaped_tool(r, verbs=tool_gen.VERBS + tool_gen.HELD_OUT_VERBS, shapes=("send",))["name"]
+                 for _ in range(200)}
+        self.assertTrue(any(n.startswith("send_") for n in names))
+        self.assertNotIn("send_email", names)
+        with self.assertRaises(ValueError):
+            tool_gen.shaped_tool(r, shapes=("pair", "nope"))
+
 
 def _bpe(word: str, merges: list) -> list:
     """Reference byte-pair encoding of one pre-token (symbols already in the byte-level alphabet): the
