@@ -35,14 +35,15 @@ public:
 
     const std::string& text() const { return p_; }
     size_t size() const { return p_.size(); }
-    // The transition: k bytes matched, then byte b. Returns the new match length (size(): complete).
-    size_t next(size_t k, uint8_t b) const;
     // Where `bytes` completes the pattern from match state k: the offset just past the pattern's
     // last byte in `bytes`, or npos (then *k_out, if given, is the match state after `bytes`). An
     // empty pattern never completes.
     size_t completes_at(size_t k, std::string_view bytes, size_t* k_out = nullptr) const;
 
 private:
+    // The transition: k bytes matched, then byte b. Returns the new match length (size(): complete).
+    size_t next(size_t k, uint8_t b) const;
+
     std::string p_;
     std::vector<size_t> fail_;  // [size + 1] KMP failure function
 };
