@@ -69,8 +69,8 @@ std::string TriggeredConstraint::grammar_input(std::string_view bytes, size_t en
     return in;
 }
 
-bool TriggeredConstraint::breaks_guard(std::string_view bytes, size_t trigger_end) const {
-    const size_t g_end = trigger_->guard().completes_at(g_, bytes);
+bool TriggeredConstraint::breaks_guard(std::string_view bytes, size_t trigger_end, size_t* g_out) const {
+    const size_t g_end = trigger_->guard().completes_at(g_, bytes, g_out);
     return g_end != std::string_view::npos && (trigger_end == std::string_view::npos || g_end < trigger_end);
 }
 
@@ -109,11 +109,10 @@ bool TriggeredConstraint::accept(int32_t token) {
     const std::string& b = trie.token_bytes(token);
     size_t k = 0, g = 0;
     const size_t end = trigger_->completes_at(k_, b, &k);
-    if (breaks_guard(b, end)) return false;
+    if (breaks_guard(b, end, &g)) return false;
     if (end == std::string_view::npos) {
         k_ = k;
-        trigger_->guard().completes_at(g_, b, &g);
-        g_ = g;
+        g_ = g;  // the guard did not complete (else it broke), so g is its match state after b
         return true;
     }
     triggered_ = true;

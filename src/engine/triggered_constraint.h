@@ -90,8 +90,9 @@ private:
     // The grammar's input when `bytes` completes the trigger at `end`: the trigger, then the rest.
     std::string grammar_input(std::string_view bytes, size_t end) const;
     // Free phase: whether `bytes` writes the guard anywhere but as the trigger's end (trigger_end: where
-    // they complete the trigger, or npos).
-    bool breaks_guard(std::string_view bytes, size_t trigger_end) const;
+    // they complete the trigger, or npos). *g_out, if given: the guard's match state after `bytes` when
+    // they do not complete it.
+    bool breaks_guard(std::string_view bytes, size_t trigger_end, size_t* g_out = nullptr) const;
 
     std::shared_ptr<const TriggerTokens> trigger_;
     int64_t vocab_size_;
