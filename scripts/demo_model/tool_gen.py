@@ -625,6 +625,13 @@ def _caps3(r):
             return c
 
 
+def _recipient_param(email_share):
+    """The 'to' and 'send' shapes' parameter "to": an e-mail address (email_share of the time) or a name,
+    said "to X"."""
+    return {"name": "to", "type": "string", "desc": "Who receives it", "say": "to {v}", "required": True,
+            "gen": lambda r: _email_varied(r) if r.random() < email_share else r.choice(NAMES)}
+
+
 def _article(noun):
     return ("an " if noun[0] in "aeiou" else "a ") + noun
 
@@ -651,9 +658,7 @@ def _noun_tool(r, exclude, verbs, shape):
             break
     if shape == "send":
         what = r.choice(["subject", "title", "topic", "caption", "headline"])
-        params = [{"name": "to", "type": "string", "desc": "Who receives it",
-                   "gen": lambda r: _email_varied(r) if r.random() < 0.8 else r.choice(NAMES), "say": "to {v}",
-                   "required": True},
+        params = [_recipient_param(0.8),
                   {"name": what, "type": "string", "desc": f"The {what}",
                    "gen": lambda r: (r.choice(WORDS).capitalize() + " " + r.choice(WORDS)) if r.random() < 0.5
                    else _sentence(r), "say": f"with {what} {{v}}", "required": True}]
@@ -717,9 +722,7 @@ def shaped_tool(r: random.Random, exclude=frozenset(), verbs=tuple(VERBS), shape
                     "say": "to {v}", "required": True}]
     elif shape == "to":
         what = r.choice(["subject", "title", "note", "message", "topic", "caption"])
-        params = [{"name": "to", "type": "string", "desc": "Who receives it",
-                   "gen": lambda r: _email_varied(r) if r.random() < 0.7 else r.choice(NAMES), "say": "to {v}",
-                   "required": True},
+        params = [_recipient_param(0.7),
                   {"name": what, "type": "string", "desc": f"The {what}", "gen": _sentence,
                    "say": f"with {what} {{v}}", "required": True}]
     else:
