@@ -5,7 +5,9 @@ of --multi-call rows), the tool calls trained on per million characters, the row
 turns, the share of the generated training tools whose name starts with a retrieval verb (the tools
 --loose-asks rephrases; tool_gen.RETRIEVE), the calls to NATURAL_EXTRA tools and to `onecard validate`'s
 fixture tools (--natural-extra, --avoid-validate-tools), and how many raw values of the rows' final calls
-take a copy-hard form (value_form: --hard-values' kinds). Characters, not tokens: no tokenizer needed.
+take a copy-hard form (value_form: --hard-values' kinds), the rows by kind, the tool names offered, and
+the user turns in the request forms of the named tools round 9 still failed (REQUEST_FORMS: --shapes send
+and todo). Characters, not tokens: no tokenizer needed.
 
 Usage (python3 with numpy, for data_tokens): data_stats.py --data DIR [--file chat_train.jsonl] [--rows N]
 """
@@ -24,6 +26,12 @@ import tool_gen  # noqa: E402
 SCHEMA_NAME = re.compile(r'\{"name": "([^"]+)", "description"')
 CALL_NAME = re.compile(r'invoke name="([^"]*)"')
 RAW_VALUE = re.compile(r'string="true">([^<]*)</｜DSML｜parameter>')
+USER_TURN = re.compile(r"<｜User｜>(.*?)<｜Assistant｜>", re.S)
+# A recipient after a noun and its article ("send an email to anna@...": round 9 began the address with
+# "an"), and a phrase said "to P" before a date ("Remind me to P on D": round 9 kept or cut the "to").
+REQUEST_FORMS = {"an_noun_to_address": re.compile(r"\ban [a-z]+ to \S+@"),
+                 "a_or_an_noun_to_address": re.compile(r"\ban? [a-z]+ to \S+@"),
+                 "to_phrase_on_date": re.compile(r" to [A-Za-z][A-Za-z ]* on \d{4}-\d\d-\d\d")}
 VALIDATE_FIXTURES = Path(__file__).resolve().parents[2] / "tools/onecard/data/tool_fixtures.json"
 
 
@@ -45,6 +53,7 @@ def stats(rows):
     names = set()
     forms = dict.fromkeys(("capital_codes", "email_addresses", "arithmetic", "values_of_4_plus_words"), 0)
     called = {"natural_extra": 0, "validate_fixture_tools": 0}
+    kinds, request_forms = {}, dict.fromkeys(REQUEST_FORMS, 0)
     fixtures = set(json.loads(VALIDATE_FIXTURES.read_text())["tools"])
     for row in rows:
         for name in CALL_NAME.findall(row["prompt"] + row["completion"]):
@@ -61,16 +70,22 @@ def stats(rows):
             if weight == data_tokens.CALL_WEIGHT and text:
                 calls += 1
         spanned += "spans" in row
+        kinds[row.get("kind", "")] = kinds.get(row.get("kind", ""), 0) + 1
+        for turn in USER_TURN.findall(row["prompt"]):
+            for form, pattern in REQUEST_FORMS.items():
+                request_forms[form] += len(pattern.findall(turn))
         if row.get("kind") == "tools":
             names.update(SCHEMA_NAME.findall(row["prompt"]))
     generated = [n for n in names if n not in tool_gen.NATURAL and n not in tool_gen.NATURAL_EXTRA]
     retrieve = [n for n in generated if n.split("_")[0] in tool_gen.RETRIEVE and "_" in n]
-    return {"rows": len(rows), "rows_with_trained_earlier_turns": spanned,
+    return {"rows": len(rows), "rows_by_kind": dict(sorted(kinds.items())), "rows_with_trained_earlier_turns": spanned,
+            "offered_tool_names": len(names),
             "trained_char_share": round(trained / max(total, 1), 4),
             "tool_calls_per_million_chars": round(calls / max(total, 1) * 1e6, 1),
             "generated_tool_names": len(generated),
             "retrieval_share_of_generated": round(len(retrieve) / max(len(generated), 1), 4),
-            "calls_to": called, "raw_values_in_final_calls": raw_values, "value_forms": forms}
+            "calls_to": called, "raw_values_in_final_calls": raw_values, "value_forms": forms,
+            "request_forms": request_forms}
 
 
 def main():

@@ -314,6 +314,21 @@ class TrainedSpans(unittest.TestCase):
         self.assertEqual(got["value_forms"], {"capital_codes": 2, "email_addresses": 1, "arithmetic": 1,
                                               "values_of_4_plus_words": 1})
 
+    def test_data_stats_counts_kinds_offered_names_and_request_forms(self):
+        import data_stats
+        schema = '{"name": "share_invite", "description": "d"}\n{"name": "book_taxi", "description": "w"}'
+        turns = ("<｜User｜>Please share an invite to a.b@c.org with subject X.<｜Assistant｜></think>done" + EOS +
+                 "<｜User｜>Add a chore to wash the car on 2025-01-02.<｜Assistant｜></think>")
+        tools = {"prompt": schema + turns, "completion": "ok" + EOS, "kind": "tools"}
+        greeting = {"prompt": "<｜User｜>an idea to x@y.z<｜Assistant｜></think>", "completion": "Hi" + EOS,
+                    "kind": "greeting"}
+        got = data_stats.stats([tools, greeting, dict(greeting)])
+        self.assertEqual(got["rows_by_kind"], {"greeting": 2, "tools": 1})
+        self.assertEqual(got["offered_tool_names"], 2)  # names offered in tool rows' schemas only
+        self.assertEqual(got["generated_tool_names"], 1)  # book_taxi is hand-written (NATURAL)
+        self.assertEqual(got["request_forms"], {"an_noun_to_address": 3, "a_or_an_noun_to_address": 3,
+                                                "to_phrase_on_date": 1})
+
     def test_load_examples_puts_the_weights_on_those_tokens(self):
         import data_tokens
         row = self.row()
