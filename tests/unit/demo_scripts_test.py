@@ -233,7 +233,7 @@ class MeasureSpec(unittest.TestCase):
             self.assertEqual(first["per_kind"]["chat"]["acceptance"], 0.75)
             self.assertEqual(first["per_kind"]["tools"]["acceptance"], 0.0)
             self.assertEqual(first["all"], {"draft_tokens": 10, "accepted_tokens": 6, "acceptance": 0.6,
-                                            "completion_tokens": 15})
+                                            "completion_tokens": 15, "looping": 0})
             self.assertEqual(first["texts"]["chat"], ["TEXT:one", "TEXT:two"])
             server = StubSpecServer(flip="two")
             try:
@@ -241,6 +241,32 @@ class MeasureSpec(unittest.TestCase):
             finally:
                 server.close()
             self.assertEqual(second["against"], {"compared": 3, "differ": 1})
+
+    def test_looping_completions(self):
+        import measure_spec
+        self.assertTrue(measure_spec.looping("of the period " * 4))
+        self.assertFalse(measure_spec.looping("of the period " * 3))  # three times: not yet a loop
+        self.assertFalse(measure_spec.looping("the cat sat on the mat and the dog sat on the rug"))
+        self.assertTrue(measure_spec.looping("a b c d", n=1, times=1))
+        with tempfile.TemporaryDirectory() as d:
+            saved = Path(d) / "run.json"
+            saved.write_text(json.dumps({"texts": {"about": ["the United States of " * 5, "A short answer."],
+                                                   "tools": ["no loop here"]}}))
+            script = Path(__file__).resolve().parents[2] / "scripts" / "demo_model" / "measure_spec.py"
+            p = subprocess.run([sys.executable, str(script), "--loops", str(saved)], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(json.loads(p.stdout), {"looping": {"about": 1, "tools": 0, "all": 1}})
+            older = Path(d) / "older.json"
+            older.write_text(json.dumps({"texts": {"about": ["A short answer.", "A short answer."],
+                                                   "tools": ["one two three " * 4]}}))
+            p = subprocess.run([sys.executable, str(script), "--loops", str(saved), str(older)], capture_output=True,
+                               text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            out = json.loads(p.stdout)
+            self.assertEqual(out["older_looping"], {"about": 0, "tools": 1, "all": 1})
+            self.assertEqual(out["paired"], {"both": 0, "only_this": 1, "only_other": 1, "sign_test_p": 1.0})
+            p = subprocess.run([sys.executable, str(script), "--data", d], capture_output=True, text=True)
+            self.assertNotEqual(p.returncode, 0)  # neither --url nor --loops
 
 
 def _bytes_encoder(tmp):
