@@ -613,8 +613,17 @@ SEND_NOUNS = ["invite", "update", "alert", "order", "offer", "outline", "memo", 
 TODO_VERBS = ["create", "add", "set", "schedule", "save", "book", "start"]
 TODO_NOUNS = ["task", "todo", "chore", "alarm", "entry", "errand", "appointment", "item", "event", "deadline",
               "alert", "booking", "intention", "objective", "outing"]
+# Round 10 (make_data.py --shapes ...,calc): 'calc' is an arithmetic tool asked as the data's arithmetic
+# chats ask ("What is 71 * 75?"), which conv_math answers without a tool: round 10 twice answered the
+# held-out calculate's request in thinking mode instead of calling it. With a tool offered, the call is the
+# answer. The names avoid calculate (held out) and its verb.
+CALC_VERBS = ["compute", "evaluate", "solve", "work_out", "figure", "run"]
+CALC_NOUNS = ["sum", "total", "product", "arithmetic", "expression", "math", "result", "formula", "equation"]
+CALC_DESCS = ["Work out an arithmetic problem", "Return the value of a math expression", "Do a sum",
+              "Compute the result of a formula"]
+CALC_ASKS = ["What is {m}?", "Compute {m}.", "How much is {m}?", "Work out {m}, please.", "What does {m} make?"]
 SHAPES_ROUND9 = ("pair", "to", "into")
-SHAPES = SHAPES_ROUND9 + ("send", "todo")
+SHAPES = SHAPES_ROUND9 + ("send", "todo", "calc")
 
 
 def _caps3(r):
@@ -671,6 +680,19 @@ def _noun_tool(r, exclude, verbs, shape):
     return name, _noun_asks(verb, noun), params
 
 
+def _calc_tool(r, exclude):
+    """A 'calc' shaped tool: (name, description, asks, params); one expression said bare, as in
+    "What is 71 * 75?"."""
+    while True:
+        name = f"{r.choice(CALC_VERBS)}_{r.choice(CALC_NOUNS)}"
+        if name not in HELD_OUT and name not in exclude:
+            break
+    param = r.choice(["expression", "expr", "formula", "query", "input", "problem"])
+    params = [{"name": param, "type": "string", "desc": "Arithmetic expression",
+               "gen": lambda r: _expr(r) if r.random() < 0.5 else _expr_varied(r), "say": "{v}", "required": True}]
+    return name, r.choice(CALC_DESCS), list(CALC_ASKS), params
+
+
 def _shape_asks(name, verbs, shape):
     """Requests led by the name's verb ("Move {m}.", "Please move {m}."; a 'to' shape names the object:
     "Please send the bravo note {m}."), or by its description when the name has no verb."""
@@ -689,7 +711,8 @@ def shaped_tool(r: random.Random, exclude=frozenset(), verbs=tuple(VERBS), shape
     'pair': [a number,] from_N and to_N, three-capital codes said "from A to B" (the same code a tenth of
     the time); 'to': a parameter named "to" (an e-mail address or a name, said "to X") and a phrase;
     'into': a phrase said alone, then a format said "into F"; 'send': verb_noun, a recipient "to X" and a
-    subject, asked with the noun's article; 'todo': verb_noun, a phrase "to P" and a date "on D".
+    subject, asked with the noun's article; 'todo': verb_noun, a phrase "to P" and a date "on D"; 'calc':
+    verb_noun, one arithmetic expression asked as the arithmetic chats ask it ("What is 71 * 75?").
     The default, round 9's three, draws as round 9 did."""
     if any(s not in SHAPES for s in shapes):
         raise ValueError(f"shaped_tool: unknown shape in {shapes}; known: {SHAPES}")
@@ -698,6 +721,9 @@ def shaped_tool(r: random.Random, exclude=frozenset(), verbs=tuple(VERBS), shape
         shape = r.choice(list(SHAPES_ROUND9))
     else:
         shape = r.choice(list(shapes))
+        if shape == "calc":
+            name, desc, asks, params = _calc_tool(r, exclude)
+            return {"name": name, "desc": desc, "params": params, "asks": asks, "shape": shape}
         if shape in ("send", "todo"):
             name, asks, params = _noun_tool(r, exclude, verbs, shape)
             return {"name": name, "desc": _describe(name, verbs), "params": params, "asks": asks, "shape": shape}

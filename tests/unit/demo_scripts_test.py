@@ -640,6 +640,27 @@ class ShapedTools(unittest.TestCase):
         self.assertEqual(seen, {"pair", "to", "into"})
         self.assertGreater(same_code, 5)  # "from MXN to MXN" happens in the held-out set too
 
+    def test_calc_asks_as_the_arithmetic_chats_do(self):
+        import random
+        r = random.Random(8)
+        asked = set()
+        for _ in range(300):
+            t = tool_gen.shaped_tool(r, exclude={"compute_sum"}, verbs=tool_gen.VERBS + tool_gen.HELD_OUT_VERBS,
+                                     shapes=("calc",))
+            self.assertEqual(t["shape"], "calc")
+            self.assertNotIn(t["name"], tool_gen.HELD_OUT)
+            self.assertNotEqual(t["name"], "compute_sum")
+            self.assertNotIn("calculate", t["name"])
+            self.assertIn(t["desc"], tool_gen.CALC_DESCS)
+            text, call = tool_gen.make_call(r, t)
+            (expr,) = call["arguments"].values()
+            self.assertRegex(expr, r"^[\d.( ]+[-+*/][\d.() +*/-]+$")
+            asked.add(text.replace(expr, "{m}"))
+        # Every request form, and conv_math's "What is a op b?" among them: the form the held-out calculate
+        # is asked in, which the arithmetic chats answer without a tool.
+        self.assertEqual(asked, set(tool_gen.CALC_ASKS))
+        self.assertIn("What is {m}?", asked)
+
     def test_send_and_todo_say_the_noun_with_its_article(self):
         import random
         r = random.Random(6)
