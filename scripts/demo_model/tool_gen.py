@@ -654,17 +654,21 @@ def _noun_asks(verb, noun):
             f"I need to {verb} {a} {{m}}.", f"{noun.capitalize()} {{m}}."]
 
 
+def _verb_noun(r, verbs, nouns, exclude):
+    """(verb, noun) drawn until verb_noun is neither a HELD_OUT tool nor in `exclude`."""
+    while True:
+        verb, noun = r.choice(verbs), r.choice(nouns)
+        if f"{verb}_{noun}" not in HELD_OUT and f"{verb}_{noun}" not in exclude:
+            return verb, noun
+
+
 def _noun_tool(r, exclude, verbs, shape):
     """A 'send' or 'todo' shaped tool: (name, asks, params)."""
     verb_pool = SEND_VERBS if shape == "send" else TODO_VERBS
     # HELD_OUT_VERBS (send, set) only where make_data.py --name-verbs allows them.
     verb_pool = [v for v in verb_pool if v in verbs or v not in HELD_OUT_VERBS]
-    while True:
-        verb = r.choice(verb_pool)
-        noun = r.choice(SEND_NOUNS if shape == "send" else TODO_NOUNS)
-        name = f"{verb}_{noun}"
-        if name not in HELD_OUT and name not in exclude:
-            break
+    verb, noun = _verb_noun(r, verb_pool, SEND_NOUNS if shape == "send" else TODO_NOUNS, exclude)
+    name = f"{verb}_{noun}"
     if shape == "send":
         what = r.choice(["subject", "title", "topic", "caption", "headline"])
         params = [_recipient_param(0.8),
@@ -683,10 +687,7 @@ def _noun_tool(r, exclude, verbs, shape):
 def _calc_tool(r, exclude):
     """A 'calc' shaped tool: (name, description, asks, params); one expression said bare, as in
     "What is 71 * 75?"."""
-    while True:
-        name = f"{r.choice(CALC_VERBS)}_{r.choice(CALC_NOUNS)}"
-        if name not in HELD_OUT and name not in exclude:
-            break
+    name = "_".join(_verb_noun(r, CALC_VERBS, CALC_NOUNS, exclude))
     param = r.choice(["expression", "expr", "formula", "query", "input", "problem"])
     params = [{"name": param, "type": "string", "desc": "Arithmetic expression",
                "gen": lambda r: _expr(r) if r.random() < 0.5 else _expr_varied(r), "say": "{v}", "required": True}]
