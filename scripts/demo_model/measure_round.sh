@@ -9,6 +9,9 @@
 #   DATA: make_data.py's output holding the held-out sets (tool_eval.jsonl, chat_test.jsonl, brown_test.jsonl).
 #   AGAINST_*: an earlier checkpoint's strict.json / plain.json / spec_plain.json (measured on the same DATA)
 #   to pair with (sign tests; for the chats, the looping pairs). PY needs numpy (measure_ppl, first_errors).
+#   CONFIRM=DIR: a second held-out set (make_data.py's tool_eval.jsonl in DIR, every request of it) measured
+#   with the grammar too, as confirm_strict.json; with AGAINST_CONFIRM=F (the earlier checkpoint's on DIR)
+#   and AGAINST_STRICT, pooled.json pairs the two checkpoints over both sets at once (measure_tools --pool).
 # Writes OUT_DIR/{strict,plain,ppl}.json (FULL=1: spec_plain, spec_mtp, plain_mtp, loops, first_errors,
 # validate .json) with each step's stdout in a .txt beside it; servers listen on 127.0.0.1:18101-18104.
 set -euo pipefail
@@ -35,12 +38,21 @@ serve() {  # PORT [serve flags...]: start onecard serve on CKPT and wait until i
     return 1
 }
 against() { [ -n "${1:-}" ] && echo "--against $(realpath "$1")" || true; }
-tools() {  # PORT NAME AGAINST
-    "$PY" "$S/measure_tools.py" --url "http://127.0.0.1:$1" --data "$data" --n 200 --jobs 4 \
+tools() {  # PORT NAME AGAINST [DATA N]
+    "$PY" "$S/measure_tools.py" --url "http://127.0.0.1:$1" --data "${4:-$data}" --n "${5:-200}" --jobs 4 \
         --out "$out/$2.json" $(against "${3:-}") > "$out/$2.txt"
 }
 
-serve 18101 --strict-tools-all; tools 18101 strict "${AGAINST_STRICT:-}"; stop
+serve 18101 --strict-tools-all; tools 18101 strict "${AGAINST_STRICT:-}"
+if [ -n "${CONFIRM:-}" ]; then
+    confirm=$(realpath "$CONFIRM")
+    tools 18101 confirm_strict "${AGAINST_CONFIRM:-}" "$confirm" "$(wc -l < "$confirm/tool_eval.jsonl")"
+    if [ -n "${AGAINST_CONFIRM:-}" ] && [ -n "${AGAINST_STRICT:-}" ]; then
+        "$PY" "$S/measure_tools.py" --pool "$out/strict.json" "$(realpath "$AGAINST_STRICT")" \
+            "$out/confirm_strict.json" "$(realpath "$AGAINST_CONFIRM")" > "$out/pooled.json"
+    fi
+fi
+stop
 serve 18102; tools 18102 plain "${AGAINST_PLAIN:-}"
 if [ "${FULL:-0}" = 1 ]; then
     "$PY" "$S/measure_spec.py" --url http://127.0.0.1:18102 --data "$data" --per-kind 20 \

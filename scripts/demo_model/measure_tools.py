@@ -16,6 +16,8 @@ Usage: measure_tools.py --url http://127.0.0.1:8000 --data DATA [--n 200] [--job
                         [--against EARLIER_OUT.json]
        measure_tools.py --pair A.json B.json [--data DIR]     (two saved runs, paired; per set with --data)
        measure_tools.py --breakdown RUN.json --data DATA      (a saved run's breakdown)
+       measure_tools.py --pool A1.json B1.json [A2.json B2.json ...]  (A against B over several held-out
+                                                                         sets at once: exact counts, paired)
 """
 
 import argparse
@@ -149,6 +151,20 @@ def paired_by_set(mine: str, other: str, rows) -> dict:
             for name, idx in sorted(sets.items())}
 
 
+def pooled(pairs) -> dict:
+    """A against B over several held-out sets at once: pairs is [(A's, B's per-request outcome string), ...],
+    one pair per set (each pair measured on the same requests). The sets' requests join into one paired
+    sample, so a gain too small to show on one set of 200 can show on 600 (NEXT_RUN.md, round 11)."""
+    if not pairs:
+        raise SystemExit("--pool: no runs")
+    for k, (mine, other) in enumerate(pairs):
+        if len(mine) != len(other):
+            raise SystemExit(f"--pool: set {k}: {len(mine)} and {len(other)} outcomes")
+    mine, other = "".join(m for m, _ in pairs), "".join(o for _, o in pairs)
+    return {"n": len(mine), "exact_this": mine.count("1"), "exact_other": other.count("1"),
+            "sets": [len(m) for m, _ in pairs], **paired(mine, other)}
+
+
 def breakdown(per_request: str, rows) -> dict:
     """Exact calls ('1' of a per-request outcome string) by set and thinking mode, and per named tool
     (the expected first call's name), over the tool_eval.jsonl rows they were measured on."""
@@ -177,6 +193,9 @@ def main():
     ap.add_argument("--pair", nargs=2, metavar=("A", "B"),
                     help="no requests: compare two earlier --out files on the same requests (A's 'only_this'); "
                          "with --data, per set too")
+    ap.add_argument("--pool", nargs="+", metavar="RUN",
+                    help="no requests: A1 B1 [A2 B2 ...], earlier --out files in pairs (A and B on one set each), "
+                         "A against B over all the sets")
     ap.add_argument("--breakdown", metavar="RUN",
                     help="no requests: an earlier --out's exact calls by set and mode and per named tool (with --data)")
     a = ap.parse_args()
@@ -186,6 +205,12 @@ def main():
         rows = [json.loads(l) for l in open(Path(a.data) / "tool_eval.jsonl")]
         per_request = json.loads(Path(a.breakdown).read_text())["exact_per_request"]
         print(json.dumps(breakdown(per_request, rows[:len(per_request)]), indent=1))
+        return
+    if a.pool:
+        if len(a.pool) % 2:
+            ap.error("--pool takes the runs in pairs: A1 B1 [A2 B2 ...]")
+        runs = [json.loads(Path(f).read_text())["exact_per_request"] for f in a.pool]
+        print(json.dumps(pooled(list(zip(runs[0::2], runs[1::2]))), indent=1))
         return
     if a.pair:
         runs = [json.loads(Path(f).read_text())["exact_per_request"] for f in a.pair]

