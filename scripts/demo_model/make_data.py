@@ -293,6 +293,11 @@ def earlier_spans(onecard, jobs, rendered):
     return spans
 
 
+def offered_tools(eval_rows) -> set:
+    """The names of every tool the held-out requests (tool_eval.jsonl rows) offer, targets and distractors."""
+    return {t.get("function", t)["name"] for row in eval_rows for t in row["request"].get("tools", [])}
+
+
 def example_requests(messages, final, tools, thinking, thought):
     """(request without the final assistant turn, request with it)."""
     req = {"messages": messages, "chat_template_kwargs": {"thinking": thinking}}
@@ -394,10 +399,10 @@ def main():
     kept_eval = []
     if a.eval_from:
         kept_eval = [json.loads(line) for line in open(a.eval_from)]
-        kept_out |= {t.get("function", t)["name"] for row in kept_eval for t in row["request"].get("tools", [])}
+        kept_out |= offered_tools(kept_eval)
     for path in a.keep_out_from:  # e.g. the 400-request confirmation set (NEXT_RUN.md, round 11)
         with open(path) as f:
-            kept_out |= {t.get("function", t)["name"] for line in f for t in json.loads(line)["request"].get("tools", [])}
+            kept_out |= offered_tools(json.loads(line) for line in f)
     train_tools = [t for t in train_tools if t["name"] not in kept_out]
     train_names = {t["name"] for t in train_tools}
     natural_names = sorted(tool_gen.NATURAL) + (sorted(tool_gen.NATURAL_EXTRA) if a.natural_extra else [])

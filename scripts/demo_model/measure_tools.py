@@ -13,7 +13,7 @@ difference. `examples` keeps every request's expected and returned calls; `break
 set and thinking mode and per named tool.
 
 Usage: measure_tools.py --url http://127.0.0.1:8000 --data DATA [--n 200] [--jobs 4] [--out FILE]
-                        [--against EARLIER_OUT.json]
+                        [--against EARLIER_OUT.json] [--other-mode]
        measure_tools.py --pair A.json B.json [--data DIR]     (two saved runs, paired; per set with --data)
        measure_tools.py --breakdown RUN.json --data DATA      (a saved run's breakdown)
        measure_tools.py --pool A1.json B1.json [A2.json B2.json ...]  (A against B over several held-out
@@ -165,6 +165,15 @@ def pooled(pairs) -> dict:
             "sets": [len(m) for m, _ in pairs], **paired(mine, other)}
 
 
+def other_mode(row) -> dict:
+    """The request asked with thinking switched (--other-mode); its row says so, for breakdown(). make_data
+    ties each named tool to one mode (row i thinks when i is even and asks held-out tool i % 10), so this is
+    how a named tool's failures are told apart from its mode's."""
+    thinking = not row["thinking"]
+    kwargs = dict(row["request"].get("chat_template_kwargs", {}), thinking=thinking)
+    return dict(row, thinking=thinking, request=dict(row["request"], chat_template_kwargs=kwargs))
+
+
 def breakdown(per_request: str, rows) -> dict:
     """Exact calls ('1' of a per-request outcome string) by set and thinking mode, and per named tool
     (the expected first call's name), over the tool_eval.jsonl rows they were measured on."""
@@ -190,6 +199,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=4)
     ap.add_argument("--out", default="")
     ap.add_argument("--against", default="", help="an earlier --out of another checkpoint on the same requests")
+    ap.add_argument("--other-mode", action="store_true",
+                    help="ask every request with thinking switched (on where the set has it off, and off where on)")
     ap.add_argument("--pair", nargs=2, metavar=("A", "B"),
                     help="no requests: compare two earlier --out files on the same requests (A's 'only_this'); "
                          "with --data, per set too")
@@ -223,6 +234,8 @@ def main():
     if not a.url or not a.data:
         ap.error("--url and --data are required (or --pair A B)")
     rows = [json.loads(l) for l in open(Path(a.data) / "tool_eval.jsonl")][:a.n]
+    if a.other_mode:
+        rows = [other_mode(row) for row in rows]
     before = metrics(a.url)
 
     def one(row):

@@ -119,6 +119,15 @@ class MeasureTools(unittest.TestCase):
                          {"both": 1, "only_this": 2, "only_other": 0})
 
 
+    def test_other_mode_switches_thinking_in_the_request_and_the_row(self):
+        row = {"set": "named", "thinking": True, "expected": [call("get_time")],
+               "request": {"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"thinking": True}}}
+        got = measure_tools.other_mode(row)
+        self.assertEqual((got["thinking"], got["request"]["chat_template_kwargs"]), (False, {"thinking": False}))
+        self.assertEqual(got["request"]["messages"], row["request"]["messages"])
+        self.assertEqual((row["thinking"], row["request"]["chat_template_kwargs"]["thinking"]), (True, True))
+        self.assertEqual(measure_tools.other_mode(got), row)
+
     def test_pool_pairs_two_checkpoints_over_several_sets(self):
         got = measure_tools.pooled([("1101", "1000"), ("011", "111")])
         self.assertEqual(got["sets"], [4, 3])
