@@ -25,6 +25,7 @@ Output (DIR, default build-demo/data; kept out of git, rebuilt by this script):
 Usage: make_data.py --onecard build-cpu/onecard [--out DIR] [--chats N] [--seed S] [--eval-from OLD/tool_eval.jsonl]
                     [--natural-share S] [--multi-call P] [--loose-asks P] [--name-verbs] [--hard-values P]
                     [--bare-first P] [--natural-extra] [--avoid-validate-tools] [--keep-out-from OTHER/tool_eval.jsonl]
+                    [--shaped-tools P] [--shapes LIST] [--multiword P]
 """
 
 import argparse
@@ -345,6 +346,10 @@ def main():
                          "tool_gen.HARD_VALUES (capital-letter codes, Brown sentence fragments, varied e-mail "
                          "addresses and arithmetic), which the copy requests (echo) then draw from too; default 0: "
                          "the values of rounds 3-8")
+    ap.add_argument("--multiword", type=float, default=0.0,
+                    help="probability that a generated training tool's string parameter takes 2-3 unrelated words "
+                         "as its values (tool_gen._word_run), of those --hard-values did not draw, and that a realistic "
+                         "query or topic parameter does (instead of 1-3 words); default 0: the values of rounds 3-11")
     ap.add_argument("--bare-first", type=float, default=0.0,
                     help="probability that a training request mentions a generated tool's first (string) parameter "
                          "by its value alone, without the parameter's name; default 0: the requests of rounds 3-8")
@@ -392,7 +397,8 @@ def main():
     tool_gen.set_runs(run for _, t in brown_train for s in _sentences(t) for run in _alpha_runs(s))
     train_tools = [tool_gen.shaped_tool(r, verbs=verbs, shapes=shapes)
                    if a.shaped_tools > 0 and r.random() < a.shaped_tools
-                   else tool_gen.random_tool(r, verbs=verbs, hard=a.hard_values) for _ in range(a.tools)]
+                   else tool_gen.random_tool(r, verbs=verbs, hard=a.hard_values, multi=a.multiword)
+                   for _ in range(a.tools)]
     # Names no training tool may have, hand-written ones included: validate's fixture tools
     # (--avoid-validate-tools) and every tool a kept held-out prompt offers (the target and its distractors).
     kept_out = set(json.loads(VALIDATE_FIXTURES.read_text())["tools"]) if a.avoid_validate_tools else set()

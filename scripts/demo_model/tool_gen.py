@@ -148,6 +148,14 @@ def _expr_varied(r):
 HARD_VALUES = [_acronym, _caps_code, _sentence, _email_varied, _expr_varied]
 
 
+def _word_run(r):
+    """2-3 unrelated words ('monk knife', 'hooked commitment libretto'), make_data.py --multiword's values.
+    Round 11's call B wrote 30 of its 45 wrong values over the 600 held-out requests for such strings:
+    cut to the first word ('Look on the web for monk knife.' -> 'monk') or with a word doubled. Training
+    strings were mostly one word (word, madeup, codes); _phrase draws one to three."""
+    return " ".join(word(r) for _ in range(r.randint(2, 3)))
+
+
 # Realistic parameters: name -> (type, description, value generator, mention template).
 REAL = {
     "city": ("string", "The city name", lambda r: r.choice(CITIES), "in {v}"),
@@ -534,7 +542,9 @@ def _describe(name, verbs=tuple(VERBS)):
     return f"Handle the {' '.join(parts)} request"
 
 
-def _real_param(r, used):
+def _real_param(r, used, multi=0.0):
+    """A parameter from REAL_ENUMS or REAL; multi: the probability that a _phrase one ('query', 'topic')
+    draws _word_run's 2-3 words instead of 1-3, said after "for" half the time (0 draws nothing more)."""
     if r.random() < 0.2:
         p = r.choice(list(REAL_ENUMS))
         d, vals, say = REAL_ENUMS[p]
@@ -542,13 +552,16 @@ def _real_param(r, used):
                 "say": say}
     p = r.choice(list(REAL))
     t, d, gen, say = REAL[p]
+    if multi > 0 and gen is _phrase and r.random() < multi:
+        gen, say = _word_run, r.choice([say, "for {v}"])  # "for": as _gen_param's word runs
     return {"name": p, "type": t, "desc": d, "gen": gen, "say": say}
 
 
-def _gen_param(r, realistic_values, hard=0.0):
+def _gen_param(r, realistic_values, hard=0.0, multi=0.0):
     """A parameter with a generated name; its values are vocabulary words (copy-forcing) or, with
     realistic_values, mostly real words, names, cities and numbers. hard: the probability that a string
-    parameter's values come from HARD_VALUES instead (0 draws nothing more)."""
+    parameter's values come from HARD_VALUES instead; multi: that those not hard are _word_run's multi-word
+    strings (0 draws nothing more)."""
     pname = word(r) if r.random() < 0.5 else f"{word(r)}_{r.choice(['id', 'name', 'code', 'value', 'text', word(r)])}"
     kind = r.choices(["string", "integer", "number", "enum", "boolean", "array"], [7, 2, 1, 1.2, 0.5, 0.6])[0]
     spoken = pname.replace("_", " ")
@@ -560,6 +573,10 @@ def _gen_param(r, realistic_values, hard=0.0):
         gen = r.choices(pools, w)[0]
         if hard > 0 and r.random() < hard:
             gen = r.choice(HARD_VALUES)
+        elif multi > 0 and r.random() < multi:
+            # Said after "for" or "about" too: training said a value after "for" mostly as one word (a city,
+            # a name), and round 11 ended "Look on the web for monk knife." after "monk".
+            gen, say = _word_run, r.choice([say, "for {v}", "about {v}"])
         return {"name": pname, "type": "string", "desc": f"The {spoken}", "gen": gen, "say": say}
     if kind == "integer":
         hi = r.choice([10, 100, 5000])
@@ -578,14 +595,15 @@ def _gen_param(r, realistic_values, hard=0.0):
             "gen": lambda r: [word(r) for _ in range(r.randint(2, 3))], "say": say}
 
 
-def random_tool(r: random.Random, exclude=frozenset(), realistic_values=False, verbs=tuple(VERBS), hard=0.0):
+def random_tool(r: random.Random, exclude=frozenset(), realistic_values=False, verbs=tuple(VERBS), hard=0.0,
+                multi=0.0):
     """A tool never in HELD_OUT (nor in `exclude`), with 1-3 parameters, realistic or generated; `verbs`
-    are the verbs its name may begin with; `hard`: _gen_param's."""
+    are the verbs its name may begin with; `hard`: _gen_param's; `multi`: _gen_param's and _real_param's."""
     name = _gen_name(r, exclude, list(verbs))
     n = r.choice([1, 1, 2, 2, 2, 3])
     params, used = [], set()
     while len(params) < n:
-        p = _real_param(r, used) if r.random() < 0.4 else _gen_param(r, realistic_values, hard)
+        p = _real_param(r, used, multi) if r.random() < 0.4 else _gen_param(r, realistic_values, hard, multi)
         if p["name"] in used:
             continue
         used.add(p["name"])

@@ -661,6 +661,51 @@ class HardValues(unittest.TestCase):
             self.assertEqual(a.getstate(), b.getstate())
 
 
+class MultiwordValues(unittest.TestCase):
+    """random_tool(multi=...) (make_data.py --multiword): the string parameters hard values did not take and
+    the realistic query and topic get 2-3 word values, every value stays verbatim in the request, and 0
+    draws exactly what was drawn before."""
+
+    def setUp(self):
+        tool_gen.set_vocab(HardValues.VOCAB)
+        tool_gen.set_runs([["the", "meeting", "is", "moved", "to", "Friday"]])
+
+    def test_string_parameters_not_hard_take_word_runs(self):
+        import random
+        r = random.Random(4)
+        for hard in (0.0, 0.5):
+            tools = [tool_gen.random_tool(r, hard=hard, multi=1.0) for _ in range(400)]
+            generated = [p for t in tools for p in t["params"] if p["name"] not in tool_gen.REAL
+                         and p["type"] == "string"]
+            phrases = [p for t in tools for p in t["params"] if p["name"] in ("query", "topic")]
+            self.assertGreater(len(phrases), 5)
+            for p in phrases:  # the realistic 1-3 word phrases take word runs too
+                self.assertIs(p["gen"], tool_gen._word_run, p["name"])
+            runs = [p for p in generated if p["gen"] is tool_gen._word_run]
+            self.assertEqual(len(runs) + sum(p["gen"] in tool_gen.HARD_VALUES for p in generated), len(generated))
+            if hard == 0.0:
+                self.assertEqual(len(runs), len(generated))
+            else:  # about half are hard, and those stay hard
+                self.assertTrue(0.3 * len(generated) < len(runs) < 0.7 * len(generated), (len(runs), len(generated)))
+            for t in tools:
+                text, call = tool_gen.make_call(r, t)
+                for p in t["params"]:
+                    if p["gen"] is tool_gen._word_run and p["name"] in call["arguments"]:
+                        v = call["arguments"][p["name"]]
+                        self.assertTrue(2 <= len(v.split()) <= 3, v)
+                        self.assertIn(v, text)
+
+    def test_zero_draws_nothing_more(self):
+        import random
+        a, b = random.Random(9), random.Random(9)
+        plain = [tool_gen.random_tool(a, hard=0.5) for _ in range(300)]
+        given = [tool_gen.random_tool(b, hard=0.5, multi=0.0) for _ in range(300)]
+        def drawn(tools):  # lambdas made per parameter differ in identity, not in name
+            return [(t["name"], [(p["name"], p["gen"].__name__) for p in t["params"]]) for t in tools]
+        self.assertEqual(drawn(plain), drawn(given))
+        self.assertEqual(a.getstate(), b.getstate())
+
+
 class ShapedTools(unittest.TestCase):
     """tool_gen.shaped_tool (make_data.py --shaped-tools): the three argument layouts round 8's named
     failures share, asked with every value verbatim and side by side, random codes never a held-out one."""
