@@ -7,7 +7,8 @@ turns, the share of the generated training tools whose name starts with a retrie
 fixture tools (--natural-extra, --avoid-validate-tools), and how many raw values of the rows' final calls
 take a copy-hard form (value_form: --hard-values' kinds), the rows by kind, the tool names offered, and
 the user turns in the request forms of the named tools round 9 still failed (REQUEST_FORMS: --shapes send
-and todo). Characters, not tokens: no tokenizer needed.
+and todo), and how the final calls' raw values said right after "for" in the last request split into one
+word and several (values_after_for: --multiword's aim). Characters, not tokens: no tokenizer needed.
 
 Usage (python3 with numpy, for data_tokens): data_stats.py --data DIR [--file chat_train.jsonl] [--rows N]
 """
@@ -54,15 +55,19 @@ def stats(rows):
     forms = dict.fromkeys(("capital_codes", "email_addresses", "arithmetic", "values_of_4_plus_words"), 0)
     called = {"natural_extra": 0, "validate_fixture_tools": 0}
     kinds, request_forms = {}, dict.fromkeys(REQUEST_FORMS, 0)
+    after_for = {"one_word": 0, "several_words": 0}
     fixtures = set(json.loads(VALIDATE_FIXTURES.read_text())["tools"])
     for row in rows:
         for name in CALL_NAME.findall(row["prompt"] + row["completion"]):
             called["natural_extra"] += name in tool_gen.NATURAL_EXTRA
             called["validate_fixture_tools"] += name in fixtures
+        last_turn = (USER_TURN.findall(row["prompt"]) or [""])[-1]
         for v in RAW_VALUE.findall(row["completion"]):
             raw_values += 1
             if form := value_form(v):
                 forms[form] += 1
+            if v and any(f"for {v}{end}" in last_turn for end in ".?,"):
+                after_for["several_words" if len(v.split()) >= 2 else "one_word"] += 1
         for text, weight in data_tokens.segments(row):
             total += len(text)
             if weight > 0:
@@ -85,7 +90,7 @@ def stats(rows):
             "generated_tool_names": len(generated),
             "retrieval_share_of_generated": round(len(retrieve) / max(len(generated), 1), 4),
             "calls_to": called, "raw_values_in_final_calls": raw_values, "value_forms": forms,
-            "request_forms": request_forms}
+            "values_after_for": after_for, "request_forms": request_forms}
 
 
 def main():

@@ -606,6 +606,8 @@ def random_tool(r: random.Random, exclude=frozenset(), realistic_values=False, v
         p = _real_param(r, used, multi) if r.random() < 0.4 else _gen_param(r, realistic_values, hard, multi)
         if p["name"] in used:
             continue
+        if multi > 0 and any(q["say"] == p["say"] and _word_run in (p["gen"], q["gen"]) for q in params):
+            continue  # "for X ... for Y" would not say which value is which: draw another parameter
         used.add(p["name"])
         p["required"] = len(params) == 0 or r.random() < 0.7
         params.append(p)

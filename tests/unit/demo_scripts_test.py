@@ -370,6 +370,12 @@ class TrainedSpans(unittest.TestCase):
         self.assertEqual(got["raw_values_in_final_calls"], len(values))
         self.assertEqual(got["value_forms"], {"capital_codes": 2, "email_addresses": 1, "arithmetic": 1,
                                               "values_of_4_plus_words": 1})
+        self.assertEqual(got["values_after_for"], {"one_word": 0, "several_words": 0})
+        asked = ("<｜User｜>Look for x1 first.<｜Assistant｜></think>ok" + EOS +
+                 "<｜User｜>Search for one two three, and for AAPL? Also for b2b now.<｜Assistant｜></think>")
+        got = data_stats.stats([{"prompt": asked + earlier, "completion": call + EOS, "kind": "tools"}])
+        # only the last request counts, and only a value that ends there ("for b2b now" does not)
+        self.assertEqual(got["values_after_for"], {"one_word": 1, "several_words": 1})
 
     def test_data_stats_counts_kinds_offered_names_and_request_forms(self):
         import data_stats
@@ -688,6 +694,10 @@ class MultiwordValues(unittest.TestCase):
             else:  # about half are hard, and those stay hard
                 self.assertTrue(0.3 * len(generated) < len(runs) < 0.7 * len(generated), (len(runs), len(generated)))
             for t in tools:
+                says = [p["say"] for p in t["params"]]
+                for p in t["params"]:  # a word run said without its name is the only one said that way
+                    if p["gen"] is tool_gen._word_run:
+                        self.assertEqual(says.count(p["say"]), 1, says)
                 text, call = tool_gen.make_call(r, t)
                 for p in t["params"]:
                     if p["gen"] is tool_gen._word_run and p["name"] in call["arguments"]:
