@@ -5,7 +5,8 @@ temperature 0; a request passes when the returned tool_calls equal the expected 
 any order, same name and JSON-equal arguments). Also reports name-only accuracy and, from /metrics, the
 MTP draft acceptance when the server speculates, and where the wrong calls fail (`failures`, per set:
 no call, a wrong call count, a wrong tool, wrong argument keys, or right keys with a wrong value) and
-what those wrong values are (`wrong_values`: another slot's value, a part of it, misspelt, ...).
+what those wrong values are (`wrong_values`: another slot's value, a part of it, misspelt, ...; and
+`wrong_values_of_several_words`, those whose expected string has two or more words).
 `completion_tokens` sums the tokens the server generated. `exact_per_request` keeps every request's
 outcome in file order, so two checkpoints measured on the same requests compare pairwise: --against
 OTHER.json prints the discordant pairs and the exact two-sided sign-test (McNemar) p-value of the
@@ -85,16 +86,17 @@ def _edits(a: str, b: str) -> int:
     return d[-1]
 
 
-def wrong_values(got, want, message):
+def wrong_values(got, want, message, several_words=False):
     """For an "argument values" failure: what each wrong value is, against the expected call and the user's
     message: "other slot" (another parameter's expected value), "part" (a part of the value or the value
     with more), "misspelt" (edit distance at most a quarter of its length), "other span" (other text of
-    the message), or "other"."""
+    the message), or "other". several_words: only the expected strings of two or more words (the values
+    make_data.py --multiword trains)."""
     out = []
     for g, w in zip(sorted(got, key=lambda c: c["name"]), sorted(want, key=lambda c: c["name"])):
         for k, v in w["arguments"].items():
             got_v, want_v = str(g["arguments"][k]), str(v)
-            if g["arguments"][k] == v:
+            if g["arguments"][k] == v or (several_words and not (isinstance(v, str) and len(v.split()) >= 2)):
                 continue
             if got_v in [str(x) for kk, x in w["arguments"].items() if kk != k]:
                 out.append("other slot")
@@ -256,7 +258,7 @@ def main():
                                    "exact": sum(r[0] for r in res if r not in held) / max(len(res) - len(held), 1)},
            "completion_tokens": sum(r[4] for r in res), "mtp_draft_tokens": spec["draft_tokens"],
            "mtp_accepted_tokens": spec["accepted_tokens"], "mtp_acceptance": spec["acceptance"],
-           "failures": {}, "wrong_values": {}, "exact_per_request": "".join("1" if r[0] else "0" for r in res),
+           "failures": {}, "wrong_values": {}, "wrong_values_of_several_words": {}, "exact_per_request": "".join("1" if r[0] else "0" for r in res),
            "examples": [{"ok": r[0], "expected": r[2]["expected"], "got": r[3]} for r in res]}
     for ok, _, row, got, _ in res:
         if not ok:
@@ -265,9 +267,10 @@ def main():
             per_set[why] = per_set.get(why, 0) + 1
             if why == "argument values":
                 message = [m["content"] for m in row["request"]["messages"] if m["role"] == "user"][-1]
-                values = out["wrong_values"].setdefault(row.get("set", "all"), {})
-                for kind in wrong_values(got, row["expected"], message):
-                    values[kind] = values.get(kind, 0) + 1
+                for key, several in (("wrong_values", False), ("wrong_values_of_several_words", True)):
+                    values = out[key].setdefault(row.get("set", "all"), {})
+                    for kind in wrong_values(got, row["expected"], message, several):
+                        values[kind] = values.get(kind, 0) + 1
     out["breakdown"] = breakdown(out["exact_per_request"], rows)
     if a.against:
         out["paired"] = paired(out["exact_per_request"], json.loads(Path(a.against).read_text())["exact_per_request"])

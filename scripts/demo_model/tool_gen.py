@@ -150,7 +150,7 @@ HARD_VALUES = [_acronym, _caps_code, _sentence, _email_varied, _expr_varied]
 
 def _word_run(r):
     """2-3 unrelated words ('monk knife', 'hooked commitment libretto'), make_data.py --multiword's values.
-    Round 11's call B wrote 30 of its 45 wrong values over the 600 held-out requests for such strings:
+    Round 11's call B got 30 of its 44 wrong values over the 600 held-out requests wrong for such strings:
     cut to the first word ('Look on the web for monk knife.' -> 'monk') or with a word doubled. Training
     strings were mostly one word (word, madeup, codes); _phrase draws one to three."""
     return " ".join(word(r) for _ in range(r.randint(2, 3)))
@@ -606,8 +606,10 @@ def random_tool(r: random.Random, exclude=frozenset(), realistic_values=False, v
         p = _real_param(r, used, multi) if r.random() < 0.4 else _gen_param(r, realistic_values, hard, multi)
         if p["name"] in used:
             continue
-        if multi > 0 and any(q["say"] == p["say"] and _word_run in (p["gen"], q["gen"]) for q in params):
-            continue  # "for X ... for Y" would not say which value is which: draw another parameter
+        if multi > 0 and any(q["say"] == p["say"] for q in params):
+            # "for X ... for Y" (a word run and a location, or a location and a name) would not say which
+            # value is which: draw another parameter. Only with multi, so earlier rounds' data stays as made.
+            continue
         used.add(p["name"])
         p["required"] = len(params) == 0 or r.random() < 0.7
         params.append(p)

@@ -58,6 +58,9 @@ class MeasureTools(unittest.TestCase):
         kinds = measure_tools.wrong_values(got, want, "Send 5 USD to CAD from Oslo")
         self.assertEqual(kinds, ["other slot", "part", "other span", "misspelt", "other"])
         self.assertEqual(measure_tools.wrong_values(want, want, ""), [])
+        # only "pay rent" (two words) of the wrong values
+        self.assertEqual(measure_tools.wrong_values(got, want, "Send 5 USD to CAD from Oslo", several_words=True),
+                         ["other span"])
 
     def test_failure_names_the_first_difference(self):
         want = [call("get_time", city="Lyon")]
@@ -698,6 +701,7 @@ class MultiwordValues(unittest.TestCase):
                 for p in t["params"]:  # a word run said without its name is the only one said that way
                     if p["gen"] is tool_gen._word_run:
                         self.assertEqual(says.count(p["say"]), 1, says)
+                self.assertEqual(len(set(says)), len(says), says)  # nor any other value
                 text, call = tool_gen.make_call(r, t)
                 for p in t["params"]:
                     if p["gen"] is tool_gen._word_run and p["name"] in call["arguments"]:
