@@ -88,8 +88,8 @@ def _edits(a: str, b: str) -> int:
 
 def wrong_values(got, want, message, several_words=False):
     """For an "argument values" failure: what each wrong value is, against the expected call and the user's
-    message: "other slot" (another parameter's expected value), "part" (a part of the value or the value
-    with more), "misspelt" (edit distance at most a quarter of its length), "other span" (other text of
+    message: "other slot" (another parameter's expected value), "more before" (the value after words
+    of the message, often the parameter's name), "part" (another part of the value or the value with more), "misspelt" (edit distance at most a quarter of its length), "other span" (other text of
     the message), or "other". several_words: only the expected strings of two or more words (the values
     make_data.py --multiword trains)."""
     out = []
@@ -100,6 +100,8 @@ def wrong_values(got, want, message, several_words=False):
                 continue
             if got_v in [str(x) for kk, x in w["arguments"].items() if kk != k]:
                 out.append("other slot")
+            elif got_v.endswith(" " + want_v):  # words before the value taken in ("striking gennar")
+                out.append("more before")
             elif got_v and (got_v in want_v or want_v in got_v):
                 out.append("part")
             elif _edits(want_v, got_v) <= max(1, len(want_v) // 4):

@@ -61,6 +61,10 @@ class MeasureTools(unittest.TestCase):
         # only "pay rent" (two words) of the wrong values
         self.assertEqual(measure_tools.wrong_values(got, want, "Send 5 USD to CAD from Oslo", several_words=True),
                          ["other span"])
+        # round 12's left edge: the parameter's name taken into the value
+        took_name = [{"name": "fx", "arguments": {"striking": "striking gennar"}}]
+        self.assertEqual(measure_tools.wrong_values(took_name, [call("fx", striking="gennar")], "list striking gennar"),
+                         ["more before"])
 
     def test_failure_names_the_first_difference(self):
         want = [call("get_time", city="Lyon")]
