@@ -557,6 +557,11 @@ def _real_param(r, used, multi=0.0):
     return {"name": p, "type": t, "desc": d, "gen": gen, "say": say}
 
 
+# How often, against "for {v}" and "about {v}" once each, a generated parameter's several-word value is said
+# after the parameter's name (make_data.py --multiword).
+SAY_AFTER_NAME_WEIGHT = 4
+
+
 def _gen_param(r, realistic_values, hard=0.0, multi=0.0):
     """A parameter with a generated name; its values are vocabulary words (copy-forcing) or, with
     realistic_values, mostly real words, names, cities and numbers. hard: the probability that a string
@@ -575,8 +580,11 @@ def _gen_param(r, realistic_values, hard=0.0, multi=0.0):
             gen = r.choice(HARD_VALUES)
         elif multi > 0 and r.random() < multi:
             # Said after "for" or "about" too: training said a value after "for" mostly as one word (a city,
-            # a name), and round 11 ended "Look on the web for monk knife." after "monk".
-            gen, say = _word_run, r.choice([say, "for {v}", "about {v}"])
+            # a name), and round 11 ended "Look on the web for monk knife." after "monk". But mostly after its
+            # name: said without it two times in three (round 12), the model took the name into the value
+            # ("list striking gennar" -> "striking gennar"). SAY_AFTER_NAME_WEIGHT to 1 and 1.
+            gen = _word_run
+            say = r.choices([say, "for {v}", "about {v}"], [SAY_AFTER_NAME_WEIGHT, 1, 1])[0]
         return {"name": pname, "type": "string", "desc": f"The {spoken}", "gen": gen, "say": say}
     if kind == "integer":
         hi = r.choice([10, 100, 5000])

@@ -660,6 +660,20 @@ class HardValues(unittest.TestCase):
         text, _ = tool_gen.make_call(random.Random(0), tool, bare=1.0)
         self.assertIn("for 3 days", text)
 
+    def test_most_word_runs_are_said_after_their_name(self):
+        # Round 12 said two of three without the name and the model took the name into the value.
+        import random
+        r = random.Random(6)
+        runs = [p for _ in range(3000) for p in [tool_gen._gen_param(r, True, 0.0, 1.0)]
+                if p["gen"] is tool_gen._word_run]
+        self.assertGreater(len(runs), 500)
+        bare = sum(p["say"] in ("for {v}", "about {v}") for p in runs)
+        named = [p for p in runs if p["say"] not in ("for {v}", "about {v}")]
+        for p in named:
+            self.assertIn(p["name"].replace("_", " "), p["say"])
+        share = len(named) / len(runs)  # 4 of 6 expected
+        self.assertTrue(0.6 < share < 0.73, (len(named), bare))
+
     def test_zero_draws_nothing_more(self):
         import random
         a, b = random.Random(9), random.Random(9)
@@ -712,6 +726,20 @@ class MultiwordValues(unittest.TestCase):
                         v = call["arguments"][p["name"]]
                         self.assertTrue(2 <= len(v.split()) <= 3, v)
                         self.assertIn(v, text)
+
+    def test_most_word_runs_are_said_after_their_name(self):
+        # Round 12 said two of three without the name and the model took the name into the value.
+        import random
+        r = random.Random(6)
+        runs = [p for _ in range(3000) for p in [tool_gen._gen_param(r, True, 0.0, 1.0)]
+                if p["gen"] is tool_gen._word_run]
+        self.assertGreater(len(runs), 500)
+        bare = sum(p["say"] in ("for {v}", "about {v}") for p in runs)
+        named = [p for p in runs if p["say"] not in ("for {v}", "about {v}")]
+        for p in named:
+            self.assertIn(p["name"].replace("_", " "), p["say"])
+        share = len(named) / len(runs)  # 4 of 6 expected
+        self.assertTrue(0.6 < share < 0.73, (len(named), bare))
 
     def test_zero_draws_nothing_more(self):
         import random
