@@ -1017,6 +1017,45 @@ class Soup(unittest.TestCase):
             self.soup.blend(self.run, {}, 0.5)
 
 
+class RoundJson(unittest.TestCase):
+    """round_json.py: a round's raw JSON holds every measurement file's figures under its call, without the
+    per-request examples and texts, with --extra's keys on top; it refuses what would hide a figure."""
+
+    def test_assembles_calls_without_bulk(self):
+        import round_json
+        with tempfile.TemporaryDirectory() as d:
+            d = Path(d)
+            for call, exact in (("a", 0.9), ("b", 0.85)):
+                (d / call).mkdir()
+                (d / call / "strict.json").write_text(json.dumps({"n": 200, "exact": exact,
+                                                                  "examples": [{"id": 1}]}))
+                (d / call / "spec_mtp.json").write_text(json.dumps({"all": {"acceptance": 0.8}, "texts": ["x"]}))
+                (d / call / "strict.txt").write_text("not json, not read")
+            (d / "extra.json").write_text(json.dumps({"description": "round n", "round10_baseline": {"pooled": 523}}))
+            out = d / "round.json"
+            round_json.main(["--out", str(out), "--extra", str(d / "extra.json"), f"call_A={d / 'a'}",
+                             f"call_B={d / 'b'}"])
+            doc = json.loads(out.read_text())
+        self.assertEqual(list(doc), ["description", "round10_baseline", "call_A", "call_B"])
+        self.assertEqual(doc["call_A"], {"spec_mtp": {"all": {"acceptance": 0.8}}, "strict": {"n": 200, "exact": 0.9}})
+        self.assertEqual(doc["call_B"]["strict"]["exact"], 0.85)
+
+    def test_refuses_an_empty_directory_a_repeated_name_and_bad_json(self):
+        import round_json
+        with tempfile.TemporaryDirectory() as d:
+            d = Path(d)
+            (d / "empty").mkdir()
+            with self.assertRaises(SystemExit):
+                round_json.assemble([("call_A", d / "empty")], {})
+            (d / "m").mkdir()
+            (d / "m" / "ppl.json").write_text("{}")
+            with self.assertRaises(SystemExit):
+                round_json.assemble([("call_A", d / "m")], {"call_A": 1})
+            (d / "m" / "bad.json").write_text("{")
+            with self.assertRaises(SystemExit):
+                round_json.assemble([("call_A", d / "m")], {})
+
+
 @unittest.skipUnless(torch is not None, "dsv4_torch.py needs torch, which this python3 lacks")
 class FusedAttention(unittest.TestCase):
     """train.py --fast's attention (the sink as one more key, dsv4_torch.attend_fused) against the dense
