@@ -25,7 +25,7 @@ Output (DIR, default build-demo/data; kept out of git, rebuilt by this script):
 Usage: make_data.py --onecard build-cpu/onecard [--out DIR] [--chats N] [--seed S] [--eval-from OLD/tool_eval.jsonl]
                     [--natural-share S] [--multi-call P] [--loose-asks P] [--name-verbs] [--hard-values P]
                     [--bare-first P] [--natural-extra] [--avoid-validate-tools] [--keep-out-from OTHER/tool_eval.jsonl]
-                    [--shaped-tools P] [--shapes LIST] [--multiword P]
+                    [--shaped-tools P] [--shapes LIST] [--multiword P] [--multiword-generated P]
 """
 
 import argparse
@@ -350,6 +350,10 @@ def main():
                     help="probability that a generated training tool's string parameter takes 2-3 unrelated words "
                          "as its values (tool_gen._word_run), of those --hard-values did not draw, and that a realistic "
                          "query or topic parameter does (instead of 1-3 words); default 0: the values of rounds 3-11")
+    ap.add_argument("--multiword-generated", type=float, default=None,
+                    help="--multiword's probability for the generated string parameters alone (the realistic query "
+                         "and topic keep --multiword's): the held-out generated values are mostly one word (r5: 89 "
+                         "of 101), and round 13 lost generated calls for named ones; default: --multiword's")
     ap.add_argument("--bare-first", type=float, default=0.0,
                     help="probability that a training request mentions a generated tool's first (string) parameter "
                          "by its value alone, without the parameter's name; default 0: the requests of rounds 3-8")
@@ -397,7 +401,8 @@ def main():
     tool_gen.set_runs(run for _, t in brown_train for s in _sentences(t) for run in _alpha_runs(s))
     train_tools = [tool_gen.shaped_tool(r, verbs=verbs, shapes=shapes)
                    if a.shaped_tools > 0 and r.random() < a.shaped_tools
-                   else tool_gen.random_tool(r, verbs=verbs, hard=a.hard_values, multi=a.multiword)
+                   else tool_gen.random_tool(r, verbs=verbs, hard=a.hard_values, multi=a.multiword,
+                                             multi_gen=a.multiword_generated)
                    for _ in range(a.tools)]
     # Names no training tool may have, hand-written ones included: validate's fixture tools
     # (--avoid-validate-tools) and every tool a kept held-out prompt offers (the target and its distractors).

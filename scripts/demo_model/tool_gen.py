@@ -604,17 +604,19 @@ def _gen_param(r, realistic_values, hard=0.0, multi=0.0):
 
 
 def random_tool(r: random.Random, exclude=frozenset(), realistic_values=False, verbs=tuple(VERBS), hard=0.0,
-                multi=0.0):
+                multi=0.0, multi_gen=None):
     """A tool never in HELD_OUT (nor in `exclude`), with 1-3 parameters, realistic or generated; `verbs`
-    are the verbs its name may begin with; `hard`: _gen_param's; `multi`: _gen_param's and _real_param's."""
+    are the verbs its name may begin with; `hard`: _gen_param's; `multi`: _real_param's and, unless
+    `multi_gen` is given, _gen_param's."""
+    multi_gen = multi if multi_gen is None else multi_gen
     name = _gen_name(r, exclude, list(verbs))
     n = r.choice([1, 1, 2, 2, 2, 3])
     params, used = [], set()
     while len(params) < n:
-        p = _real_param(r, used, multi) if r.random() < 0.4 else _gen_param(r, realistic_values, hard, multi)
+        p = _real_param(r, used, multi) if r.random() < 0.4 else _gen_param(r, realistic_values, hard, multi_gen)
         if p["name"] in used:
             continue
-        if multi > 0 and any(q["say"] == p["say"] for q in params):
+        if (multi > 0 or multi_gen > 0) and any(q["say"] == p["say"] for q in params):
             # "for X ... for Y" (a word run and a location, or a location and a name) would not say which
             # value is which: draw another parameter. Only with multi, so earlier rounds' data stays as made.
             continue
