@@ -48,8 +48,8 @@ def main():
     model.load_state_dict(torch.load(run / "model.pt", map_location="cpu"), strict=False)
     with tempfile.TemporaryDirectory() as tmp:
         template = Path(tmp) / "template"
-        subprocess.run([a.onecard, "synth", *SYNTH_FLAGS, "--vocab", str(cfg.vocab_size), "--out", str(template),
-                        "--quiet"], check=True)
+        subprocess.run([a.onecard, "synth", *SYNTH_FLAGS, "--vocab", str(cfg.vocab_size),
+                        "--moe-inter", str(cfg.moe_intermediate_size), "--out", str(template), "--quiet"], check=True)
         got = json.loads((template / "config.json").read_text())
         for k in cfg.__dataclass_fields__:
             if k in got and got[k] != getattr(cfg, k) and k != "rope_scaling":

@@ -84,6 +84,12 @@ if [ -f $carry/init_path ] && [ -f $carry/respace ]; then
         && resume="--resume $work/init/model.pt" || { echo "respace.py model failed"; exit 1; }
 fi
 [ -f $carry/model.pt ] && resume="--resume $carry/model.pt"
+# With CARRY_DIR/widen (make_carry.sh WIDEN=N) the warm start's experts are first grown to N intermediate
+# units (widen.py, function-preserving; a start already N wide is unchanged). TRAIN_ARGS names the shape.
+if [ -f $carry/widen ] && [ -n "$resume" ]; then
+    python3 $S/widen.py --from ${resume#--resume } --inter $(cat $carry/widen) --out $work/widened.pt \
+        && resume="--resume $work/widened.pt" || { echo "widen.py failed"; exit 1; }
+fi
 python3 $S/train.py --data data --tokenizer run/tokenizer.json --out run --minutes $minutes \
     --total-minutes $total_minutes --stop-at $stop_at $final $keep_args $resume ${TRAIN_ARGS:-} 2>&1 | tee run/train_stdout.log
 echo "after training: $(( $(date +%s) - t0 )) s"

@@ -8,7 +8,9 @@
 # With RESPACE=1 (and INIT) the run starts from INIT carried over to respace.py's tokenizer: tokenizer.json
 # is respace.py's rebuild of INIT's, and the marker file `respace` tells gpu_train.sh to carry the weights
 # over (respace.py model) before the first call trains.
-# Usage: [RESPACE=1] [CARRY_NAME=demo-train] [PYTHON=python3] make_carry.sh DATA_DIR [INIT]
+# With WIDEN=N (and INIT) the marker file `widen` holds N: gpu_train.sh grows the warm start's experts to N
+# intermediate units (widen.py) before training; pass the matching shape in TRAIN_ARGS (--shape demo-wide).
+# Usage: [RESPACE=1] [WIDEN=N] [CARRY_NAME=demo-train] [PYTHON=python3] make_carry.sh DATA_DIR [INIT]
 #   (run from anywhere; writes .carry/CARRY_NAME under the repository root; PYTHON needs numpy with RESPACE)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -34,6 +36,10 @@ if [ -n "${2:-}" ]; then  # a path inside the repository, which travels anyway: 
     fi
 elif [ "${RESPACE:-0}" = 1 ]; then
     echo "RESPACE=1 needs INIT (the checkpoint whose tokenizer and weights are carried over)"; exit 1
+fi
+if [ -n "${WIDEN:-}" ]; then
+    [ -n "${2:-}" ] || { echo "WIDEN needs INIT (the checkpoint whose experts are widened)"; exit 1; }
+    echo "$WIDEN" > "$dst/widen"
 fi
 du -sh "$dst" "$dst/data.tar.xz"
 size=$(du -sm "$dst" | cut -f1)

@@ -1096,6 +1096,101 @@ class RoundJson(unittest.TestCase):
                 round_json.assemble([("call_A", d / "m")], {})
 
 
+@unittest.skipUnless(torch is not None, "widen.py needs torch, which this python3 lacks")
+class Widen(unittest.TestCase):
+    """widen.py (NEXT_RUN round 14): experts grown from 128 to 256 intermediate units compute what the
+    narrow model did, in fp32 and with the export's quantisation (the new weights fill blocks of their own);
+    a nonzero new w2 column would show, so the comparison can fail."""
+
+    def setUp(self):
+        from dsv4_torch import Config, DeepSeekV4, Numerics, init_weights
+        self.Config, self.DeepSeekV4, self.Numerics = Config, DeepSeekV4, Numerics
+        self.dims = dict(vocab_size=256, hidden_size=128, num_hidden_layers=3, num_attention_heads=2, head_dim=128,
+                         qk_rope_head_dim=64, q_lora_rank=128, o_groups=1, o_lora_rank=128, sliding_window=32,
+                         compress_ratios=[0, 4, 128, 0], index_n_heads=2, index_head_dim=128, index_topk=4,
+                         n_routed_experts=4, num_experts_per_tok=2, num_hash_layers=1)
+        torch.manual_seed(0)
+        self.narrow = DeepSeekV4(Config(moe_intermediate_size=128, **self.dims))
+        init_weights(self.narrow, seed=5)
+        with torch.no_grad():  # init leaves w2 small; make the experts matter to the logits
+            for k, v in self.narrow.named_parameters():
+                if k.endswith("w2.weight"):
+                    v.normal_(0.0, 0.05)
+        self.tokens = torch.randint(2, 256, (1, 96))
+
+    def wide_model(self, state):
+        wide = self.DeepSeekV4(self.Config(moe_intermediate_size=256, **self.dims))
+        wide.load_state_dict(state, strict=True)  # every expert (the MTP block's too) is 256 wide
+        return wide
+
+    def logits(self, model, num):
+        with torch.no_grad():
+            return model(self.tokens, num)[0]
+
+    def test_widened_model_computes_the_same(self):
+        import widen
+        state = widen.widen(self.narrow.state_dict(), 256, seed=1)
+        wide = self.wide_model(state)
+        grown = [k for k in state if widen.EXPERT_WEIGHT.search(k)]
+        self.assertTrue(any(k.startswith("mtp.") for k in grown), grown[:3])
+        self.assertTrue(any("shared_experts" in k for k in grown))
+        for num in (self.Numerics("exact"), self.Numerics("reference", quantize_weights=True)):
+            a, b = self.logits(self.narrow, num), self.logits(wide, num)
+            self.assertLess(((a - b).norm() / a.norm()).item(), 1e-5)
+        # The new units are alive (w1/w3 rows at the old scale), only their output weights are 0.
+        w1 = state["layers.1.ffn.experts.0.w1.weight"]
+        self.assertGreater(w1[128:].std().item(), 0.5 * w1[:128].std().item())
+        # Power: one nonzero new w2 column moves the logits.
+        with torch.no_grad():
+            wide.layers[1].ffn.experts[0].w2.weight[:, 200] = 0.5
+        c = self.logits(wide, self.Numerics("exact"))
+        self.assertGreater(((c - self.logits(self.narrow, self.Numerics("exact"))).norm()).item(), 1e-3)
+
+    @unittest.skipUnless(ONECARD and os.path.exists(ONECARD) and np is not None,
+                         "needs ONECARD_BIN (ctest sets it) and numpy")
+    def test_widened_demo_model_exports_and_onecard_computes_the_same(self):
+        # The shipped model widened, exported in the official format (export.py passes the width to
+        # `onecard synth`) and run by onecard's CPU forward with the reference numerics: the same logits.
+        import train
+        root = Path(__file__).resolve().parents[2]
+        demo = root / "models" / "demo"
+        with tempfile.TemporaryDirectory() as d:
+            d = Path(d)
+            run = d / "run"
+            run.mkdir()
+            subprocess.run([sys.executable, str(root / "scripts/demo_model/widen.py"), "--from", str(demo), "--inter",
+                            "256", "--out", str(run / "model.pt")], check=True, capture_output=True)
+            vocab = json.loads((demo / "config.json").read_text())["vocab_size"]
+            config = dict(vocab_size=vocab, **train.SHAPES["demo-wide"])
+            (run / "train_meta.json").write_text(json.dumps({"config": config}))
+            (run / "tokenizer.json").write_bytes((demo / "tokenizer.json").read_bytes())
+            subprocess.run([sys.executable, str(root / "scripts/demo_model/export.py"), "--run", str(run), "--onecard",
+                            ONECARD, "--out", str(d / "ckpt")], check=True, capture_output=True)
+            self.assertEqual(json.loads((d / "ckpt" / "config.json").read_text())["moe_intermediate_size"], 256)
+            g = torch.Generator().manual_seed(2)
+            tokens = ",".join(str(t) for t in torch.randint(2, vocab, (48,), generator=g).tolist())
+            got = {}
+            for name, ckpt in (("narrow", demo), ("wide", d / "ckpt")):
+                subprocess.run([ONECARD, "logits", "--model", str(ckpt), "--tokens", tokens, "--numerics", "reference",
+                                "--out", str(d / f"{name}.npy")], check=True, capture_output=True)
+                got[name] = np.load(d / f"{name}.npy")
+        self.assertEqual(got["narrow"].shape, got["wide"].shape)
+        self.assertLess(float(np.abs(got["narrow"] - got["wide"]).max()), 1e-4)
+
+    def test_idempotent_and_refusals(self):
+        import widen
+        state = self.narrow.state_dict()
+        same = widen.widen(state, 128)
+        self.assertTrue(all(same[k] is state[k] for k in state))
+        with self.assertRaises(SystemExit):
+            widen.widen(state, 192)  # not a multiple of 128
+        wide = widen.widen(state, 256)
+        with self.assertRaises(SystemExit):
+            widen.widen(wide, 128)  # narrower
+        with self.assertRaises(SystemExit):
+            widen.widen({"embed.weight": torch.zeros(4, 4)}, 256)
+
+
 @unittest.skipUnless(torch is not None, "dsv4_torch.py needs torch, which this python3 lacks")
 class FusedAttention(unittest.TestCase):
     """train.py --fast's attention (the sink as one more key, dsv4_torch.attend_fused) against the dense
