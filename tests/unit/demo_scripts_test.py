@@ -660,40 +660,6 @@ class HardValues(unittest.TestCase):
         text, _ = tool_gen.make_call(random.Random(0), tool, bare=1.0)
         self.assertIn("for 3 days", text)
 
-    def test_most_word_runs_are_said_after_their_name(self):
-        # Round 12 said two of three without the name and the model took the name into the value.
-        import random
-        r = random.Random(6)
-        runs = [p for _ in range(3000) for p in [tool_gen._gen_param(r, True, 0.0, 1.0)]
-                if p["gen"] is tool_gen._word_run]
-        self.assertGreater(len(runs), 500)
-        bare = sum(p["say"] in ("for {v}", "about {v}") for p in runs)
-        named = [p for p in runs if p["say"] not in ("for {v}", "about {v}")]
-        for p in named:
-            self.assertIn(p["name"].replace("_", " "), p["say"])
-        share = len(named) / len(runs)  # 4 of 6 expected
-        self.assertTrue(0.6 < share < 0.73, (len(named), bare))
-
-    def test_generated_share_apart_from_the_realistic_one(self):
-        # make_data.py --multiword-generated: the query and topic keep --multiword's runs, the generated
-        # parameters take their own share; not given, the draws are exactly --multiword's alone.
-        import random
-        r = random.Random(8)
-        tools = [tool_gen.random_tool(r, multi=1.0, multi_gen=0.0) for _ in range(400)]
-        params = [p for t in tools for p in t["params"]]
-        phrases = [p for p in params if p["name"] in ("query", "topic")]
-        generated = [p for p in params if p["name"] not in tool_gen.REAL and p["type"] == "string"]
-        self.assertGreater(len(phrases), 5)
-        self.assertGreater(len(generated), 50)
-        self.assertTrue(all(p["gen"] is tool_gen._word_run for p in phrases))
-        self.assertFalse(any(p["gen"] is tool_gen._word_run for p in generated))
-        a, b = random.Random(3), random.Random(3)
-        same = [tool_gen.random_tool(a, hard=0.5, multi=0.7) for _ in range(200)]
-        given = [tool_gen.random_tool(b, hard=0.5, multi=0.7, multi_gen=None) for _ in range(200)]
-        self.assertEqual([[(p["name"], p["gen"].__name__, p["say"]) for p in t["params"]] for t in same],
-                         [[(p["name"], p["gen"].__name__, p["say"]) for p in t["params"]] for t in given])
-        self.assertEqual(a.getstate(), b.getstate())
-
     def test_zero_draws_nothing_more(self):
         import random
         a, b = random.Random(9), random.Random(9)
