@@ -9,6 +9,8 @@ take a copy-hard form (value_form: --hard-values' kinds), the rows by kind, the 
 the user turns in the request forms of the named tools round 9 still failed (REQUEST_FORMS: --shapes send
 and todo), and how the final calls' raw values said right after "for" in the last request split into one
 word and several (values_after_for: --multiword's aim). Characters, not tokens: no tokenizer needed.
+Given a held-out request file (--file tool_eval.jsonl), the expected string values of one word and of
+several per set instead (eval_value_words: the prior --multiword-generated weighs against).
 
 Usage (python3 with numpy, for data_tokens): data_stats.py --data DIR [--file chat_train.jsonl] [--rows N]
 """
@@ -93,6 +95,19 @@ def stats(rows):
             "values_after_for": after_for, "request_forms": request_forms}
 
 
+def eval_value_words(rows):
+    """{set: {"one_word": n, "several_words": n}} over the expected calls' string values of tool_eval.jsonl
+    rows (make_data.py's held-out requests)."""
+    out = {}
+    for row in rows:
+        counts = out.setdefault(row["set"], {"one_word": 0, "several_words": 0})
+        for call in row["expected"]:
+            for v in call["arguments"].values():
+                if isinstance(v, str):
+                    counts["several_words" if len(v.split()) >= 2 else "one_word"] += 1
+    return dict(sorted(out.items()))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
@@ -101,7 +116,8 @@ def main():
     a = ap.parse_args()
     with open(Path(a.data) / a.file, encoding="utf-8") as f:
         rows = [json.loads(line) for line in itertools.islice(f, a.rows or None)]
-    print(json.dumps(stats(rows), indent=1))
+    held_out = bool(rows) and "expected" in rows[0]
+    print(json.dumps({"eval_value_words": eval_value_words(rows)} if held_out else stats(rows), indent=1))
 
 
 if __name__ == "__main__":

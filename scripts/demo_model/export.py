@@ -24,8 +24,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import checkpoint_io  # noqa: E402
 from dsv4_torch import Config, DeepSeekV4  # noqa: E402
 
-# `onecard synth` flags for train.SHAPES["demo"] (the tiny preset's schedule and dims otherwise).
-SYNTH_FLAGS = ["--preset", "tiny", "--window", "512", "--index-topk", "16", "--experts-per-tok", "2", "--shard-mb", "100"]
+# The `onecard synth` flag that sets each trained Config field; the tiny preset gives the rest (the layer
+# schedule, rope, scaling), and main() refuses a template that still differs from the trained config.
+SYNTH_DIMS = {"--vocab": "vocab_size", "--hidden": "hidden_size", "--layers": "num_hidden_layers",
+              "--heads": "num_attention_heads", "--head-dim": "head_dim", "--rope-dim": "qk_rope_head_dim",
+              "--q-lora-rank": "q_lora_rank", "--o-groups": "o_groups", "--o-lora-rank": "o_lora_rank",
+              "--window": "sliding_window", "--index-heads": "index_n_heads", "--index-head-dim": "index_head_dim",
+              "--index-topk": "index_topk", "--experts": "n_routed_experts", "--experts-per-tok": "num_experts_per_tok",
+              "--moe-inter": "moe_intermediate_size", "--hash-layers": "num_hash_layers",
+              "--mtp": "num_nextn_predict_layers"}
+
+
+def synth_flags(cfg: Config) -> list:
+    """`onecard synth` arguments for a template of the trained shape (any train.SHAPES entry)."""
+    dims = [x for flag, field in SYNTH_DIMS.items() for x in (flag, str(getattr(cfg, field)))]
+    return ["--preset", "tiny", "--shard-mb", "100", *dims]
 
 TOKENIZER_CONFIG = {
     "add_bos_token": False, "add_eos_token": False, "bos_token": "<｜begin▁of▁sentence｜>",
@@ -48,8 +61,7 @@ def main():
     model.load_state_dict(torch.load(run / "model.pt", map_location="cpu"), strict=False)
     with tempfile.TemporaryDirectory() as tmp:
         template = Path(tmp) / "template"
-        subprocess.run([a.onecard, "synth", *SYNTH_FLAGS, "--vocab", str(cfg.vocab_size),
-                        "--moe-inter", str(cfg.moe_intermediate_size), "--out", str(template), "--quiet"], check=True)
+        subprocess.run([a.onecard, "synth", *synth_flags(cfg), "--out", str(template), "--quiet"], check=True)
         got = json.loads((template / "config.json").read_text())
         for k in cfg.__dataclass_fields__:
             if k in got and got[k] != getattr(cfg, k) and k != "rope_scaling":

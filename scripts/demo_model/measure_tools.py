@@ -88,9 +88,10 @@ def _edits(a: str, b: str) -> int:
 
 def wrong_values(got, want, message, several_words=False):
     """For an "argument values" failure: what each wrong value is, against the expected call and the user's
-    message: "other slot" (another parameter's expected value), "more before" (the value after words
-    of the message, often the parameter's name), "part" (another part of the value or the value with more), "misspelt" (edit distance at most a quarter of its length), "other span" (other text of
-    the message), or "other". several_words: only the expected strings of two or more words (the values
+    message: "other slot" (another parameter's expected value), "more before" (the value after words of
+    the message, often the parameter's name), "part" (another part of the value or the value with more),
+    "misspelt" (edit distance at most a quarter of its length), "other span" (other text of the message),
+    or "other". several_words: only the expected strings of two or more words (the values
     make_data.py --multiword trains)."""
     out = []
     for g, w in zip(sorted(got, key=lambda c: c["name"]), sorted(want, key=lambda c: c["name"])):

@@ -54,16 +54,13 @@ SHAPES = {
                  q_lora_rank=128, o_groups=2, o_lora_rank=128, sliding_window=512,
                  compress_ratios=[0, 0, 4, 128, 4, 128, 0], index_n_heads=4, index_head_dim=128, index_topk=16,
                  n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=128, num_hash_layers=2),
-    # Round 14 (NEXT_RUN.md): "demo" with experts twice as wide, resumed from widen.py's output.
-    "demo-wide": dict(hidden_size=256, num_hidden_layers=6, num_attention_heads=4, head_dim=128, qk_rope_head_dim=64,
-                      q_lora_rank=128, o_groups=2, o_lora_rank=128, sliding_window=512,
-                      compress_ratios=[0, 0, 4, 128, 4, 128, 0], index_n_heads=4, index_head_dim=128, index_topk=16,
-                      n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=256, num_hash_layers=2),
     "dry": dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=2, head_dim=128, qk_rope_head_dim=64,
                 q_lora_rank=128, o_groups=1, o_lora_rank=128, sliding_window=32, compress_ratios=[0, 0, 4, 128, 0],
                 index_n_heads=2, index_head_dim=128, index_topk=4, n_routed_experts=4, num_experts_per_tok=2,
                 moe_intermediate_size=128, num_hash_layers=1),
 }
+# Round 14 (NEXT_RUN.md): "demo" with experts twice as wide, resumed from widen.py's output.
+SHAPES["demo-wide"] = dict(SHAPES["demo"], moe_intermediate_size=256)
 
 
 def losses(fwd, model, ids, w, num, want_index):

@@ -399,6 +399,15 @@ class TrainedSpans(unittest.TestCase):
         self.assertEqual(got["request_forms"], {"an_noun_to_address": 3, "a_or_an_noun_to_address": 3,
                                                 "to_phrase_on_date": 1})
 
+    def test_data_stats_counts_the_held_out_values_words(self):
+        import data_stats
+        rows = [{"set": "generated", "expected": [{"name": "f", "arguments": {"a": "monk knife", "b": "Oslo",
+                                                                            "n": 3}}]},
+                {"set": "named", "expected": [{"name": "search_web", "arguments": {"query": "red  fox den"}}]},
+                {"set": "named", "expected": []}]
+        self.assertEqual(data_stats.eval_value_words(rows), {"generated": {"one_word": 1, "several_words": 1},
+                                                             "named": {"one_word": 0, "several_words": 1}})
+
     def test_load_examples_puts_the_weights_on_those_tokens(self):
         import data_tokens
         row = self.row()
@@ -1141,7 +1150,9 @@ class Widen(unittest.TestCase):
                                 "--out", str(d / f"{name}.npy")], check=True, capture_output=True)
                 got[name] = np.load(d / f"{name}.npy")
         self.assertEqual(got["narrow"].shape, got["wide"].shape)
-        self.assertLess(float(np.abs(got["narrow"] - got["wide"]).max()), 1e-4)
+        # Exactly: the new units add exact zeros (docs/results.md quotes this test).
+        diff = float(np.abs(got["narrow"] - got["wide"]).max())
+        self.assertTrue(np.array_equal(got["narrow"], got["wide"]), diff)
 
     def test_idempotent_and_refusals(self):
         import widen
