@@ -12,8 +12,9 @@
 #   `last` (5th arg): this call ends the schedule (train.py --final, so the quantisation-aware phase
 #   runs), evaluates (evaluate.py) and packs the run; other calls print the losses and pack the logs.
 #   Without KEEP_DIR it is a single call that trains MINUTES from scratch and evaluates.
-# Everything it returns goes to OUT_DIR: demo_run.tar.gz split into 15 MB parts (the device returns at
-# most 16 MiB a file), or train_logs.tar.gz after a non-last call.
+# Everything it returns goes to OUT_DIR: demo_run.tar.gz split into 15 MB parts (pack_run.sh: the device
+# returns at most 16 MiB a file and 64 MiB in all; what does not fit is named in a LEFT ON THE DEVICE
+# line), or train_logs.tar.gz after a non-last call.
 set -uo pipefail
 t0=$(date +%s)
 repo=$(pwd); carry=$(realpath "$1"); out=$(realpath "$2"); minutes=$3
@@ -96,8 +97,7 @@ echo "after training: $(( $(date +%s) - t0 )) s"
 if [ "$last" = "last" ]; then
     python3 $S/evaluate.py --model run/model.pt --data data --tokenizer run/tokenizer.json --out run --tool-limit 200 ${EVAL_ARGS:-} 2>&1 | tee run/eval_stdout.log
     echo "total: $(( $(date +%s) - t0 )) s"
-    tar -czf $work/demo_run.tar.gz -C $work run
-    split -b 15000000 -d $work/demo_run.tar.gz $out/demo_run.tar.gz.part
+    bash $S/pack_run.sh $work $out
 else
     python3 - <<'PY'
 import json
