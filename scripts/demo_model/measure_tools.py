@@ -19,6 +19,8 @@ Usage: measure_tools.py --url http://127.0.0.1:8000 --data DATA [--n 200] [--job
        measure_tools.py --breakdown RUN.json --data DATA      (a saved run's breakdown)
        measure_tools.py --pool A1.json B1.json [A2.json B2.json ...]  (A against B over several held-out
                                                                          sets at once: exact counts, paired)
+       measure_tools.py --reclassify RUN.json --data DATA     (a saved run's failures and wrong values, by
+                                                               this file's classes, from its examples)
 """
 
 import argparse
@@ -112,6 +114,34 @@ def wrong_values(got, want, message, several_words=False):
             else:
                 out.append("other")
     return out
+
+
+def classify(outcomes, rows) -> dict:
+    """`failures`, `wrong_values` and `wrong_values_of_several_words`, per set, of (ok, got calls) outcomes
+    on their tool_eval.jsonl rows (the message a value is looked for in is the row's last user turn)."""
+    out = {"failures": {}, "wrong_values": {}, "wrong_values_of_several_words": {}}
+    for (ok, got), row in zip(outcomes, rows):
+        if ok:
+            continue
+        per_set = out["failures"].setdefault(row.get("set", "all"), {})
+        why = failure(got, row["expected"])
+        per_set[why] = per_set.get(why, 0) + 1
+        if why == "argument values":
+            message = [m["content"] for m in row["request"]["messages"] if m["role"] == "user"][-1]
+            for key, several in (("wrong_values", False), ("wrong_values_of_several_words", True)):
+                values = out[key].setdefault(row.get("set", "all"), {})
+                for kind in wrong_values(got, row["expected"], message, several):
+                    values[kind] = values.get(kind, 0) + 1
+    return out
+
+
+def reclassify(run: dict, rows) -> dict:
+    """classify() over a saved --out's examples, which must be the rows' requests in order (an earlier
+    run's classes are then recounted by this file's, e.g. wrong_values' "more before")."""
+    examples = run["examples"]
+    if len(examples) > len(rows) or any(e["expected"] != r["expected"] for e, r in zip(examples, rows)):
+        raise SystemExit("--reclassify: the run's examples are not these requests (another --data?)")
+    return classify([(e["ok"], e["got"]) for e in examples], rows)
 
 
 def metrics(url):
@@ -214,7 +244,15 @@ def main():
                          "A against B over all the sets")
     ap.add_argument("--breakdown", metavar="RUN",
                     help="no requests: an earlier --out's exact calls by set and mode and per named tool (with --data)")
+    ap.add_argument("--reclassify", metavar="RUN",
+                    help="no requests: an earlier --out's failures and wrong values recounted (with --data)")
     a = ap.parse_args()
+    if a.reclassify:
+        if not a.data:
+            ap.error("--reclassify needs --data (the requests RUN was measured on)")
+        rows = [json.loads(l) for l in open(Path(a.data) / "tool_eval.jsonl")]
+        print(json.dumps(reclassify(json.loads(Path(a.reclassify).read_text()), rows), indent=1))
+        return
     if a.breakdown:
         if not a.data:
             ap.error("--breakdown needs --data (the requests RUN was measured on)")
@@ -261,19 +299,9 @@ def main():
                                    "exact": sum(r[0] for r in res if r not in held) / max(len(res) - len(held), 1)},
            "completion_tokens": sum(r[4] for r in res), "mtp_draft_tokens": spec["draft_tokens"],
            "mtp_accepted_tokens": spec["accepted_tokens"], "mtp_acceptance": spec["acceptance"],
-           "failures": {}, "wrong_values": {}, "wrong_values_of_several_words": {}, "exact_per_request": "".join("1" if r[0] else "0" for r in res),
+           **classify([(r[0], r[3]) for r in res], [r[2] for r in res]),
+           "exact_per_request": "".join("1" if r[0] else "0" for r in res),
            "examples": [{"ok": r[0], "expected": r[2]["expected"], "got": r[3]} for r in res]}
-    for ok, _, row, got, _ in res:
-        if not ok:
-            per_set = out["failures"].setdefault(row.get("set", "all"), {})
-            why = failure(got, row["expected"])
-            per_set[why] = per_set.get(why, 0) + 1
-            if why == "argument values":
-                message = [m["content"] for m in row["request"]["messages"] if m["role"] == "user"][-1]
-                for key, several in (("wrong_values", False), ("wrong_values_of_several_words", True)):
-                    values = out[key].setdefault(row.get("set", "all"), {})
-                    for kind in wrong_values(got, row["expected"], message, several):
-                        values[kind] = values.get(kind, 0) + 1
     out["breakdown"] = breakdown(out["exact_per_request"], rows)
     if a.against:
         out["paired"] = paired(out["exact_per_request"], json.loads(Path(a.against).read_text())["exact_per_request"])

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The demo model's helpers (scripts/demo_model): measure_tools.py's call comparison, failure classes
-and pairwise sign test; measure_spec.py's per-kind acceptance against a stub server; tool_gen's loose
-requests (--loose-asks), hard values (--hard-values, --bare-first) and hand-written tools (NATURAL,
-NATURAL_EXTRA); first_errors.py's classes; data_stats.py; make_data.py --multi-call's trained
-spans and data_tokens.py's weights on them (with ONECARD_BIN, the onecard binary that renders and
+(and --reclassify of a saved run) and pairwise sign test; measure_spec.py's per-kind acceptance against
+a stub server; tool_gen's loose requests (--loose-asks), hard values (--hard-values, --bare-first) and
+hand-written tools (NATURAL, NATURAL_EXTRA); first_errors.py's classes; data_stats.py; make_data.py
+--multi-call's trained spans and data_tokens.py's weights on them (with ONECARD_BIN, the onecard binary that renders and
 tokenizes: the real encoder and BPE); soup.py's weight average; dsv4_torch.py's fused attention for
 train.py --fast against the dense path (numpy and torch: without torch in this python3 the file reruns
 itself under /usr/bin/python3 where Debian's python3-torch lives, else those tests are skipped, saying
@@ -65,6 +65,24 @@ class MeasureTools(unittest.TestCase):
         took_name = [{"name": "fx", "arguments": {"striking": "striking gennar"}}]
         self.assertEqual(measure_tools.wrong_values(took_name, [call("fx", striking="gennar")], "list striking gennar"),
                          ["more before"])
+
+    def test_reclassify_recounts_a_saved_run_from_its_examples(self):
+        def row(set_, want, message):
+            return {"set": set_, "expected": want,
+                    "request": {"messages": [{"role": "user", "content": message}]}}
+        rows = [row("named", [call("fx", city="Lyon")], "time in Lyon"),
+                row("generated", [call("fx", code="gennar")], "list striking gennar"),
+                row("generated", [call("fx", code="ab")], "ab"),
+                row("generated", [call("gy", q="a b")], "a b")]
+        got = [[call("fx", city="Lyon")], [call("fx", code="striking gennar")], [], [call("fx", q="a b")]]
+        run = {"examples": [{"ok": measure_tools.equal(g, r["expected"]), "expected": r["expected"], "got": g}
+                            for g, r in zip(got, rows)]}
+        out = measure_tools.reclassify(run, rows)
+        self.assertEqual(out["failures"], {"generated": {"argument values": 1, "no call": 1, "tool": 1}})
+        self.assertEqual(out["wrong_values"], {"generated": {"more before": 1}})
+        self.assertEqual(out["wrong_values_of_several_words"], {"generated": {}})
+        with self.assertRaises(SystemExit):  # a run measured on other requests
+            measure_tools.reclassify(run, rows[1:] + rows[:1])
 
     def test_failure_names_the_first_difference(self):
         want = [call("get_time", city="Lyon")]
