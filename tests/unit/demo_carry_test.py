@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The demo model's device trip (scripts/demo_model): pack_run.sh returns a finished run in parts that fit
 the device's return limit and keeps the rest, named, for a follow-up call; make_carry.sh refuses a carry
-that would not travel with the tracked tree in the device's 64 MiB."""
+that would not travel with the working tree in the device's 64 MiB."""
 
 import hashlib
 import os
@@ -79,7 +79,7 @@ class CarrySize(unittest.TestCase):
     def test_the_tracked_tree_counts_against_the_limit(self):
         res = self.carry()
         self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
-        m = re.search(r"travels: carry (\d+) \+ tracked tree (\d+) bytes, limit (\d+)", res.stdout)
+        m = re.search(r"travels: carry (\d+) \+ working tree (\d+) bytes, limit (\d+)", res.stdout)
         self.assertIsNotNone(m, res.stdout)
         carry, tree, limit = map(int, m.groups())
         self.assertEqual(limit, 64 << 20)
@@ -89,6 +89,18 @@ class CarrySize(unittest.TestCase):
         self.assertNotEqual(res.returncode, 0)
         self.assertIn("over the device's limit", res.stdout)
         self.assertEqual(self.carry(limit=carry + tree).returncode, 0)
+
+    def test_untracked_files_travel_too(self):
+        # The device sends untracked files git does not ignore; an uncommitted export in models/demo is one.
+        probe = ROOT / "tests" / "unit" / f"carry_size_probe_{os.getpid()}.bin"
+        before = self.carry()
+        try:
+            probe.write_bytes(b"x" * 100_000)
+            after = self.carry()
+        finally:
+            probe.unlink()
+        size = lambda res: int(re.search(r"working tree (\d+) bytes", res.stdout).group(1))  # noqa: E731
+        self.assertEqual(size(after) - size(before), 100_000)
 
 
 if __name__ == "__main__":
