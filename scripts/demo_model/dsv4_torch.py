@@ -487,25 +487,65 @@ class DeepSeekV4(nn.Module):
         self.register_buffer("rope_main", rope_inv_freqs(cfg, False), persistent=False)
         self.register_buffer("rope_comp", rope_inv_freqs(cfg, True), persistent=False)
 
+    def tie_twins(self, bare: torch.Tensor, spaced: torch.Tensor) -> None:
+        """Ties each bare token's rows to its space-led token's (train.py --tie-twins): embedding and output
+        row of bare[i] ("Boston", a DSML value's first word) become those of spaced[i] (" Boston", the same
+        word in running text) plus one offset shared by every pair, and the pair shares its hash routes.
+        Why: an untied bare output row is trained only where a value or line starts, so copying a request's
+        first word into a call needs a row of its own for every word (round 10's bare and space-led output
+        rows: cosine 0.34; the input rows are 0.998 alike already). Tied, copying " W" and writing "W"
+        differ by one direction. The offsets start at the pairs' mean difference, so a warm start moves
+        the least; the bare tokens' own rows are unused while tied (`export_state` writes the tied ones)."""
+        bare, spaced = bare.long(), spaced.long()
+        self.register_buffer("twin_bare", bare.to(self.embed.device), persistent=False)
+        self.register_buffer("twin_spaced", spaced.to(self.embed.device), persistent=False)
+        with torch.no_grad():
+            off_e = (self.embed[bare] - self.embed[spaced]).mean(0) if len(bare) else torch.zeros_like(self.norm)
+            off_h = (self.head[bare] - self.head[spaced]).mean(0) if len(bare) else torch.zeros_like(self.norm)
+            for ffn in self.moe_layers():
+                if ffn.hash_layer:
+                    ffn.gate.tid2eid[bare] = ffn.gate.tid2eid[spaced]
+        self.embed_twin_offset = nn.Parameter(off_e.clone())
+        self.head_twin_offset = nn.Parameter(off_h.clone())
+
+    def tables(self):
+        """(embedding [V, D], output rows [V, D]) as the model uses them: with tie_twins, the bare tokens'
+        rows are their space-led twins' plus the shared offsets."""
+        if not hasattr(self, "twin_bare"):
+            return self.embed, self.head
+        b, s = self.twin_bare, self.twin_spaced
+        return (self.embed.index_copy(0, b, self.embed[s] + self.embed_twin_offset),
+                self.head.index_copy(0, b, self.head[s] + self.head_twin_offset))
+
+    def export_state(self) -> dict:
+        """The state dict an untied model loads (export.py, evaluate.py): embed and head as tables() gives
+        them, without the offsets."""
+        st = {k: v.detach().cpu() for k, v in self.state_dict().items() if not k.endswith("_twin_offset")}
+        emb, head = self.tables()
+        st["embed"], st["head"] = emb.detach().cpu(), head.detach().cpu()
+        return st
+
     def forward(self, tokens: torch.Tensor, num: Numerics, want_index_loss: bool = False):
         """tokens [B, T] -> (logits [B, T, V], final streams [B, T, hc, D] before hc_head)."""
-        X = self.embed[tokens].unsqueeze(-2).expand(-1, -1, self.cfg.hc_mult, -1)
+        emb, head = self.tables()
+        X = emb[tokens].unsqueeze(-2).expand(-1, -1, self.cfg.hc_mult, -1)
         for layer in self.layers:
             X = layer(X, tokens, num, self.rope_main, self.rope_comp, want_index_loss)
-        return self.logits_from(X, self.hc_head, self.norm), X
+        return self.logits_from(X, self.hc_head, self.norm, head), X
 
-    def logits_from(self, X, hc_head: HyperConnection, norm):
+    def logits_from(self, X, hc_head: HyperConnection, norm, head=None):
         y = rmsnorm(hc_head.head(X), norm, self.cfg.rms_norm_eps)
-        return F.linear(y, self.head)
+        return F.linear(y, self.head if head is None else head)
 
     def forward_mtp(self, streams: torch.Tensor, next_tokens: torch.Tensor, num: Numerics, k: int = 0):
         """MTP block k on the main streams at t [B, T, hc, D] and the tokens t+1 [B, T]: logits for t+2."""
         m = self.mtp[k]
         eps = self.cfg.rms_norm_eps
-        pe = m.e_proj(rmsnorm(self.embed[next_tokens], m.enorm, eps), num)
+        emb, head = self.tables()
+        pe = m.e_proj(rmsnorm(emb[next_tokens], m.enorm, eps), num)
         X = m.h_proj(rmsnorm(streams, m.hnorm, eps), num) + pe.unsqueeze(-2)
         X = m.block(X, next_tokens, num, self.rope_main, self.rope_comp)
-        return self.logits_from(X, m.hc_head, m.norm), X
+        return self.logits_from(X, m.hc_head, m.norm, head), X
 
     def index_losses(self):
         blocks = list(self.layers) + [m.block for m in self.mtp]

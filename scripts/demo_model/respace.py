@@ -76,6 +76,18 @@ def respace(tok: dict):
     return out, twins
 
 
+def twin_pairs(tok: dict):
+    """[(twin id, space-led id)] of the respaced tokenizer.json dict `tok`: each twin `respace` appended
+    ("Boston", made where a word starts without its space: a DSML value, a line) with its space-led token
+    (" Boston"); the pairs train.py --tie-twins ties. Twins are the bare tokens after every space-led id
+    (`respace` appends them, `prune` keeps the order). A bare piece the trained BPE had already ("see",
+    "er") also continues words, so it keeps rows of its own. Runs of spaces are not words."""
+    vocab = tok["model"]["vocab"]
+    spaced = {t: i for t, i in vocab.items() if t.startswith(SPACE) and len(t) > 1 and t[1] != SPACE}
+    last = max(spaced.values(), default=-1)
+    return sorted((vocab[t[1:]], i) for t, i in spaced.items() if vocab.get(t[1:], -1) > last)
+
+
 def prune(tok: dict, used_ids) -> dict:
     """The tokenizer without the BPE tokens that neither appear in `used_ids` (a data set's ids) nor are
     made on the way to one (every merge that makes a needed token needs its two parts); the added tokens

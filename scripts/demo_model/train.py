@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dsv4_torch import Config, DeepSeekV4, Numerics, init_weights  # noqa: E402
 import checkpoint_io  # noqa: E402
 import data_tokens  # noqa: E402
+import respace  # noqa: E402
 
 MTP_WEIGHT = 0.3
 INDEX_WEIGHT = 0.1
@@ -165,6 +166,9 @@ def main():
     ap.add_argument("--resume", default="",
                     help="model.pt, or an official-format checkpoint directory (export.py's, e.g. models/demo, "
                          "dequantised), to start from (weights only; the schedule restarts)")
+    ap.add_argument("--tie-twins", action="store_true",
+                    help="tie every bare word piece's embedding and output row to its space-led twin's plus one shared "
+                         "offset (dsv4_torch.DeepSeekV4.tie_twins; respace.twin_pairs); model.pt holds the tied rows")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = ap.parse_args()
     out = Path(a.out)
@@ -185,16 +189,25 @@ def main():
     cfg = Config(vocab_size=enc.vocab_size, **SHAPES[a.shape])
     model = DeepSeekV4(cfg)
     init_weights(model, a.seed)
+    pairs = torch.tensor(respace.twin_pairs(json.loads(Path(a.tokenizer).read_text())) if a.tie_twins else [],
+                         dtype=torch.long).view(-1, 2)
     st = None
     if state_path is not None and state_path.exists():
         st = torch.load(state_path, map_location="cpu", weights_only=False)
+        if a.tie_twins:  # the state's offsets (and tied routes) are loaded over the fresh ones
+            model.tie_twins(pairs[:, 0], pairs[:, 1])
         missing, unexpected = model.load_state_dict(st["model"], strict=False)
         print(f"continuing from {state_path}: step {st['step']}, {st['elapsed'] / 60:.1f} min trained"
               f"{'; missing ' + str(missing) if missing else ''}{'; unexpected ' + str(unexpected) if unexpected else ''}",
               flush=True)
-    elif a.resume:
-        model.load_state_dict(checkpoint_io.load_weights(Path(a.resume)), strict=False)
-        print(f"resumed from {a.resume}", flush=True)
+    else:
+        if a.resume:
+            model.load_state_dict(checkpoint_io.load_weights(Path(a.resume)), strict=False)
+            print(f"resumed from {a.resume}", flush=True)
+        if a.tie_twins:  # offsets from the loaded rows: the pairs' mean difference
+            model.tie_twins(pairs[:, 0], pairs[:, 1])
+    if a.tie_twins:
+        print(f"tied {len(pairs)} bare word pieces to their space-led twins", flush=True)
     model.to(a.device)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params / 1e6:.2f} M parameters, vocab {cfg.vocab_size}", flush=True)
@@ -338,10 +351,10 @@ def main():
             "schedule_seconds": round(total, 1), "qat_from_step": qat_started, "epochs": epoch, "rows": n_rows,
             "train_tokens_per_epoch": int(n_tok), "params": n_params, "config": cfg_json, "seq": a.seq,
             "batch": a.batch, "micro": micro, "lr": a.lr, "call_weight": data_tokens.CALL_WEIGHT,
-            "compiled": fwd is not model, "fast": fast,
+            "compiled": fwd is not model, "fast": fast, "tied_twins": len(pairs),
             "device": torch.cuda.get_device_name() if a.device == "cuda" else "cpu"}
     (out / "train_meta.json").write_text(json.dumps(meta, indent=1))
-    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, out / "model.pt")
+    torch.save(model.export_state(), out / "model.pt")
     print(f"trained {steps_here} steps in this call, {step} in all, {train_s / 60:.1f} min; saved {out / 'model.pt'}"
           f"{'' if qat_started is not None else ' (WARNING: no quantisation-aware phase yet)'}", flush=True)
 
