@@ -9,8 +9,11 @@ Writes OUT as a train.py run (model.pt, train_meta.json and tokenizer.json copie
 export.py takes it unchanged: export.py --run OUT --onecard B --out CKPT.
 
 Usage: soup.py --run RUN --base models/demo --alpha 0.5 --out OUT
+       soup.py --runs RUN1 RUN2 [...] --out OUT      (the uniform average, 1/N each)
 BASE is an official-format checkpoint directory (dequantised as train.py --resume does) or a model.pt.
-Integer buffers (the hash layers' tid2eid) come from RUN.
+Integer buffers (the hash layers' tid2eid) come from RUN (with --runs, from RUN1, whose train_meta.json and
+tokenizer.json OUT gets; a later entry may be a run or a checkpoint directory, as BASE may).
+Round 14's average of four took three chained --run/--alpha calls (1/2, 1/3, 1/4); --runs is that in one.
 """
 
 import argparse
@@ -36,23 +39,58 @@ def blend(run: dict, base: dict, alpha: float) -> dict:
     return out
 
 
+def uniform(states: list) -> dict:
+    """The mean of every float tensor over `states` (the first one's keys, which every other must have with the
+    same shape); integer buffers from the first."""
+    out = {}
+    for k, v in states[0].items():
+        if not v.is_floating_point():
+            out[k] = v
+            continue
+        for s in states[1:]:
+            if k not in s or s[k].shape != v.shape:
+                raise SystemExit(f"soup: {k} is not in every model with shape {tuple(v.shape)}")
+        out[k] = sum(s[k].to(torch.float64) for s in states).div(len(states)).to(v.dtype)
+    return out
+
+
+def load_any(path: Path) -> dict:
+    """A train.py run's model.pt, or an official-format checkpoint directory (dequantised) or model.pt file."""
+    if (path / "model.pt").exists():
+        return torch.load(path / "model.pt", map_location="cpu")
+    return checkpoint_io.load_weights(path)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--run", required=True, help="train.py's OUT (model.pt, train_meta.json, tokenizer.json)")
-    ap.add_argument("--base", required=True, help="the checkpoint RUN started from (a directory or a model.pt)")
-    ap.add_argument("--alpha", type=float, required=True, help="RUN's share, in [0, 1]")
+    ap.add_argument("--run", help="train.py's OUT (model.pt, train_meta.json, tokenizer.json)")
+    ap.add_argument("--base", help="the checkpoint RUN started from (a directory or a model.pt)")
+    ap.add_argument("--alpha", type=float, help="RUN's share, in [0, 1]")
+    ap.add_argument("--runs", nargs="+", default=[], help="instead: average these 1/N each (the first a train.py run)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
-    if not 0.0 <= a.alpha <= 1.0:
-        raise SystemExit("soup: --alpha must lie in [0, 1]")
-    run, out = Path(a.run), Path(a.out)
-    weights = blend(torch.load(run / "model.pt", map_location="cpu"), checkpoint_io.load_weights(Path(a.base)), a.alpha)
+    out = Path(a.out)
+    if a.runs:
+        if a.run or a.base or a.alpha is not None or len(a.runs) < 2:
+            raise SystemExit("soup: --runs takes two or more runs and no --run, --base or --alpha")
+        run = Path(a.runs[0])
+        weights = uniform([load_any(Path(r)) for r in a.runs])
+        what = f"averaged over {len(a.runs)} models, 1/{len(a.runs)} each"
+    else:
+        if not (a.run and a.base and a.alpha is not None):
+            raise SystemExit("soup: give --run, --base and --alpha, or --runs")
+        if not 0.0 <= a.alpha <= 1.0:
+            raise SystemExit("soup: --alpha must lie in [0, 1]")
+        run = Path(a.run)
+        weights = blend(torch.load(run / "model.pt", map_location="cpu"), checkpoint_io.load_weights(Path(a.base)),
+                        a.alpha)
+        what = f"blended at alpha {a.alpha} (run) / {1 - a.alpha:g} (base)"
     out.mkdir(parents=True, exist_ok=True)
     torch.save(weights, out / "model.pt")
     for f in ("train_meta.json", "tokenizer.json"):
         shutil.copy(run / f, out / f)
     n = sum(1 for v in weights.values() if v.is_floating_point())
-    print(f"soup: {n} float tensors blended at alpha {a.alpha} (run) / {1 - a.alpha:g} (base) -> {out}")
+    print(f"soup: {n} float tensors {what} -> {out}")
 
 
 if __name__ == "__main__":

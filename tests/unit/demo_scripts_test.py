@@ -417,6 +417,36 @@ class Soup(unittest.TestCase):
         with self.assertRaises(SystemExit):
             self.soup.blend(self.run, {}, 0.5)
 
+    def test_runs_average_uniformly_as_the_chained_blends_do(self):
+        third = {"w": torch.tensor([8.0, -1.0]), "tid2eid": torch.tensor([[3, 3]])}
+        out = self.soup.uniform([self.run, self.base, third])
+        self.assertTrue(torch.allclose(out["w"], torch.tensor([4.0, 3.0])))
+        self.assertTrue(torch.equal(out["tid2eid"], self.run["tid2eid"]))
+        # Round 14's way: blend the first two at 1/2, then the third into that at 1/3.
+        chained = self.soup.blend(third, self.soup.blend(self.run, self.base, 0.5), 1 / 3)
+        self.assertTrue(torch.allclose(out["w"], chained["w"]))
+        with self.assertRaises(SystemExit):
+            self.soup.uniform([self.run, {"w": torch.zeros(3)}])
+
+    def test_runs_on_the_command_line(self):
+        with tempfile.TemporaryDirectory() as d:
+            d = Path(d)
+            for name, st in (("a", self.run), ("b", self.base)):
+                (d / name).mkdir()
+                torch.save(st, d / name / "model.pt")
+                (d / name / "train_meta.json").write_text(json.dumps({"name": name}))
+                (d / name / "tokenizer.json").write_text("{}")
+            script = str(Path(self.soup.__file__))
+            r = subprocess.run([sys.executable, script, "--runs", str(d / "a"), str(d / "b"), "--out", str(d / "o")],
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertTrue(torch.equal(torch.load(d / "o" / "model.pt")["w"], torch.tensor([2.0, 5.0])))
+            self.assertEqual(json.loads((d / "o" / "train_meta.json").read_text()), {"name": "a"})
+            r = subprocess.run([sys.executable, script, "--runs", str(d / "a"), "--alpha", "0.5", "--out",
+                                str(d / "p")], capture_output=True, text=True)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("--runs takes two or more runs", r.stderr)
+
 
 @unittest.skipUnless(torch is not None, "widen.py needs torch, which this python3 lacks")
 class Widen(unittest.TestCase):
