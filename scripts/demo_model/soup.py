@@ -55,10 +55,8 @@ def uniform(states: list) -> dict:
 
 
 def load_any(path: Path) -> dict:
-    """A train.py run's model.pt, or an official-format checkpoint directory (dequantised) or model.pt file."""
-    if (path / "model.pt").exists():
-        return torch.load(path / "model.pt", map_location="cpu")
-    return checkpoint_io.load_weights(path)
+    """A train.py run directory (its model.pt), or what checkpoint_io.load_weights reads."""
+    return checkpoint_io.load_weights(path / "model.pt" if (path / "model.pt").exists() else path)
 
 
 def main():
