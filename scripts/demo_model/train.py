@@ -26,6 +26,7 @@ Writes OUT/model.pt (fp32 state dict), OUT/train_meta.json (config, steps), OUT/
 """
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -216,12 +217,17 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": other, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
     step, epoch, pos, elapsed0, qat_started = 0, 0, 0, 0.0, None
-    micro = a.micro or a.batch
+    # Rows per forward, halved on running out of memory: one count for the steps before the quantisation-aware
+    # phase and one for that phase, whose eager fp32 fake-quantised forward needs more memory than the
+    # compiled bf16 one and would otherwise inherit its count (or fall from it).
+    micro = qat_micro = a.micro or a.batch
     perm = None
     if st is not None:
         opt.load_state_dict(st["opt"])  # moves the moments to the parameters' device
         step, epoch, pos, elapsed0, qat_started = st["step"], st["epoch"], st["pos"], st["elapsed"], st["qat_started"]
         micro = min(micro, st.get("micro", micro))
+        if st.get("qat_micro"):  # saved only once the phase has run: what its own forwards fell to
+            qat_micro = min(qat_micro, st["qat_micro"])
         if st["n_rows"] == n_rows:
             perm = st["perm"]
             torch.set_rng_state(st["rng"])
@@ -239,6 +245,7 @@ def main():
         except Exception as e:  # noqa: BLE001 (any failure: train eagerly)
             print(f"WARNING: torch.compile failed ({type(e).__name__}: {e}); eager forward", flush=True)
             fwd = model
+    compiled = fwd is not model  # train_meta's record: stays true when the QAT phase releases the graph
 
     stop = {"flag": False}
 
@@ -262,6 +269,7 @@ def main():
     def state_now():
         return {"step": step, "epoch": epoch, "pos": pos, "elapsed": elapsed0 + (time.time() - start),
                 "qat_started": qat_started, "perm": perm, "n_rows": n_rows, "micro": micro,
+                "qat_micro": qat_micro if qat_started is not None else None,
                 "rng": torch.get_rng_state(), "total_seconds": total}
 
     steps_here = 0
@@ -276,6 +284,17 @@ def main():
         if qat and qat_started is None:
             qat_started = step
             print(f"step {step}: quantisation-aware phase starts", flush=True)
+        if qat and fwd is not model:
+            # The compiled forward is not used again in this call: drop it and its caches, and hand the
+            # allocator's cached blocks back, before the eager phase. Round 15 kept them, and its first
+            # quantisation-aware step ran out of memory down to 8 rows per forward (53 steps in 2.8 min).
+            fwd = model
+            torch._dynamo.reset()
+            gc.collect()
+            if a.device == "cuda":
+                torch.cuda.empty_cache()
+            print(f"step {step}: compiled forward released for the quantisation-aware phase "
+                  f"({qat_micro} rows per forward)", flush=True)
         lr = a.lr * min(1.0, (step + 1) / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
         for g in opt.param_groups:
             g["lr"] = lr
@@ -295,11 +314,12 @@ def main():
             try:
                 opt.zero_grad(set_to_none=True)
                 main_s, mtp_s, index_s = 0.0, 0.0, 0.0
-                for s in range(0, a.batch, micro):
+                rows = qat_micro if qat else micro
+                for s in range(0, a.batch, rows):
                     with torch.autocast(device_type=a.device, dtype=torch.bfloat16, enabled=mixed):
-                        main_l, mtp_l, index_l = losses(step_fwd, model, ids[s:s + micro], w[s:s + micro], num,
+                        main_l, mtp_l, index_l = losses(step_fwd, model, ids[s:s + rows], w[s:s + rows], num,
                                                         True)
-                    share = ids[s:s + micro].shape[0] / a.batch
+                    share = ids[s:s + rows].shape[0] / a.batch
                     loss = main_l / wsum + MTP_WEIGHT * mtp_l / wsum2 + INDEX_WEIGHT * share * index_l
                     loss.backward()
                     main_s += main_l.item() / wsum.item()
@@ -308,22 +328,27 @@ def main():
                 break
             except Exception as e:  # noqa: BLE001 (out of memory or a compiled forward's failure)
                 oom, msg = is_oom(e), f"{type(e).__name__}: {str(e)[:300]}"
-                if not (oom and micro > 1) and step_fwd is model and not (fast and not qat):
+                rows = qat_micro if qat else micro
+                if not (oom and rows > 1) and step_fwd is model and not (fast and not qat):
                     raise
             # Past the except block, the traceback and the activations its frames hold are released.
             main_l = mtp_l = index_l = loss = None
             opt.zero_grad(set_to_none=True)
             if a.device == "cuda":
                 torch.cuda.empty_cache()
-            if oom and micro > 1:
-                micro //= 2
-                print(f"step {step}: out of memory; {micro} rows per forward from now on", flush=True)
+            if oom and rows > 1:
+                if qat:
+                    qat_micro //= 2
+                else:
+                    micro //= 2
+                print(f"step {step}: out of memory; {rows // 2} rows per forward from now on"
+                      f"{' (quantisation-aware)' if qat else ''}", flush=True)
             elif fast and not qat:  # --fast is the newest path: drop it before giving up the compiled forward
                 fast = False
                 print(f"WARNING: --fast step failed ({msg}); fp32 and dense attention from now on", flush=True)
             else:
                 print(f"WARNING: compiled forward failed ({msg}); eager from now on", flush=True)
-                fwd = model
+                fwd, compiled = model, False
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         pos += a.batch
         if not torch.isfinite(gn):
@@ -350,8 +375,8 @@ def main():
     meta = {"steps": step, "steps_this_call": steps_here, "train_seconds": round(train_s, 1),
             "schedule_seconds": round(total, 1), "qat_from_step": qat_started, "epochs": epoch, "rows": n_rows,
             "train_tokens_per_epoch": int(n_tok), "params": n_params, "config": cfg_json, "seq": a.seq,
-            "batch": a.batch, "micro": micro, "lr": a.lr, "call_weight": data_tokens.CALL_WEIGHT,
-            "compiled": fwd is not model, "fast": fast, "tied_twins": len(pairs),
+            "batch": a.batch, "micro": micro, "qat_micro": qat_micro, "lr": a.lr, "call_weight": data_tokens.CALL_WEIGHT,
+            "compiled": compiled, "fast": fast, "tied_twins": len(pairs),
             "device": torch.cuda.get_device_name() if a.device == "cuda" else "cpu"}
     (out / "train_meta.json").write_text(json.dumps(meta, indent=1))
     torch.save(model.export_state(), out / "model.pt")
