@@ -375,7 +375,8 @@ def main():
     meta = {"steps": step, "steps_this_call": steps_here, "train_seconds": round(train_s, 1),
             "schedule_seconds": round(total, 1), "qat_from_step": qat_started, "epochs": epoch, "rows": n_rows,
             "train_tokens_per_epoch": int(n_tok), "params": n_params, "config": cfg_json, "seq": a.seq,
-            "batch": a.batch, "micro": micro, "qat_micro": qat_micro, "lr": a.lr, "call_weight": data_tokens.CALL_WEIGHT,
+            "batch": a.batch, "micro": micro, "qat_micro": qat_micro, "lr": a.lr,
+            "call_weight": data_tokens.CALL_WEIGHT,
             "compiled": compiled, "fast": fast, "tied_twins": len(pairs),
             "device": torch.cuda.get_device_name() if a.device == "cuda" else "cpu"}
     (out / "train_meta.json").write_text(json.dumps(meta, indent=1))
