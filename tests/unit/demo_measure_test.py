@@ -59,8 +59,20 @@ class MeasureTools(unittest.TestCase):
         self.assertEqual(out["failures"], {"generated": {"argument values": 1, "no call": 1, "tool": 1}})
         self.assertEqual(out["wrong_values"], {"generated": {"more before": 1}})
         self.assertEqual(out["wrong_values_of_several_words"], {"generated": {}})
+        self.assertEqual(out["wrong_first_word"], {"generated": 1})  # "striking gennar": its left edge
         with self.assertRaises(SystemExit):  # a run measured on other requests
             measure_tools.reclassify(run, rows[1:] + rows[:1])
+
+    def test_first_word_wrong_is_the_values_left_edge(self):
+        want = [call("fx", n=3, note="see you soon", city="Parma")]
+        self.assertFalse(measure_tools.first_word_wrong(want, want))
+        self.assertFalse(measure_tools.first_word_wrong([call("fx", n=4, note="see you soon", city="Parma")], want))
+        self.assertFalse(measure_tools.first_word_wrong([call("fx", n=3, note="see see you soon", city="Parma")],
+                                                        want))
+        self.assertTrue(measure_tools.first_word_wrong([call("fx", n=3, note="see you soon", city="Paris")], want))
+        self.assertTrue(measure_tools.first_word_wrong([call("fx", n=3, note="for see you soon", city="Parma")],
+                                                       want))
+        self.assertTrue(measure_tools.first_word_wrong([call("fx", n=3, note="", city="Parma")], want))
 
     def test_failure_names_the_first_difference(self):
         want = [call("get_time", city="Lyon")]
