@@ -27,21 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import checkpoint_io  # noqa: E402
 
 
-def blend(run: dict, base: dict, alpha: float) -> dict:
-    out = {}
-    for k, v in run.items():
-        if v.is_floating_point():
-            if k not in base or base[k].shape != v.shape:
-                raise SystemExit(f"soup: {k} is not in the base model with shape {tuple(v.shape)}")
-            out[k] = alpha * v + (1.0 - alpha) * base[k].to(v.dtype)
-        else:
-            out[k] = v
-    return out
-
-
-def uniform(states: list) -> dict:
-    """The mean of every float tensor over `states` (the first one's keys, which every other must have with the
-    same shape); integer buffers from the first."""
+def weighted(states: list, weights: list) -> dict:
+    """sum_i weights[i] * states[i] for every float tensor (accumulated in float64, stored in the first
+    state's dtype), over the first state's keys, which every other must have with the same shape; integer
+    buffers from the first."""
     out = {}
     for k, v in states[0].items():
         if not v.is_floating_point():
@@ -50,8 +39,18 @@ def uniform(states: list) -> dict:
         for s in states[1:]:
             if k not in s or s[k].shape != v.shape:
                 raise SystemExit(f"soup: {k} is not in every model with shape {tuple(v.shape)}")
-        out[k] = sum(s[k].to(torch.float64) for s in states).div(len(states)).to(v.dtype)
+        out[k] = sum(w * s[k].to(torch.float64) for w, s in zip(weights, states)).to(v.dtype)
     return out
+
+
+def blend(run: dict, base: dict, alpha: float) -> dict:
+    """alpha * run + (1 - alpha) * base."""
+    return weighted([run, base], [alpha, 1.0 - alpha])
+
+
+def uniform(states: list) -> dict:
+    """The mean over `states`, 1/N each."""
+    return weighted(states, [1.0 / len(states)] * len(states))
 
 
 def load_any(path: Path) -> dict:
