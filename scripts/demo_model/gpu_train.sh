@@ -9,6 +9,7 @@
 #   call, reused by later ones), the packed rows and state.pt (train.py --state-dir: model, optimiser,
 #   step, elapsed time, data position; saved every 60 s and at the end). The whole schedule is
 #   TOTAL_MINUTES (env, default 19.5) long across the calls.
+#   VOCAB (env, default 8192): the size of the BPE a run from scratch trains (no carried tokenizer).
 #   `last` (5th arg): this call ends the schedule (train.py --final, so the quantisation-aware phase
 #   runs), evaluates (evaluate.py) and packs the run; other calls print the losses and pack the logs.
 #   Without KEEP_DIR it is a single call that trains MINUTES from scratch and evaluates.
@@ -42,7 +43,7 @@ elif [ -f $carry/tokenizer.json ]; then
     cp $carry/tokenizer.json run/tokenizer.json
 else
     python3 $S/tokenizer_build.py corpus data
-    python3 $S/tokenizer_build.py train data $S/tokenizer_template.json run/tokenizer.json 8192 || exit 1
+    python3 $S/tokenizer_build.py train data $S/tokenizer_template.json run/tokenizer.json ${VOCAB:-8192} || exit 1
     rm -f data/tokenizer_corpus.txt
     python3 $S/copy_distance.py --data data --tokenizer run/tokenizer.json --limit 4000 2>&1 | tee run/copy_distance.txt
 fi
