@@ -63,6 +63,9 @@ SHAPES = {
 }
 # Round 14 (NEXT_RUN.md): "demo" with experts twice as wide, resumed from widen.py's output.
 SHAPES["demo-wide"] = dict(SHAPES["demo"], moe_intermediate_size=256)
+# NEXT_RUN round 17: "demo" two layers deeper (one more CSA and HCA pair), for a smaller vocabulary from
+# scratch; the schedule is `onecard synth`'s for 8 layers, so export.py's template matches it.
+SHAPES["demo-deep"] = dict(SHAPES["demo"], num_hidden_layers=8, compress_ratios=[0, 0, 4, 128, 4, 128, 4, 128, 0])
 
 
 def losses(fwd, model, ids, w, num, want_index):

@@ -545,6 +545,42 @@ class Widen(unittest.TestCase):
             widen.widen({"embed.weight": torch.zeros(4, 4)}, 256)
 
 
+@unittest.skipUnless(torch is not None and np is not None and ONECARD and os.path.exists(ONECARD),
+                     "needs torch, numpy and ONECARD_BIN (ctest sets it)")
+class DeepShape(unittest.TestCase):
+    """train.py --shape demo-deep (NEXT_RUN round 17: 8 layers, for a smaller vocabulary from scratch): export.py
+    takes it (its layer schedule is `onecard synth`'s for 8 layers) and onecard computes what dsv4_torch does
+    on the exported checkpoint (parity.py, exact numerics, main and MTP logits)."""
+
+    def test_deep_shape_exports_and_onecard_computes_the_same(self):
+        import train
+        from dsv4_torch import Config, DeepSeekV4, init_weights
+        root = Path(__file__).resolve().parents[2]
+        cfg = Config(vocab_size=600, **train.SHAPES["demo-deep"])
+        model = DeepSeekV4(cfg)
+        init_weights(model, seed=5)
+        with tempfile.TemporaryDirectory() as d:
+            d = Path(d)
+            run = d / "run"
+            run.mkdir()
+            torch.save(model.state_dict(), run / "model.pt")
+            config = {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}
+            (run / "train_meta.json").write_text(json.dumps({"config": config}))
+            (run / "tokenizer.json").write_text("{}")
+            r = subprocess.run([sys.executable, str(root / "scripts/demo_model/export.py"), "--run", str(run),
+                                "--onecard", ONECARD, "--out", str(d / "ckpt")], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+            got = json.loads((d / "ckpt" / "config.json").read_text())
+            self.assertEqual((got["num_hidden_layers"], got["compress_ratios"]), (8, cfg.compress_ratios))
+            g = torch.Generator().manual_seed(3)
+            tokens = ",".join(str(t) for t in torch.randint(2, 600, (40,), generator=g).tolist())
+            subprocess.run([ONECARD, "logits", "--model", str(d / "ckpt"), "--tokens", tokens, "--numerics", "exact",
+                            "--out", str(d / "l.npy"), "--mtp-out", str(d / "m.npy")], check=True, capture_output=True)
+            r = subprocess.run([sys.executable, str(root / "scripts/demo_model/parity.py"), str(d / "ckpt"), tokens,
+                                str(d / "l.npy"), str(d / "m.npy"), "exact"], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr[-2000:])
+
+
 @unittest.skipUnless(torch is not None, "dsv4_torch.py needs torch, which this python3 lacks")
 class FusedAttention(unittest.TestCase):
     """train.py --fast's attention (the sink as one more key, dsv4_torch.attend_fused) against the dense
