@@ -89,6 +89,14 @@ def _edits(a: str, b: str) -> int:
     return d[-1]
 
 
+def value_pairs(got, want):
+    """For an "argument values" failure (the same tools, the same keys): (the expected call's arguments, key,
+    returned value, expected value) for every argument, the calls paired by tool name."""
+    for g, w in zip(sorted(got, key=lambda c: c["name"]), sorted(want, key=lambda c: c["name"])):
+        for k, v in w["arguments"].items():
+            yield w["arguments"], k, g["arguments"][k], v
+
+
 def wrong_values(got, want, message, several_words=False):
     """For an "argument values" failure: what each wrong value is, against the expected call and the user's
     message: "other slot" (another parameter's expected value), "more before" (the value after words of
@@ -97,23 +105,22 @@ def wrong_values(got, want, message, several_words=False):
     or "other". several_words: only the expected strings of two or more words (the values
     make_data.py --multiword trains)."""
     out = []
-    for g, w in zip(sorted(got, key=lambda c: c["name"]), sorted(want, key=lambda c: c["name"])):
-        for k, v in w["arguments"].items():
-            got_v, want_v = str(g["arguments"][k]), str(v)
-            if g["arguments"][k] == v or (several_words and not (isinstance(v, str) and len(v.split()) >= 2)):
-                continue
-            if got_v in [str(x) for kk, x in w["arguments"].items() if kk != k]:
-                out.append("other slot")
-            elif got_v.endswith(" " + want_v):  # words before the value taken in ("striking gennar")
-                out.append("more before")
-            elif got_v and (got_v in want_v or want_v in got_v):
-                out.append("part")
-            elif _edits(want_v, got_v) <= max(1, len(want_v) // 4):
-                out.append("misspelt")
-            elif got_v and got_v in message:
-                out.append("other span")
-            else:
-                out.append("other")
+    for args, k, x, v in value_pairs(got, want):
+        got_v, want_v = str(x), str(v)
+        if x == v or (several_words and not (isinstance(v, str) and len(v.split()) >= 2)):
+            continue
+        if got_v in [str(y) for kk, y in args.items() if kk != k]:
+            out.append("other slot")
+        elif got_v.endswith(" " + want_v):  # words before the value taken in ("striking gennar")
+            out.append("more before")
+        elif got_v and (got_v in want_v or want_v in got_v):
+            out.append("part")
+        elif _edits(want_v, got_v) <= max(1, len(want_v) // 4):
+            out.append("misspelt")
+        elif got_v and got_v in message:
+            out.append("other span")
+        else:
+            out.append("other")
     return out
 
 
@@ -121,12 +128,8 @@ def first_word_wrong(got, want) -> bool:
     """For an "argument values" failure: whether a string value starts with another word than the expected
     one ("Paris" for "Parma" and "striking gennar" for "gennar" do; "see see you soon" for "see you soon"
     does not). Rounds 13-15 counted these with a throwaway script: 19-24 of the 600."""
-    for g, w in zip(sorted(got, key=lambda c: c["name"]), sorted(want, key=lambda c: c["name"])):
-        for k, v in w["arguments"].items():
-            x = g["arguments"][k]
-            if isinstance(v, str) and x != v and (str(x).split()[:1] != v.split()[:1]):
-                return True
-    return False
+    return any(isinstance(v, str) and x != v and str(x).split()[:1] != v.split()[:1]
+               for _, _, x, v in value_pairs(got, want))
 
 
 def classify(outcomes, rows) -> dict:

@@ -314,10 +314,10 @@ def main():
             # phase that lasts a few, so a last call can keep --compile for its steps before that phase
             # (their graph loads from the machine's inductor cache in seconds).
             step_fwd = model if qat else fwd
+            rows = qat_micro if qat else micro
             try:
                 opt.zero_grad(set_to_none=True)
                 main_s, mtp_s, index_s = 0.0, 0.0, 0.0
-                rows = qat_micro if qat else micro
                 for s in range(0, a.batch, rows):
                     with torch.autocast(device_type=a.device, dtype=torch.bfloat16, enabled=mixed):
                         main_l, mtp_l, index_l = losses(step_fwd, model, ids[s:s + rows], w[s:s + rows], num,
@@ -331,7 +331,6 @@ def main():
                 break
             except Exception as e:  # noqa: BLE001 (out of memory or a compiled forward's failure)
                 oom, msg = is_oom(e), f"{type(e).__name__}: {str(e)[:300]}"
-                rows = qat_micro if qat else micro
                 if not (oom and rows > 1) and step_fwd is model and not (fast and not qat):
                     raise
             # Past the except block, the traceback and the activations its frames hold are released.
