@@ -92,6 +92,12 @@ if [ -f $carry/widen ] && [ -n "$resume" ]; then
     python3 $S/widen.py --from ${resume#--resume } --inter $(cat $carry/widen) --out $work/widened.pt \
         && resume="--resume $work/widened.pt" || { echo "widen.py failed"; exit 1; }
 fi
+# With CARRY_DIR/deepen (make_carry.sh DEEPEN=SHAPE) the warm start first grows the shape's extra layers
+# (deepen.py, function-preserving; a start already that deep is unchanged). TRAIN_ARGS names the shape.
+if [ -f $carry/deepen ] && [ -n "$resume" ]; then
+    python3 $S/deepen.py --from ${resume#--resume } --shape $(cat $carry/deepen) --out $work/deepened.pt \
+        && resume="--resume $work/deepened.pt" || { echo "deepen.py failed"; exit 1; }
+fi
 python3 $S/train.py --data data --tokenizer run/tokenizer.json --out run --minutes $minutes \
     --total-minutes $total_minutes --stop-at $stop_at $final $keep_args $resume ${TRAIN_ARGS:-} 2>&1 | tee run/train_stdout.log
 echo "after training: $(( $(date +%s) - t0 )) s"

@@ -10,7 +10,13 @@
 # over (respace.py model) before the first call trains.
 # With WIDEN=N (and INIT) the marker file `widen` holds N: gpu_train.sh grows the warm start's experts to N
 # intermediate units (widen.py) before training; pass the matching shape in TRAIN_ARGS (--shape demo-wide).
-# Usage: [RESPACE=1] [WIDEN=N] [CARRY_NAME=demo-train] [PYTHON=python3] make_carry.sh DATA_DIR [INIT]
+# With RESPACE=1, RESPACE_FROM=BPE.json picks the BPE to respace instead of INIT's tokenizer, and MERGES=N
+# keeps its first N merges (respace.py --merges: a smaller vocabulary; respace.py model starts the tokens
+# INIT never had from their pieces).
+# With DEEPEN=SHAPE (and INIT) the marker file `deepen` holds a train.py shape: gpu_train.sh appends the
+# layers it has beyond INIT's (deepen.py, function-preserving) before training; pass --shape SHAPE too.
+# Usage: [RESPACE=1 [RESPACE_FROM=BPE.json] [MERGES=N]] [WIDEN=N] [DEEPEN=SHAPE] [CARRY_NAME=demo-train]
+#        [PYTHON=python3] make_carry.sh DATA_DIR [INIT]
 #   (run from anywhere; writes .carry/CARRY_NAME under the repository root; PYTHON needs numpy with RESPACE)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -29,7 +35,7 @@ if [ -n "${2:-}" ]; then  # a path inside the repository, which travels anyway: 
         # Tokens DATA's training text never uses are dropped (the checkpoint stays under 20 MB); the data
         # is tokenised by onecard here (ONECARD_BIN, default build/onecard) when python lacks `tokenizers`.
         ONECARD_BIN=${ONECARD_BIN:-$root/build/onecard} ${PYTHON:-python3} "$root/scripts/demo_model/respace.py" tokenizer \
-            "$2/tokenizer.json" "$dst/tokenizer.json" --prune-with "$data"
+            "${RESPACE_FROM:-$2/tokenizer.json}" "$dst/tokenizer.json" --prune-with "$data" ${MERGES:+--merges $MERGES}
         touch "$dst/respace"
     else
         cp "$2/tokenizer.json" "$dst/tokenizer.json"
@@ -40,6 +46,10 @@ fi
 if [ -n "${WIDEN:-}" ]; then
     [ -n "${2:-}" ] || { echo "WIDEN needs INIT (the checkpoint whose experts are widened)"; exit 1; }
     echo "$WIDEN" > "$dst/widen"
+fi
+if [ -n "${DEEPEN:-}" ]; then
+    [ -n "${2:-}" ] || { echo "DEEPEN needs INIT (the checkpoint that grows layers)"; exit 1; }
+    echo "$DEEPEN" > "$dst/deepen"
 fi
 du -sh "$dst" "$dst/data.tar.xz"
 # The carry travels with the working tree (tracked and untracked-not-ignored files, models/demo as it is

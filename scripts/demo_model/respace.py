@@ -23,7 +23,10 @@ round 7's data), so the checkpoint stays under 20 MB (19.7 MB with 10,155 ids).
 reads as its space-led token (embedding and hash routes copied) and starts with the mean output row
 (train.py's model.pt, train_meta.json and the new tokenizer.json, for export.py or train.py --resume).
 
-Usage: respace.py tokenizer OLD.json NEW.json [--prune-with DATA]
+--merges N first cuts OLD to its first N merges (`truncate`: the BPE that training would have made with a
+smaller vocabulary); `model` then starts a token the old model never had from its pieces' rows.
+
+Usage: respace.py tokenizer OLD.json NEW.json [--prune-with DATA] [--merges N]
        respace.py model --ckpt models/demo --tokenizer NEW.json --out RUN
        respace.py check OLD.json NEW.json --data DATA [--train-rows N]   (the rule and token counts on DATA's held-out text)
 """
@@ -76,6 +79,37 @@ def respace(tok: dict):
     return out, twins
 
 
+def truncate(tok: dict, n_merges: int) -> dict:
+    """The BPE a training run that stopped after its first `n_merges` merges would have made: the merges
+    are learned in order, most frequent pair first, so a smaller vocabulary of the same data is a prefix
+    of the list. Keeps the added tokens, the byte alphabet and what the kept merges make; ids renumbered
+    in their old order."""
+    from tokenizer_build import byte_alphabet
+    merges = _pairs(tok["model"]["merges"])
+    if not 0 <= n_merges <= len(merges):
+        raise SystemExit(f"truncate: {n_merges} merges asked, the tokenizer has {len(merges)}")
+    keep = {a + b for a, b in merges[:n_merges]} | {a["content"] for a in tok["added_tokens"]} | set(byte_alphabet())
+    out = json.loads(json.dumps(tok))
+    kept = sorted((i, t) for t, i in tok["model"]["vocab"].items() if t in keep)
+    out["model"]["vocab"] = {t: n for n, (_, t) in enumerate(kept)}
+    out["model"]["merges"] = [f"{a} {b}" for a, b in merges[:n_merges]]
+    for a in out["added_tokens"]:
+        a["id"] = out["model"]["vocab"][a["content"]]
+    return out
+
+
+def bpe_pieces(token: str, merges) -> list:
+    """`token` (one pre-token in the byte-level alphabet) split by the BPE `merges` (lowest rank first)."""
+    rank = {p: r for r, p in enumerate(_pairs(merges))}
+    parts = list(token)
+    while len(parts) > 1:
+        r, i = min((rank.get((parts[i], parts[i + 1]), len(rank)), i) for i in range(len(parts) - 1))
+        if r == len(rank):
+            break
+        parts[i:i + 2] = [parts[i] + parts[i + 1]]
+    return parts
+
+
 def twin_pairs(tok: dict):
     """[(twin id, space-led id)] of the respaced tokenizer.json dict `tok`: each twin `respace` appended
     ("Boston", made where a word starts without its space: a DSML value, a line) with its space-led token
@@ -118,22 +152,34 @@ def prune(tok: dict, used_ids) -> dict:
 
 def carry_model(state: dict, old_tok: dict, new_tok: dict) -> dict:
     """The state dict over the new vocabulary, token by token: a token the old vocabulary has keeps its
-    rows; a twin Z reads as " Z" (embedding and hash routes copied)."""
+    rows; a twin Z reads as " Z" (embedding and hash routes copied); any other new token (one a smaller,
+    truncated BPE keeps where the old one had merged further and pruned it) reads as the mean of its
+    pieces under the old BPE, with the first piece's hash routes."""
     import torch
     old_v, new_v = old_tok["model"]["vocab"], new_tok["model"]["vocab"]
-    src = torch.zeros(max(new_v.values()) + 1, dtype=torch.long)
-    twin = torch.zeros(len(src), dtype=torch.bool)
+    n_new = max(new_v.values()) + 1
+    src = torch.zeros(n_new, dtype=torch.long)
+    fresh = torch.zeros(n_new, dtype=torch.bool)  # no row of its own in the old model
+    pieces = {}  # new id -> old ids whose mean embedding it starts with
     for t, i in new_v.items():
-        twin[i] = t not in old_v
-        src[i] = old_v[SPACE + t] if twin[i] else old_v[t]
+        if t in old_v:
+            src[i] = old_v[t]
+        elif SPACE + t in old_v:
+            src[i], fresh[i] = old_v[SPACE + t], True
+        else:
+            pieces[i] = [old_v[p] for p in bpe_pieces(t, old_tok["model"]["merges"])]
+            src[i], fresh[i] = pieces[i][0], True
     out = {}
     for k, v in state.items():
         # dsv4_torch's names: embed, head, layers.N.ffn.gate.tid2eid (the hash routes).
         out[k] = v[src].clone() if k in ("embed", "head") or k.endswith("tid2eid") else v
+    for i, ids in pieces.items():
+        out["embed"][i] = state["embed"][ids].mean(0)
     # Reading a twin is reading its space-led token, but writing one is new: with " Z"'s output row it
     # would take half the probability wherever " Z" is likely. The mean output row gives it the mean
-    # logit, next to nothing wherever the model is sure, until training teaches it where twins go.
-    out["head"][twin] = state["head"].mean(0)
+    # logit, next to nothing wherever the model is sure, until training teaches it where twins go. A
+    # token made of old pieces is written as those pieces until training moves it, for the same reason.
+    out["head"][fresh] = state["head"].mean(0)
     return out
 
 
@@ -182,6 +228,8 @@ def main():
     t.add_argument("--prune-with", default="",
                    help="a make_data.py directory: drop the tokens its training text never uses (data_tokens.Encoder: "
                         "the tokenizers library, or onecard through ONECARD_BIN)")
+    t.add_argument("--merges", type=int, default=None,
+                   help="respace the BPE of OLD's first N merges (a smaller vocabulary of the same training data)")
     m = sub.add_parser("model")
     m.add_argument("--ckpt", required=True, help="an official-format demo checkpoint directory (models/demo)")
     m.add_argument("--tokenizer", required=True, help="respace.py tokenizer's output for that checkpoint's tokenizer")
@@ -198,6 +246,8 @@ def main():
         return
     if a.cmd == "tokenizer":
         old = json.loads(Path(a.old).read_text())
+        if a.merges is not None:
+            old = truncate(old, a.merges)
         new, twins = respace(old)
         if a.prune_with:
             import data_tokens

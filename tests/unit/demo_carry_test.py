@@ -90,6 +90,28 @@ class CarrySize(unittest.TestCase):
         self.assertIn("over the device's limit", res.stdout)
         self.assertEqual(self.carry(limit=carry + tree).returncode, 0)
 
+    def test_deepen_leaves_its_marker_and_needs_init(self):
+        # gpu_train.sh reads the shape from the marker and grows the warm start (deepen.py) before training.
+        data = Path(tempfile.mkdtemp())
+        for name in ("brown_train.jsonl", "brown_test.jsonl", "chat_train.jsonl", "chat_test.jsonl",
+                     "tool_eval.jsonl"):
+            (data / name).write_text("{}\n")
+        dst = ROOT / ".carry" / "demo-carry-deepen-test"
+        env = dict(os.environ, CARRY_NAME=dst.name, DEEPEN="demo-deep")
+        try:
+            res = subprocess.run(["bash", str(CARRY), str(data), str(ROOT / "models" / "demo")], env=env,
+                                 capture_output=True, text=True)
+            self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
+            self.assertEqual((dst / "deepen").read_text().strip(), "demo-deep")
+            self.assertEqual((dst / "init_path").read_text().strip(), "models/demo")
+            self.assertTrue((dst / "scripts" / "deepen.py").exists())
+            res = subprocess.run(["bash", str(CARRY), str(data)], env=env, capture_output=True, text=True)
+            self.assertNotEqual(res.returncode, 0)
+            self.assertIn("DEEPEN needs INIT", res.stdout)
+        finally:
+            shutil.rmtree(dst, ignore_errors=True)
+            shutil.rmtree(data, ignore_errors=True)
+
     def test_untracked_files_travel_too(self):
         # The device sends untracked files git does not ignore; an uncommitted export in models/demo is one.
         probe = ROOT / "tests" / "unit" / f"carry_size_probe_{os.getpid()}.bin"

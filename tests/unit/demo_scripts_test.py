@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """The demo model's data and model scripts (scripts/demo_model): make_data.py --multi-call's trained spans,
 data_tokens.py's weights on them and data_stats.py (with ONECARD_BIN, the onecard binary that renders and
-tokenizes: the real encoder and BPE); make_data.py --keep-out-from; respace.py's tokenizer and model;
-soup.py's weight average; widen.py's function-preserving wider experts; dsv4_torch.py's fused attention
-for train.py --fast against the dense path (numpy and torch: without torch in this python3 the file
-reruns itself under /usr/bin/python3 where Debian's python3-torch lives, else those tests are skipped,
-saying so). The measuring scripts are tested in demo_measure_test.py, tool_gen.py in
+tokenizes: the real encoder and BPE); make_data.py --keep-out-from; respace.py's tokenizer (truncated too) and
+model; soup.py's weight average; widen.py's function-preserving wider experts and deepen.py's added layers;
+dsv4_torch.py's fused attention for train.py --fast against the dense path (numpy and torch: without torch
+in this python3 the file reruns itself under /usr/bin/python3 where Debian's python3-torch lives, else those
+tests are skipped, saying so). The measuring scripts are tested in demo_measure_test.py, tool_gen.py in
 demo_toolgen_test.py."""
 
 import json
@@ -356,6 +356,50 @@ class Respace(unittest.TestCase):
             j = old["model"]["vocab"].get(t, old["model"]["vocab"].get("Ġ" + t))
             self.assertTrue(torch.equal(out["embed"][i], state["embed"][j]), t)
 
+    def test_truncate_keeps_a_prefix_of_the_merges(self):
+        import respace
+        tok = self.tiny()
+        cut = respace.truncate(tok, 4)
+        self.assertEqual(cut["model"]["merges"], self.MERGES[:4])
+        v = cut["model"]["vocab"]
+        self.assertEqual(sorted(v.values()), list(range(len(v))))
+        self.assertEqual(cut["added_tokens"][0]["id"], v["<｜begin▁of▁sentence｜>"])
+        for t in ("ĠB", "os", "ĠBos", "to", "B", "n"):
+            self.assertIn(t, v)
+        for t in ("ĠBosto", "ĠBoston", "Bo", "Ġo"):  # made by the merges cut off
+            self.assertNotIn(t, v)
+        self.assertEqual(_bpe("ĠBoston", cut["model"]["merges"]), ["ĠBos", "to", "n"])
+        for w in ("ĠBoston", "Boston", "Bonn", "onto"):  # respace.bpe_pieces is the reference's BPE
+            self.assertEqual(respace.bpe_pieces(w, self.MERGES), _bpe(w, self.MERGES), w)
+        with self.assertRaises(SystemExit):
+            respace.truncate(tok, len(self.MERGES) + 1)
+
+    @unittest.skipUnless(torch is not None, "respace.carry_model needs torch, which this python3 lacks")
+    def test_a_token_the_old_model_never_had_starts_from_its_pieces(self):
+        # The old vocabulary was pruned: "ĠBos" and its twin "Bos" were merged further and dropped. The
+        # respaced prefix of 4 merges makes them again; "Bos" has no " Bos" to read as, so both start as
+        # the mean of their pieces' embeddings under the old BPE ("ĠB" + "os", "B" + "os").
+        import respace
+        old = respace.prune(respace.respace(self.tiny())[0], [])
+        old_v = old["model"]["vocab"]
+        old["model"]["vocab"].update({t: len(old_v) + i for i, t in enumerate(("ĠB", "os", "B"))
+                                      if t not in old_v})
+        old["model"]["merges"] = ["Ġ B", "o s"]
+        new = respace.respace(respace.truncate(self.tiny(), 4))[0]
+        n_old = len(old["model"]["vocab"])
+        state = {"embed": torch.randn(n_old, 4), "head": torch.randn(n_old, 4),
+                 "layers.0.ffn.gate.tid2eid": torch.arange(2 * n_old).view(n_old, 2)}
+        out = respace.carry_model(state, old, new)
+        nv, ov = new["model"]["vocab"], old["model"]["vocab"]
+        for t, pieces in (("ĠBos", ["ĠB", "os"]), ("Bos", ["B", "os"])):
+            self.assertNotIn(t, ov)
+            rows = state["embed"][[ov[p] for p in pieces]]
+            self.assertTrue(torch.allclose(out["embed"][nv[t]], rows.mean(0)), t)
+            self.assertTrue(torch.equal(out["layers.0.ffn.gate.tid2eid"][nv[t]],
+                                        state["layers.0.ffn.gate.tid2eid"][ov[pieces[0]]]))
+            self.assertTrue(torch.allclose(out["head"][nv[t]], state["head"].mean(0)))
+        self.assertTrue(torch.equal(out["head"][nv["os"]], state["head"][ov["os"]]))  # an old token keeps its rows
+
     @unittest.skipUnless(ONECARD and os.path.exists(ONECARD), "needs ONECARD_BIN (ctest sets it)")
     def test_the_shipped_demo_tokenizer_keeps_the_rule_through_onecard(self):
         # models/demo (round 7 on) ships a respaced tokenizer: a word written without its leading space
@@ -543,6 +587,98 @@ class Widen(unittest.TestCase):
             widen.widen(wide, 128)  # narrower
         with self.assertRaises(SystemExit):
             widen.widen({"embed.weight": torch.zeros(4, 4)}, 256)
+
+
+@unittest.skipUnless(torch is not None, "deepen.py needs torch, which this python3 lacks")
+class Deepen(unittest.TestCase):
+    """deepen.py (NEXT_RUN round 17): appended copies of trained layers, outputs zero and streams unmixed,
+    compute what the shallower model did (to the ~1e-4 the identity stream mix leaves); a nonzero output
+    weight in a new layer would show, so the comparison can fail."""
+
+    DIMS = dict(vocab_size=256, hidden_size=128, num_attention_heads=2, head_dim=128, qk_rope_head_dim=64,
+                q_lora_rank=128, o_groups=1, o_lora_rank=128, sliding_window=32, index_n_heads=2, index_head_dim=128,
+                index_topk=4, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=128, num_hash_layers=1)
+    DEEP = [0, 4, 128, 4, 128, 0]
+
+    def setUp(self):
+        from dsv4_torch import Config, DeepSeekV4, Numerics, init_weights
+        self.Config, self.DeepSeekV4, self.Numerics = Config, DeepSeekV4, Numerics
+        torch.manual_seed(0)
+        self.shallow = DeepSeekV4(Config(num_hidden_layers=3, compress_ratios=[0, 4, 128, 0], **self.DIMS))
+        init_weights(self.shallow, seed=5)
+        with torch.no_grad():  # init leaves the outputs small; make every layer matter to the logits
+            for k, v in self.shallow.named_parameters():
+                if k.endswith(("w2.weight", "wo_b.weight")):
+                    v.normal_(0.0, 0.05)
+        self.tokens = torch.randint(2, 256, (1, 96))
+
+    def logits(self, model, num):
+        with torch.no_grad():
+            return model(self.tokens, num)[0]
+
+    def test_deeper_model_computes_the_same(self):
+        import deepen
+        state = deepen.deepen(self.shallow.state_dict(), self.DEEP, 1, 4)
+        deep = self.DeepSeekV4(self.Config(num_hidden_layers=5, compress_ratios=self.DEEP, **self.DIMS))
+        deep.load_state_dict(state, strict=True)
+        for num in (self.Numerics("exact"), self.Numerics("reference", quantize_weights=True)):
+            a, b = self.logits(self.shallow, num), self.logits(deep, num)
+            self.assertLess(((a - b).norm() / a.norm()).item(), 1e-3)
+        # Layer 3 copies layer 1 (ratio 4, its indexer too), layer 4 layer 2; their outputs start at 0.
+        self.assertTrue(torch.equal(state["layers.3.attn.indexer.wq_b.weight"],
+                                    state["layers.1.attn.indexer.wq_b.weight"]))
+        self.assertTrue(torch.equal(state["layers.4.attn.wkv.weight"], state["layers.2.attn.wkv.weight"]))
+        self.assertEqual(state["layers.4.attn.wo_b.weight"].abs().max().item(), 0.0)
+        self.assertEqual(state["layers.3.ffn.shared_experts.w2.weight"].abs().max().item(), 0.0)
+        # Power: one nonzero output weight in a new layer moves the logits.
+        with torch.no_grad():
+            deep.layers[4].ffn.shared_experts.w2.weight.normal_(0.0, 0.05)
+        c = self.logits(deep, self.Numerics("exact"))
+        a = self.logits(self.shallow, self.Numerics("exact"))
+        self.assertGreater(((c - a).norm() / a.norm()).item(), 1e-2)
+
+    def test_idempotent_and_refusals(self):
+        import deepen
+        state = self.shallow.state_dict()
+        same = deepen.deepen(state, [0, 4, 128, 0], 1, 4)
+        self.assertTrue(all(same[k] is state[k] for k in state) and same.keys() == state.keys())
+        with self.assertRaises(SystemExit):
+            deepen.deepen(state, [0, 4, 0], 1, 4)  # shallower
+        with self.assertRaises(SystemExit):
+            deepen.deepen(state, [0, 4, 128, 0, 0], 1, 4)  # ratio 0 only in the hash-routed layer
+
+    @unittest.skipUnless(ONECARD and os.path.exists(ONECARD) and np is not None,
+                         "needs ONECARD_BIN (ctest sets it) and numpy")
+    def test_deepened_demo_model_exports_and_onecard_computes_the_same(self):
+        # The shipped model grown to demo-deep, exported in the official format and run by onecard's CPU
+        # forward with the reference numerics: the logits of the shipped model, to the identity mix's 1e-4.
+        import train
+        root = Path(__file__).resolve().parents[2]
+        demo = root / "models" / "demo"
+        with tempfile.TemporaryDirectory() as d:
+            d = Path(d)
+            run = d / "run"
+            run.mkdir()
+            r = subprocess.run([sys.executable, str(root / "scripts/demo_model/deepen.py"), "--from", str(demo),
+                                "--shape", "demo-deep", "--out", str(run / "model.pt")], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+            vocab = json.loads((demo / "config.json").read_text())["vocab_size"]
+            (run / "train_meta.json").write_text(json.dumps({"config": dict(vocab_size=vocab,
+                                                                            **train.SHAPES["demo-deep"])}))
+            (run / "tokenizer.json").write_bytes((demo / "tokenizer.json").read_bytes())
+            subprocess.run([sys.executable, str(root / "scripts/demo_model/export.py"), "--run", str(run), "--onecard",
+                            ONECARD, "--out", str(d / "ckpt")], check=True, capture_output=True)
+            self.assertEqual(json.loads((d / "ckpt" / "config.json").read_text())["num_hidden_layers"], 8)
+            g = torch.Generator().manual_seed(2)
+            tokens = ",".join(str(t) for t in torch.randint(2, vocab, (48,), generator=g).tolist())
+            got = {}
+            for name, ckpt in (("shallow", demo), ("deep", d / "ckpt")):
+                subprocess.run([ONECARD, "logits", "--model", str(ckpt), "--tokens", tokens, "--numerics", "reference",
+                                "--out", str(d / f"{name}.npy")], check=True, capture_output=True)
+                got[name] = np.load(d / f"{name}.npy")
+        a, b = got["shallow"], got["deep"]
+        self.assertEqual(a.shape, b.shape)
+        self.assertLess(float(np.linalg.norm(a - b) / np.linalg.norm(a)), 1e-3)
 
 
 @unittest.skipUnless(torch is not None and np is not None and ONECARD and os.path.exists(ONECARD),
