@@ -53,6 +53,15 @@ def load_config(ckpt: Path) -> Config:
     return Config.from_official(json.loads((ckpt / "config.json").read_text()))
 
 
+def config_of(path: Path) -> Config:
+    """The Config of what load_weights(path) reads: a checkpoint's config.json, or a model.pt's
+    train_meta.json beside it (train.py's, respace.py model's)."""
+    path = Path(path)
+    if path.is_dir():
+        return load_config(path)
+    return Config(**json.loads((path.parent / "train_meta.json").read_text())["config"])
+
+
 def load_model(ckpt: Path) -> DeepSeekV4:
     cfg = load_config(ckpt)
     model = DeepSeekV4(cfg)

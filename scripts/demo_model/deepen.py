@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Function-preserving extra layers for the demo model (written for onecard; NEXT_RUN.md round 17): a trained
 6-layer model grows to a deeper shape (train.py --shape demo-deep: one more CSA and HCA pair), and the deeper
-model computes what the old one did (logits to about 2e-4 relative; round 10: 2.2e-4) until training moves
+model computes what the old one did (logits to about 2e-4 relative; round 10: 2.1e-4, --check) until training moves
 the new layers.
 
 Why: twelve candidates warm from round 10 sit at 515-531 of the 600 held-out tool requests whatever the data
@@ -19,11 +19,17 @@ then
   each other one (exact 0 would need an infinite logit). The trained layers' own diagonals are about 3.
 Zero weights quantise to zero (quant.py floors a block's amax at 1e-4), so the exported model keeps this.
 
-Usage: deepen.py --from CKPT_OR_MODEL_PT --shape demo-deep --out OUT.pt
+Usage: deepen.py --from CKPT_OR_MODEL_PT --shape demo-deep --out RUN/model.pt [--check N]
+Beside OUT it writes train_meta.json (the source's config, as deep as the shape) and the source's
+tokenizer.json when it has one, so export.py --run RUN takes the result. --check N prints how far the deeper
+model's logits are from the source's on N random tokens (exact numerics; docs/results.md quotes it).
 A state already as deep as the shape is written unchanged (a second device call resumes from the first's).
 """
 import argparse
+import dataclasses
+import json
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -68,6 +74,19 @@ def deepen(state: dict, ratios: list, num_hash_layers: int, hc_mult: int) -> dic
     return out
 
 
+def logit_distance(shallow: dict, deep: dict, cfg_shallow, cfg_deep, n_tokens: int) -> float:
+    """|logits(deep) - logits(shallow)| / |logits(shallow)| over n_tokens random tokens (seed 0), exact numerics."""
+    from dsv4_torch import DeepSeekV4, Numerics
+    tokens = torch.randint(2, cfg_shallow.vocab_size, (1, n_tokens), generator=torch.Generator().manual_seed(0))
+    logits = []
+    for cfg, state in ((cfg_shallow, shallow), (cfg_deep, deep)):
+        model = DeepSeekV4(cfg)
+        model.load_state_dict(state, strict=True)
+        with torch.no_grad():
+            logits.append(model(tokens, Numerics("exact"))[0])
+    return ((logits[1] - logits[0]).norm() / logits[0].norm()).item()
+
+
 def main():
     import train  # the shapes' one home
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -75,17 +94,26 @@ def main():
                     help="an official-format checkpoint directory (dequantised) or a train.py model.pt")
     ap.add_argument("--shape", required=True, choices=list(train.SHAPES), help="the deeper train.py shape")
     ap.add_argument("--out", required=True, help="the deeper weights, a model.pt for train.py --resume")
+    ap.add_argument("--check", type=int, default=0, metavar="N", help="print the logits' distance on N tokens")
     a = ap.parse_args()
-    shape = train.SHAPES[a.shape]
-    from dsv4_torch import Config
-    hc = Config(vocab_size=1, **shape).hc_mult
-    state = checkpoint_io.load_weights(Path(a.src))
-    ratios = shape["compress_ratios"]
-    n_old = layer_count(state)
-    deep = deepen(state, ratios, shape["num_hash_layers"], hc)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    torch.save(deep, a.out)
-    print(f"deepen: {n_old} -> {len(ratios) - 1} layers (ratios {ratios}) -> {a.out}")
+    shape, src, out = train.SHAPES[a.shape], Path(a.src), Path(a.out)
+    cfg = checkpoint_io.config_of(src)
+    deep_cfg = dataclasses.replace(cfg, num_hidden_layers=shape["num_hidden_layers"],
+                                   compress_ratios=list(shape["compress_ratios"]))
+    state = checkpoint_io.load_weights(src)
+    deep = deepen(state, deep_cfg.compress_ratios, deep_cfg.num_hash_layers, deep_cfg.hc_mult)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(deep, out)
+    (out.parent / "train_meta.json").write_text(json.dumps(
+        {"config": dataclasses.asdict(deep_cfg), "deepened_from": str(src)}, indent=1))
+    tokenizer = (src if src.is_dir() else src.parent) / "tokenizer.json"
+    if tokenizer.exists() and tokenizer.resolve() != (out.parent / "tokenizer.json").resolve():
+        shutil.copyfile(tokenizer, out.parent / "tokenizer.json")
+    print(f"deepen: {cfg.num_hidden_layers} -> {deep_cfg.num_hidden_layers} layers "
+          f"(ratios {deep_cfg.compress_ratios}) -> {out}")
+    if a.check:
+        print(f"deepen: logits' relative distance from the source's over {a.check} tokens: "
+              f"{logit_distance(state, deep, cfg, deep_cfg, a.check):.3g}")
 
 
 if __name__ == "__main__":

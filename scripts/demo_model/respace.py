@@ -89,18 +89,17 @@ def truncate(tok: dict, n_merges: int) -> dict:
     if not 0 <= n_merges <= len(merges):
         raise SystemExit(f"truncate: {n_merges} merges asked, the tokenizer has {len(merges)}")
     keep = {a + b for a, b in merges[:n_merges]} | {a["content"] for a in tok["added_tokens"]} | set(byte_alphabet())
-    out = json.loads(json.dumps(tok))
-    kept = sorted((i, t) for t, i in tok["model"]["vocab"].items() if t in keep)
-    out["model"]["vocab"] = {t: n for n, (_, t) in enumerate(kept)}
-    out["model"]["merges"] = [f"{a} {b}" for a, b in merges[:n_merges]]
-    for a in out["added_tokens"]:
-        a["id"] = out["model"]["vocab"][a["content"]]
-    return out
+    return _subset(tok, keep, [f"{a} {b}" for a, b in merges[:n_merges]])
 
 
-def bpe_pieces(token: str, merges) -> list:
-    """`token` (one pre-token in the byte-level alphabet) split by the BPE `merges` (lowest rank first)."""
-    rank = {p: r for r, p in enumerate(_pairs(merges))}
+def merge_ranks(merges) -> dict:
+    """{(left, right): rank} of a tokenizer.json's merge list, for bpe_pieces."""
+    return {p: r for r, p in enumerate(_pairs(merges))}
+
+
+def bpe_pieces(token: str, rank: dict) -> list:
+    """`token` (one pre-token in the byte-level alphabet) split by the BPE of `rank` (merge_ranks; the
+    lowest-ranked pair merges first)."""
     parts = list(token)
     while len(parts) > 1:
         r, i = min((rank.get((parts[i], parts[i + 1]), len(rank)), i) for i in range(len(parts) - 1))
@@ -140,11 +139,17 @@ def prune(tok: dict, used_ids) -> dict:
             needed.add(t)
             stack.extend(p for ab in makers.get(t, []) for p in ab)
     keep = needed | {a["content"] for a in tok["added_tokens"]} | set(byte_alphabet())
+    return _subset(tok, keep, [m for m in tok["model"]["merges"] if m.replace(" ", "", 1) in keep
+                               and all(p in keep for p in m.split(" "))])
+
+
+def _subset(tok: dict, keep: set, merges: list) -> dict:
+    """`tok` with only the tokens in `keep` (ids renumbered in their old order, the added tokens' ids with
+    them) and `merges`."""
     out = json.loads(json.dumps(tok))
-    kept = sorted((i, t) for t, i in vocab.items() if t in keep)
+    kept = sorted((i, t) for t, i in tok["model"]["vocab"].items() if t in keep)
     out["model"]["vocab"] = {t: n for n, (_, t) in enumerate(kept)}
-    out["model"]["merges"] = [m for m in tok["model"]["merges"] if m.replace(" ", "", 1) in keep
-                              and all(p in keep for p in m.split(" "))]
+    out["model"]["merges"] = merges
     for a in out["added_tokens"]:
         a["id"] = out["model"]["vocab"][a["content"]]
     return out
@@ -161,13 +166,14 @@ def carry_model(state: dict, old_tok: dict, new_tok: dict) -> dict:
     src = torch.zeros(n_new, dtype=torch.long)
     fresh = torch.zeros(n_new, dtype=torch.bool)  # no row of its own in the old model
     pieces = {}  # new id -> old ids whose mean embedding it starts with
+    rank = merge_ranks(old_tok["model"]["merges"])
     for t, i in new_v.items():
         if t in old_v:
             src[i] = old_v[t]
         elif SPACE + t in old_v:
             src[i], fresh[i] = old_v[SPACE + t], True
         else:
-            pieces[i] = [old_v[p] for p in bpe_pieces(t, old_tok["model"]["merges"])]
+            pieces[i] = [old_v[p] for p in bpe_pieces(t, rank)]
             src[i], fresh[i] = pieces[i][0], True
     out = {}
     for k, v in state.items():
@@ -177,8 +183,8 @@ def carry_model(state: dict, old_tok: dict, new_tok: dict) -> dict:
         out["embed"][i] = state["embed"][ids].mean(0)
     # Reading a twin is reading its space-led token, but writing one is new: with " Z"'s output row it
     # would take half the probability wherever " Z" is likely. The mean output row gives it the mean
-    # logit, next to nothing wherever the model is sure, until training teaches it where twins go. A
-    # token made of old pieces is written as those pieces until training moves it, for the same reason.
+    # logit, next to nothing wherever the model is sure, until training teaches it where twins go. A token
+    # made of old pieces gets the mean row too: the model goes on writing the pieces until training moves it.
     out["head"][fresh] = state["head"].mean(0)
     return out
 

@@ -370,7 +370,7 @@ class Respace(unittest.TestCase):
             self.assertNotIn(t, v)
         self.assertEqual(_bpe("ĠBoston", cut["model"]["merges"]), ["ĠBos", "to", "n"])
         for w in ("ĠBoston", "Boston", "Bonn", "onto"):  # respace.bpe_pieces is the reference's BPE
-            self.assertEqual(respace.bpe_pieces(w, self.MERGES), _bpe(w, self.MERGES), w)
+            self.assertEqual(respace.bpe_pieces(w, respace.merge_ranks(self.MERGES)), _bpe(w, self.MERGES), w)
         with self.assertRaises(SystemExit):
             respace.truncate(tok, len(self.MERGES) + 1)
 
@@ -492,6 +492,25 @@ class Soup(unittest.TestCase):
             self.assertIn("--runs takes two or more runs", r.stderr)
 
 
+def _export_beside_demo(d: Path, run: Path):
+    """export.py's checkpoint of `run` (model.pt, train_meta.json, tokenizer.json) in d/ckpt, and onecard's
+    reference-numerics logits of models/demo and of it on the same 48 random tokens: (config.json of the
+    export, demo's logits, the export's logits)."""
+    root = Path(__file__).resolve().parents[2]
+    demo = root / "models" / "demo"
+    subprocess.run([sys.executable, str(root / "scripts/demo_model/export.py"), "--run", str(run), "--onecard",
+                    ONECARD, "--out", str(d / "ckpt")], check=True, capture_output=True)
+    vocab = json.loads((demo / "config.json").read_text())["vocab_size"]
+    g = torch.Generator().manual_seed(2)
+    tokens = ",".join(str(t) for t in torch.randint(2, vocab, (48,), generator=g).tolist())
+    got = []
+    for name, ckpt in (("demo", demo), ("export", d / "ckpt")):
+        subprocess.run([ONECARD, "logits", "--model", str(ckpt), "--tokens", tokens, "--numerics", "reference",
+                        "--out", str(d / f"{name}.npy")], check=True, capture_output=True)
+        got.append(np.load(d / f"{name}.npy"))
+    return json.loads((d / "ckpt" / "config.json").read_text()), got[0], got[1]
+
+
 @unittest.skipUnless(torch is not None, "widen.py needs torch, which this python3 lacks")
 class Widen(unittest.TestCase):
     """widen.py (NEXT_RUN round 14): experts grown from 128 to 256 intermediate units compute what the
@@ -557,23 +576,15 @@ class Widen(unittest.TestCase):
             subprocess.run([sys.executable, str(root / "scripts/demo_model/widen.py"), "--from", str(demo), "--inter",
                             "256", "--out", str(run / "model.pt")], check=True, capture_output=True)
             vocab = json.loads((demo / "config.json").read_text())["vocab_size"]
-            config = dict(vocab_size=vocab, **train.SHAPES["demo-wide"])
-            (run / "train_meta.json").write_text(json.dumps({"config": config}))
+            (run / "train_meta.json").write_text(json.dumps({"config": dict(vocab_size=vocab,
+                                                                            **train.SHAPES["demo-wide"])}))
             (run / "tokenizer.json").write_bytes((demo / "tokenizer.json").read_bytes())
-            subprocess.run([sys.executable, str(root / "scripts/demo_model/export.py"), "--run", str(run), "--onecard",
-                            ONECARD, "--out", str(d / "ckpt")], check=True, capture_output=True)
-            self.assertEqual(json.loads((d / "ckpt" / "config.json").read_text())["moe_intermediate_size"], 256)
-            g = torch.Generator().manual_seed(2)
-            tokens = ",".join(str(t) for t in torch.randint(2, vocab, (48,), generator=g).tolist())
-            got = {}
-            for name, ckpt in (("narrow", demo), ("wide", d / "ckpt")):
-                subprocess.run([ONECARD, "logits", "--model", str(ckpt), "--tokens", tokens, "--numerics", "reference",
-                                "--out", str(d / f"{name}.npy")], check=True, capture_output=True)
-                got[name] = np.load(d / f"{name}.npy")
-        self.assertEqual(got["narrow"].shape, got["wide"].shape)
+            config, narrow, wide = _export_beside_demo(d, run)
+        self.assertEqual(config["moe_intermediate_size"], 256)
+        self.assertEqual(narrow.shape, wide.shape)
         # Exactly: the new units add exact zeros (docs/results.md quotes this test).
-        diff = float(np.abs(got["narrow"] - got["wide"]).max())
-        self.assertTrue(np.array_equal(got["narrow"], got["wide"]), diff)
+        diff = float(np.abs(narrow - wide).max())
+        self.assertTrue(np.array_equal(narrow, wide), diff)
 
     def test_idempotent_and_refusals(self):
         import widen
@@ -662,21 +673,13 @@ class Deepen(unittest.TestCase):
             r = subprocess.run([sys.executable, str(root / "scripts/demo_model/deepen.py"), "--from", str(demo),
                                 "--shape", "demo-deep", "--out", str(run / "model.pt")], capture_output=True, text=True)
             self.assertEqual(r.returncode, 0, r.stderr[-2000:])
-            vocab = json.loads((demo / "config.json").read_text())["vocab_size"]
-            (run / "train_meta.json").write_text(json.dumps({"config": dict(vocab_size=vocab,
-                                                                            **train.SHAPES["demo-deep"])}))
-            (run / "tokenizer.json").write_bytes((demo / "tokenizer.json").read_bytes())
-            subprocess.run([sys.executable, str(root / "scripts/demo_model/export.py"), "--run", str(run), "--onecard",
-                            ONECARD, "--out", str(d / "ckpt")], check=True, capture_output=True)
-            self.assertEqual(json.loads((d / "ckpt" / "config.json").read_text())["num_hidden_layers"], 8)
-            g = torch.Generator().manual_seed(2)
-            tokens = ",".join(str(t) for t in torch.randint(2, vocab, (48,), generator=g).tolist())
-            got = {}
-            for name, ckpt in (("shallow", demo), ("deep", d / "ckpt")):
-                subprocess.run([ONECARD, "logits", "--model", str(ckpt), "--tokens", tokens, "--numerics", "reference",
-                                "--out", str(d / f"{name}.npy")], check=True, capture_output=True)
-                got[name] = np.load(d / f"{name}.npy")
-        a, b = got["shallow"], got["deep"]
+            # deepen.py wrote the run's train_meta.json (the deeper config) and tokenizer.json beside it.
+            meta = json.loads((run / "train_meta.json").read_text())["config"]
+            self.assertEqual((meta["num_hidden_layers"], meta["compress_ratios"]),
+                             (8, train.SHAPES["demo-deep"]["compress_ratios"]))
+            self.assertEqual((run / "tokenizer.json").read_bytes(), (demo / "tokenizer.json").read_bytes())
+            config, a, b = _export_beside_demo(d, run)
+        self.assertEqual(config["num_hidden_layers"], 8)
         self.assertEqual(a.shape, b.shape)
         self.assertLess(float(np.linalg.norm(a - b) / np.linalg.norm(a)), 1e-3)
 
