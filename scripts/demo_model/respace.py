@@ -28,7 +28,8 @@ smaller vocabulary); `model` then starts a token the old model never had from it
 
 Usage: respace.py tokenizer OLD.json NEW.json [--prune-with DATA] [--merges N]
        respace.py model --ckpt models/demo --tokenizer NEW.json --out RUN
-       respace.py check OLD.json NEW.json --data DATA [--train-rows N]   (the rule and token counts on DATA's held-out text)
+       respace.py check OLD.json NEW.json --data DATA [--train-rows N]
+           (the rule and token counts on DATA's held-out text)
 """
 
 import argparse
@@ -270,17 +271,17 @@ def main():
         return
     import torch
     import checkpoint_io
-    import train
-    from dsv4_torch import Config
+    import dataclasses
     ckpt, out = Path(a.ckpt), Path(a.out)
     old_tok = json.loads((ckpt / "tokenizer.json").read_text())
     new_tok = json.loads(Path(a.tokenizer).read_text())
     state = carry_model(checkpoint_io.load_weights(ckpt), old_tok, new_tok)
-    cfg = Config(vocab_size=max(new_tok["model"]["vocab"].values()) + 1, **train.SHAPES["demo"])
+    # The source's own shape (a deepened or widened checkpoint keeps its layers), only the vocabulary new.
+    cfg = dataclasses.replace(checkpoint_io.config_of(ckpt), vocab_size=max(new_tok["model"]["vocab"].values()) + 1)
     out.mkdir(parents=True, exist_ok=True)
     torch.save(state, out / "model.pt")
     (out / "train_meta.json").write_text(json.dumps(
-        {"config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}, "respaced_from": str(ckpt)}, indent=1))
+        {"config": dataclasses.asdict(cfg), "respaced_from": str(ckpt)}, indent=1))
     (out / "tokenizer.json").write_text(json.dumps(new_tok, ensure_ascii=False))
     print(f"wrote {out}: vocabulary {cfg.vocab_size}")
 

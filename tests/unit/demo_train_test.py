@@ -18,15 +18,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts" / "demo_model"))
+from torch_python import torch_or_rerun  # noqa: E402  (tests/unit, this file's directory)
 
-try:
-    import torch
-except ImportError:
-    torch = None
-    other = "/usr/bin/python3"
-    if (os.path.realpath(sys.executable) != os.path.realpath(other) and os.path.exists(other) and
-            subprocess.run([other, "-c", "import torch"], capture_output=True).returncode == 0):
-        os.execv(other, [other, __file__] + sys.argv[1:])
+torch = torch_or_rerun(__file__)
 
 ONECARD = os.environ.get("ONECARD_BIN", "")
 EOS = "<｜end▁of▁sentence｜>"
