@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import data_tokens  # noqa: E402
 import tool_gen  # noqa: E402
+import tool_natural  # noqa: E402
 
 SCHEMA_NAME = re.compile(r'\{"name": "([^"]+)", "description"')
 CALL_NAME = re.compile(r'invoke name="([^"]*)"')
@@ -61,7 +62,7 @@ def stats(rows):
     fixtures = set(json.loads(VALIDATE_FIXTURES.read_text())["tools"])
     for row in rows:
         for name in CALL_NAME.findall(row["prompt"] + row["completion"]):
-            called["natural_extra"] += name in tool_gen.NATURAL_EXTRA
+            called["natural_extra"] += name in tool_natural.NATURAL_EXTRA
             called["validate_fixture_tools"] += name in fixtures
         last_turn = (USER_TURN.findall(row["prompt"]) or [""])[-1]
         for v in RAW_VALUE.findall(row["completion"]):
@@ -83,7 +84,7 @@ def stats(rows):
                 request_forms[form] += len(pattern.findall(turn))
         if row.get("kind") == "tools":
             names.update(SCHEMA_NAME.findall(row["prompt"]))
-    generated = [n for n in names if n not in tool_gen.NATURAL and n not in tool_gen.NATURAL_EXTRA]
+    generated = [n for n in names if n not in tool_natural.NATURAL and n not in tool_natural.NATURAL_EXTRA]
     retrieve = [n for n in generated if n.split("_")[0] in tool_gen.RETRIEVE and "_" in n]
     return {"rows": len(rows), "rows_by_kind": dict(sorted(kinds.items())), "rows_with_trained_earlier_turns": spanned,
             "offered_tool_names": len(names),

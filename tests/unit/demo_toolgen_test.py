@@ -11,6 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "demo_model"))
 import tool_gen  # noqa: E402
+import tool_natural  # noqa: E402
 
 
 def call(name, **args):
@@ -25,13 +26,13 @@ class NaturalTools(unittest.TestCase):
         tool_gen.set_runs([["the", "report", "is", "ready", "for", "Monday"]])  # NATURAL_EXTRA's sentences
 
     def test_no_natural_tool_shares_a_name_or_a_domain_word_with_a_held_out_one(self):
-        self.assertFalse(set(tool_gen.NATURAL) & set(tool_gen.HELD_OUT))
-        self.assertFalse(set(tool_gen.NATURAL_EXTRA) & (set(tool_gen.HELD_OUT) | set(tool_gen.NATURAL)))
+        self.assertFalse(set(tool_natural.NATURAL) & set(tool_gen.HELD_OUT))
+        self.assertFalse(set(tool_natural.NATURAL_EXTRA) & (set(tool_gen.HELD_OUT) | set(tool_natural.NATURAL)))
         fixtures = Path(__file__).resolve().parents[2] / "tools" / "onecard" / "data" / "tool_fixtures.json"
         validate_tools = set(json.loads(fixtures.read_text())["tools"])
         self.assertIn("get_weather", validate_tools)  # the file is what this reads it as
-        self.assertFalse(set(tool_gen.NATURAL_EXTRA) & validate_tools)
-        for name in list(tool_gen.NATURAL) + list(tool_gen.NATURAL_EXTRA):
+        self.assertFalse(set(tool_natural.NATURAL_EXTRA) & validate_tools)
+        for name in list(tool_natural.NATURAL) + list(tool_natural.NATURAL_EXTRA):
             for word in ("weather", "time", "timer", "stock", "currency", "calculate", "web", "email", "translate",
                          "reminder"):
                 self.assertNotIn(word, name.split("_"), name)
@@ -39,8 +40,8 @@ class NaturalTools(unittest.TestCase):
     def test_requests_hold_every_value_and_the_schema_its_parameters(self):
         import random
         r = random.Random(11)
-        for name in sorted(tool_gen.NATURAL) + sorted(tool_gen.NATURAL_EXTRA):
-            tool = tool_gen.natural_tool(name)
+        for name in sorted(tool_natural.NATURAL) + sorted(tool_natural.NATURAL_EXTRA):
+            tool = tool_natural.natural_tool(name)
             schema = tool_gen.tool_schema(tool)["function"]
             self.assertEqual(set(schema["parameters"]["properties"]), {p["name"] for p in tool["params"]})
             for p in tool["params"]:
