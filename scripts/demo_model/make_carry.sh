@@ -28,7 +28,8 @@ cp "$root/scripts/golden/ckpt_reader.py" "$dst/scripts/"
 cp "$root/scripts/golden/ckpt_reader.py" "$dst/golden/"
 files=$(cd "$data" && ls brown_train.jsonl brown_test.jsonl chat_train.jsonl chat_test.jsonl tool_eval.jsonl)
 # xz: the carry travels with the tracked tree (64 MiB in all), and xz packs the JSON text ~1/3 smaller.
-tar -cf - -C "$data" $files | xz -T2 -6 > "$dst/data.tar.xz"
+# No times or owners in the archive: the same data packs to the same bytes (and size) every time.
+tar -cf - --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$data" $files | xz -T2 -6 > "$dst/data.tar.xz"
 if [ -n "${2:-}" ]; then  # a path inside the repository, which travels anyway: recorded, not copied
     (cd "$root" && realpath --relative-to=. "$2") > "$dst/init_path"
     if [ "${RESPACE:-0}" = 1 ]; then
