@@ -206,7 +206,13 @@ def main():
               flush=True)
     else:
         if a.resume:
-            model.load_state_dict(checkpoint_io.load_weights(Path(a.resume)), strict=False)
+            # Every weight must fit: a checkpoint deeper than --shape (an 8-layer one under the default "demo")
+            # would otherwise lose its extra layers without a word, and a shallower one keep random layers.
+            missing, unexpected = model.load_state_dict(checkpoint_io.load_weights(Path(a.resume)), strict=False)
+            if missing or unexpected:
+                raise SystemExit(f"--resume {a.resume} does not fit --shape {a.shape}: {len(missing)} weights "
+                                 f"missing {missing[:3]}, {len(unexpected)} unexpected {unexpected[:3]}; pass "
+                                 f"the shape it was trained with")
             print(f"resumed from {a.resume}", flush=True)
         if a.tie_twins:  # offsets from the loaded rows: the pairs' mean difference
             model.tie_twins(pairs[:, 0], pairs[:, 1])

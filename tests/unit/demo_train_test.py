@@ -6,6 +6,7 @@ untied model (export.py, evaluate.py) computes what the tied one did; train.py t
 Rows per forward across calls: the steps before the quantisation-aware phase and that phase keep separate
 counts, so a QAT phase that starts in a later call begins at the full --batch (halving only if it runs out of
 memory itself); round 15's eager QAT phase, sharing the compiled steps' count, fell to 8 (53 steps in 2.8 min).
+--resume takes only weights that fit --shape: an 8-layer checkpoint under a shallower shape stops it.
 Needs torch (reruns itself under /usr/bin/python3, Debian's python3-torch, else skipped saying so)."""
 
 import json
@@ -131,17 +132,22 @@ def tiny_train(d: Path, tok: dict, calls):
               "completion": f"the {w} there." + EOS, "kind": "chat"} for w in ("sea", "thin", "other")]
     (data / "chat_train.jsonl").write_text("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in chats))
     (data / "brown_train.jsonl").write_text(json.dumps({"text": "the thing the other thought"}) + "\n")
-    env = dict(os.environ, ONECARD_BIN=ONECARD, OMP_NUM_THREADS="2")
-    base = [sys.executable, str(ROOT / "scripts" / "demo_model" / "train.py"), "--data", str(data),
-            "--tokenizer", str(d / "tok.json"), "--shape", "dry", "--seq", "64", "--batch", "2",
-            "--minutes", "5", "--warmup", "1", "--device", "cpu", "--state-dir", str(d / "keep")]
     done = []
     for extra, out in calls:
-        r = subprocess.run(base + extra + ["--out", str(d / out)], env=env, capture_output=True, text=True,
-                           timeout=600)
+        r = run_train(d, extra + ["--state-dir", str(d / "keep")], out)
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
         done.append(r)
     return done
+
+
+def run_train(d: Path, extra, out):
+    """One train.py call on tiny_train's data in d (the dry shape, batch 2, on the CPU)."""
+    env = dict(os.environ, ONECARD_BIN=ONECARD, OMP_NUM_THREADS="2")
+    base = [sys.executable, str(ROOT / "scripts" / "demo_model" / "train.py"), "--data", str(d / "data"),
+            "--tokenizer", str(d / "tok.json"), "--shape", "dry", "--seq", "64", "--batch", "2",
+            "--minutes", "5", "--warmup", "1", "--device", "cpu"]
+    return subprocess.run(base + extra + ["--out", str(d / out)], env=env, capture_output=True, text=True,
+                          timeout=600)
 
 
 @unittest.skipUnless(torch is not None and ONECARD and os.path.exists(ONECARD),
@@ -190,6 +196,29 @@ class QatRowsPerForward(unittest.TestCase):
             self.assertEqual((meta["steps"], meta["qat_from_step"]), (4, 2))
             self.assertEqual((meta["micro"], meta["qat_micro"]), (1, 2))  # the QAT phase ran the whole batch
             self.assertFalse(meta["compiled"])
+
+
+@unittest.skipUnless(torch is not None and ONECARD and os.path.exists(ONECARD),
+                     "needs torch and ONECARD_BIN (ctest sets it; onecard tokenizes for train.py here)")
+class ResumeFits(unittest.TestCase):
+    def test_resume_refuses_weights_that_do_not_fit_the_shape(self):
+        # Round 18 resumes an 8-layer checkpoint: under a shape with fewer layers train.py must stop, not
+        # drop the extra layers; with one weight missing it must stop too. The fitting model.pt resumes.
+        with tempfile.TemporaryDirectory() as d:
+            d = Path(d)
+            tiny_train(d, small_tokenizer(), [(["--qat-frac", "0", "--max-steps", "1"], "run1")])
+            st = torch.load(d / "run1" / "model.pt", map_location="cpu")
+            r = run_train(d, ["--max-steps", "1", "--resume", str(d / "run1" / "model.pt")], "ok")
+            self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
+            self.assertIn("resumed from", r.stdout)
+            deeper = dict(st, **{"layers.9.attn_norm": st["layers.0.attn_norm"].clone()})
+            short = {k: v for k, v in st.items() if k != "layers.1.ffn_norm"}
+            for name, bad, what in (("deeper", deeper, "1 unexpected"), ("short", short, "1 weights missing")):
+                torch.save(bad, d / f"{name}.pt")
+                r = run_train(d, ["--max-steps", "1", "--resume", str(d / f"{name}.pt")], name)
+                self.assertNotEqual(r.returncode, 0, name)
+                self.assertIn("does not fit --shape dry", r.stderr)
+                self.assertIn(what, r.stderr)
 
 
 if __name__ == "__main__":
