@@ -132,6 +132,16 @@ def save_state(path, model, opt, st):
     os.replace(tmp, path)
 
 
+def load_fitting(model, weights: dict, source, shape: str):
+    """Loads `weights` (a --resume checkpoint's or a kept state's) into `model`, which must take every one: a
+    checkpoint deeper than --shape (an 8-layer one under the default "demo") would otherwise lose its extra
+    layers without a word, and a shallower one keep random layers."""
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if missing or unexpected:
+        raise SystemExit(f"{source} does not fit --shape {shape}: {len(missing)} weights missing {missing[:3]}, "
+                         f"{len(unexpected)} unexpected {unexpected[:3]}; pass the shape it was trained with")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
@@ -200,19 +210,11 @@ def main():
         st = torch.load(state_path, map_location="cpu", weights_only=False)
         if a.tie_twins:  # the state's offsets (and tied routes) are loaded over the fresh ones
             model.tie_twins(pairs[:, 0], pairs[:, 1])
-        missing, unexpected = model.load_state_dict(st["model"], strict=False)
-        print(f"continuing from {state_path}: step {st['step']}, {st['elapsed'] / 60:.1f} min trained"
-              f"{'; missing ' + str(missing) if missing else ''}{'; unexpected ' + str(unexpected) if unexpected else ''}",
-              flush=True)
+        load_fitting(model, st["model"], state_path, a.shape)
+        print(f"continuing from {state_path}: step {st['step']}, {st['elapsed'] / 60:.1f} min trained", flush=True)
     else:
         if a.resume:
-            # Every weight must fit: a checkpoint deeper than --shape (an 8-layer one under the default "demo")
-            # would otherwise lose its extra layers without a word, and a shallower one keep random layers.
-            missing, unexpected = model.load_state_dict(checkpoint_io.load_weights(Path(a.resume)), strict=False)
-            if missing or unexpected:
-                raise SystemExit(f"--resume {a.resume} does not fit --shape {a.shape}: {len(missing)} weights "
-                                 f"missing {missing[:3]}, {len(unexpected)} unexpected {unexpected[:3]}; pass "
-                                 f"the shape it was trained with")
+            load_fitting(model, checkpoint_io.load_weights(Path(a.resume)), a.resume, a.shape)
             print(f"resumed from {a.resume}", flush=True)
         if a.tie_twins:  # offsets from the loaded rows: the pairs' mean difference
             model.tie_twins(pairs[:, 0], pairs[:, 1])

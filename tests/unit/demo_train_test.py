@@ -24,6 +24,9 @@ from torch_python import torch_or_rerun  # noqa: E402  (tests/unit, this file's 
 torch = torch_or_rerun(__file__)
 
 ONECARD = os.environ.get("ONECARD_BIN", "")
+# train.py on the CPU: torch here, and onecard to tokenize the data
+NEEDS_TRAIN = unittest.skipUnless(torch is not None and ONECARD and os.path.exists(ONECARD),
+                                  "needs torch and ONECARD_BIN (ctest sets it; onecard tokenizes for train.py here)")
 EOS = "<｜end▁of▁sentence｜>"
 
 
@@ -150,8 +153,7 @@ def run_train(d: Path, extra, out):
                           timeout=600)
 
 
-@unittest.skipUnless(torch is not None and ONECARD and os.path.exists(ONECARD),
-                     "needs torch and ONECARD_BIN (ctest sets it; onecard tokenizes for train.py here)")
+@NEEDS_TRAIN
 class TrainWithTie(unittest.TestCase):
     """train.py --tie-twins on the CPU (the dry shape, three steps, then one more from the saved state):
     model.pt's rows keep the tie and train_meta.json counts the pairs."""
@@ -178,8 +180,7 @@ class TrainWithTie(unittest.TestCase):
                 self.assertFalse(torch.allclose(off1, off2), k)
 
 
-@unittest.skipUnless(torch is not None and ONECARD and os.path.exists(ONECARD),
-                     "needs torch and ONECARD_BIN (ctest sets it; onecard tokenizes for train.py here)")
+@NEEDS_TRAIN
 class QatRowsPerForward(unittest.TestCase):
     def test_a_later_calls_qat_phase_starts_at_the_full_batch(self):
         with tempfile.TemporaryDirectory() as d:
@@ -198,12 +199,12 @@ class QatRowsPerForward(unittest.TestCase):
             self.assertFalse(meta["compiled"])
 
 
-@unittest.skipUnless(torch is not None and ONECARD and os.path.exists(ONECARD),
-                     "needs torch and ONECARD_BIN (ctest sets it; onecard tokenizes for train.py here)")
+@NEEDS_TRAIN
 class ResumeFits(unittest.TestCase):
     def test_resume_refuses_weights_that_do_not_fit_the_shape(self):
         # Round 18 resumes an 8-layer checkpoint: under a shape with fewer layers train.py must stop, not
-        # drop the extra layers; with one weight missing it must stop too. The fitting model.pt resumes.
+        # drop the extra layers; with one weight missing it must stop too; so must a kept state that does
+        # not fit. The fitting model.pt resumes.
         with tempfile.TemporaryDirectory() as d:
             d = Path(d)
             tiny_train(d, small_tokenizer(), [(["--qat-frac", "0", "--max-steps", "1"], "run1")])
@@ -219,6 +220,13 @@ class ResumeFits(unittest.TestCase):
                 self.assertNotEqual(r.returncode, 0, name)
                 self.assertIn("does not fit --shape dry", r.stderr)
                 self.assertIn(what, r.stderr)
+            # A kept state (a later call of the same run) is held to the shape the same way.
+            kept = torch.load(d / "keep" / "state.pt", map_location="cpu", weights_only=False)
+            kept["model"]["layers.9.attn_norm"] = kept["model"]["layers.0.attn_norm"].clone()
+            torch.save(kept, d / "keep" / "state.pt")
+            r = run_train(d, ["--max-steps", "2", "--state-dir", str(d / "keep")], "kept")
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("state.pt does not fit --shape dry: 0 weights missing [], 1 unexpected", r.stderr)
 
 
 if __name__ == "__main__":
