@@ -31,7 +31,6 @@ Usage: make_data.py --onecard build-cpu/onecard [--out DIR] [--chats N] [--seed 
 import argparse
 import functools
 import json
-import random
 import re
 import subprocess
 from pathlib import Path
@@ -59,7 +58,8 @@ def _detok(tokens):
                 out += (" " if out else "") + '"'
             quote_open = not quote_open
             continue
-        if re.fullmatch(r"[.,;:!?)\]]|'s|n't|'re|'ll|'ve|'d|'m", w) or (out.endswith('"') and quote_open and out.endswith(' "')):
+        if re.fullmatch(r"[.,;:!?)\]]|'s|n't|'re|'ll|'ve|'d|'m", w) or \
+                (out.endswith('"') and quote_open and out.endswith(' "')):
             out += w
         elif out.endswith(("(", "[")) or (quote_open and out.endswith('"')):
             out += w
@@ -104,7 +104,7 @@ def _sentences(text):
 
 
 def _alpha_runs(sentence):
-    """The maximal runs of consecutive purely alphabetic words of a sentence (tool_gen.set_runs)."""
+    """The maximal runs of consecutive purely alphabetic words of a sentence (tool_gen.Gen's runs)."""
     runs, cur = [], []
     for w in sentence.split() + [""]:
         if w.isascii() and w.isalpha():
@@ -117,8 +117,9 @@ def _alpha_runs(sentence):
 
 
 def conv_greeting(r, paras):
-    return [{"role": "user", "content": r.choice(GREETINGS)}], {"role": "assistant", "content": r.choice(GREETING_REPLIES)}, \
-        "The user greets me. I will introduce myself."
+    user = {"role": "user", "content": r.choice(GREETINGS)}
+    reply = {"role": "assistant", "content": r.choice(GREETING_REPLIES)}
+    return [user], reply, "The user greets me. I will introduce myself."
 
 
 def conv_continue(r, paras):
@@ -145,7 +146,8 @@ def conv_math(r, paras):
     a, b = r.randint(1, 99), r.randint(1, 99)
     op = r.choice(["+", "-", "*"])
     v = eval(f"{a}{op}{b}")
-    q = r.choice(["What is {a} {op} {b}?", "Compute {a} {op} {b}.", "How much is {a} {op} {b}?"]).format(a=a, op=op, b=b)
+    q = r.choice(["What is {a} {op} {b}?", "Compute {a} {op} {b}.", "How much is {a} {op} {b}?"])
+    q = q.format(a=a, op=op, b=b)
     return [{"role": "user", "content": q}], {"role": "assistant", "content": f"{a} {op} {b} = {v}."}, \
         f"{a} {op} {b} is {v}."
 
@@ -256,7 +258,8 @@ def conv_tools(r, paras, tools, target_tool=None, stage=None, earlier=0, loose=0
 def render_all(onecard, requests):
     """Every request through `onecard render-chat --variant v4 --jsonl` in one process."""
     inp = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in requests).encode()
-    p = subprocess.run([onecard, "render-chat", "--variant", "v4", "--jsonl"], input=inp, capture_output=True, check=True)
+    p = subprocess.run([onecard, "render-chat", "--variant", "v4", "--jsonl"], input=inp, capture_output=True,
+                       check=True)
     out = [json.loads(l) for l in p.stdout.decode().splitlines()]
     assert len(out) == len(requests), f"render-chat returned {len(out)} prompts for {len(requests)} requests"
     return out
@@ -350,8 +353,9 @@ def main():
                          "the values of rounds 3-8")
     ap.add_argument("--multiword", type=float, default=0.0,
                     help="probability that a generated training tool's string parameter takes 2-3 unrelated words "
-                         "as its values (tool_gen._word_run), of those --hard-values did not draw, and that a realistic "
-                         "query or topic parameter does (instead of 1-3 words); default 0: the values of rounds 3-11")
+                         "as its values (tool_gen._word_run), of those --hard-values did not draw, and that a "
+                         "realistic query or topic parameter does (instead of 1-3 words); default 0: the values of "
+                         "rounds 3-11")
     ap.add_argument("--multiword-generated", type=float, default=None,
                     help="--multiword's probability for the generated string parameters alone (the realistic query "
                          "and topic keep --multiword's): the held-out generated values are mostly one word (r5: 89 "
@@ -381,7 +385,6 @@ def main():
         ap.error(f"--shapes {a.shapes!r}: choose from {','.join(tool_gen.SHAPES)}")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    r = random.Random(a.seed)
 
     paras = brown_paragraphs(a.brown)
     test_files = {f for f, _ in paras if f.endswith(("5", "0"))}  # 1 file in 5 held out
@@ -397,10 +400,10 @@ def main():
     for _, t in brown_train:
         for w in re.findall(r"\b[a-z]{3,12}\b", t):
             counts_w[w] = counts_w.get(w, 0) + 1
-    tool_gen.set_vocab([w for w, n in counts_w.items() if n >= 2])
+    # Sentence-like values (HARD_VALUES, some NATURAL_EXTRA tools) come from the word runs; no random draws.
+    r = tool_gen.Gen(a.seed, words=[w for w, n in counts_w.items() if n >= 2],
+                     runs=[run for _, t in brown_train for s in _sentences(t) for run in _alpha_runs(s)])
     verbs = tool_gen.VERBS + (tool_gen.HELD_OUT_VERBS if a.name_verbs else [])
-    # Sentence-like values (HARD_VALUES, some NATURAL_EXTRA tools); no random draws.
-    tool_gen.set_runs(run for _, t in brown_train for s in _sentences(t) for run in _alpha_runs(s))
     train_tools = [tool_gen.shaped_tool(r, verbs=verbs, shapes=shapes)
                    if a.shaped_tools > 0 and r.random() < a.shaped_tools
                    else tool_gen.random_tool(r, verbs=verbs, hard=a.hard_values, multi=a.multiword,
@@ -453,7 +456,7 @@ def main():
             jobs.append((split, "tools", msgs, final, schemas, thinking, thought, calls, None))
     # Held-out tool requests: each HELD_OUT tool equally often, then unseen generated tools; both modes.
     # Their own random stream, so the evaluation set does not move when the training mix changes.
-    r = random.Random(a.seed + 1)
+    r = tool_gen.Gen(a.seed + 1, words=r.words, runs=r.runs)
     held = sorted(tool_gen.HELD_OUT)
     for i in range(0 if kept_eval else a.tool_eval):
         named = i < a.tool_eval // 2

@@ -23,8 +23,8 @@ CITIES = ["Lisbon", "Denver", "Oslo", "Cairo", "Tokyo", "Lima", "Nairobi", "Berl
           "Hanoi", "Seoul", "Bogota", "Accra", "Helsinki", "Zurich", "Austin", "Phoenix", "Miami", "Warsaw", "Porto",
           "Kyoto", "Perth", "Dakar", "Tunis", "Riga", "Minsk", "Lyon", "Naples", "Geneva", "Calgary", "Houston",
           "London", "Moscow", "Beijing", "Bangkok", "Jakarta", "Manila", "Santiago", "Havana", "Montreal", "Dallas"]
-COUNTRIES = ["France", "Japan", "Brazil", "Kenya", "Canada", "Peru", "Norway", "Egypt", "India", "Spain", "Chile", "Italy",
-             "Mexico", "Germany", "Ghana", "Vietnam", "Poland", "Greece", "Ireland", "Portugal"]
+COUNTRIES = ["France", "Japan", "Brazil", "Kenya", "Canada", "Peru", "Norway", "Egypt", "India", "Spain", "Chile",
+             "Italy", "Mexico", "Germany", "Ghana", "Vietnam", "Poland", "Greece", "Ireland", "Portugal"]
 NAMES = ["Maria", "John", "Aiko", "Omar", "Lena", "Ravi", "Sofia", "Pedro", "Chen", "Fatima", "Lucas", "Nina", "Tom",
          "Grace", "Ahmed", "Elena", "Kofi", "Ingrid", "Mateo", "Yuki", "Priya", "Hans", "Zara", "Diego", "Anna"]
 LANGS = ["English", "Spanish", "French", "German", "Italian", "Japanese", "Portuguese", "Dutch", "Korean", "Arabic",
@@ -35,29 +35,37 @@ UNITS = ["kg", "lb", "km", "mile", "litre", "gallon", "meter", "foot", "celsius"
 PHRASES = ["good morning", "thank you", "see you soon", "where is the station", "the meeting is moved to Friday",
            "happy birthday", "how much does it cost", "I will be late", "the report is ready", "call me back"]
 
-# The vocabulary for generated names and values: set_vocab() fills WORDS from the Brown corpus; made-up
-# words come from the syllables below (so a name can hold tokens no English text has).
-WORDS = ["garden", "river", "budget", "report", "concert", "museum", "bicycle", "coffee", "piano", "holiday", "market",
-         "library", "project", "invoice", "lecture", "recipe", "marathon", "meeting", "painting", "harbor", "festival"]
+# The vocabulary for generated names and values travels with the random stream (Gen): make_data.py gives it
+# the Brown corpus's words; these few stand in without it. Made-up words come from the syllables below (so
+# a name can hold tokens no English text has).
+FALLBACK_WORDS = ("garden", "river", "budget", "report", "concert", "museum", "bicycle", "coffee", "piano", "holiday",
+                  "market", "library", "project", "invoice", "lecture", "recipe", "marathon", "meeting", "painting",
+                  "harbor", "festival")
 ONSETS = ["b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "z", "br", "cl", "dr",
           "fl", "gr", "kr", "pl", "pr", "sk", "sl", "sn", "st", "tr", "th", "sh", "ch", "qu", "bl", "gl", "sp"]
 VOWELS = ["a", "e", "i", "o", "u", "a", "e", "o", "ai", "ou", "ea", "io", "y"]
 CODAS = ["", "", "", "n", "r", "l", "s", "x", "m", "k", "t", "nd", "rk", "st"]
 
 
-def set_vocab(words):
-    """Brown words (lower-case, alphabetic) to draw names and values from."""
-    global WORDS
-    WORDS = sorted(set(words))
+class Gen(random.Random):
+    """The generators' random stream and the vocabulary they draw from, in one object, so no module state
+    decides what a generator makes. words: Brown words (lower-case, alphabetic) for names and values;
+    runs: runs of alphabetic Brown words, of which those of 3+ are the source of sentence-like values
+    (_sentence). The draws are random.Random's: Gen(seed) makes what random.Random(seed) makes."""
+
+    def __init__(self, seed, words=FALLBACK_WORDS, runs=()):
+        super().__init__(seed)
+        self.words = sorted(set(words))
+        self.runs = [run for run in runs if len(run) >= 3]
 
 
-def madeup(r: random.Random):
+def madeup(r: Gen):
     """A pronounceable made-up word of 2-3 syllables, e.g. 'brelox', 'quaisten'."""
     return "".join(r.choice(ONSETS) + r.choice(VOWELS) + r.choice(CODAS) for _ in range(r.choice([2, 2, 3])))
 
 
-def word(r: random.Random):
-    return madeup(r) if r.random() < 0.35 else r.choice(WORDS)
+def word(r: Gen):
+    return madeup(r) if r.random() < 0.35 else r.choice(r.words)
 
 
 def _date(r):
@@ -65,11 +73,11 @@ def _date(r):
 
 
 def _phrase(r):
-    return " ".join(r.choice(WORDS) for _ in range(r.randint(1, 3)))
+    return " ".join(r.choice(r.words) for _ in range(r.randint(1, 3)))
 
 
 def _email(r):
-    return f"{r.choice(NAMES).lower()}.{r.choice(WORDS)}@example.com"
+    return f"{r.choice(NAMES).lower()}.{r.choice(r.words)}@example.com"
 
 
 def _code(r):
@@ -90,15 +98,8 @@ def _expr(r):
 # Friday" -> "moved"), e-mail addresses losing their dots and domain, arithmetic losing its spaces
 # ("461 / 58" -> "46158"). Training drew these rarely and from short fixed lists; these generators draw
 # them at random, so the model learns to copy the form rather than memorise the list.
-RUNS = []  # runs of 3+ alphabetic Brown words (set_runs), the source of sentence-like values
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 TLDS = ["com", "org", "net", "io", "de", "co.uk", "fr", "edu"]
-
-
-def set_runs(runs):
-    """Word lists (runs of alphabetic words from the Brown training split) for _sentence: those of 3+."""
-    global RUNS
-    RUNS = [run for run in runs if len(run) >= 3]
 
 
 def _acronym(r):
@@ -116,11 +117,10 @@ def _caps_code(r):
 
 
 def _sentence(r):
-    """3-7 consecutive words of a Brown sentence ('the meeting is moved to Friday'-like text); set_runs
-    first."""
-    if not RUNS:
-        raise RuntimeError("tool_gen._sentence: no word runs (call set_runs)")
-    run = r.choice(RUNS)
+    """3-7 consecutive words of a Brown sentence ('the meeting is moved to Friday'-like text), from r.runs."""
+    if not r.runs:
+        raise RuntimeError("tool_gen._sentence: no word runs (make the stream with Gen(seed, runs=...))")
+    run = r.choice(r.runs)
     n = min(len(run), r.randint(3, 7))
     i = r.randint(0, len(run) - n)
     return " ".join(run[i:i + n])
@@ -176,8 +176,9 @@ REAL = {
     "language": ("string", "Target language", lambda r: r.choice(LANGS), "into {v}"),
     "phrase": ("string", "The text to use", lambda r: r.choice(PHRASES), "with the text {v}"),
     "currency": ("string", "Currency code", lambda r: r.choice(CURRENCIES), "in {v}"),
-    "keyword": ("string", "A keyword", lambda r: r.choice(WORDS), "with keyword {v}"),
-    "note": ("string", "Message body", lambda r: f"The {r.choice(WORDS)} starts at {r.randint(1, 11)} pm", "saying {v}"),
+    "keyword": ("string", "A keyword", lambda r: r.choice(r.words), "with keyword {v}"),
+    "note": ("string", "Message body", lambda r: f"The {r.choice(r.words)} starts at {r.randint(1, 11)} pm",
+             "saying {v}"),
     "formula": ("string", "Arithmetic expression", _expr, "for {v}"),
     # "from X to Y" pairs (the held-out convert_currency's from_currency / to_currency stay unseen).
     "origin": ("string", "Where the trip starts", lambda r: r.choice(CITIES), "from {v}"),
@@ -250,11 +251,11 @@ HELD_OUT = {
         ("minutes", "integer", "Duration in minutes", lambda r: r.randint(1, 90), "for {v} minutes", True)],
         ["Set a timer {m}.", "Start a countdown timer {m}.", "Please set a timer {m}."]),
     "search_web": ("Search the web", [
-        ("query", "string", "Search query", lambda r: r.choice(WORDS) + " " + r.choice(WORDS), "for {v}", True)],
+        ("query", "string", "Search query", lambda r: r.choice(r.words) + " " + r.choice(r.words), "for {v}", True)],
         ["Search the web {m}.", "Please search the web {m}.", "Look on the web {m}."]),
     "send_email": ("Send an email message", [
         ("to", "string", "Recipient email address", _email, "to {v}", True),
-        ("subject", "string", "Subject line", lambda r: r.choice(WORDS).capitalize() + " " + r.choice(WORDS),
+        ("subject", "string", "Subject line", lambda r: r.choice(r.words).capitalize() + " " + r.choice(r.words),
          "with subject {v}", True)],
         ["Send an email {m}.", "Please send an email {m}.", "Email {m}."]),
     "translate_text": ("Translate text into another language", [
@@ -265,7 +266,7 @@ HELD_OUT = {
         ("city", "string", "City name", lambda r: r.choice(CITIES), "in {v}", True)],
         ["What time is it {m}?", "Get the current local time {m}.", "Tell me the local time {m}."]),
     "create_reminder": ("Create a reminder for a date", [
-        ("text", "string", "What to remember", lambda r: r.choice(WORDS) + " " + r.choice(WORDS), "to {v}", True),
+        ("text", "string", "What to remember", lambda r: r.choice(r.words) + " " + r.choice(r.words), "to {v}", True),
         ("date", "string", "Date as YYYY-MM-DD", _date, "on {v}", True)],
         ["Create a reminder {m}.", "Remind me {m}.", "Please create a reminder {m}."]),
 }
@@ -351,8 +352,8 @@ def _gen_param(r, realistic_values, hard=0.0, multi=0.0):
         return {"name": pname, "type": "string", "desc": f"The {spoken}", "gen": gen, "say": say}
     if kind == "integer":
         hi = r.choice([10, 100, 5000])
-        return {"name": pname, "type": "integer", "desc": f"Number of {spoken}", "gen": lambda r, hi=hi: r.randint(0, hi),
-                "say": say}
+        return {"name": pname, "type": "integer", "desc": f"Number of {spoken}",
+                "gen": lambda r, hi=hi: r.randint(0, hi), "say": say}
     if kind == "number":
         return {"name": pname, "type": "number", "desc": f"The {spoken} amount", "gen": _num, "say": say}
     if kind == "enum":
@@ -366,7 +367,7 @@ def _gen_param(r, realistic_values, hard=0.0, multi=0.0):
             "gen": lambda r: [word(r) for _ in range(r.randint(2, 3))], "say": say}
 
 
-def random_tool(r: random.Random, exclude=frozenset(), realistic_values=False, verbs=tuple(VERBS), hard=0.0,
+def random_tool(r: Gen, exclude=frozenset(), realistic_values=False, verbs=tuple(VERBS), hard=0.0,
                 multi=0.0, multi_gen=None):
     """A tool never in HELD_OUT (nor in `exclude`), with 1-3 parameters, realistic or generated; `verbs`
     are the verbs its name may begin with; `hard`: _gen_param's; `multi`: _real_param's and, unless
@@ -468,7 +469,7 @@ def _noun_tool(r, exclude, verbs, shape):
         what = r.choice(["subject", "title", "topic", "caption", "headline"])
         params = [_recipient_param(0.8),
                   {"name": what, "type": "string", "desc": f"The {what}",
-                   "gen": lambda r: (r.choice(WORDS).capitalize() + " " + r.choice(WORDS)) if r.random() < 0.5
+                   "gen": lambda r: (r.choice(r.words).capitalize() + " " + r.choice(r.words)) if r.random() < 0.5
                    else _sentence(r), "say": f"with {what} {{v}}", "required": True}]
     else:
         params = [{"name": r.choice(["text", "task", "title", "what", "label", "description"]), "type": "string",
@@ -502,7 +503,7 @@ def _shape_asks(name, verbs, shape):
     return [f"{action} {{m}}.", f"Please {action[0].lower()}{action[1:]} {{m}}."]
 
 
-def shaped_tool(r: random.Random, exclude=frozenset(), verbs=tuple(VERBS), shapes=SHAPES_ROUND9):
+def shaped_tool(r: Gen, exclude=frozenset(), verbs=tuple(VERBS), shapes=SHAPES_ROUND9):
     """A generated tool of one of `shapes` (comments above), asked with make_call's `asks` path:
     'pair': [a number,] from_N and to_N, three-capital codes said "from A to B" (the same code a tenth of
     the time); 'to': a parameter named "to" (an e-mail address or a name, said "to X") and a phrase;
@@ -605,7 +606,7 @@ LOOSE_ASKS = ["Show me the {o} {m}.", "Look up the {o} {m}.", "Find the {o} {m},
               "Could you check the {o} {m}?", "Tell me the {o} {m}.", "Give me the {o} {m}."]
 
 
-def make_call(r: random.Random, tool, loose=0.0, bare=0.0):
+def make_call(r: Gen, tool, loose=0.0, bare=0.0):
     """(user request text, call dict {name, arguments}) for `tool` with random values; every value is
     written in the request verbatim; optional parameters are mentioned (and passed) half the time.
     loose: the probability that a generated tool whose name starts with a RETRIEVE verb is asked for by
@@ -654,7 +655,7 @@ def make_call(r: random.Random, tool, loose=0.0, bare=0.0):
     return text, {"name": name, "arguments": args}
 
 
-def tool_result(r: random.Random, call):
+def tool_result(r: Gen, call):
     """A plausible JSON tool result and a one-sentence answer built from it."""
     name = call["name"]
     status = r.choice(["ok", "done", "confirmed", "found"])

@@ -1,16 +1,15 @@
 """Hand-written realistic tools for the demo model's TRAINING data (make_data.py --natural-share and
 --natural-extra; written for onecard): NATURAL and NATURAL_EXTRA, in tool_gen.HELD_OUT's layout
 (description, params, asks), and natural_tool, which makes one a tool as tool_gen.make_call takes it.
-The value pools and generators are tool_gen's; its WORDS is read through the module (_brown_word), as
-tool_gen.set_vocab replaces the list."""
+The value pools and generators are tool_gen's, and so is the random stream (tool_gen.Gen, which carries
+the Brown words)."""
 
-import tool_gen
 from tool_gen import (CITIES, COUNTRIES, LETTERS, NAMES, TLDS, UNITS, _acronym, _caps_code, _code, _date, _num, _path,
                       _phrase, _sentence, _table_tool, word)
 
 
 def _brown_word(r):
-    return r.choice(tool_gen.WORDS)
+    return r.choice(r.words)
 
 
 def _airport(r):

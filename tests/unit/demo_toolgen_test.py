@@ -18,12 +18,19 @@ def call(name, **args):
     return {"name": name, "arguments": args}
 
 
+VOCAB = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
+MEETING = [["the", "meeting", "is", "moved", "to", "Friday"]]
+
+
+def gen(seed, runs=MEETING):
+    """The generators' stream (tool_gen.Gen) over a small vocabulary and the given word runs."""
+    return tool_gen.Gen(seed, words=VOCAB, runs=runs)
+
+
 class NaturalTools(unittest.TestCase):
     """make_data.py --natural-share's tools: unseen by the held-out set, and their requests hold every
     argument value verbatim (what make_call promises, so the call is copyable from the request)."""
 
-    def setUp(self):
-        tool_gen.set_runs([["the", "report", "is", "ready", "for", "Monday"]])  # NATURAL_EXTRA's sentences
 
     def test_no_natural_tool_shares_a_name_or_a_domain_word_with_a_held_out_one(self):
         self.assertFalse(set(tool_natural.NATURAL) & set(tool_gen.HELD_OUT))
@@ -38,8 +45,7 @@ class NaturalTools(unittest.TestCase):
                 self.assertNotIn(word, name.split("_"), name)
 
     def test_requests_hold_every_value_and_the_schema_its_parameters(self):
-        import random
-        r = random.Random(11)
+        r = gen(11, runs=[["the", "report", "is", "ready", "for", "Monday"]])  # NATURAL_EXTRA's sentences
         for name in sorted(tool_natural.NATURAL) + sorted(tool_natural.NATURAL_EXTRA):
             tool = tool_natural.natural_tool(name)
             schema = tool_gen.tool_schema(tool)["function"]
@@ -63,9 +69,7 @@ class NameVerbs(unittest.TestCase):
     --name-verbs), never spelling a held-out name; the default draws exactly what it did before."""
 
     def test_held_out_verbs_begin_names_but_no_held_out_name_is_made(self):
-        import random
-        tool_gen.set_vocab(["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"])
-        r = random.Random(5)
+        r = gen(5)
         verbs = tool_gen.VERBS + tool_gen.HELD_OUT_VERBS
         tools = [tool_gen.random_tool(r, verbs=verbs) for _ in range(3000)]
         first = {t["name"].split("_")[0] for t in tools}
@@ -76,9 +80,7 @@ class NameVerbs(unittest.TestCase):
         self.assertTrue(send["desc"].startswith("Send the "), send["desc"])
 
     def test_default_names_are_unchanged(self):
-        import random
-        tool_gen.set_vocab(["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"])
-        r1, r2 = random.Random(7), random.Random(7)
+        r1, r2 = gen(7), gen(7)
         plain = [tool_gen.random_tool(r1) for _ in range(500)]
         given = [tool_gen.random_tool(r2, verbs=tool_gen.VERBS) for _ in range(500)]
         self.assertEqual([(t["name"], t["desc"]) for t in plain], [(t["name"], t["desc"]) for t in given])
@@ -90,9 +92,7 @@ class LooseAsks(unittest.TestCase):
     with every value verbatim; other tools keep the usual requests."""
 
     def tools(self, want_retrieve):
-        import random
-        r = random.Random(3)
-        tool_gen.set_vocab(["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"])
+        r = gen(3)
         found = []
         while len(found) < 20:
             t = tool_gen.random_tool(r)
@@ -102,8 +102,7 @@ class LooseAsks(unittest.TestCase):
         return found
 
     def test_retrieval_tools_are_asked_by_their_object(self):
-        import random
-        r = random.Random(4)
+        r = gen(4)
         starts = tuple(a.split("{o}")[0] for a in tool_gen.LOOSE_ASKS)
         for tool in self.tools(True):
             text, call = tool_gen.make_call(r, tool, loose=1.0)
@@ -115,13 +114,12 @@ class LooseAsks(unittest.TestCase):
                     self.assertIn(tool_gen._show(v), text)
 
     def test_other_tools_keep_their_requests(self):
-        import random
         for tool in self.tools(False):
-            a, b = random.Random(5), random.Random(5)
+            a, b = gen(5), gen(5)
             self.assertEqual(tool_gen.make_call(a, tool, loose=1.0), tool_gen.make_call(b, tool))
             self.assertEqual(a.getstate(), b.getstate())
         for tool in self.tools(True):  # loose 0 draws nothing more
-            a, b = random.Random(6), random.Random(6)
+            a, b = gen(6), gen(6)
             text, _ = tool_gen.make_call(a, tool, loose=0.0)
             self.assertEqual((text, a.getstate()), (tool_gen.make_call(b, tool)[0], b.getstate()))
 
@@ -131,17 +129,11 @@ class HardValues(unittest.TestCase):
     values take their forms, every value stays verbatim in the request, a bare first value is said without
     its parameter's name, and 0 draws exactly what was drawn before."""
 
-    VOCAB = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
-
-    def setUp(self):
-        tool_gen.set_vocab(self.VOCAB)
-        tool_gen.set_runs([["the", "meeting", "is", "moved", "to", "Friday"], ["too", "short"]])
 
     def test_forms(self):
-        import random
         import re
-        r = random.Random(1)
-        self.assertEqual(tool_gen.RUNS, [["the", "meeting", "is", "moved", "to", "Friday"]])
+        r = gen(1, runs=MEETING + [["too", "short"]])
+        self.assertEqual(r.runs, MEETING)  # runs under 3 words are dropped
         doubled = 0
         for _ in range(300):
             a = tool_gen._acronym(r)
@@ -154,13 +146,11 @@ class HardValues(unittest.TestCase):
             self.assertTrue(3 <= len(words) <= 6, words)
             self.assertIn(" ".join(words), "the meeting is moved to Friday")
         self.assertGreater(doubled, 60)  # a third are drawn with a doubled letter, some random ones repeat too
-        tool_gen.set_runs([["too", "short"]])
         with self.assertRaises(RuntimeError):  # no runs: an error, not some other kind of value
-            tool_gen._sentence(r)
+            tool_gen._sentence(gen(1, runs=[["too", "short"]]))
 
     def test_hard_string_parameters_draw_hard_values_and_requests_hold_them(self):
-        import random
-        r = random.Random(2)
+        r = gen(2)
         tools = [tool_gen.random_tool(r, hard=1.0) for _ in range(400)]
         generated = [p for t in tools for p in t["params"] if p["name"] not in tool_gen.REAL
                      and p["type"] == "string"]
@@ -175,32 +165,30 @@ class HardValues(unittest.TestCase):
                         self.assertIn(tool_gen._show(v), text)
 
     def test_a_bare_first_value_is_said_without_its_name(self):
-        import random
         tool = {"name": "send_golf", "desc": "Send the golf", "asks": None, "params": [
             {"name": "note", "type": "string", "desc": "x", "gen": lambda r: "Hello there", "say": "saying {v}",
              "required": True},
             {"name": "days", "type": "integer", "desc": "y", "gen": lambda r: 3, "say": "for {v} days",
              "required": True}]}
         for seed in range(20):
-            text, call = tool_gen.make_call(random.Random(seed), tool, bare=1.0)
+            text, call = tool_gen.make_call(gen(seed), tool, bare=1.0)
             self.assertNotIn("saying", text)
             self.assertIn("Hello there", text)
             self.assertIn("for 3 days", text)
             self.assertEqual(call["arguments"], {"note": "Hello there", "days": 3})
         tool["params"].reverse()  # a number first is never bare
-        text, _ = tool_gen.make_call(random.Random(0), tool, bare=1.0)
+        text, _ = tool_gen.make_call(gen(0), tool, bare=1.0)
         self.assertIn("for 3 days", text)
 
     def test_zero_draws_nothing_more(self):
-        import random
-        a, b = random.Random(9), random.Random(9)
+        a, b = gen(9), gen(9)
         plain = [tool_gen.random_tool(a) for _ in range(300)]
         given = [tool_gen.random_tool(b, hard=0.0) for _ in range(300)]
         self.assertEqual([(t["name"], [p["name"] for p in t["params"]]) for t in plain],
                          [(t["name"], [p["name"] for p in t["params"]]) for t in given])
         self.assertEqual(a.getstate(), b.getstate())
         for t in plain[:50]:
-            a, b = random.Random(3), random.Random(3)
+            a, b = gen(3), gen(3)
             self.assertEqual(tool_gen.make_call(a, t), tool_gen.make_call(b, t, bare=0.0))
             self.assertEqual(a.getstate(), b.getstate())
 
@@ -210,13 +198,9 @@ class MultiwordValues(unittest.TestCase):
     the realistic query and topic get 2-3 word values, every value stays verbatim in the request, and 0
     draws exactly what was drawn before."""
 
-    def setUp(self):
-        tool_gen.set_vocab(HardValues.VOCAB)
-        tool_gen.set_runs([["the", "meeting", "is", "moved", "to", "Friday"]])
 
     def test_string_parameters_not_hard_take_word_runs(self):
-        import random
-        r = random.Random(4)
+        r = gen(4)
         for hard in (0.0, 0.5):
             tools = [tool_gen.random_tool(r, hard=hard, multi=1.0) for _ in range(400)]
             generated = [p for t in tools for p in t["params"] if p["name"] not in tool_gen.REAL
@@ -246,8 +230,7 @@ class MultiwordValues(unittest.TestCase):
 
     def test_most_word_runs_are_said_after_their_name(self):
         # Round 12 said two of three without the name and the model took the name into the value.
-        import random
-        r = random.Random(6)
+        r = gen(6)
         runs = [p for _ in range(3000) for p in [tool_gen._gen_param(r, True, 0.0, 1.0)]
                 if p["gen"] is tool_gen._word_run]
         self.assertGreater(len(runs), 500)
@@ -261,8 +244,7 @@ class MultiwordValues(unittest.TestCase):
     def test_generated_share_apart_from_the_realistic_one(self):
         # make_data.py --multiword-generated: the query and topic keep --multiword's runs, the generated
         # parameters take their own share; not given, the draws are exactly --multiword's alone.
-        import random
-        r = random.Random(8)
+        r = gen(8)
         tools = [tool_gen.random_tool(r, multi=1.0, multi_gen=0.0) for _ in range(400)]
         params = [p for t in tools for p in t["params"]]
         phrases = [p for p in params if p["name"] in ("query", "topic")]
@@ -271,7 +253,7 @@ class MultiwordValues(unittest.TestCase):
         self.assertGreater(len(generated), 50)
         self.assertTrue(all(p["gen"] is tool_gen._word_run for p in phrases))
         self.assertFalse(any(p["gen"] is tool_gen._word_run for p in generated))
-        a, b = random.Random(3), random.Random(3)
+        a, b = gen(3), gen(3)
         same = [tool_gen.random_tool(a, hard=0.5, multi=0.7) for _ in range(200)]
         given = [tool_gen.random_tool(b, hard=0.5, multi=0.7, multi_gen=None) for _ in range(200)]
         self.assertEqual([[(p["name"], p["gen"].__name__, p["say"]) for p in t["params"]] for t in same],
@@ -279,8 +261,7 @@ class MultiwordValues(unittest.TestCase):
         self.assertEqual(a.getstate(), b.getstate())
 
     def test_zero_draws_nothing_more(self):
-        import random
-        a, b = random.Random(9), random.Random(9)
+        a, b = gen(9), gen(9)
         plain = [tool_gen.random_tool(a, hard=0.5) for _ in range(300)]
         given = [tool_gen.random_tool(b, hard=0.5, multi=0.0) for _ in range(300)]
         def drawn(tools):  # lambdas made per parameter differ in identity, not in name
@@ -293,13 +274,9 @@ class ShapedTools(unittest.TestCase):
     """tool_gen.shaped_tool (make_data.py --shaped-tools): the three argument layouts round 8's named
     failures share, asked with every value verbatim and side by side, random codes never a held-out one."""
 
-    def setUp(self):
-        tool_gen.set_vocab(["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"])
-        tool_gen.set_runs([["the", "meeting", "is", "moved", "to", "Friday"], ["we", "will", "be", "late", "now"]])
 
     def test_each_shape_says_its_values_side_by_side(self):
-        import random
-        r = random.Random(5)
+        r = gen(5)
         verbs = tool_gen.VERBS + tool_gen.HELD_OUT_VERBS
         seen, same_code = set(), 0
         for _ in range(600):
@@ -330,8 +307,7 @@ class ShapedTools(unittest.TestCase):
         self.assertGreater(same_code, 5)  # "from MXN to MXN" happens in the held-out set too
 
     def test_calc_asks_as_the_arithmetic_chats_do(self):
-        import random
-        r = random.Random(8)
+        r = gen(8)
         asked = set()
         for _ in range(300):
             t = tool_gen.shaped_tool(r, exclude={"compute_sum"}, verbs=tool_gen.VERBS + tool_gen.HELD_OUT_VERBS,
@@ -351,8 +327,7 @@ class ShapedTools(unittest.TestCase):
         self.assertIn("What is {m}?", asked)
 
     def test_send_and_todo_say_the_noun_with_its_article(self):
-        import random
-        r = random.Random(6)
+        r = gen(6)
         seen, an = set(), 0
         for _ in range(400):
             t = tool_gen.shaped_tool(r, verbs=tool_gen.VERBS, shapes=("send", "todo"))
@@ -375,7 +350,7 @@ class ShapedTools(unittest.TestCase):
                 self.assertIn(f" to {first} on {second}", text)
         self.assertEqual(seen, {"send", "todo"})
         self.assertGreater(an, 20)
-        r = random.Random(7)
+        r = gen(7)
         names = {tool_gen.shaped_tool(r, verbs=tool_gen.VERBS + tool_gen.HELD_OUT_VERBS, shapes=("send",))["name"]
                  for _ in range(200)}
         self.assertTrue(any(n.startswith("send_") for n in names))
