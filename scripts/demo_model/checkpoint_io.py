@@ -88,6 +88,26 @@ def load_weights(path: Path) -> dict:
     return torch.load(path, map_location="cpu")
 
 
+def load_fitting(model: DeepSeekV4, weights: dict, source, fits: str = "the model", hint: str = ""):
+    """Loads `weights` into `model`, which must take every one and leave none out. load_state_dict with
+    strict=False says nothing: a checkpoint deeper than the model (8 layers into 6) would lose its extra
+    layers, and a shallower one keep random ones. `fits` names the model in the message, `hint` ends it."""
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if missing or unexpected:
+        raise SystemExit(f"{source} does not fit {fits}: {len(missing)} weights missing {missing[:3]}, "
+                         f"{len(unexpected)} unexpected {unexpected[:3]}" + (f"; {hint}" if hint else ""))
+
+
+def load_trained(model_pt: Path) -> tuple:
+    """(model, train_meta) of a train.py model.pt (or respace.py's, deepen.py's, soup.py's), built with the
+    config of the train_meta.json beside it; every weight must fit (load_fitting)."""
+    model_pt = Path(model_pt)
+    meta = json.loads((model_pt.parent / "train_meta.json").read_text())
+    model = DeepSeekV4(Config(**meta["config"]))
+    load_fitting(model, torch.load(model_pt, map_location="cpu"), model_pt)
+    return model, meta
+
+
 # ---- encoders (numpy, bit-exact with src/model/quantize.cpp) ---------------------------------
 
 def _ue8m0_bytes(amax: np.ndarray, fmt_max: float) -> np.ndarray:
@@ -164,7 +184,8 @@ def export(model: DeepSeekV4, template: Path, out: Path) -> None:
     done = set()
     for shard in sorted(template.glob("*.safetensors")):
         header, header_bytes = _read_header(shard)
-        items = sorted(((k, v) for k, v in header.items() if k != "__metadata__"), key=lambda kv: kv[1]["data_offsets"][0])
+        items = sorted(((k, v) for k, v in header.items() if k != "__metadata__"),
+                       key=lambda kv: kv[1]["data_offsets"][0])
         chunks = []
         for name, info in items:
             dtype, shape = info["dtype"], info["shape"]

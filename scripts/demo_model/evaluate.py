@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dsv4_torch import Config, DeepSeekV4, Numerics  # noqa: E402
+from dsv4_torch import Numerics  # noqa: E402
 import checkpoint_io  # noqa: E402
 import data_tokens  # noqa: E402
 
@@ -183,9 +183,8 @@ def main():
     if Path(a.model).is_dir():  # an exported checkpoint (e.g. models/demo), dequantised
         model, seq = checkpoint_io.load_model(Path(a.model)), 1024
     else:
-        meta = json.loads((Path(a.model).parent / "train_meta.json").read_text())
-        model, seq = DeepSeekV4(Config(**meta["config"])), meta["seq"]
-        model.load_state_dict(torch.load(a.model, map_location="cpu"), strict=False)
+        model, meta = checkpoint_io.load_trained(Path(a.model))
+        seq = meta["seq"]
     seq = a.seq or seq
     model.to(a.device).eval()
     enc = data_tokens.Encoder(Path(a.tokenizer))

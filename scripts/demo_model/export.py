@@ -18,11 +18,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import checkpoint_io  # noqa: E402
-from dsv4_torch import Config, DeepSeekV4  # noqa: E402
+from dsv4_torch import Config  # noqa: E402
 
 # The `onecard synth` flag that sets each trained Config field; the tiny preset gives the rest (the layer
 # schedule, rope, scaling), and main() refuses a template that still differs from the trained config.
@@ -55,17 +53,16 @@ def main():
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     run, out = Path(a.run), Path(a.out)
-    meta = json.loads((run / "train_meta.json").read_text())
-    cfg = Config(**meta["config"])
-    model = DeepSeekV4(cfg)
-    model.load_state_dict(torch.load(run / "model.pt", map_location="cpu"), strict=False)
+    model, _ = checkpoint_io.load_trained(run / "model.pt")
+    cfg = model.cfg
     with tempfile.TemporaryDirectory() as tmp:
         template = Path(tmp) / "template"
         subprocess.run([a.onecard, "synth", *synth_flags(cfg), "--out", str(template), "--quiet"], check=True)
         got = json.loads((template / "config.json").read_text())
         for k in cfg.__dataclass_fields__:
             if k in got and got[k] != getattr(cfg, k) and k != "rope_scaling":
-                raise SystemExit(f"synth template differs from the trained config in {k}: {got[k]} vs {getattr(cfg, k)}")
+                raise SystemExit(f"synth template differs from the trained config in {k}: "
+                                 f"{got[k]} vs {getattr(cfg, k)}")
         out.mkdir(parents=True, exist_ok=True)
         for old in out.glob("*.safetensors"):
             old.unlink()

@@ -71,9 +71,7 @@ def main():
                 "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in reqs)).splitlines()]
     model = checkpoint_io.load_model(Path(a.ckpt)).eval()
     if a.weights:
-        missing, unexpected = model.load_state_dict(torch.load(a.weights, map_location="cpu"), strict=False)
-        if missing or unexpected:
-            raise SystemExit(f"{a.weights} does not fit {a.ckpt}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        checkpoint_io.load_fitting(model, torch.load(a.weights, map_location="cpu"), a.weights, a.ckpt)
     for r, text in zip(rows, full):
         if not text.startswith(r["prompt"]):
             raise SystemExit("the rendered call does not extend the stored prompt: another encoder?")

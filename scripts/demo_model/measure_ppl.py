@@ -63,10 +63,9 @@ def main():
     torch_model = None
     if a.model_pt:
         import torch
-        from dsv4_torch import Config, DeepSeekV4, Numerics
-        meta = json.loads((Path(a.model_pt).parent / "train_meta.json").read_text())
-        torch_model = DeepSeekV4(Config(**meta["config"]))
-        torch_model.load_state_dict(torch.load(a.model_pt, map_location="cpu"), strict=False)
+        import checkpoint_io
+        from dsv4_torch import Numerics
+        torch_model, _ = checkpoint_io.load_trained(Path(a.model_pt))
         torch_model.eval()
     acc = {}
     nbytes = token_byte_lengths(a.ckpt)

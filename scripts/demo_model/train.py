@@ -66,6 +66,8 @@ SHAPES["demo-wide"] = dict(SHAPES["demo"], moe_intermediate_size=256)
 # NEXT_RUN round 17: "demo" two layers deeper (one more CSA and HCA pair), for a smaller vocabulary from
 # scratch; the schedule is `onecard synth`'s for 8 layers, so export.py's template matches it.
 SHAPES["demo-deep"] = dict(SHAPES["demo"], num_hidden_layers=8, compress_ratios=[0, 0, 4, 128, 4, 128, 4, 128, 0])
+# What a --resume checkpoint or a kept state.pt that does not fit --shape asks for (checkpoint_io.load_fitting).
+SHAPE_HINT = "pass the shape it was trained with"
 
 
 def losses(fwd, model, ids, w, num, want_index):
@@ -130,16 +132,6 @@ def save_state(path, model, opt, st):
     torch.save({"model": {k: v.detach().cpu() for k, v in model.state_dict().items()}, "opt": opt.state_dict(), **st},
                tmp)
     os.replace(tmp, path)
-
-
-def load_fitting(model, weights: dict, source, shape: str):
-    """Loads `weights` (a --resume checkpoint's or a kept state's) into `model`, which must take every one: a
-    checkpoint deeper than --shape (an 8-layer one under the default "demo") would otherwise lose its extra
-    layers without a word, and a shallower one keep random layers."""
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    if missing or unexpected:
-        raise SystemExit(f"{source} does not fit --shape {shape}: {len(missing)} weights missing {missing[:3]}, "
-                         f"{len(unexpected)} unexpected {unexpected[:3]}; pass the shape it was trained with")
 
 
 def main():
@@ -210,11 +202,12 @@ def main():
         st = torch.load(state_path, map_location="cpu", weights_only=False)
         if a.tie_twins:  # the state's offsets (and tied routes) are loaded over the fresh ones
             model.tie_twins(pairs[:, 0], pairs[:, 1])
-        load_fitting(model, st["model"], state_path, a.shape)
+        checkpoint_io.load_fitting(model, st["model"], state_path, f"--shape {a.shape}", SHAPE_HINT)
         print(f"continuing from {state_path}: step {st['step']}, {st['elapsed'] / 60:.1f} min trained", flush=True)
     else:
         if a.resume:
-            load_fitting(model, checkpoint_io.load_weights(Path(a.resume)), a.resume, a.shape)
+            checkpoint_io.load_fitting(model, checkpoint_io.load_weights(Path(a.resume)), a.resume,
+                                       f"--shape {a.shape}", SHAPE_HINT)
             print(f"resumed from {a.resume}", flush=True)
         if a.tie_twins:  # offsets from the loaded rows: the pairs' mean difference
             model.tie_twins(pairs[:, 0], pairs[:, 1])

@@ -228,6 +228,33 @@ class ResumeFits(unittest.TestCase):
             self.assertNotEqual(r.returncode, 0)
             self.assertIn("state.pt does not fit --shape dry: 0 weights missing [], 1 unexpected", r.stderr)
 
+    def test_the_readers_of_a_run_refuse_weights_that_do_not_fit_its_config(self):
+        # export.py, evaluate.py, measure_ppl.py and first_errors.py loaded model.pt with strict=False and said
+        # nothing: a model.pt with a layer more than its train_meta.json exported without it. They share
+        # checkpoint_io.load_trained / load_fitting now.
+        import checkpoint_io
+        with tempfile.TemporaryDirectory() as d:
+            d = Path(d)
+            tiny_train(d, small_tokenizer(), [(["--qat-frac", "0", "--max-steps", "1"], "run1")])
+            model, meta = checkpoint_io.load_trained(d / "run1" / "model.pt")
+            self.assertEqual(meta["steps"], 1)
+            st = torch.load(d / "run1" / "model.pt", map_location="cpu")
+            for k, v in model.state_dict().items():
+                self.assertTrue(torch.equal(v, st[k]), k)
+            bad = d / "bad"
+            bad.mkdir()
+            (bad / "train_meta.json").write_bytes((d / "run1" / "train_meta.json").read_bytes())
+            torch.save(dict(st, **{"layers.9.attn_norm": st["layers.0.attn_norm"].clone()}), bad / "model.pt")
+            with self.assertRaises(SystemExit) as e:
+                checkpoint_io.load_trained(bad / "model.pt")
+            self.assertIn("does not fit the model: 0 weights missing [], 1 unexpected ['layers.9.attn_norm']",
+                          str(e.exception))
+            r = subprocess.run([sys.executable, str(ROOT / "scripts" / "demo_model" / "export.py"), "--run", str(bad),
+                                "--onecard", ONECARD, "--out", str(d / "exported")], capture_output=True, text=True)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("does not fit the model", r.stderr)
+            self.assertFalse((d / "exported").exists())
+
 
 if __name__ == "__main__":
     unittest.main()
