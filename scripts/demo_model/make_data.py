@@ -161,8 +161,9 @@ EXTRACT_ASKS = ["My {k} is {v}. What is my {k}?", "Note that the {k} is {v}. Tel
 def conv_echo(r, paras, hard=False):
     """Exact copying (round 4): repeat or pick out a string from the request, the skill a tool call's
     arguments need (names, codes, e-mails, made-up words, numbers, phrases); hard: tool_gen.HARD_VALUES too."""
-    gens = [tool_gen.word, tool_gen.madeup, tool_gen._code, tool_gen._email, tool_gen._phrase, tool_gen._date,
-            tool_gen._path, lambda r: str(r.randint(1, 99999)), lambda r: r.choice(tool_gen.TICKERS + tool_gen.CITIES),
+    gens = [tool_gen.word, tool_gen.madeup, tool_gen.ref_code, tool_gen.email_address, tool_gen.short_phrase,
+            tool_gen.date_value, tool_gen.file_path, lambda r: str(r.randint(1, 99999)),
+            lambda r: r.choice(tool_gen.TICKERS + tool_gen.CITIES),
             lambda r: " ".join(tool_gen.word(r) for _ in range(r.randint(2, 5)))]
     if hard:
         gens = gens + tool_gen.HARD_VALUES

@@ -51,7 +51,7 @@ class Gen(random.Random):
     """The generators' random stream and the vocabulary they draw from, in one object, so no module state
     decides what a generator makes. words: Brown words (lower-case, alphabetic) for names and values;
     runs: runs of alphabetic Brown words, of which those of 3+ are the source of sentence-like values
-    (_sentence). The draws are random.Random's: Gen(seed) makes what random.Random(seed) makes."""
+    (brown_sentence). The draws are random.Random's: Gen(seed) makes what random.Random(seed) makes."""
 
     def __init__(self, seed, words=FALLBACK_WORDS, runs=()):
         super().__init__(seed)
@@ -68,23 +68,23 @@ def word(r: Gen):
     return madeup(r) if r.random() < 0.35 else r.choice(r.words)
 
 
-def _date(r):
+def date_value(r):
     return f"{r.randint(2024, 2027)}-{r.randint(1, 12):02d}-{r.randint(1, 28):02d}"
 
 
-def _phrase(r):
+def short_phrase(r):
     return " ".join(r.choice(r.words) for _ in range(r.randint(1, 3)))
 
 
-def _email(r):
+def email_address(r):
     return f"{r.choice(NAMES).lower()}.{r.choice(r.words)}@example.com"
 
 
-def _code(r):
+def ref_code(r):
     return f"{r.choice(['ORD', 'TKT', 'INV', 'REF', 'BK', word(r)[:3].upper()])}-{r.randint(100, 99999)}"
 
 
-def _path(r):
+def file_path(r):
     return f"{r.choice(['src', 'docs', 'notes', 'data', word(r)])}/{word(r)}.{r.choice(['txt', 'md', 'cpp', 'csv'])}"
 
 
@@ -102,7 +102,7 @@ LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 TLDS = ["com", "org", "net", "io", "de", "co.uk", "fr", "edu"]
 
 
-def _acronym(r):
+def acronym(r):
     """2-5 capital letters, a third of them with a letter doubled ('AAPL', 'XQQ')."""
     letters = [r.choice(LETTERS) for _ in range(r.randint(2, 5))]
     if r.random() < 0.33:
@@ -111,15 +111,15 @@ def _acronym(r):
     return "".join(letters[:5])
 
 
-def _caps_code(r):
+def caps_code(r):
     """Capitals and digits mixed ('B2B', 'XK7', 'A320Q')."""
     return "".join(r.choice(LETTERS) if r.random() < 0.6 else str(r.randint(0, 9)) for _ in range(r.randint(3, 6)))
 
 
-def _sentence(r):
+def brown_sentence(r):
     """3-7 consecutive words of a Brown sentence ('the meeting is moved to Friday'-like text), from r.runs."""
     if not r.runs:
-        raise RuntimeError("tool_gen._sentence: no word runs (make the stream with Gen(seed, runs=...))")
+        raise RuntimeError("tool_gen.brown_sentence: no word runs (make the stream with Gen(seed, runs=...))")
     run = r.choice(r.runs)
     n = min(len(run), r.randint(3, 7))
     i = r.randint(0, len(run) - n)
@@ -145,14 +145,14 @@ def _expr_varied(r):
     return f"({a} {op} {b}) {op2} {c}" if r.random() < 0.4 else f"{a} {op} {b} {op2} {c}"
 
 
-HARD_VALUES = [_acronym, _caps_code, _sentence, _email_varied, _expr_varied]
+HARD_VALUES = [acronym, caps_code, brown_sentence, _email_varied, _expr_varied]
 
 
 def _word_run(r):
     """2-3 unrelated words ('monk knife', 'hooked commitment libretto'), make_data.py --multiword's values.
     Round 11's call B got 30 of its 44 wrong values over the 600 held-out requests wrong for such strings:
     cut to the first word ('Look on the web for monk knife.' -> 'monk') or with a word doubled. Training
-    strings were mostly one word (word, madeup, codes); _phrase draws one to three."""
+    strings were mostly one word (word, madeup, codes); short_phrase draws one to three."""
     return " ".join(word(r) for _ in range(r.randint(2, 3)))
 
 
@@ -161,17 +161,17 @@ REAL = {
     "city": ("string", "The city name", lambda r: r.choice(CITIES), "in {v}"),
     "location": ("string", "City or place", lambda r: r.choice(CITIES), "for {v}"),
     "country": ("string", "Country name", lambda r: r.choice(COUNTRIES), "in {v}"),
-    "query": ("string", "Search text", _phrase, "about {v}"),
-    "topic": ("string", "The topic", _phrase, "on the topic {v}"),
-    "title": ("string", "A short title", lambda r: _phrase(r).title(), "titled {v}"),
+    "query": ("string", "Search text", short_phrase, "about {v}"),
+    "topic": ("string", "The topic", short_phrase, "on the topic {v}"),
+    "title": ("string", "A short title", lambda r: short_phrase(r).title(), "titled {v}"),
     "name": ("string", "A person's name", lambda r: r.choice(NAMES), "for {v}"),
-    "recipient": ("string", "Email address of the recipient", _email, "to {v}"),
-    "email": ("string", "Email address", _email, "for {v}"),
-    "date": ("string", "Date as YYYY-MM-DD", _date, "on {v}"),
-    "start_date": ("string", "First day, YYYY-MM-DD", _date, "starting {v}"),
-    "path": ("string", "File path", _path, "at {v}"),
-    "order_id": ("string", "The order id", _code, "with id {v}"),
-    "ticket_id": ("string", "The ticket id", _code, "with ticket {v}"),
+    "recipient": ("string", "Email address of the recipient", email_address, "to {v}"),
+    "email": ("string", "Email address", email_address, "for {v}"),
+    "date": ("string", "Date as YYYY-MM-DD", date_value, "on {v}"),
+    "start_date": ("string", "First day, YYYY-MM-DD", date_value, "starting {v}"),
+    "path": ("string", "File path", file_path, "at {v}"),
+    "order_id": ("string", "The order id", ref_code, "with id {v}"),
+    "ticket_id": ("string", "The ticket id", ref_code, "with ticket {v}"),
     "ticker": ("string", "Ticker symbol", lambda r: r.choice(TICKERS), "for {v}"),
     "language": ("string", "Target language", lambda r: r.choice(LANGS), "into {v}"),
     "phrase": ("string", "The text to use", lambda r: r.choice(PHRASES), "with the text {v}"),
@@ -194,10 +194,10 @@ REAL = {
     "guests": ("integer", "Number of guests", lambda r: r.randint(1, 10), "for {v} guests"),
     "duration": ("integer", "Duration in minutes", lambda r: r.randint(1, 120), "lasting {v} minutes"),
     "page": ("integer", "Page number", lambda r: r.randint(1, 9), "page {v}"),
-    "price": ("number", "Price limit", lambda r: _num(r), "under {v}"),
-    "distance_km": ("number", "Distance in kilometres", lambda r: _num(r), "{v} km"),
-    "weight_kg": ("number", "Weight in kilograms", lambda r: _num(r), "{v} kg"),
-    "sum": ("number", "Amount of money", lambda r: _num(r), "sum {v}"),
+    "price": ("number", "Price limit", lambda r: number_value(r), "under {v}"),
+    "distance_km": ("number", "Distance in kilometres", lambda r: number_value(r), "{v} km"),
+    "weight_kg": ("number", "Weight in kilograms", lambda r: number_value(r), "{v} kg"),
+    "sum": ("number", "Amount of money", lambda r: number_value(r), "sum {v}"),
     "urgent": ("boolean", "Mark as urgent", lambda r: True, "urgent"),
     "include_details": ("boolean", "Include details", lambda r: True, "with details"),
     "notify": ("boolean", "Send a notification", lambda r: True, "and notify me"),
@@ -240,7 +240,7 @@ HELD_OUT = {
         ("expression", "string", "The expression", _expr, "{v}", True)],
         ["What is {m}?", "Calculate {m}.", "Compute {m}, please."]),
     "convert_currency": ("Convert an amount between currencies", [
-        ("amount", "number", "Amount of money", lambda r: _num(r), "{v}", True),
+        ("amount", "number", "Amount of money", lambda r: number_value(r), "{v}", True),
         ("from_currency", "string", "Currency code to convert from", lambda r: r.choice(CURRENCIES), "from {v}", True),
         ("to_currency", "string", "Currency code to convert to", lambda r: r.choice(CURRENCIES), "to {v}", True)],
         ["Convert {m}.", "Please convert {m}.", "How much is {m}?"]),
@@ -254,7 +254,7 @@ HELD_OUT = {
         ("query", "string", "Search query", lambda r: r.choice(r.words) + " " + r.choice(r.words), "for {v}", True)],
         ["Search the web {m}.", "Please search the web {m}.", "Look on the web {m}."]),
     "send_email": ("Send an email message", [
-        ("to", "string", "Recipient email address", _email, "to {v}", True),
+        ("to", "string", "Recipient email address", email_address, "to {v}", True),
         ("subject", "string", "Subject line", lambda r: r.choice(r.words).capitalize() + " " + r.choice(r.words),
          "with subject {v}", True)],
         ["Send an email {m}.", "Please send an email {m}.", "Email {m}."]),
@@ -267,12 +267,12 @@ HELD_OUT = {
         ["What time is it {m}?", "Get the current local time {m}.", "Tell me the local time {m}."]),
     "create_reminder": ("Create a reminder for a date", [
         ("text", "string", "What to remember", lambda r: r.choice(r.words) + " " + r.choice(r.words), "to {v}", True),
-        ("date", "string", "Date as YYYY-MM-DD", _date, "on {v}", True)],
+        ("date", "string", "Date as YYYY-MM-DD", date_value, "on {v}", True)],
         ["Create a reminder {m}.", "Remind me {m}.", "Please create a reminder {m}."]),
 }
 
 
-def _num(r):
+def number_value(r):
     return r.choice([r.randint(1, 900), round(r.uniform(1, 500), r.choice([1, 2]))])
 
 
@@ -307,7 +307,7 @@ def _describe(name, verbs=tuple(VERBS)):
 
 
 def _real_param(r, used, multi=0.0):
-    """A parameter from REAL_ENUMS or REAL; multi: the probability that a _phrase one ('query', 'topic')
+    """A parameter from REAL_ENUMS or REAL; multi: the probability that a short_phrase one ('query', 'topic')
     draws _word_run's 2-3 words instead of 1-3, said after "for" half the time (0 draws nothing more)."""
     if r.random() < 0.2:
         p = r.choice(list(REAL_ENUMS))
@@ -316,7 +316,7 @@ def _real_param(r, used, multi=0.0):
                 "say": say}
     p = r.choice(list(REAL))
     t, d, gen, say = REAL[p]
-    if multi > 0 and gen is _phrase and r.random() < multi:
+    if multi > 0 and gen is short_phrase and r.random() < multi:
         gen, say = _word_run, r.choice([say, "for {v}"])  # "for": as _gen_param's word runs
     return {"name": p, "type": t, "desc": d, "gen": gen, "say": say}
 
@@ -336,7 +336,7 @@ def _gen_param(r, realistic_values, hard=0.0, multi=0.0):
     spoken = pname.replace("_", " ")
     say = r.choice(["{s} {v}", "with {s} {v}", "{s} = {v}", "and {s} {v}", "where {s} is {v}"]).replace("{s}", spoken)
     if kind == "string":
-        pools = [lambda r: word(r), _phrase, lambda r: madeup(r), _code, lambda r: r.choice(CITIES + NAMES),
+        pools = [lambda r: word(r), short_phrase, lambda r: madeup(r), ref_code, lambda r: r.choice(CITIES + NAMES),
                  lambda r: str(r.randint(1, 99999))]
         w = [3, 2, 2, 1, 1, 0.5] if not realistic_values else [3, 2, 0.4, 1, 2, 0.5]
         gen = r.choices(pools, w)[0]
@@ -355,7 +355,7 @@ def _gen_param(r, realistic_values, hard=0.0, multi=0.0):
         return {"name": pname, "type": "integer", "desc": f"Number of {spoken}",
                 "gen": lambda r, hi=hi: r.randint(0, hi), "say": say}
     if kind == "number":
-        return {"name": pname, "type": "number", "desc": f"The {spoken} amount", "gen": _num, "say": say}
+        return {"name": pname, "type": "number", "desc": f"The {spoken} amount", "gen": number_value, "say": say}
     if kind == "enum":
         vals = sorted({word(r) for _ in range(r.randint(2, 4))})
         return {"name": pname, "type": "enum", "desc": f"The {spoken} kind", "enum": vals,
@@ -470,13 +470,14 @@ def _noun_tool(r, exclude, verbs, shape):
         params = [_recipient_param(0.8),
                   {"name": what, "type": "string", "desc": f"The {what}",
                    "gen": lambda r: (r.choice(r.words).capitalize() + " " + r.choice(r.words)) if r.random() < 0.5
-                   else _sentence(r), "say": f"with {what} {{v}}", "required": True}]
+                   else brown_sentence(r), "say": f"with {what} {{v}}", "required": True}]
     else:
         params = [{"name": r.choice(["text", "task", "title", "what", "label", "description"]), "type": "string",
-                   "desc": "What it is for", "gen": lambda r: _phrase(r) if r.random() < 0.5 else _sentence(r),
+                   "desc": "What it is for",
+                   "gen": lambda r: short_phrase(r) if r.random() < 0.5 else brown_sentence(r),
                    "say": "to {v}", "required": True},
                   {"name": r.choice(["date", "day", "due", "when", "due_date"]), "type": "string",
-                   "desc": "Date as YYYY-MM-DD", "gen": _date, "say": "on {v}", "required": True}]
+                   "desc": "Date as YYYY-MM-DD", "gen": date_value, "say": "on {v}", "required": True}]
     return name, _noun_asks(verb, noun), params
 
 
@@ -530,7 +531,7 @@ def shaped_tool(r: Gen, exclude=frozenset(), verbs=tuple(VERBS), shapes=SHAPES_R
         noun = r.choice(SHAPE_NOUNS)
         if r.random() < 0.5:
             params.append({"name": r.choice(["quantity", "size", "total", "weight", "points", "value"]),
-                           "type": "number", "desc": "How much", "gen": _num, "say": "{v}", "required": True})
+                           "type": "number", "desc": "How much", "gen": number_value, "say": "{v}", "required": True})
         pair = {}
 
         def src(r, pair=pair):
@@ -546,11 +547,11 @@ def shaped_tool(r: Gen, exclude=frozenset(), verbs=tuple(VERBS), shapes=SHAPES_R
     elif shape == "to":
         what = r.choice(["subject", "title", "note", "message", "topic", "caption"])
         params = [_recipient_param(0.7),
-                  {"name": what, "type": "string", "desc": f"The {what}", "gen": _sentence,
+                  {"name": what, "type": "string", "desc": f"The {what}", "gen": brown_sentence,
                    "say": f"with {what} {{v}}", "required": True}]
     else:
         what = r.choice(["content", "body", "passage", "source_text", "input"])
-        params = [{"name": what, "type": "string", "desc": "The text", "gen": _sentence, "say": "{v}",
+        params = [{"name": what, "type": "string", "desc": "The text", "gen": brown_sentence, "say": "{v}",
                    "required": True},
                   {"name": r.choice(["output_format", "target_format", "style", "layout"]), "type": "string",
                    "desc": "What to turn it into", "gen": lambda r: r.choice(INTO), "say": "into {v}",
@@ -559,7 +560,7 @@ def shaped_tool(r: Gen, exclude=frozenset(), verbs=tuple(VERBS), shapes=SHAPES_R
             "shape": shape}
 
 
-def _table_tool(table, name):
+def table_tool(table, name):
     """A tool of a hand-written table (HELD_OUT, NATURAL, NATURAL_EXTRA): (description, params, asks) -> the
     tool dict; an "enum" parameter holds its values where the others hold their value generator."""
     desc, params, asks = table[name]
@@ -574,7 +575,7 @@ def _table_tool(table, name):
 
 
 def held_out_tool(name):
-    return _table_tool(HELD_OUT, name)
+    return table_tool(HELD_OUT, name)
 
 
 def tool_schema(tool):

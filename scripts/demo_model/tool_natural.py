@@ -4,8 +4,8 @@
 The value pools and generators are tool_gen's, and so is the random stream (tool_gen.Gen, which carries
 the Brown words)."""
 
-from tool_gen import (CITIES, COUNTRIES, LETTERS, NAMES, TLDS, UNITS, _acronym, _caps_code, _code, _date, _num, _path,
-                      _phrase, _sentence, _table_tool, word)
+from tool_gen import (CITIES, COUNTRIES, LETTERS, NAMES, TLDS, UNITS, acronym, brown_sentence, caps_code, date_value,
+                      file_path, number_value, ref_code, short_phrase, table_tool, word)
 
 
 def _brown_word(r):
@@ -43,16 +43,16 @@ NATURAL = {
         ("people", "integer", "Number of people", lambda r: r.randint(1, 12), "for {v} people", True)],
         ["Book a table {m}.", "Reserve a table {m}, please.", "Can you get us a table {m}?"]),
     "track_package": ("Track a package by its tracking number", [
-        ("tracking_number", "string", "Tracking number", _code, "{v}", True)],
+        ("tracking_number", "string", "Tracking number", ref_code, "{v}", True)],
         ["Where is my package {m}?", "Track package {m}.", "What is the status of parcel {m}?"]),
     "get_news": ("Get the latest news headlines on a topic", [
-        ("topic", "string", "News topic", _phrase, "about {v}", True)],
+        ("topic", "string", "News topic", short_phrase, "about {v}", True)],
         ["What is the latest news {m}?", "Show me the headlines {m}.", "Any news {m}?"]),
     "define_word": ("Look up the definition of a word", [
         ("word", "string", "The word", lambda r: _brown_word(r), "{v}", True)],
         ["What does {m} mean?", "Define the word {m}.", "Give me the meaning of {m}."]),
     "play_song": ("Play a song by title", [
-        ("title", "string", "Song title", lambda r: _phrase(r).title(), "{v}", True)],
+        ("title", "string", "Song title", lambda r: short_phrase(r).title(), "{v}", True)],
         ["Play {m}.", "Put on the song {m}.", "I want to hear {m}."]),
     "find_recipe": ("Find a recipe that uses an ingredient", [
         ("ingredient", "string", "Main ingredient", lambda r: _brown_word(r), "with {v}", True)],
@@ -66,7 +66,7 @@ NATURAL = {
          lambda r: f"{_brown_word(r).title()} {r.choice(['Square', 'Street', 'Park'])}", "near {v}", True)],
         ["Where can I park {m}?", "Find parking {m}.", "Is there free parking {m}?"]),
     "get_showtimes": ("Get the showtimes of a movie", [
-        ("movie", "string", "Movie title", lambda r: _phrase(r).title(), "{v}", True)],
+        ("movie", "string", "Movie title", lambda r: short_phrase(r).title(), "{v}", True)],
         ["When is {m} playing?", "Show me the showtimes for {m}.", "What are the showtimes for {m}?"]),
     "set_thermostat": ("Set the thermostat to a temperature", [
         ("temperature", "number", "Target temperature",
@@ -77,14 +77,14 @@ NATURAL = {
          "in the {v}", True)],
         ["Turn on the lights {m}.", "Switch the lights on {m}.", "Lights on {m}, please."]),
     "add_calendar_event": ("Add an event to the calendar", [
-        ("title", "string", "Event title", lambda r: _phrase(r).capitalize(), "called {v}", True),
-        ("date", "string", "Date as YYYY-MM-DD", _date, "on {v}", True)],
+        ("title", "string", "Event title", lambda r: short_phrase(r).capitalize(), "called {v}", True),
+        ("date", "string", "Date as YYYY-MM-DD", date_value, "on {v}", True)],
         ["Add an event {m} to my calendar.", "Create a calendar event {m}.", "Schedule an event {m}."]),
     "read_file": ("Read the contents of a file", [
-        ("path", "string", "File path", _path, "{v}", True)],
+        ("path", "string", "File path", file_path, "{v}", True)],
         ["Show me what is in {m}.", "Read the file {m}.", "Open {m} and show it."]),
     "get_order_status": ("Get the status of an order", [
-        ("order_id", "string", "Order id", _code, "{v}", True)],
+        ("order_id", "string", "Order id", ref_code, "{v}", True)],
         ["Where is my order {m}?", "What is the status of order {m}?", "Check order {m}."]),
     "get_distance": ("Get the distance between two cities", [
         ("origin", "string", "First city", lambda r: r.choice(CITIES), "from {v}", True),
@@ -101,7 +101,7 @@ NATURAL = {
          "from {v}", True)],
         ["Get me a taxi {m}.", "Book a cab {m}.", "I need a taxi {m}."]),
     "count_steps": ("Get the number of steps walked on a day", [
-        ("date", "string", "Date as YYYY-MM-DD", _date, "on {v}", True)],
+        ("date", "string", "Date as YYYY-MM-DD", date_value, "on {v}", True)],
         ["How many steps did I walk {m}?", "Show my step count {m}.", "What was my step count {m}?"]),
     "find_book": ("Find a book by its author", [
         ("author", "string", "Author name", lambda r: f"{r.choice(NAMES)} {_brown_word(r).title()}", "by {v}", True)],
@@ -110,7 +110,7 @@ NATURAL = {
         ("city", "string", "City name", lambda r: r.choice(CITIES), "in {v}", True)],
         ["What is the UV index {m}?", "How strong is the sun {m}?", "Tell me the UV level {m}."]),
     "cancel_booking": ("Cancel a booking by its reference", [
-        ("reference", "string", "Booking reference", _code, "{v}", True)],
+        ("reference", "string", "Booking reference", ref_code, "{v}", True)],
         ["Cancel booking {m}.", "Please cancel my reservation {m}.", "I want to cancel {m}."]),
     "get_flight_price": ("Get the cheapest flight price between airports", [
         ("from_airport", "string", "Departure airport code", _airport, "from {v}", True),
@@ -121,7 +121,7 @@ NATURAL = {
          "of my {v} account", True)],
         ["What is the balance {m}?", "Tell me the balance {m}.", "Check the balance {m}."]),
     "rate_movie": ("Rate a movie from 1 to 5", [
-        ("movie", "string", "Movie title", lambda r: _phrase(r).title(), "{v}", True),
+        ("movie", "string", "Movie title", lambda r: short_phrase(r).title(), "{v}", True),
         ("stars", "integer", "Rating from 1 to 5", lambda r: r.randint(1, 5), "{v} stars", True)],
         ["Rate {m}.", "Give {m}.", "I want to rate {m}."]),
 }
@@ -150,7 +150,7 @@ def _team(r):
 # with a tool of `onecard validate`'s fixtures (tools/onecard/data/tool_fixtures.json; tested).
 NATURAL_EXTRA = {
     "convert_measurement": ("Convert a quantity from one unit to another", [
-        ("value", "number", "The quantity", lambda r: _num(r), "{v}", True),
+        ("value", "number", "The quantity", lambda r: number_value(r), "{v}", True),
         ("from_unit", "string", "Unit to convert from", lambda r: r.choice(UNITS), "{v}", True),
         ("to_unit", "string", "Unit to convert to", lambda r: r.choice(UNITS), "to {v}", True)],
         ["Convert {m}.", "How much is {m}?", "Change {m}, please.", "What is {m}?"]),
@@ -159,10 +159,10 @@ NATURAL_EXTRA = {
         ["Set the volume {m}.", "Turn the volume {m}.", "Volume {m}, please.", "Change the sound level {m}."]),
     "send_gift_card": ("Send a gift card to a person", [
         ("recipient", "string", "Who gets the card", lambda r: r.choice(NAMES), "to {v}", True),
-        ("amount", "number", "Value of the card", lambda r: _num(r), "worth {v}", True)],
+        ("amount", "number", "Value of the card", lambda r: number_value(r), "worth {v}", True)],
         ["Send a gift card {m}.", "Give a gift card {m}.", "I want to gift a card {m}."]),
     "get_bus_times": ("Get the next departures from a bus stop", [
-        ("stop_code", "string", "Bus stop code", lambda r: r.choice([_caps_code, _acronym])(r), "{v}", True)],
+        ("stop_code", "string", "Bus stop code", lambda r: r.choice([caps_code, acronym])(r), "{v}", True)],
         ["When is the next bus at stop {m}?", "Bus times for stop {m}.", "Show departures from stop {m}."]),
     "lookup_ip": ("Find where an IP address is located", [
         ("address", "string", "IPv4 address", _ip, "{v}", True)],
@@ -171,14 +171,14 @@ NATURAL_EXTRA = {
         ("team", "string", "Team name", _team, "{v}", True)],
         ["How did {m} do?", "What was the score of {m}?", "Did {m} win?"]),
     "check_spelling": ("Check the spelling of a sentence", [
-        ("text", "string", "The sentence", _sentence, "{v}", True)],
+        ("text", "string", "The sentence", brown_sentence, "{v}", True)],
         ["Check the spelling of {m}.", "Is this spelt right: {m}", "Proofread {m}."]),
     "summarize_text": ("Summarise a piece of text", [
-        ("text", "string", "The text", _sentence, "{v}", True),
+        ("text", "string", "The text", brown_sentence, "{v}", True),
         ("sentences", "integer", "How many sentences", lambda r: r.randint(1, 5), "in {v} sentences", False)],
         ["Summarise {m}.", "Give me the gist of {m}.", "Shorten {m}."]),
     "get_lyrics": ("Get the lyrics of a song", [
-        ("song", "string", "Song title", lambda r: _phrase(r).title(), "{v}", True),
+        ("song", "string", "Song title", lambda r: short_phrase(r).title(), "{v}", True),
         ("artist", "string", "Singer or band", lambda r: f"{r.choice(NAMES)} {_brown_word(r).title()}", "by {v}",
          False)],
         ["Show me the lyrics of {m}.", "What are the words to {m}?", "Find the lyrics for {m}."]),
@@ -206,7 +206,7 @@ NATURAL_EXTRA = {
         ("code", "string", "Three-letter airport code", _airport, "{v}", True)],
         ["Tell me about airport {m}.", "What airport is {m}?", "Where is {m} airport?"]),
     "count_words": ("Count the words in a text", [
-        ("text", "string", "The text", _sentence, "in {v}", True)],
+        ("text", "string", "The text", brown_sentence, "in {v}", True)],
         ["How many words are {m}?", "Count the words {m}.", "Word count {m}, please."]),
     "call_contact": ("Start a phone call to a contact", [
         ("name", "string", "Contact name", lambda r: r.choice(NAMES), "{v}", True)],
@@ -237,7 +237,7 @@ NATURAL_EXTRA = {
         ("word", "string", "The word", lambda r: _brown_word(r), "{v}", True)],
         ["Where does the word {m} come from?", "What is the origin of {m}?", "Etymology of {m}, please."]),
     "log_expense": ("Record an expense in the budget", [
-        ("amount", "number", "Amount spent", lambda r: _num(r), "{v}", True),
+        ("amount", "number", "Amount spent", lambda r: number_value(r), "{v}", True),
         ("category", "string", "Spending category", lambda r: r.choice(["food", "rent", "travel", "books", "fun"]),
          "for {v}", True)],
         ["I spent {m}.", "Log {m}.", "Add an expense of {m}."]),
@@ -246,4 +246,4 @@ NATURAL_EXTRA = {
 
 def natural_tool(name):
     """A NATURAL (or NATURAL_EXTRA) tool as make_call takes it (asks fixed, mentions from its parameters)."""
-    return _table_tool(NATURAL if name in NATURAL else NATURAL_EXTRA, name)
+    return table_tool(NATURAL if name in NATURAL else NATURAL_EXTRA, name)

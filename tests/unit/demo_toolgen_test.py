@@ -136,18 +136,18 @@ class HardValues(unittest.TestCase):
         self.assertEqual(r.runs, MEETING)  # runs under 3 words are dropped
         doubled = 0
         for _ in range(300):
-            a = tool_gen._acronym(r)
+            a = tool_gen.acronym(r)
             self.assertRegex(a, r"^[A-Z]{2,5}$")
             doubled += bool(re.search(r"(.)\1", a))
-            self.assertRegex(tool_gen._caps_code(r), r"^[A-Z0-9]{3,6}$")
+            self.assertRegex(tool_gen.caps_code(r), r"^[A-Z0-9]{3,6}$")
             self.assertRegex(tool_gen._email_varied(r), r"^[a-z0-9._]+@[a-z]+\.[a-z.]+$")
             self.assertRegex(tool_gen._expr_varied(r), r"^\(?[0-9.]+ [-+*/] [0-9.]+\)?( [-+*/] [0-9.]+)?$")
-            words = tool_gen._sentence(r).split()
+            words = tool_gen.brown_sentence(r).split()
             self.assertTrue(3 <= len(words) <= 6, words)
             self.assertIn(" ".join(words), "the meeting is moved to Friday")
         self.assertGreater(doubled, 60)  # a third are drawn with a doubled letter, some random ones repeat too
         with self.assertRaises(RuntimeError):  # no runs: an error, not some other kind of value
-            tool_gen._sentence(gen(1, runs=[["too", "short"]]))
+            tool_gen.brown_sentence(gen(1, runs=[["too", "short"]]))
 
     def test_hard_string_parameters_draw_hard_values_and_requests_hold_them(self):
         r = gen(2)
