@@ -53,13 +53,18 @@ def load_config(ckpt: Path) -> Config:
     return Config.from_official(json.loads((ckpt / "config.json").read_text()))
 
 
+def train_meta(model_pt: Path) -> dict:
+    """The train_meta.json beside a model.pt (train.py's, respace.py model's, deepen.py's, soup.py's)."""
+    return json.loads((Path(model_pt).parent / "train_meta.json").read_text())
+
+
 def config_of(path: Path) -> Config:
     """The Config of what load_weights(path) reads: a checkpoint's config.json, or a model.pt's
-    train_meta.json beside it (train.py's, respace.py model's)."""
+    train_meta.json beside it."""
     path = Path(path)
     if path.is_dir():
         return load_config(path)
-    return Config(**json.loads((path.parent / "train_meta.json").read_text())["config"])
+    return Config(**train_meta(path)["config"])
 
 
 def load_model(ckpt: Path) -> DeepSeekV4:
@@ -98,14 +103,11 @@ def load_fitting(model: DeepSeekV4, weights: dict, source, fits: str = "the mode
                          f"{len(unexpected)} unexpected {unexpected[:3]}" + (f"; {hint}" if hint else ""))
 
 
-def load_trained(model_pt: Path) -> tuple:
-    """(model, train_meta) of a train.py model.pt (or respace.py's, deepen.py's, soup.py's), built with the
-    config of the train_meta.json beside it; every weight must fit (load_fitting)."""
-    model_pt = Path(model_pt)
-    meta = json.loads((model_pt.parent / "train_meta.json").read_text())
-    model = DeepSeekV4(Config(**meta["config"]))
-    load_fitting(model, torch.load(model_pt, map_location="cpu"), model_pt)
-    return model, meta
+def load_trained(model_pt: Path) -> DeepSeekV4:
+    """A model.pt as the model its train_meta.json describes (config_of); every weight must fit (load_fitting)."""
+    model = DeepSeekV4(config_of(model_pt))
+    load_fitting(model, load_weights(model_pt), model_pt)
+    return model
 
 
 # ---- encoders (numpy, bit-exact with src/model/quantize.cpp) ---------------------------------

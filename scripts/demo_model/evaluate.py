@@ -183,8 +183,7 @@ def main():
     if Path(a.model).is_dir():  # an exported checkpoint (e.g. models/demo), dequantised
         model, seq = checkpoint_io.load_model(Path(a.model)), 1024
     else:
-        model, meta = checkpoint_io.load_trained(Path(a.model))
-        seq = meta["seq"]
+        model, seq = checkpoint_io.load_trained(Path(a.model)), checkpoint_io.train_meta(Path(a.model))["seq"]
     seq = a.seq or seq
     model.to(a.device).eval()
     enc = data_tokens.Encoder(Path(a.tokenizer))

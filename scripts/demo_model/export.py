@@ -53,7 +53,7 @@ def main():
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     run, out = Path(a.run), Path(a.out)
-    model, _ = checkpoint_io.load_trained(run / "model.pt")
+    model = checkpoint_io.load_trained(run / "model.pt")
     cfg = model.cfg
     with tempfile.TemporaryDirectory() as tmp:
         template = Path(tmp) / "template"

@@ -71,7 +71,7 @@ def main():
                 "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in reqs)).splitlines()]
     model = checkpoint_io.load_model(Path(a.ckpt)).eval()
     if a.weights:
-        checkpoint_io.load_fitting(model, torch.load(a.weights, map_location="cpu"), a.weights, a.ckpt)
+        checkpoint_io.load_fitting(model, checkpoint_io.load_weights(Path(a.weights)), a.weights, a.ckpt)
     for r, text in zip(rows, full):
         if not text.startswith(r["prompt"]):
             raise SystemExit("the rendered call does not extend the stored prompt: another encoder?")

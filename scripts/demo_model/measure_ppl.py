@@ -65,8 +65,7 @@ def main():
         import torch
         import checkpoint_io
         from dsv4_torch import Numerics
-        torch_model, _ = checkpoint_io.load_trained(Path(a.model_pt))
-        torch_model.eval()
+        torch_model = checkpoint_io.load_trained(Path(a.model_pt)).eval()
     acc = {}
     nbytes = token_byte_lengths(a.ckpt)
     with tempfile.TemporaryDirectory() as tmp:

@@ -64,8 +64,13 @@ def madeup(r: Gen):
     return "".join(r.choice(ONSETS) + r.choice(VOWELS) + r.choice(CODAS) for _ in range(r.choice([2, 2, 3])))
 
 
+def brown_word(r: Gen):
+    """One of the stream's Brown words."""
+    return r.choice(r.words)
+
+
 def word(r: Gen):
-    return madeup(r) if r.random() < 0.35 else r.choice(r.words)
+    return madeup(r) if r.random() < 0.35 else brown_word(r)
 
 
 def date_value(r):
@@ -73,11 +78,11 @@ def date_value(r):
 
 
 def short_phrase(r):
-    return " ".join(r.choice(r.words) for _ in range(r.randint(1, 3)))
+    return " ".join(brown_word(r) for _ in range(r.randint(1, 3)))
 
 
 def email_address(r):
-    return f"{r.choice(NAMES).lower()}.{r.choice(r.words)}@example.com"
+    return f"{r.choice(NAMES).lower()}.{brown_word(r)}@example.com"
 
 
 def ref_code(r):
@@ -176,8 +181,8 @@ REAL = {
     "language": ("string", "Target language", lambda r: r.choice(LANGS), "into {v}"),
     "phrase": ("string", "The text to use", lambda r: r.choice(PHRASES), "with the text {v}"),
     "currency": ("string", "Currency code", lambda r: r.choice(CURRENCIES), "in {v}"),
-    "keyword": ("string", "A keyword", lambda r: r.choice(r.words), "with keyword {v}"),
-    "note": ("string", "Message body", lambda r: f"The {r.choice(r.words)} starts at {r.randint(1, 11)} pm",
+    "keyword": ("string", "A keyword", brown_word, "with keyword {v}"),
+    "note": ("string", "Message body", lambda r: f"The {brown_word(r)} starts at {r.randint(1, 11)} pm",
              "saying {v}"),
     "formula": ("string", "Arithmetic expression", _expr, "for {v}"),
     # "from X to Y" pairs (the held-out convert_currency's from_currency / to_currency stay unseen).
@@ -251,11 +256,11 @@ HELD_OUT = {
         ("minutes", "integer", "Duration in minutes", lambda r: r.randint(1, 90), "for {v} minutes", True)],
         ["Set a timer {m}.", "Start a countdown timer {m}.", "Please set a timer {m}."]),
     "search_web": ("Search the web", [
-        ("query", "string", "Search query", lambda r: r.choice(r.words) + " " + r.choice(r.words), "for {v}", True)],
+        ("query", "string", "Search query", lambda r: brown_word(r) + " " + brown_word(r), "for {v}", True)],
         ["Search the web {m}.", "Please search the web {m}.", "Look on the web {m}."]),
     "send_email": ("Send an email message", [
         ("to", "string", "Recipient email address", email_address, "to {v}", True),
-        ("subject", "string", "Subject line", lambda r: r.choice(r.words).capitalize() + " " + r.choice(r.words),
+        ("subject", "string", "Subject line", lambda r: brown_word(r).capitalize() + " " + brown_word(r),
          "with subject {v}", True)],
         ["Send an email {m}.", "Please send an email {m}.", "Email {m}."]),
     "translate_text": ("Translate text into another language", [
@@ -266,7 +271,7 @@ HELD_OUT = {
         ("city", "string", "City name", lambda r: r.choice(CITIES), "in {v}", True)],
         ["What time is it {m}?", "Get the current local time {m}.", "Tell me the local time {m}."]),
     "create_reminder": ("Create a reminder for a date", [
-        ("text", "string", "What to remember", lambda r: r.choice(r.words) + " " + r.choice(r.words), "to {v}", True),
+        ("text", "string", "What to remember", lambda r: brown_word(r) + " " + brown_word(r), "to {v}", True),
         ("date", "string", "Date as YYYY-MM-DD", date_value, "on {v}", True)],
         ["Create a reminder {m}.", "Remind me {m}.", "Please create a reminder {m}."]),
 }
@@ -469,7 +474,7 @@ def _noun_tool(r, exclude, verbs, shape):
         what = r.choice(["subject", "title", "topic", "caption", "headline"])
         params = [_recipient_param(0.8),
                   {"name": what, "type": "string", "desc": f"The {what}",
-                   "gen": lambda r: (r.choice(r.words).capitalize() + " " + r.choice(r.words)) if r.random() < 0.5
+                   "gen": lambda r: (brown_word(r).capitalize() + " " + brown_word(r)) if r.random() < 0.5
                    else brown_sentence(r), "say": f"with {what} {{v}}", "required": True}]
     else:
         params = [{"name": r.choice(["text", "task", "title", "what", "label", "description"]), "type": "string",

@@ -4,12 +4,8 @@
 The value pools and generators are tool_gen's, and so is the random stream (tool_gen.Gen, which carries
 the Brown words)."""
 
-from tool_gen import (CITIES, COUNTRIES, LETTERS, NAMES, TLDS, UNITS, acronym, brown_sentence, caps_code, date_value,
-                      file_path, number_value, ref_code, short_phrase, table_tool, word)
-
-
-def _brown_word(r):
-    return r.choice(r.words)
+from tool_gen import (CITIES, COUNTRIES, LETTERS, NAMES, TLDS, UNITS, acronym, brown_sentence, brown_word, caps_code,
+                      date_value, file_path, number_value, ref_code, short_phrase, table_tool, word)
 
 
 def _airport(r):
@@ -38,7 +34,7 @@ NATURAL = {
         ("guests", "integer", "Number of guests", lambda r: r.randint(1, 6), "for {v} guests", False)],
         ["Find me a hotel {m}.", "Are there hotels {m}?", "Search for hotels {m}."]),
     "book_table": ("Book a table at a restaurant", [
-        ("restaurant", "string", "Restaurant name", lambda r: f"{r.choice(NAMES)}'s {_brown_word(r).title()}",
+        ("restaurant", "string", "Restaurant name", lambda r: f"{r.choice(NAMES)}'s {brown_word(r).title()}",
          "at {v}", True),
         ("people", "integer", "Number of people", lambda r: r.randint(1, 12), "for {v} people", True)],
         ["Book a table {m}.", "Reserve a table {m}, please.", "Can you get us a table {m}?"]),
@@ -49,13 +45,13 @@ NATURAL = {
         ("topic", "string", "News topic", short_phrase, "about {v}", True)],
         ["What is the latest news {m}?", "Show me the headlines {m}.", "Any news {m}?"]),
     "define_word": ("Look up the definition of a word", [
-        ("word", "string", "The word", lambda r: _brown_word(r), "{v}", True)],
+        ("word", "string", "The word", brown_word, "{v}", True)],
         ["What does {m} mean?", "Define the word {m}.", "Give me the meaning of {m}."]),
     "play_song": ("Play a song by title", [
         ("title", "string", "Song title", lambda r: short_phrase(r).title(), "{v}", True)],
         ["Play {m}.", "Put on the song {m}.", "I want to hear {m}."]),
     "find_recipe": ("Find a recipe that uses an ingredient", [
-        ("ingredient", "string", "Main ingredient", lambda r: _brown_word(r), "with {v}", True)],
+        ("ingredient", "string", "Main ingredient", brown_word, "with {v}", True)],
         ["Find me a recipe {m}.", "What can I cook {m}?", "Give me a recipe {m}."]),
     "get_traffic": ("Get the traffic conditions on a route", [
         ("origin", "string", "Start of the route", lambda r: r.choice(CITIES), "from {v}", True),
@@ -63,7 +59,7 @@ NATURAL = {
         ["How is the traffic {m}?", "Is there traffic {m}?", "Check the traffic {m}."]),
     "find_parking": ("Find free parking near a place", [
         ("place", "string", "Place name",
-         lambda r: f"{_brown_word(r).title()} {r.choice(['Square', 'Street', 'Park'])}", "near {v}", True)],
+         lambda r: f"{brown_word(r).title()} {r.choice(['Square', 'Street', 'Park'])}", "near {v}", True)],
         ["Where can I park {m}?", "Find parking {m}.", "Is there free parking {m}?"]),
     "get_showtimes": ("Get the showtimes of a movie", [
         ("movie", "string", "Movie title", lambda r: short_phrase(r).title(), "{v}", True)],
@@ -97,14 +93,14 @@ NATURAL = {
         ("harbour", "string", "Harbour name", lambda r: r.choice(CITIES), "at {v}", True)],
         ["When is high tide {m}?", "What are the tide times {m}?", "Show the tides {m}."]),
     "book_taxi": ("Book a taxi to an address", [
-        ("address", "string", "Pickup address", lambda r: f"{r.randint(1, 200)} {_brown_word(r).title()} Street",
+        ("address", "string", "Pickup address", lambda r: f"{r.randint(1, 200)} {brown_word(r).title()} Street",
          "from {v}", True)],
         ["Get me a taxi {m}.", "Book a cab {m}.", "I need a taxi {m}."]),
     "count_steps": ("Get the number of steps walked on a day", [
         ("date", "string", "Date as YYYY-MM-DD", date_value, "on {v}", True)],
         ["How many steps did I walk {m}?", "Show my step count {m}.", "What was my step count {m}?"]),
     "find_book": ("Find a book by its author", [
-        ("author", "string", "Author name", lambda r: f"{r.choice(NAMES)} {_brown_word(r).title()}", "by {v}", True)],
+        ("author", "string", "Author name", lambda r: f"{r.choice(NAMES)} {brown_word(r).title()}", "by {v}", True)],
         ["Find books {m}.", "What books are there {m}?", "Search for a book {m}."]),
     "get_uv_index": ("Get the UV index for a city", [
         ("city", "string", "City name", lambda r: r.choice(CITIES), "in {v}", True)],
@@ -150,7 +146,7 @@ def _team(r):
 # with a tool of `onecard validate`'s fixtures (tools/onecard/data/tool_fixtures.json; tested).
 NATURAL_EXTRA = {
     "convert_measurement": ("Convert a quantity from one unit to another", [
-        ("value", "number", "The quantity", lambda r: number_value(r), "{v}", True),
+        ("value", "number", "The quantity", number_value, "{v}", True),
         ("from_unit", "string", "Unit to convert from", lambda r: r.choice(UNITS), "{v}", True),
         ("to_unit", "string", "Unit to convert to", lambda r: r.choice(UNITS), "to {v}", True)],
         ["Convert {m}.", "How much is {m}?", "Change {m}, please.", "What is {m}?"]),
@@ -159,7 +155,7 @@ NATURAL_EXTRA = {
         ["Set the volume {m}.", "Turn the volume {m}.", "Volume {m}, please.", "Change the sound level {m}."]),
     "send_gift_card": ("Send a gift card to a person", [
         ("recipient", "string", "Who gets the card", lambda r: r.choice(NAMES), "to {v}", True),
-        ("amount", "number", "Value of the card", lambda r: number_value(r), "worth {v}", True)],
+        ("amount", "number", "Value of the card", number_value, "worth {v}", True)],
         ["Send a gift card {m}.", "Give a gift card {m}.", "I want to gift a card {m}."]),
     "get_bus_times": ("Get the next departures from a bus stop", [
         ("stop_code", "string", "Bus stop code", lambda r: r.choice([caps_code, acronym])(r), "{v}", True)],
@@ -179,15 +175,15 @@ NATURAL_EXTRA = {
         ["Summarise {m}.", "Give me the gist of {m}.", "Shorten {m}."]),
     "get_lyrics": ("Get the lyrics of a song", [
         ("song", "string", "Song title", lambda r: short_phrase(r).title(), "{v}", True),
-        ("artist", "string", "Singer or band", lambda r: f"{r.choice(NAMES)} {_brown_word(r).title()}", "by {v}",
+        ("artist", "string", "Singer or band", lambda r: f"{r.choice(NAMES)} {brown_word(r).title()}", "by {v}",
          False)],
         ["Show me the lyrics of {m}.", "What are the words to {m}?", "Find the lyrics for {m}."]),
     "order_pizza": ("Order a pizza for delivery", [
-        ("topping", "string", "Main topping", lambda r: _brown_word(r), "with {v}", True),
+        ("topping", "string", "Main topping", brown_word, "with {v}", True),
         ("size", "enum", "Pizza size", ["small", "medium", "large"], "in size {v}", True)],
         ["Order a pizza {m}.", "I want a pizza {m}.", "Get me a pizza {m}."]),
     "find_synonym": ("Find words with the same meaning", [
-        ("word", "string", "The word", lambda r: _brown_word(r), "{v}", True)],
+        ("word", "string", "The word", brown_word, "{v}", True)],
         ["What is another word for {m}?", "Give me a synonym of {m}.", "Which words mean {m}?"]),
     "get_pollen_count": ("Get today's pollen count for a city", [
         ("city", "string", "City name", lambda r: r.choice(CITIES), "in {v}", True)],
@@ -212,7 +208,7 @@ NATURAL_EXTRA = {
         ("name", "string", "Contact name", lambda r: r.choice(NAMES), "{v}", True)],
         ["Call {m}.", "Phone {m}, please.", "Ring {m} for me."]),
     "open_app": ("Open an app on the phone", [
-        ("app", "string", "App name", lambda r: _brown_word(r).title() + r.choice(["", "", " Pro", " Plus"]), "{v}",
+        ("app", "string", "App name", lambda r: brown_word(r).title() + r.choice(["", "", " Pro", " Plus"]), "{v}",
          True)],
         ["Open {m}.", "Launch {m}.", "Start the app {m}."]),
     "get_fuel_price": ("Get the average fuel price in a city", [
@@ -234,10 +230,10 @@ NATURAL_EXTRA = {
         ("destination", "string", "Arrival station", lambda r: r.choice(CITIES), "to {v}", True)],
         ["When is the next train {m}?", "Trains {m}, please.", "Show me trains {m}."]),
     "get_word_origin": ("Get the origin of a word", [
-        ("word", "string", "The word", lambda r: _brown_word(r), "{v}", True)],
+        ("word", "string", "The word", brown_word, "{v}", True)],
         ["Where does the word {m} come from?", "What is the origin of {m}?", "Etymology of {m}, please."]),
     "log_expense": ("Record an expense in the budget", [
-        ("amount", "number", "Amount spent", lambda r: number_value(r), "{v}", True),
+        ("amount", "number", "Amount spent", number_value, "{v}", True),
         ("category", "string", "Spending category", lambda r: r.choice(["food", "rent", "travel", "books", "fun"]),
          "for {v}", True)],
         ["I spent {m}.", "Log {m}.", "Add an expense of {m}."]),

@@ -66,8 +66,6 @@ SHAPES["demo-wide"] = dict(SHAPES["demo"], moe_intermediate_size=256)
 # NEXT_RUN round 17: "demo" two layers deeper (one more CSA and HCA pair), for a smaller vocabulary from
 # scratch; the schedule is `onecard synth`'s for 8 layers, so export.py's template matches it.
 SHAPES["demo-deep"] = dict(SHAPES["demo"], num_hidden_layers=8, compress_ratios=[0, 0, 4, 128, 4, 128, 4, 128, 0])
-# What a --resume checkpoint or a kept state.pt that does not fit --shape asks for (checkpoint_io.load_fitting).
-SHAPE_HINT = "pass the shape it was trained with"
 
 
 def losses(fwd, model, ids, w, num, want_index):
@@ -197,17 +195,20 @@ def main():
     init_weights(model, a.seed)
     pairs = torch.tensor(respace.twin_pairs(json.loads(Path(a.tokenizer).read_text())) if a.tie_twins else [],
                          dtype=torch.long).view(-1, 2)
+
+    def load_fitting(weights, source):  # a checkpoint of another shape stops the run, naming --shape
+        checkpoint_io.load_fitting(model, weights, source, f"--shape {a.shape}", "pass the shape it was trained with")
+
     st = None
     if state_path is not None and state_path.exists():
         st = torch.load(state_path, map_location="cpu", weights_only=False)
         if a.tie_twins:  # the state's offsets (and tied routes) are loaded over the fresh ones
             model.tie_twins(pairs[:, 0], pairs[:, 1])
-        checkpoint_io.load_fitting(model, st["model"], state_path, f"--shape {a.shape}", SHAPE_HINT)
+        load_fitting(st["model"], state_path)
         print(f"continuing from {state_path}: step {st['step']}, {st['elapsed'] / 60:.1f} min trained", flush=True)
     else:
         if a.resume:
-            checkpoint_io.load_fitting(model, checkpoint_io.load_weights(Path(a.resume)), a.resume,
-                                       f"--shape {a.shape}", SHAPE_HINT)
+            load_fitting(checkpoint_io.load_weights(Path(a.resume)), a.resume)
             print(f"resumed from {a.resume}", flush=True)
         if a.tie_twins:  # offsets from the loaded rows: the pairs' mean difference
             model.tie_twins(pairs[:, 0], pairs[:, 1])

@@ -274,9 +274,11 @@ class ShapedTools(unittest.TestCase):
     """tool_gen.shaped_tool (make_data.py --shaped-tools): the three argument layouts round 8's named
     failures share, asked with every value verbatim and side by side, random codes never a held-out one."""
 
+    # The sentence-like values' runs this class's tools draw from.
+    RUNS = MEETING + [["we", "will", "be", "late", "now"]]
 
     def test_each_shape_says_its_values_side_by_side(self):
-        r = gen(5)
+        r = gen(5, runs=self.RUNS)
         verbs = tool_gen.VERBS + tool_gen.HELD_OUT_VERBS
         seen, same_code = set(), 0
         for _ in range(600):
@@ -307,7 +309,7 @@ class ShapedTools(unittest.TestCase):
         self.assertGreater(same_code, 5)  # "from MXN to MXN" happens in the held-out set too
 
     def test_calc_asks_as_the_arithmetic_chats_do(self):
-        r = gen(8)
+        r = gen(8, runs=self.RUNS)
         asked = set()
         for _ in range(300):
             t = tool_gen.shaped_tool(r, exclude={"compute_sum"}, verbs=tool_gen.VERBS + tool_gen.HELD_OUT_VERBS,
@@ -327,7 +329,7 @@ class ShapedTools(unittest.TestCase):
         self.assertIn("What is {m}?", asked)
 
     def test_send_and_todo_say_the_noun_with_its_article(self):
-        r = gen(6)
+        r = gen(6, runs=self.RUNS)
         seen, an = set(), 0
         for _ in range(400):
             t = tool_gen.shaped_tool(r, verbs=tool_gen.VERBS, shapes=("send", "todo"))
@@ -350,7 +352,7 @@ class ShapedTools(unittest.TestCase):
                 self.assertIn(f" to {first} on {second}", text)
         self.assertEqual(seen, {"send", "todo"})
         self.assertGreater(an, 20)
-        r = gen(7)
+        r = gen(7, runs=self.RUNS)
         names = {tool_gen.shaped_tool(r, verbs=tool_gen.VERBS + tool_gen.HELD_OUT_VERBS, shapes=("send",))["name"]
                  for _ in range(200)}
         self.assertTrue(any(n.startswith("send_") for n in names))

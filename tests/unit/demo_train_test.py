@@ -236,8 +236,8 @@ class ResumeFits(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             d = Path(d)
             tiny_train(d, small_tokenizer(), [(["--qat-frac", "0", "--max-steps", "1"], "run1")])
-            model, meta = checkpoint_io.load_trained(d / "run1" / "model.pt")
-            self.assertEqual(meta["steps"], 1)
+            model = checkpoint_io.load_trained(d / "run1" / "model.pt")
+            self.assertEqual(checkpoint_io.train_meta(d / "run1" / "model.pt")["steps"], 1)
             st = torch.load(d / "run1" / "model.pt", map_location="cpu")
             for k, v in model.state_dict().items():
                 self.assertTrue(torch.equal(v, st[k]), k)
