@@ -14,7 +14,8 @@
 #   and AGAINST_STRICT, pooled.json pairs the two checkpoints over both sets at once (measure_tools --pool).
 # Writes OUT_DIR/{strict,plain,ppl}.json (FULL=1: spec_plain, spec_mtp, plain_mtp, loops, first_errors,
 # validate .json) with each step's stdout in a .txt beside it; servers listen on 127.0.0.1:18101-18104.
-# A round's raw JSON for docs/bench/ is then round_json.py --out F --extra META.json call_A=OUT_DIR [call_B=...].
+# A round's raw JSON for docs/bench/ is then round_json.py --out F --extra META.json [--run call1=RUN_DIR ...]
+# call_A=OUT_DIR [call_B=...] (--run: each device call's unpacked run/, for the training rows).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 ckpt=$(realpath "$1"); data=$(realpath "$2"); out=$3

@@ -312,6 +312,38 @@ class RoundJson(unittest.TestCase):
         self.assertEqual(doc["call_A"], {"spec_mtp": {"all": {"acceptance": 0.8}}, "strict": {"n": 200, "exact": 0.9}})
         self.assertEqual(doc["call_B"]["strict"]["exact"], 0.85)
 
+    def test_runs_give_the_training_rows_step_lines_meta_and_eval(self):
+        # --run replaces the train_log / train_meta / evaluate.py keys rounds 18-19 copied into --extra by hand.
+        import round_json
+        with tempfile.TemporaryDirectory() as d:
+            d = Path(d)
+            for call, steps, lines in (("c1", [0, 25], ["trained 50 steps (WARNING: no quantisation-aware phase yet)"]),
+                                       ("c2", [50, 75], ["step 60: quantisation-aware phase starts", "tokenizer ok",
+                                                         "step 60: out of memory; 32 rows per forward from now on"])):
+                (d / call).mkdir()
+                (d / call / "train_log.jsonl").write_text("".join(json.dumps({"step": n, "t": n * 0.6}) + "\n"
+                                                                  for n in steps))
+                (d / call / "train_stdout.log").write_text("\n".join(lines) + "\n")
+                (d / call / "train_meta.json").write_text(json.dumps({"steps": steps[-1]}))
+            (d / "c2" / "eval.json").write_text(json.dumps({"fp32/chat": {"ppl": 3.8}}))
+            (d / "m").mkdir()
+            (d / "m" / "ppl.json").write_text("{}")
+            out = d / "round.json"
+            round_json.main(["--out", str(out), "--run", f"call1={d / 'c1'}", "--run", f"call2={d / 'c2'}",
+                             f"full={d / 'm'}"])
+            doc = json.loads(out.read_text())
+            self.assertEqual(list(doc), ["train_log", "train_steps", "train_meta", "evaluate_py_on_device", "full"])
+            rows = doc["train_log"]["call1"] + doc["train_log"]["call2"]
+            self.assertEqual([r["step"] for r in rows], [0, 25, 50, 75])
+            self.assertEqual(doc["train_steps"], {"call1": [], "call2": [
+                "step 60: quantisation-aware phase starts", "step 60: out of memory; 32 rows per forward from now on"]})
+            self.assertEqual(doc["train_meta"], {"steps": 75})  # the last call's
+            self.assertEqual(doc["evaluate_py_on_device"]["fp32/chat"]["ppl"], 3.8)
+            with self.assertRaises(SystemExit):  # a hand-made copy beside the run's would be two homes
+                round_json.assemble([("full", d / "m")], {"train_meta": {}}, [("call1", d / "c1")])
+            with self.assertRaises(SystemExit):
+                round_json.assemble([("full", d / "m")], {}, [("call1", d / "m")])  # no train_log.jsonl
+
     def test_refuses_an_empty_directory_a_repeated_name_and_bad_json(self):
         import round_json
         with tempfile.TemporaryDirectory() as d:
