@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The demo model's measuring scripts (scripts/demo_model): measure_tools.py's call comparison, failure
 classes (and --reclassify of a saved run), pairwise sign test and pooling; measure_spec.py's per-kind
-acceptance against a stub server; first_errors.py's classes; round_json.py's raw bench JSON."""
+acceptance against a stub server; first_errors.py's classes; round_json.py's raw bench JSON; cpu_speed.py's
+medians and decode rate."""
 
 import json
 import subprocess
@@ -358,6 +359,49 @@ class RoundJson(unittest.TestCase):
             (d / "m" / "bad.json").write_text("{")
             with self.assertRaises(SystemExit):
                 round_json.assemble([("call_A", d / "m")], {})
+
+
+class CpuSpeed(unittest.TestCase):
+    """cpu_speed.py: decode time per token is the median wall at N less the 1-token median (what loading
+    and the prompt cost), over N - 1; every run must give exactly the tokens asked for."""
+
+    def test_decode_rate_subtracts_the_one_token_median(self):
+        import cpu_speed
+        walls = {1: [3.0, 9.0, 3.2], 101: [4.2, 4.1, 4.3], 1001: [13.2, 13.0, 30.0]}
+        out = cpu_speed.speeds(walls, [101, 1001])
+        self.assertEqual(out["median_wall_s"], {"1": 3.2, "101": 4.2, "1001": 13.2})
+        self.assertEqual(out["per_length"]["101"], {"decode_ms_per_token": 10.0, "decode_tokens_per_s": 100.0})
+        self.assertEqual(out["per_length"]["1001"], {"decode_ms_per_token": 10.0, "decode_tokens_per_s": 100.0})
+
+    def stub(self, d, extra):
+        # a stand-in for `onecard generate`: prints max-tokens ids (plus `extra`), as the real command does
+        bin_ = d / "onecard"
+        bin_.write_text("#!/usr/bin/env python3\nimport json, sys\n"
+                        "n = int(sys.argv[sys.argv.index('--max-tokens') + 1])\n"
+                        f"print(json.dumps({{'tokens': [7] * (n + {extra}), 'finish_reason': 'length'}}))\n")
+        bin_.chmod(0o755)
+        return bin_
+
+    def test_runs_every_checkpoint_and_refuses_a_short_generation(self):
+        script = Path(__file__).resolve().parents[2] / "scripts" / "demo_model" / "cpu_speed.py"
+        with tempfile.TemporaryDirectory() as d:
+            d = Path(d)
+            good = self.stub(d, 0)
+            out = d / "speed.json"
+            p = subprocess.run([sys.executable, str(script), "--onecard", str(good), "--model", "a=A", "--model",
+                                "b=B", "--tokens", "5,9", "--repeats", "2", "--out", str(out)],
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            doc = json.loads(out.read_text())
+            self.assertEqual(list(doc["checkpoints"]), ["a", "b"])
+            self.assertEqual({k: len(v) for k, v in doc["checkpoints"]["b"]["walls_s"].items()},
+                             {"1": 2, "5": 2, "9": 2})
+            self.assertEqual(list(doc["checkpoints"]["a"]["per_length"]), ["5", "9"])
+            short = self.stub(d, -1)
+            p = subprocess.run([sys.executable, str(script), "--onecard", str(short), "--model", "a=A",
+                                "--tokens", "5", "--repeats", "1"], capture_output=True, text=True)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("gave 0 tokens, asked for 1", p.stderr)
 
 
 if __name__ == "__main__":
