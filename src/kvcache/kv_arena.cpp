@@ -2,6 +2,8 @@
 
 #include "core/error.h"
 
+#include <algorithm>
+
 namespace onecard {
 
 size_t kv_stream_index(const KvCacheSpec& spec, int64_t layer, KvStreamKind kind) {
@@ -29,11 +31,21 @@ KvStreamGeometry kv_stream_geometry(const KvCacheSpec& spec, size_t stream) {
     return g;
 }
 
-KvHostArena::KvHostArena(const KvCacheSpec& spec, KvPoolSize size)
-    : spec_(spec), n_blocks_(size.n_blocks), n_slots_(size.n_slots) {
-    blocks_.assign(static_cast<size_t>(size.n_blocks * spec.block_bytes), 0);
-    slots_.assign(static_cast<size_t>(size.n_slots * spec.slot_bytes), 0);
+KvHostArena::Bytes KvHostArena::zeroed(int64_t n) {
+    ONECARD_CHECK(n >= 0, "kv arena: negative size {}", n);
+    Bytes p(static_cast<uint8_t*>(std::calloc(static_cast<size_t>(std::max<int64_t>(n, 1)), 1)));
+    ONECARD_CHECK(p != nullptr, "kv arena: cannot allocate {} bytes of host memory", n);
+    return p;
 }
+
+KvHostArena::KvHostArena(const KvCacheSpec& spec, KvPoolSize size)
+    : spec_(spec),
+      n_blocks_(size.n_blocks),
+      n_slots_(size.n_slots),
+      blocks_bytes_(size.n_blocks * spec.block_bytes),
+      slots_bytes_(size.n_slots * spec.slot_bytes),
+      blocks_(zeroed(blocks_bytes_)),
+      slots_(zeroed(slots_bytes_)) {}
 
 int64_t KvHostArena::paged_offset(std::span<const int32_t> block_table, size_t stream, int64_t i) const {
     const KvStreamGeometry g = kv_stream_geometry(spec_, stream);
@@ -47,17 +59,17 @@ int64_t KvHostArena::paged_offset(std::span<const int32_t> block_table, size_t s
 }
 
 uint8_t* KvHostArena::paged_entry(std::span<const int32_t> block_table, size_t stream, int64_t i) {
-    return blocks_.data() + paged_offset(block_table, stream, i);
+    return blocks_.get() + paged_offset(block_table, stream, i);
 }
 
 const uint8_t* KvHostArena::paged_entry(std::span<const int32_t> block_table, size_t stream, int64_t i) const {
-    return blocks_.data() + paged_offset(block_table, stream, i);
+    return blocks_.get() + paged_offset(block_table, stream, i);
 }
 
 uint8_t* KvHostArena::fixed_region(int32_t slot, size_t region) {
     ONECARD_CHECK(slot >= 0 && slot < n_slots_ && region < spec_.fixed.size(),
                   "kv arena: slot {} / region {} out of range", slot, region);
-    return slots_.data() + slot * spec_.slot_bytes + spec_.fixed[region].offset;
+    return slots_.get() + slot * spec_.slot_bytes + spec_.fixed[region].offset;
 }
 
 uint8_t* KvHostArena::window_entry(int32_t slot, size_t region, int64_t pos) {
@@ -69,7 +81,7 @@ uint8_t* KvHostArena::window_entry(int32_t slot, size_t region, int64_t pos) {
 
 uint8_t* KvHostArena::block(int32_t block) {
     ONECARD_CHECK(block >= 0 && block < n_blocks_, "kv arena: block {} outside [0, {})", block, n_blocks_);
-    return blocks_.data() + static_cast<size_t>(block) * static_cast<size_t>(spec_.block_bytes);
+    return blocks_.get() + static_cast<size_t>(block) * static_cast<size_t>(spec_.block_bytes);
 }
 
 }  // namespace onecard
