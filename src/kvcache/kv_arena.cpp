@@ -33,6 +33,7 @@ KvStreamGeometry kv_stream_geometry(const KvCacheSpec& spec, size_t stream) {
 
 KvHostArena::Bytes KvHostArena::zeroed(int64_t n) {
     ONECARD_CHECK(n >= 0, "kv arena: negative size {}", n);
+    // calloc(0) may return null; one byte keeps null meaning out of memory.
     Bytes p(static_cast<uint8_t*>(std::calloc(static_cast<size_t>(std::max<int64_t>(n, 1)), 1)));
     ONECARD_CHECK(p != nullptr, "kv arena: cannot allocate {} bytes of host memory", n);
     return p;

@@ -52,7 +52,7 @@ private:
         void operator()(uint8_t* p) const { std::free(p); }
     };
     using Bytes = std::unique_ptr<uint8_t[], Free>;
-    // Zeroed by calloc, which for a pool this size maps fresh pages the kernel zeroes on first touch:
+    // Zeroed by calloc, which for a pool this size (glibc, ASan) maps fresh pages the kernel zeroes on first touch:
     // a 1 GiB pool costs nothing until a sequence writes into it (a std::vector wrote every byte up
     // front, ~3 s of a 2-core machine for each `onecard generate`).
     static Bytes zeroed(int64_t n);

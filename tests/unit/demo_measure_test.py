@@ -374,9 +374,10 @@ class CpuSpeed(unittest.TestCase):
         self.assertEqual(out["per_length"]["1001"], {"decode_ms_per_token": 10.0, "decode_tokens_per_s": 100.0})
 
     def stub(self, d, extra):
-        # a stand-in for `onecard generate`: prints max-tokens ids (plus `extra`), as the real command does
-        bin_ = d / "onecard"
+        # a stand-in for `onecard generate`: logs its arguments, prints max-tokens ids (plus `extra`)
+        bin_ = d / f"onecard{extra}"
         bin_.write_text("#!/usr/bin/env python3\nimport json, sys\n"
+                        f"open({str(d / 'calls.log')!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
                         "n = int(sys.argv[sys.argv.index('--max-tokens') + 1])\n"
                         f"print(json.dumps({{'tokens': [7] * (n + {extra}), 'finish_reason': 'length'}}))\n")
         bin_.chmod(0o755)
@@ -397,11 +398,19 @@ class CpuSpeed(unittest.TestCase):
             self.assertEqual({k: len(v) for k, v in doc["checkpoints"]["b"]["walls_s"].items()},
                              {"1": 2, "5": 2, "9": 2})
             self.assertEqual(list(doc["checkpoints"]["a"]["per_length"]), ["5", "9"])
-            short = self.stub(d, -1)
-            p = subprocess.run([sys.executable, str(script), "--onecard", str(short), "--model", "a=A",
-                                "--tokens", "5", "--repeats", "1"], capture_output=True, text=True)
-            self.assertNotEqual(p.returncode, 0)
-            self.assertIn("gave 0 tokens, asked for 1", p.stderr)
+            # per length: one warm-up of each checkpoint, then the timed runs alternating a, b
+            calls = (d / "calls.log").read_text().splitlines()
+            want = [f"generate --model {m} --prompt The history of the city --max-tokens {n} --ignore-eos"
+                    for n in (1, 5, 9) for m in ("A", "B") * 3]
+            self.assertEqual(calls, want)
+            for extra, said in ((-1, "gave 0 tokens, asked for 1"), (1, "gave 2 tokens, asked for 1")):
+                p = subprocess.run([sys.executable, str(script), "--onecard", str(self.stub(d, extra)), "--model",
+                                    "a=A", "--tokens", "5", "--repeats", "1"], capture_output=True, text=True)
+                self.assertNotEqual(p.returncode, 0)
+                self.assertIn(said, p.stderr)
+            p = subprocess.run([sys.executable, str(script), "--onecard", str(good), "--model", "a=A", "--model",
+                                "a=B"], capture_output=True, text=True)
+            self.assertIn("a NAME of its own", p.stderr)
 
 
 if __name__ == "__main__":
