@@ -2,8 +2,6 @@
 
 #include "core/error.h"
 
-#include <algorithm>
-
 namespace onecard {
 
 size_t kv_stream_index(const KvCacheSpec& spec, int64_t layer, KvStreamKind kind) {
@@ -31,22 +29,13 @@ KvStreamGeometry kv_stream_geometry(const KvCacheSpec& spec, size_t stream) {
     return g;
 }
 
-KvHostArena::Bytes KvHostArena::zeroed(int64_t n) {
-    ONECARD_CHECK(n >= 0, "kv arena: negative size {}", n);
-    // calloc(0) may return null; one byte keeps null meaning out of memory.
-    Bytes p(static_cast<uint8_t*>(std::calloc(static_cast<size_t>(std::max<int64_t>(n, 1)), 1)));
-    ONECARD_CHECK(p != nullptr, "kv arena: cannot allocate {} bytes of host memory", n);
-    return p;
-}
-
 KvHostArena::KvHostArena(const KvCacheSpec& spec, KvPoolSize size)
-    : spec_(spec),
-      n_blocks_(size.n_blocks),
-      n_slots_(size.n_slots),
-      blocks_bytes_(size.n_blocks * spec.block_bytes),
-      slots_bytes_(size.n_slots * spec.slot_bytes),
-      blocks_(zeroed(blocks_bytes_)),
-      slots_(zeroed(slots_bytes_)) {}
+    : spec_(spec), n_blocks_(size.n_blocks), n_slots_(size.n_slots) {
+    ONECARD_CHECK(n_blocks_ >= 0 && n_slots_ >= 0, "kv arena: negative size ({} blocks, {} slots)", n_blocks_,
+                  n_slots_);
+    blocks_ = HostBytes(static_cast<size_t>(n_blocks_ * spec.block_bytes), "the KV pool's blocks");
+    slots_ = HostBytes(static_cast<size_t>(n_slots_ * spec.slot_bytes), "the KV pool's sequence slots");
+}
 
 int64_t KvHostArena::paged_offset(std::span<const int32_t> block_table, size_t stream, int64_t i) const {
     const KvStreamGeometry g = kv_stream_geometry(spec_, stream);
@@ -60,17 +49,17 @@ int64_t KvHostArena::paged_offset(std::span<const int32_t> block_table, size_t s
 }
 
 uint8_t* KvHostArena::paged_entry(std::span<const int32_t> block_table, size_t stream, int64_t i) {
-    return blocks_.get() + paged_offset(block_table, stream, i);
+    return blocks_.data() + paged_offset(block_table, stream, i);
 }
 
 const uint8_t* KvHostArena::paged_entry(std::span<const int32_t> block_table, size_t stream, int64_t i) const {
-    return blocks_.get() + paged_offset(block_table, stream, i);
+    return blocks_.data() + paged_offset(block_table, stream, i);
 }
 
 uint8_t* KvHostArena::fixed_region(int32_t slot, size_t region) {
     ONECARD_CHECK(slot >= 0 && slot < n_slots_ && region < spec_.fixed.size(),
                   "kv arena: slot {} / region {} out of range", slot, region);
-    return slots_.get() + slot * spec_.slot_bytes + spec_.fixed[region].offset;
+    return slots_.data() + slot * spec_.slot_bytes + spec_.fixed[region].offset;
 }
 
 uint8_t* KvHostArena::window_entry(int32_t slot, size_t region, int64_t pos) {
@@ -82,7 +71,7 @@ uint8_t* KvHostArena::window_entry(int32_t slot, size_t region, int64_t pos) {
 
 uint8_t* KvHostArena::block(int32_t block) {
     ONECARD_CHECK(block >= 0 && block < n_blocks_, "kv arena: block {} outside [0, {})", block, n_blocks_);
-    return blocks_.get() + static_cast<size_t>(block) * static_cast<size_t>(spec_.block_bytes);
+    return blocks_.data() + static_cast<size_t>(block) * static_cast<size_t>(spec_.block_bytes);
 }
 
 }  // namespace onecard

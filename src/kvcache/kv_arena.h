@@ -10,12 +10,11 @@
 #pragma once
 
 #include "core/kv_address.h"
+#include "kvcache/host_bytes.h"
 #include "kvcache/kv_manager.h"
 #include "kvcache/kv_spec.h"
 
 #include <cstdint>
-#include <cstdlib>
-#include <memory>
 #include <span>
 
 namespace onecard {
@@ -43,25 +42,17 @@ public:
 
     int64_t n_blocks() const { return n_blocks_; }
     int64_t n_slots() const { return n_slots_; }
-    int64_t bytes() const { return blocks_bytes_ + slots_bytes_; }
+    int64_t bytes() const { return static_cast<int64_t>(blocks_.size() + slots_.size()); }
 
 private:
     int64_t paged_offset(std::span<const int32_t> block_table, size_t stream, int64_t i) const;
 
-    struct Free {
-        void operator()(uint8_t* p) const { std::free(p); }
-    };
-    using Bytes = std::unique_ptr<uint8_t[], Free>;
-    // Zeroed by calloc, which for a pool this size (glibc, ASan) maps fresh pages the kernel zeroes on first touch:
-    // a 1 GiB pool costs nothing until a sequence writes into it (a std::vector wrote every byte up
-    // front, ~3 s of a 2-core machine for each `onecard generate`).
-    static Bytes zeroed(int64_t n);
-
     const KvCacheSpec& spec_;
     int64_t n_blocks_ = 0, n_slots_ = 0;
-    int64_t blocks_bytes_ = 0, slots_bytes_ = 0;
-    Bytes blocks_;  // [n_blocks, block_bytes]
-    Bytes slots_;   // [n_slots, slot_bytes]
+    // Lazily backed (host_bytes.h): a 1 GiB pool costs nothing until a sequence writes into it (a
+    // std::vector wrote every byte up front, ~3 s of a 2-core machine for each `onecard generate`).
+    HostBytes blocks_;  // [n_blocks, block_bytes]
+    HostBytes slots_;   // [n_slots, slot_bytes]
 };
 
 }  // namespace onecard

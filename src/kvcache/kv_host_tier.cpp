@@ -2,21 +2,12 @@
 
 #include "core/error.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstring>
 
 namespace onecard {
 
 namespace {
-// Anonymous, private, lazily backed: an untouched entry costs no RAM until first written.
-uint8_t* map_bytes(size_t bytes, const char* what) {
-    if (bytes == 0) return nullptr;
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    ONECARD_CHECK(p != MAP_FAILED, "kv host tier: cannot map {} bytes of host RAM for {}", bytes, what);
-    return static_cast<uint8_t*>(p);
-}
 uint64_t mix(uint64_t h, uint64_t x) {
     h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
     h ^= h >> 31;
@@ -116,17 +107,14 @@ KvHostTier::KvHostTier(const KvCacheSpec& spec, KvHostTierConfig config) : spec_
                   config_.max_host_blocks);
     ONECARD_CHECK(config_.max_snapshots == 0 || config_.snapshot_bytes > 0, "kv host tier: {} snapshots of {} bytes",
                   config_.max_snapshots, config_.snapshot_bytes);
-    snapshot_map_bytes_ = static_cast<size_t>(config_.max_snapshots * config_.snapshot_bytes);
-    block_map_bytes_ = static_cast<size_t>(config_.max_host_blocks * spec_.block_bytes);
-    mem_.snapshots = map_bytes(snapshot_map_bytes_, "prefix-cache snapshots");
+    // Lazily backed (host_bytes.h): an untouched entry costs no RAM until first written.
+    snapshot_map_ =
+        HostBytes(static_cast<size_t>(config_.max_snapshots * config_.snapshot_bytes), "prefix-cache snapshots");
+    block_map_ = HostBytes(static_cast<size_t>(config_.max_host_blocks * spec_.block_bytes), "the host KV tier");
+    mem_.snapshots = snapshot_map_.data();
     mem_.n_snapshots = config_.max_snapshots;
     mem_.snapshot_bytes = config_.snapshot_bytes;
-    try {
-        mem_.blocks = map_bytes(block_map_bytes_, "the host KV tier");
-    } catch (...) {
-        if (mem_.snapshots) munmap(mem_.snapshots, snapshot_map_bytes_);
-        throw;
-    }
+    mem_.blocks = block_map_.data();
     mem_.n_blocks = config_.max_host_blocks;
     mem_.block_bytes = spec_.block_bytes;
     snaps_.init(config_.max_snapshots);
@@ -207,13 +195,10 @@ int64_t KvHostTier::promote_snapshot(BlockHash hash) {
     return e;
 }
 
-KvHostTier::~KvHostTier() {
-    if (mem_.snapshots) munmap(mem_.snapshots, snapshot_map_bytes_);
-    if (mem_.blocks) munmap(mem_.blocks, block_map_bytes_);
-}
+KvHostTier::~KvHostTier() = default;
 
 int64_t KvHostTier::host_bytes() const {
-    return static_cast<int64_t>(snapshot_map_bytes_ + block_map_bytes_);
+    return static_cast<int64_t>(snapshot_map_.size() + block_map_.size());
 }
 
 int64_t KvHostTier::find_snapshot(BlockHash hash) const {

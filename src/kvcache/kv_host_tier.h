@@ -18,6 +18,7 @@
 // same step, so a load can never read an entry that a later spill of the same step overwrites.
 #pragma once
 
+#include "kvcache/host_bytes.h"
 #include "kvcache/kv_disk_store.h"
 #include "kvcache/kv_spec.h"
 
@@ -132,7 +133,7 @@ private:
     KvCacheSpec spec_;
     KvHostTierConfig config_;
     KvHostMemory mem_;
-    size_t snapshot_map_bytes_ = 0, block_map_bytes_ = 0;
+    HostBytes snapshot_map_, block_map_;  // mem_'s two arenas
     Entries snaps_;
     Entries blocks_;
     std::vector<std::vector<int32_t>> block_tokens_;  // [max_host_blocks][block_size] while indexed
