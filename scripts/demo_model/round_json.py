@@ -8,7 +8,8 @@ Usage: round_json.py --out F [--extra META.json] [--run NAME=RUN_DIR ...] NAME=M
   device_attempts, measure_command, the baseline's figures): what no measurement file holds.
   --run NAME=RUN_DIR (repeated, in call order): a device call's unpacked run directory (gpu_train.sh's
   run/). Its train_log.jsonl rows go under train_log.NAME and its stdout's "step N: ..." lines (the
-  quantisation-aware start, the rows per forward) under train_steps.NAME, where the step rates, the
+  quantisation-aware start, the rows per forward) and "data: ..." line (the packing time) under
+  train_steps.NAME, where the step rates, the
   compile time and the phases in results.md come from; the last run's train_meta.json and, if it
   evaluated, eval.json go under train_meta and evaluate_py_on_device.
 
@@ -55,7 +56,7 @@ def trained(runs: list) -> dict:
         log[name] = [json.loads(line) for line in rows.read_text().splitlines() if line.strip()]
         stdout = run / "train_stdout.log"
         steps[name] = [line for line in stdout.read_text().splitlines()
-                       if re.match(r"step \d+: ", line)] if stdout.is_file() else []
+                       if re.match(r"(step \d+|data): ", line)] if stdout.is_file() else []
     last = runs[-1][1]
     out = {"train_log": log, "train_steps": steps,
            "train_meta": json.loads((last / "train_meta.json").read_text())}
