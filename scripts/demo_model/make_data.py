@@ -370,7 +370,8 @@ def main():
                          "the tools of rounds 3-8")
     ap.add_argument("--shapes", default=",".join(tool_gen.SHAPES_ROUND9),
                     help="the shapes --shaped-tools draws from, comma-separated, of tool_gen.SHAPES; default: round "
-                         "9's pair,to,into (drawn as round 9 did); round 10 adds send and todo, round 11 calc")
+                         "9's pair,to,into (drawn as round 9 did); round 10 adds send and todo, round 11 calc, "
+                         "round 21 me and common")
     ap.add_argument("--tool-eval", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--eval-from", default=None,

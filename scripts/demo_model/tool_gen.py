@@ -57,6 +57,8 @@ class Gen(random.Random):
         super().__init__(seed)
         self.words = sorted(set(words))
         self.runs = [run for run in runs if len(run) >= 3]
+        # The stretches of 2+ COMMON words within the runs (common_phrase); no draws, so the stream is as before.
+        self.common = [seg for run in runs for seg in _common_stretches(run)]
 
 
 def madeup(r: Gen):
@@ -129,6 +131,47 @@ def brown_sentence(r):
     n = min(len(run), r.randint(3, 7))
     i = r.randint(0, len(run) - n)
     return " ".join(run[i:i + n])
+
+
+# Everyday words, the kind the held-out translate_text's phrases are made of ("see you soon", "where is the
+# station"): round 10 doubled, dropped or reordered them when copying a phrase of them (r12e: 9 of 20 wrong),
+# where it copied rarer words right. common_phrase draws 2-5 of them as they stand together in Brown.
+COMMON = frozenset("""i you he she it we they me him her us them my your his its our their this that these those
+a an the is are was were be been am do does did have has had will would can could shall should may might must
+not no yes and or but if so then there here where when what who how why which all some any more most very too
+also just now soon later today tonight tomorrow again back up down out in on at to for of with from by about
+into over after before go going come coming get got make made take took see saw look give told tell say said
+know think want need like love help call meet find keep let leave put ask work play stay wait home time day
+night way man men people one two three first last new old good great little long right well much many next
+other own same such only still even never always often here""".split())
+
+
+def _common_stretches(run):
+    """The maximal stretches of 2+ consecutive COMMON words in a run, lower-cased but for "I"."""
+    out, cur = [], []
+    for w in list(run) + [""]:
+        lw = w if w == "I" else w.lower()
+        if lw and lw.lower() in COMMON:
+            cur.append(lw)
+            continue
+        if len(cur) >= 2:
+            out.append(cur)
+        cur = []
+    return out
+
+
+def common_phrase(r):
+    """2-5 consecutive everyday words of a Brown sentence ('he will be back', 'it is not'), never one of the
+    held-out PHRASES; from r.common."""
+    if not r.common:
+        raise RuntimeError("tool_gen.common_phrase: no stretches of COMMON words in the stream's runs")
+    while True:
+        seg = r.choice(r.common)
+        n = r.randint(2, min(5, len(seg)))
+        i = r.randint(0, len(seg) - n)
+        text = " ".join(seg[i:i + n])
+        if text not in PHRASES:
+            return text
 
 
 def _email_varied(r):
@@ -423,8 +466,18 @@ CALC_NOUNS = ["sum", "total", "product", "arithmetic", "expression", "math", "re
 CALC_DESCS = ["Work out an arithmetic problem", "Return the value of a math expression", "Do a sum",
               "Compute the result of a formula"]
 CALC_ASKS = ["What is {m}?", "Compute {m}.", "How much is {m}?", "Work out {m}, please.", "What does {m} make?"]
+# Round 21 (make_data.py --shapes ...,me,common), after round 10's failures on the second held-out set
+# (r12e). 'me': a request "VERB me to P on D" ("Alert me to ... on ..."), for a tool named for that verb's
+# noun (add_alert, schedule_notification), among the other tools offered: round 10 called another tool on 6
+# of 20 "Remind me to P on D" (all in thinking mode, where its reasoning names the tool first). The verbs
+# stay out of the held-out domains (no remind, reminder, timer or mail). 'common': 'into' with a phrase of
+# COMMON words (common_phrase) instead of a Brown word run.
+ME_NOUNS = {"alert": "alert", "notify": "notification", "nudge": "nudge", "ping": "ping", "warn": "warning",
+            "prompt": "prompt", "cue": "cue", "page": "page", "signal": "signal", "buzz": "buzz", "text": "text",
+            "message": "message", "advise": "advisory"}
+ME_DESCS = ["{V} {a} for a date", "{V} {a} on a given day", "{V} {a} for later", "{V} {a} that fires on a date"]
 SHAPES_ROUND9 = ("pair", "to", "into")
-SHAPES = SHAPES_ROUND9 + ("send", "todo", "calc")
+SHAPES = SHAPES_ROUND9 + ("send", "todo", "calc", "me", "common")
 
 
 def _caps3(r):
@@ -496,6 +549,30 @@ def _calc_tool(r, exclude):
     return name, r.choice(CALC_DESCS), list(CALC_ASKS), params
 
 
+def _me_tool(r, exclude, verbs):
+    """A 'me' shaped tool: (name, description, asks, params); asked "VERB me to P on D" four times in six,
+    else by its name's verb and noun ("Add an alert to P on D")."""
+    verb_pool = [v for v in TODO_VERBS if v in verbs or v not in HELD_OUT_VERBS]
+    while True:
+        me_verb = r.choice(sorted(ME_NOUNS))
+        noun = ME_NOUNS[me_verb]
+        verb = r.choice(verb_pool)
+        name = f"{verb}_{noun}"
+        if name not in HELD_OUT and name not in exclude:
+            break
+    desc = r.choice(ME_DESCS).format(V=verb.capitalize(), a=_article(noun))
+    asks = [f"{me_verb.capitalize()} me {{m}}.", f"Please {me_verb} me {{m}}.", f"Can you {me_verb} me {{m}}?",
+            f"{me_verb.capitalize()} me {{m}}, please.", f"{verb.capitalize()} {_article(noun)} {{m}}.",
+            f"Please {verb} {_article(noun)} {{m}}."]
+    params = [{"name": r.choice(["text", "what", "task", "note", "label", "subject"]), "type": "string",
+               "desc": "What it is about",
+               "gen": lambda r: (brown_word(r) + " " + brown_word(r)) if r.random() < 0.5 else short_phrase(r),
+               "say": "to {v}", "required": True},
+              {"name": r.choice(["date", "day", "when", "due", "on_date"]), "type": "string",
+               "desc": "Date as YYYY-MM-DD", "gen": date_value, "say": "on {v}", "required": True}]
+    return name, desc, asks, params
+
+
 def _shape_asks(name, verbs, shape):
     """Requests led by the name's verb ("Move {m}.", "Please move {m}."; a 'to' shape names the object:
     "Please send the bravo note {m}."), or by its description when the name has no verb."""
@@ -515,8 +592,9 @@ def shaped_tool(r: Gen, exclude=frozenset(), verbs=tuple(VERBS), shapes=SHAPES_R
     the time); 'to': a parameter named "to" (an e-mail address or a name, said "to X") and a phrase;
     'into': a phrase said alone, then a format said "into F"; 'send': verb_noun, a recipient "to X" and a
     subject, asked with the noun's article; 'todo': verb_noun, a phrase "to P" and a date "on D"; 'calc':
-    verb_noun, one arithmetic expression asked as the arithmetic chats ask it ("What is 71 * 75?").
-    The default, round 9's three, draws as round 9 did."""
+    verb_noun, one arithmetic expression asked as the arithmetic chats ask it ("What is 71 * 75?"); 'me':
+    verb_noun for a verb's noun, asked "VERB me to P on D" ("Alert me to ... on ..." -> add_alert); 'common':
+    'into' with a phrase of everyday words. The default, round 9's three, draws as round 9 did."""
     if any(s not in SHAPES for s in shapes):
         raise ValueError(f"shaped_tool: unknown shape in {shapes}; known: {SHAPES}")
     if tuple(shapes) == SHAPES_ROUND9:
@@ -524,8 +602,8 @@ def shaped_tool(r: Gen, exclude=frozenset(), verbs=tuple(VERBS), shapes=SHAPES_R
         shape = r.choice(list(SHAPES_ROUND9))
     else:
         shape = r.choice(list(shapes))
-        if shape == "calc":
-            name, desc, asks, params = _calc_tool(r, exclude)
+        if shape in ("calc", "me"):
+            name, desc, asks, params = _calc_tool(r, exclude) if shape == "calc" else _me_tool(r, exclude, verbs)
             return {"name": name, "desc": desc, "params": params, "asks": asks, "shape": shape}
         if shape in ("send", "todo"):
             name, asks, params = _noun_tool(r, exclude, verbs, shape)
@@ -556,8 +634,8 @@ def shaped_tool(r: Gen, exclude=frozenset(), verbs=tuple(VERBS), shapes=SHAPES_R
                    "say": f"with {what} {{v}}", "required": True}]
     else:
         what = r.choice(["content", "body", "passage", "source_text", "input"])
-        params = [{"name": what, "type": "string", "desc": "The text", "gen": brown_sentence, "say": "{v}",
-                   "required": True},
+        params = [{"name": what, "type": "string", "desc": "The text",
+                   "gen": brown_sentence if shape == "into" else common_phrase, "say": "{v}", "required": True},
                   {"name": r.choice(["output_format", "target_format", "style", "layout"]), "type": "string",
                    "desc": "What to turn it into", "gen": lambda r: r.choice(INTO), "say": "into {v}",
                    "required": True}]

@@ -360,6 +360,51 @@ class ShapedTools(unittest.TestCase):
         with self.assertRaises(ValueError):
             tool_gen.shaped_tool(r, shapes=("pair", "nope"))
 
+    def test_me_asks_by_the_verb_whose_noun_names_the_tool(self):
+        r = gen(9, runs=self.RUNS)
+        me_asks = 0
+        for _ in range(300):
+            t = tool_gen.shaped_tool(r, exclude={"add_alert"}, verbs=tool_gen.VERBS, shapes=("me",))
+            self.assertEqual(t["shape"], "me")
+            verb, noun = t["name"].split("_", 1)
+            self.assertNotEqual(t["name"], "add_alert")
+            self.assertNotIn(verb, tool_gen.HELD_OUT_VERBS)  # set needs --name-verbs
+            me_verb = [v for v, n in tool_gen.ME_NOUNS.items() if n == noun]
+            self.assertEqual(len(me_verb), 1, noun)
+            self.assertTrue(t["desc"].startswith(f"{verb.capitalize()} {tool_gen._article(noun)} "), t["desc"])
+            for banned in ("remind", "timer", "mail"):  # the held-out domains stay out
+                self.assertNotIn(banned, t["name"] + " " + " ".join(t["asks"]).lower())
+            text, call = tool_gen.make_call(r, t)
+            what, date = call["arguments"].values()
+            self.assertRegex(date, r"^\d{4}-\d\d-\d\d$")
+            self.assertIn(f" to {what} on {date}", text)
+            if f"{me_verb[0]} me to " in text.lower():
+                me_asks += 1
+            else:
+                self.assertIn(f"{verb} {tool_gen._article(noun)} to ", text.lower())
+        self.assertGreater(me_asks, 150)  # four asks in six say "VERB me"
+
+    def test_common_phrases_are_everyday_words_never_a_held_out_phrase(self):
+        runs = [["I", "will", "see", "you", "soon", "at", "the", "station"], ["Thank", "you", "very", "much"],
+                ["The", "meeting", "is", "moved", "to", "Friday"]]
+        r = gen(10, runs=runs)
+        # Stretches of 2+: "station", "thank", "meeting" and "moved" are not COMMON words.
+        self.assertEqual(r.common, [["I", "will", "see", "you", "soon", "at", "the"], ["you", "very", "much"]])
+        drawn = set()
+        for _ in range(400):
+            t = tool_gen.shaped_tool(r, verbs=tool_gen.VERBS, shapes=("common",))
+            text, call = tool_gen.make_call(r, t)
+            phrase, into = call["arguments"].values()
+            self.assertNotIn(phrase, tool_gen.PHRASES)  # "see you soon", "thank you"
+            self.assertTrue(2 <= len(phrase.split()) <= 5, phrase)
+            self.assertTrue(all(w == "I" or w in tool_gen.COMMON for w in phrase.split()), phrase)
+            self.assertIn(f" {phrase} into {into}", text)
+            drawn.add(phrase)
+        self.assertIn("you very much", drawn)
+        self.assertNotIn("see you soon", drawn)
+        with self.assertRaises(RuntimeError):
+            tool_gen.common_phrase(gen(1, runs=[["station", "meeting", "Friday"]]))
+
 
 if __name__ == "__main__":
     unittest.main()
