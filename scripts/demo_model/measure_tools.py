@@ -17,7 +17,8 @@ set and thinking mode and per named tool.
 Usage: measure_tools.py --url http://127.0.0.1:8000 --data DATA [--n 200] [--jobs 4] [--out FILE]
                         [--against EARLIER_OUT.json] [--other-mode]
        measure_tools.py --pair A.json B.json [--data DIR]     (two saved runs, paired; per set with --data)
-       measure_tools.py --breakdown RUN.json --data DATA      (a saved run's breakdown)
+       measure_tools.py --breakdown RUN.json --data DATA [--ask REGEX]  (a saved run's breakdown; with --ask,
+                                                  of the requests whose user turn matches REGEX, by tools offered)
        measure_tools.py --pool A1.json B1.json [A2.json B2.json ...]  (A against B over several held-out
                                                                          sets at once: exact counts, paired)
        measure_tools.py --reclassify RUN.json --data DATA     (a saved run's failures and wrong values, by
@@ -246,6 +247,25 @@ def breakdown(per_request: str, rows) -> dict:
     return {"by_mode": dict(sorted(modes.items())), "named_by_tool": dict(sorted(tools.items()))}
 
 
+def asked(per_request: str, rows, pattern: str) -> dict:
+    """Exact calls ('1' of a per-request outcome string) of the requests whose last user turn matches the
+    regular expression `pattern` (re.search), in all and by the number of tools the request offers: a
+    request form's tool choice (docs/results.md, round 21: "Remind me to P on D" with a second tool)."""
+    if len(per_request) != len(rows):
+        raise SystemExit(f"--ask: {len(per_request)} outcomes, {len(rows)} requests")
+    out = {"ask": pattern, "exact": 0, "n": 0, "by_tools_offered": {}}
+    for ok, row in zip(per_request, rows):
+        user = [m["content"] for m in row["request"]["messages"] if m["role"] == "user"][-1]
+        if not re.search(pattern, user):
+            continue
+        offered = str(len(row["request"].get("tools", [])))
+        for cell in (out, out["by_tools_offered"].setdefault(offered, {"exact": 0, "n": 0})):
+            cell["exact"] += ok == "1"
+            cell["n"] += 1
+    out["by_tools_offered"] = dict(sorted(out["by_tools_offered"].items()))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--url")
@@ -264,6 +284,8 @@ def main():
                          "A against B over all the sets")
     ap.add_argument("--breakdown", metavar="RUN",
                     help="no requests: an earlier --out's exact calls by set and mode and per named tool (with --data)")
+    ap.add_argument("--ask", metavar="REGEX",
+                    help="with --breakdown: only the requests whose last user turn matches REGEX, by tools offered")
     ap.add_argument("--reclassify", metavar="RUN",
                     help="no requests: an earlier --out's failures and wrong values recounted (with --data)")
     a = ap.parse_args()
@@ -278,8 +300,11 @@ def main():
             ap.error("--breakdown needs --data (the requests RUN was measured on)")
         rows = [json.loads(l) for l in open(Path(a.data) / "tool_eval.jsonl")]
         per_request = json.loads(Path(a.breakdown).read_text())["exact_per_request"]
-        print(json.dumps(breakdown(per_request, rows[:len(per_request)]), indent=1))
+        rows = rows[:len(per_request)]
+        print(json.dumps(asked(per_request, rows, a.ask) if a.ask else breakdown(per_request, rows), indent=1))
         return
+    if a.ask:
+        ap.error("--ask goes with --breakdown")
     if a.pool:
         if len(a.pool) % 2:
             ap.error("--pool takes the runs in pairs: A1 B1 [A2 B2 ...]")

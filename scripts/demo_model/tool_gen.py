@@ -149,15 +149,14 @@ other own same such only still even never always often here""".split())
 def _common_stretches(run):
     """The maximal stretches of 2+ consecutive COMMON words in a run, lower-cased but for "I"."""
     out, cur = [], []
-    for w in list(run) + [""]:
-        lw = w if w == "I" else w.lower()
-        if lw and lw.lower() in COMMON:
-            cur.append(lw)
+    for w in run:
+        if w.lower() in COMMON:
+            cur.append(w if w == "I" else w.lower())
             continue
         if len(cur) >= 2:
             out.append(cur)
         cur = []
-    return out
+    return out + [cur] if len(cur) >= 2 else out
 
 
 def common_phrase(r):
@@ -508,6 +507,12 @@ def _noun_asks(verb, noun):
             f"I need to {verb} {a} {{m}}.", f"{noun.capitalize()} {{m}}."]
 
 
+def _name_verbs(pool, verbs):
+    """The verbs of `pool` a shaped name may start with: HELD_OUT_VERBS (send, set) only where make_data.py
+    --name-verbs put them in `verbs`."""
+    return [v for v in pool if v in verbs or v not in HELD_OUT_VERBS]
+
+
 def _verb_noun(r, verbs, nouns, exclude):
     """(verb, noun) drawn until verb_noun is neither a HELD_OUT tool nor in `exclude`."""
     while True:
@@ -518,9 +523,7 @@ def _verb_noun(r, verbs, nouns, exclude):
 
 def _noun_tool(r, exclude, verbs, shape):
     """A 'send' or 'todo' shaped tool: (name, asks, params)."""
-    verb_pool = SEND_VERBS if shape == "send" else TODO_VERBS
-    # HELD_OUT_VERBS (send, set) only where make_data.py --name-verbs allows them.
-    verb_pool = [v for v in verb_pool if v in verbs or v not in HELD_OUT_VERBS]
+    verb_pool = _name_verbs(SEND_VERBS if shape == "send" else TODO_VERBS, verbs)
     verb, noun = _verb_noun(r, verb_pool, SEND_NOUNS if shape == "send" else TODO_NOUNS, exclude)
     name = f"{verb}_{noun}"
     if shape == "send":
@@ -552,7 +555,7 @@ def _calc_tool(r, exclude):
 def _me_tool(r, exclude, verbs):
     """A 'me' shaped tool: (name, description, asks, params); asked "VERB me to P on D" four times in six,
     else by its name's verb and noun ("Add an alert to P on D")."""
-    verb_pool = [v for v in TODO_VERBS if v in verbs or v not in HELD_OUT_VERBS]
+    verb_pool = _name_verbs(TODO_VERBS, verbs)
     while True:
         me_verb = r.choice(sorted(ME_NOUNS))
         noun = ME_NOUNS[me_verb]
@@ -560,10 +563,10 @@ def _me_tool(r, exclude, verbs):
         name = f"{verb}_{noun}"
         if name not in HELD_OUT and name not in exclude:
             break
-    desc = r.choice(ME_DESCS).format(V=verb.capitalize(), a=_article(noun))
+    a = _article(noun)
+    desc = r.choice(ME_DESCS).format(V=verb.capitalize(), a=a)
     asks = [f"{me_verb.capitalize()} me {{m}}.", f"Please {me_verb} me {{m}}.", f"Can you {me_verb} me {{m}}?",
-            f"{me_verb.capitalize()} me {{m}}, please.", f"{verb.capitalize()} {_article(noun)} {{m}}.",
-            f"Please {verb} {_article(noun)} {{m}}."]
+            f"{me_verb.capitalize()} me {{m}}, please.", f"{verb.capitalize()} {a} {{m}}.", f"Please {verb} {a} {{m}}."]
     params = [{"name": r.choice(["text", "what", "task", "note", "label", "subject"]), "type": "string",
                "desc": "What it is about",
                "gen": lambda r: (brown_word(r) + " " + brown_word(r)) if r.random() < 0.5 else short_phrase(r),

@@ -195,8 +195,6 @@ int64_t KvHostTier::promote_snapshot(BlockHash hash) {
     return e;
 }
 
-KvHostTier::~KvHostTier() = default;
-
 int64_t KvHostTier::host_bytes() const {
     return static_cast<int64_t>(snapshot_map_.size() + block_map_.size());
 }

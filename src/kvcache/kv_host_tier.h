@@ -67,7 +67,6 @@ struct KvHostTierStats {
 class KvHostTier {
 public:
     KvHostTier(const KvCacheSpec& spec, KvHostTierConfig config);
-    ~KvHostTier();
     KvHostTier(const KvHostTier&) = delete;
     KvHostTier& operator=(const KvHostTier&) = delete;
 

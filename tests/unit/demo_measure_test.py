@@ -124,6 +124,25 @@ class MeasureTools(unittest.TestCase):
                                   str(Path(d) / "run.json"), "--data", d], capture_output=True, text=True, check=True)
         self.assertEqual(json.loads(out.stdout), got)
 
+    def test_ask_counts_one_request_form_by_the_tools_offered(self):
+        def row(text, n_tools):
+            return {"request": {"messages": [{"role": "user", "content": text}],
+                                "tools": [{"function": {"name": f"t{i}"}} for i in range(n_tools)]}}
+        rows = [row("Remind me to go on 2025-01-01.", 2), row("Create a reminder to go.", 2),
+                row("Remind me to stop on 2026-02-02.", 1), row("Remind me to eat on 2027-03-03.", 2)]
+        got = measure_tools.asked("0011", rows, r"^Remind me")
+        self.assertEqual(got, {"ask": "^Remind me", "exact": 2, "n": 3,
+                               "by_tools_offered": {"1": {"exact": 1, "n": 1}, "2": {"exact": 1, "n": 2}}})
+        with self.assertRaises(SystemExit):
+            measure_tools.asked("10", rows, "x")
+        with tempfile.TemporaryDirectory() as d:  # the same from a saved run
+            (Path(d) / "tool_eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            (Path(d) / "run.json").write_text(json.dumps({"exact_per_request": "0011"}))
+            out = subprocess.run([sys.executable, str(Path(measure_tools.__file__)), "--breakdown",
+                                  str(Path(d) / "run.json"), "--data", d, "--ask", "^Remind me"],
+                                 capture_output=True, text=True, check=True)
+        self.assertEqual(json.loads(out.stdout), got)
+
     def test_pair_compares_two_saved_runs_without_a_server(self):
         with tempfile.TemporaryDirectory() as d:
             a, b = Path(d) / "a.json", Path(d) / "b.json"
