@@ -4,7 +4,8 @@
 //  2. a request for a tool the model never saw in training (track_order_status, with its schema) gets
 //     the exact tool call, and the tool result gets an English answer;
 //  3. speculation accepts real drafts: /metrics counts accepted MTP tokens (the demo's MTP block agrees
-//     with the main model on most drafts).
+//     with the main model on most drafts);
+//  4. `serve --demo`, the embedded default, serves this checkpoint and gets the same call.
 // Greedy (temperature 0) on the CPU reference numerics is deterministic, so the expected call is exact.
 //
 // Usage: node tests/e2e/demo_model_test.mjs path/to/onecard
@@ -26,22 +27,42 @@ if (!fs.existsSync(path.join(model, 'config.json'))) {
 }
 const OpenAI = await importOpenAIOrSkip();
 
-const server = spawn(onecard, ['serve', '--model', model, '--served-model-name', 'onecard-demo', '--port', '0',
-  '--speculative-config', '{"method":"mtp","num_speculative_tokens":2}'], { stdio: ['ignore', 'pipe', 'pipe'] });
-let stderr = '';
-server.stderr.on('data', (d) => { stderr += d; });
-const exited = new Promise((resolve) => server.on('exit', (code) => resolve(code)));
-const ready = await new Promise((resolve, reject) => {
-  let out = '';
-  const timer = setTimeout(() => reject(new Error(`no ready line:\n${out}\n${stderr}`)), 120000);
-  server.stdout.on('data', (d) => {
-    out += d;
-    const l = out.split('\n').find((x) => x.startsWith('{"'));
-    if (l) { clearTimeout(timer); resolve(JSON.parse(l)); }
+// Starts `onecard serve ARGS --port 0` and waits for its ready line; stderr is kept for the asserts.
+async function startServer(args) {
+  const proc = spawn(onecard, ['serve', ...args, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const s = { proc, stderr: '', exited: new Promise((resolve) => proc.on('exit', (code) => resolve(code))) };
+  proc.stderr.on('data', (d) => { s.stderr += d; });
+  s.ready = await new Promise((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => reject(new Error(`no ready line:\n${out}\n${s.stderr}`)), 120000);
+    proc.stdout.on('data', (d) => {
+      out += d;
+      const l = out.split('\n').find((x) => x.startsWith('{"'));
+      if (l) { clearTimeout(timer); resolve(JSON.parse(l)); }
+    });
+    proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`serve exited ${code}:\n${s.stderr}`)); });
   });
-  server.on('exit', (code) => { clearTimeout(timer); reject(new Error(`serve exited ${code}:\n${stderr}`)); });
-});
+  return s;
+}
+async function stopServer(s) {
+  s.proc.kill('SIGTERM');
+  await s.exited;
+}
+
+const main = await startServer(['--model', model, '--served-model-name', 'onecard-demo',
+  '--speculative-config', '{"method":"mtp","num_speculative_tokens":2}']);
+const ready = main.ready;
 const client = new OpenAI({ baseURL: `${ready.url}/v1`, apiKey: 'unused' });
+
+// An unseen tool (not in training): the call must come from its schema and the request.
+const TOOLS = [{
+  type: 'function',
+  function: {
+    name: 'track_order_status', description: 'Track the order status',
+    parameters: { type: 'object', properties: { order_id: { type: 'string', description: 'The order id' } },
+      required: ['order_id'] },
+  },
+}];
 
 // Words a few English sentences are made of; "English rather than noise" = several of them.
 const COMMON = new Set(['i', 'am', 'a', 'an', 'the', 'to', 'of', 'and', 'is', 'it', 'you', 'can', 'what', 'how', 'help',
@@ -64,14 +85,7 @@ try {
   console.log(`greeting: reasoning ${JSON.stringify(hm.reasoning_content)}; content ${JSON.stringify(hm.content)}`);
 
   // 2. A tool call for an unseen tool, from its schema and the request, then the answer to its result.
-  const tools = [{
-    type: 'function',
-    function: {
-      name: 'track_order_status', description: 'Track the order status',
-      parameters: { type: 'object', properties: { order_id: { type: 'string', description: 'The order id' } },
-        required: ['order_id'] },
-    },
-  }];
+  const tools = TOOLS;
   const messages = [{ role: 'user', content: 'Please track the order status with id ORD-77310.' }];
   const call = await client.chat.completions.create({ model: 'onecard-demo', messages, tools, temperature: 0, max_tokens: 200 });
   const cm = call.choices[0].message;
@@ -102,7 +116,25 @@ try {
   const len = Number((metrics.match(/onecard:spec_decode_draft_length(?:\{[^}]*\})? ([0-9.e+]+)/) ?? [])[1] ?? -1);
   assert.ok(len >= 0 && len <= 2, `onecard:spec_decode_draft_length ${len}`);
 } finally {
-  server.kill('SIGTERM');
-  await exited;
+  await stopServer(main);
+}
+
+// 4. The embedded default: `serve --demo` (what scripts/demo.sh and the README's first command run)
+// finds this checkpoint, checks its SHA256SUMS, and holds tool calls to their schemas.
+const demo = await startServer(['--demo']);
+try {
+  assert.match(demo.stderr, /serve: the trained demo model \S*models\/demo\n/);
+  const dc = new OpenAI({ baseURL: `${demo.ready.url}/v1`, apiKey: 'unused' });
+  const listed = await dc.models.list();
+  assert.equal(listed.data[0].id, 'onecard-demo');
+  const r = await dc.chat.completions.create({ model: 'onecard-demo', messages: [{ role: 'user',
+    content: 'Please track the order status with id ORD-77310.' }], tools: TOOLS, temperature: 0, max_tokens: 200 });
+  const m = r.choices[0].message;
+  assert.equal(r.choices[0].finish_reason, 'tool_calls', JSON.stringify(m));
+  assert.equal(m.tool_calls[0].function.name, 'track_order_status');
+  assert.deepEqual(JSON.parse(m.tool_calls[0].function.arguments), { order_id: 'ORD-77310' });
+  console.log(`serve --demo: ${JSON.stringify(m.tool_calls[0].function)}`);
+} finally {
+  await stopServer(demo);
 }
 console.log('ok');
