@@ -85,9 +85,9 @@ try {
   console.log(`greeting: reasoning ${JSON.stringify(hm.reasoning_content)}; content ${JSON.stringify(hm.content)}`);
 
   // 2. A tool call for an unseen tool, from its schema and the request, then the answer to its result.
-  const tools = TOOLS;
   const messages = [{ role: 'user', content: 'Please track the order status with id ORD-77310.' }];
-  const call = await client.chat.completions.create({ model: 'onecard-demo', messages, tools, temperature: 0, max_tokens: 200 });
+  const call = await client.chat.completions.create({ model: 'onecard-demo', messages, tools: TOOLS, temperature: 0,
+    max_tokens: 200 });
   const cm = call.choices[0].message;
   assert.equal(call.choices[0].finish_reason, 'tool_calls', JSON.stringify(cm));
   assert.equal(cm.tool_calls.length, 1, JSON.stringify(cm));
@@ -95,7 +95,7 @@ try {
   assert.deepEqual(JSON.parse(cm.tool_calls[0].function.arguments), { order_id: 'ORD-77310' });
   console.log(`tool call: ${JSON.stringify(cm.tool_calls[0].function)}`);
   const answer = await client.chat.completions.create({
-    model: 'onecard-demo', tools, temperature: 0, max_tokens: 120,
+    model: 'onecard-demo', tools: TOOLS, temperature: 0, max_tokens: 120,
     messages: [...messages, { role: 'assistant', content: '', tool_calls: cm.tool_calls },
       { role: 'tool', tool_call_id: cm.tool_calls[0].id, content: '{"status": "shipped", "items": 2}' }],
   });
@@ -119,8 +119,8 @@ try {
   await stopServer(main);
 }
 
-// 4. The embedded default: `serve --demo` (what scripts/demo.sh and the README's first command run)
-// finds this checkpoint, checks its SHA256SUMS, and holds tool calls to their schemas.
+// 4. The embedded default: `serve --demo` finds this checkpoint, checks its SHA256SUMS and holds tool calls
+// to their schemas, as scripts/demo.sh (the README's first command) serves it with --strict-tools-all.
 const demo = await startServer(['--demo']);
 try {
   assert.match(demo.stderr, /serve: the trained demo model \S*models\/demo\n/);
