@@ -18,7 +18,7 @@ struct BlockContext {
     const std::vector<float>& rope_freqs;     // this layer's q/kv frequencies (main or compress)
     const std::vector<float>& rope_compress;  // compressor / indexer frequencies
     bool bf16_linear_inputs = false;          // DeepSeekV4::set_bf16_linear_inputs
-    StoragePoints storage;                    // where to round to bf16 (DeepSeekV4::set_storage_points)
+    StoragePoints storage{};                  // where to round to bf16 (DeepSeekV4::set_storage_points)
     ExpertUseProfile* expert_use = nullptr;   // DeepSeekV4::set_expert_use_sink: counts routing picks
 };
 

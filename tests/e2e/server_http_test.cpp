@@ -264,8 +264,9 @@ TEST(ServerHttp, ToolCallsStreamedAndWhole) {
     EXPECT_TRUE(rfinish == "tool_calls" || rfinish == "length") << required->body;
     // A call that finished leaves no text beside it (a cut one may leave its unfinished markup).
     const Json& rcontent = rj["choices"][0]["message"]["content"];
-    if (rfinish == "tool_calls")
+    if (rfinish == "tool_calls") {
         EXPECT_TRUE(rcontent.is_null() || rcontent == "") << "free text under tool_choice required: " << required->body;
+    }
     expect_error(post(s, "/v1/chat/completions", chat_body("x", {{"tool_choice", "required"}}).dump()), 400,
                  "tool_choice");
     expect_error(post(s, "/v1/chat/completions",
