@@ -30,6 +30,9 @@ function(onecard_add_test file label)
     add_executable(${target} ${file})
     target_link_libraries(${target} PRIVATE ${ARGN} GTest::gtest GTest::gtest_main)
     onecard_test_flags(${target})
+    if(ONECARD_TEST_PCH)
+        target_precompile_headers(${target} REUSE_FROM onecard_test_pch)
+    endif()
     gtest_discover_tests(${target} PROPERTIES LABELS ${label} DISCOVERY_TIMEOUT 60)
 endfunction()
 
@@ -45,22 +48,25 @@ function(onecard_add_module name)
     onecard_add_library(${name} SOURCES ${srcs} DEPS ${ARG_DEPS})
 endfunction()
 
-# onecard_test_flags(TARGET): what every test executable shares (include root, the source and build
-# directories it reads fixtures from, the test optimisation level and the precompiled header).
-function(onecard_test_flags target)
+# onecard_test_paths(TARGET): the include root and the source and build directories (fixtures) every
+# test executable, and tests/tools/tame_floor, compile against.
+function(onecard_test_paths target)
     target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests)  # support/test_support.h
     target_compile_definitions(${target} PRIVATE
         ONECARD_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
         ONECARD_BINARY_DIR="${PROJECT_BINARY_DIR}")
-    set(release_cxx "$<AND:$<COMPILE_LANGUAGE:CXX>,$<NOT:$<CONFIG:Debug>>>")
-    target_compile_options(${target} PRIVATE "$<${release_cxx}:${ONECARD_TEST_OPT}>")
-    if(ONECARD_TEST_PCH AND NOT target STREQUAL onecard_test_pch)
-        target_precompile_headers(${target} REUSE_FROM onecard_test_pch)
-    endif()
 endfunction()
 
-# onecard_test_pch: the object library that owns the tests' precompiled header. It carries the same
-# flags as a test (onecard_test_flags) and links the same libraries, so the header is valid for them.
+# onecard_test_flags(TARGET): a test executable's paths and optimisation level; onecard_add_test adds the
+# precompiled header on top, onecard_test_pch builds it with exactly these, so the header is valid there.
+function(onecard_test_flags target)
+    onecard_test_paths(${target})
+    set(release_cxx "$<AND:$<COMPILE_LANGUAGE:CXX>,$<NOT:$<CONFIG:Debug>>>")
+    target_compile_options(${target} PRIVATE "$<${release_cxx}:${ONECARD_TEST_OPT}>")
+endfunction()
+
+# onecard_test_pch: the object library that owns the tests' precompiled header, with a test's flags and
+# libraries (their usage requirements are part of what the header was compiled with).
 function(onecard_add_test_pch)
     if(NOT ONECARD_TEST_PCH)
         return()
